@@ -1,0 +1,78 @@
+"""perdure: durable workflows and persistent agents that survive crashes, restarts and days.
+
+The public API, and nothing else.
+"""
+
+from __future__ import annotations
+
+from .engine.app import App, ChildHandle, RunHandle, Workflow
+from .engine.clock import Clock, SystemClock
+from .engine.context import StepInfo
+from .engine.durable import now, patched, random, sleep, uuid, wait_event
+from .engine.effects import EFFECTS, Effect
+from .engine.retry import Retry
+from .engine.steps import Step, current_step
+from .engine.worker import Worker, WorkerOptions
+from .errors import (
+    ConfigError,
+    DeadlineExceeded,
+    LeaseLost,
+    NonDeterminismError,
+    PayloadError,
+    PerdureError,
+    RunFailed,
+    RunNotFound,
+    SchemaVersionError,
+    StepError,
+    StepTimeout,
+    StoreError,
+    SyncInAsyncError,
+    WaitTimeout,
+)
+from .store.base import RunRow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # application and registration
+    "App",
+    "Workflow",
+    "Step",
+    "Retry",
+    "Effect",
+    "EFFECTS",
+    # runs
+    "RunHandle",
+    "ChildHandle",
+    "RunRow",
+    # inside a workflow
+    "now",
+    "uuid",
+    "random",
+    "sleep",
+    "wait_event",
+    "patched",
+    "current_step",
+    "StepInfo",
+    # workers and time
+    "Worker",
+    "WorkerOptions",
+    "Clock",
+    "SystemClock",
+    # errors
+    "PerdureError",
+    "ConfigError",
+    "StoreError",
+    "SchemaVersionError",
+    "LeaseLost",
+    "RunNotFound",
+    "PayloadError",
+    "NonDeterminismError",
+    "StepError",
+    "StepTimeout",
+    "RunFailed",
+    "DeadlineExceeded",
+    "WaitTimeout",
+    "SyncInAsyncError",
+    "__version__",
+]

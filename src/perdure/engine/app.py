@@ -1,0 +1,378 @@
+"""`App`: the registry of workflows and steps, its store, and the sync facade over `Client`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from ..errors import ConfigError
+from ..store import open_store, resolve_url
+from ..store.base import Entry, RunRow, Store
+from .client import Client, encode_input
+from .clock import Clock, SystemClock
+from .context import current
+from .durable import child_result
+from .effects import Effect, check_effect
+from .payloads import DEFAULT_BLOB_THRESHOLD, inline_or_blob
+from .portal import Portal
+from .registry import StepDef, WorkflowDef, qualified_name
+from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
+from .signal import Signal
+from .steps import Step
+from .worker import Worker, WorkerOptions
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class App:
+    """Workflows and steps registered against one store.
+
+    Args:
+        db: store URL; default `PERDURE_DB`, else `sqlite:///.perdure/perdure.db`.
+        clock: where all engine time comes from (tests pass a driven clock).
+        blob_threshold: payloads larger than this many bytes of JSON go to the blob table.
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        clock: Clock | None = None,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    ) -> None:
+        self.url = resolve_url(db)
+        self.store: Store = open_store(self.url)
+        self.clock: Clock = clock or SystemClock()
+        self.blob_threshold = blob_threshold
+        self.workflows: dict[str, WorkflowDef] = {}
+        self.steps: dict[str, StepDef] = {}
+        self.client = Client(self)
+        self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
+        self._portal = Portal()
+        self._work = Signal()
+        self._change = Signal()
+        self._opened = False
+
+    # -- registration --------------------------------------------------------------
+
+    @overload
+    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+    @overload
+    def step(
+        self,
+        *,
+        name: str | None = None,
+        effect: Effect = "once",
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+
+    def step(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        effect: Effect = "once",
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
+        """Register a step. `effect` says what recovery may do (default `once`: never repeat).
+
+        `retry` defaults to 3 attempts for read/idempotent/keyed/transactional and to
+        a single attempt for `once`; `timeout` bounds each attempt.
+        """
+
+        def wrap(func: Callable[P, R]) -> Step[P, R]:
+            step_name = name or qualified_name(func)
+            kind = check_effect(effect, f"step {step_name!r}")
+            policy = retry or (NO_RETRY if kind == "once" else DEFAULT_RETRY)
+            definition = StepDef(step_name, func, kind, policy, seconds(timeout))
+            if step_name in self.steps and self.steps[step_name].fn is not func:
+                raise ConfigError(f"two steps are named {step_name!r}; pass name=... to one")
+            self.steps[step_name] = definition
+            return Step(definition)
+
+        return wrap(fn) if fn is not None else wrap
+
+    @overload
+    def workflow(self, fn: Callable[P, R], /) -> Workflow[P, R]: ...
+    @overload
+    def workflow(
+        self,
+        *,
+        name: str | None = None,
+        version: str = "",
+        deadline: float | timedelta | None = None,
+    ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
+
+    def workflow(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = "",
+        deadline: float | timedelta | None = None,
+    ) -> Workflow[P, R] | Callable[[Callable[P, R]], Workflow[P, R]]:
+        """Register a workflow. `version` labels the code (default: a hash of its source);
+        `deadline` fails runs that are not done that long after they start."""
+
+        def wrap(func: Callable[P, R]) -> Workflow[P, R]:
+            wf_name = name or qualified_name(func)
+            definition = WorkflowDef(wf_name, func, version, seconds(deadline))
+            if wf_name in self.workflows and self.workflows[wf_name].fn is not func:
+                raise ConfigError(f"two workflows are named {wf_name!r}; pass name=... to one")
+            self.workflows[wf_name] = definition
+            return Workflow(self, definition)
+
+        return wrap(fn) if fn is not None else wrap
+
+    # -- store and wake-ups --------------------------------------------------------
+
+    async def open_store(self) -> None:
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+
+    def notify(self) -> None:
+        """Tell in-process workers that there may be new work."""
+        self._work.fire()
+        self._change.fire()
+
+    def notify_change(self) -> None:
+        self._change.fire()
+
+    async def wait_work(self, timeout: float) -> None:
+        await self._work.wait(timeout)
+
+    async def wait_change(self, timeout: float) -> None:
+        await self._change.wait(timeout)
+
+    def sync(self, coro: Any, what: str) -> Any:
+        return self._portal.call(coro, what)
+
+    def close(self) -> None:
+        """Release the store connection and background threads."""
+        self.sync(self.store.close(), "App.close()")
+        self._portal.close()
+        self.step_executor.shutdown(wait=False)
+        self._opened = False
+
+    # -- sync facade -------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        *args: Any,
+        run_id: str | None = None,
+        deadline: float | timedelta | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Start a run; an existing `run_id` returns that run's handle (idempotent start)."""
+        name = workflow if isinstance(workflow, str) else workflow.name
+        run = self.sync(
+            self.client.start(name, args, kwargs, run_id=run_id, deadline=seconds(deadline)),
+            "App.start()",
+        )
+        return RunHandle(self, run.id)
+
+    async def start_async(
+        self,
+        workflow: Workflow[..., Any] | str,
+        *args: Any,
+        run_id: str | None = None,
+        deadline: float | timedelta | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """`start` for async code."""
+        name = workflow if isinstance(workflow, str) else workflow.name
+        run = await self.client.start(name, args, kwargs, run_id=run_id, deadline=seconds(deadline))
+        return RunHandle(self, run.id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (checked when used)."""
+        return RunHandle(self, run_id)
+
+    def get_run(self, run_id: str) -> RunRow:
+        return self.sync(self.client.get(run_id), "App.get_run()")  # type: ignore[no-any-return]
+
+    def list_runs(
+        self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
+    ) -> list[RunRow]:
+        return self.sync(  # type: ignore[no-any-return]
+            self.client.list(statuses=statuses, workflow=workflow, limit=limit), "App.list_runs()"
+        )
+
+    def journal(self, run_id: str) -> list[Entry]:
+        return self.sync(self.client.journal(run_id), "App.journal()")  # type: ignore[no-any-return]
+
+    def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Deliver an event; a run that waits for it wakes, one that has not yet waited keeps it."""
+        self.sync(self.client.send_event(run_id, name, payload), "App.send_event()")
+
+    def cancel(self, run_id: str) -> str:
+        return self.sync(self.client.cancel(run_id), "App.cancel()")  # type: ignore[no-any-return]
+
+    def pause(self, run_id: str) -> str:
+        return self.sync(self.client.pause(run_id), "App.pause()")  # type: ignore[no-any-return]
+
+    def resume(self, run_id: str) -> str:
+        return self.sync(self.client.resume(run_id), "App.resume()")  # type: ignore[no-any-return]
+
+    def resolve(
+        self,
+        run_id: str,
+        step: int | str,
+        *,
+        value: Any = None,
+        retry: bool = False,
+        fail: bool = False,
+    ) -> str:
+        """Settle a needs_attention step: `value=` marks it done, `retry=True`, or `fail=True`."""
+        has_value = not retry and not fail
+        return self.sync(  # type: ignore[no-any-return]
+            self.client.resolve(run_id, step, value=value, has_value=has_value, retry=retry,
+                                fail=fail),
+            "App.resolve()",
+        )
+
+    def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunHandle:
+        """A new run that reuses the first `from_step` outcomes of `run_id` and runs the rest anew."""
+        run = self.sync(self.client.fork(run_id, from_step, new_id), "App.fork()")
+        return RunHandle(self, run.id)
+
+    # -- workers -----------------------------------------------------------------------
+
+    def worker(self, options: WorkerOptions | None = None, **kwargs: Any) -> Worker:
+        """A worker for this app (await `worker.run()`); options as in `WorkerOptions`."""
+        return Worker(self, options or WorkerOptions(**kwargs))
+
+    def run_worker(self, options: WorkerOptions | None = None, **kwargs: Any) -> None:
+        """Run a worker in this thread until SIGTERM/SIGINT, then drain and release leases."""
+        worker = self.worker(options, **kwargs)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, worker.stop)
+            await worker.run()
+
+        self._portal.call(_noop(), "App.run_worker()")  # refuses inside a running loop
+        asyncio.run(main())
+
+
+async def _noop() -> None:
+    return None
+
+
+class RunHandle:
+    """A run, by id: ask its status, wait for its result, signal it."""
+
+    def __init__(self, app: App, run_id: str) -> None:
+        self.app = app
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.id!r})"
+
+    def status(self) -> str:
+        return self.app.get_run(self.id).status
+
+    async def status_async(self) -> str:
+        return (await self.app.client.get(self.id)).status
+
+    def result(self, timeout: float | timedelta | None = None) -> Any:
+        """Block until the run finishes; its result, or `RunFailed`; `WaitTimeout` after `timeout`."""
+        return self.app.sync(self.app.client.result(self.id, seconds(timeout)), "RunHandle.result()")
+
+    async def result_async(self, timeout: float | timedelta | None = None) -> Any:
+        return await self.app.client.result(self.id, seconds(timeout))
+
+    def send_event(self, name: str, payload: Any = None) -> None:
+        self.app.send_event(self.id, name, payload)
+
+    def cancel(self) -> str:
+        return self.app.cancel(self.id)
+
+
+class Workflow(Generic[P, R]):
+    """A registered workflow. Outside a workflow, `.start()` starts a run; inside, a child run."""
+
+    def __init__(self, app: App, definition: WorkflowDef) -> None:
+        self.app = app
+        self.definition = definition
+        self.__doc__ = definition.fn.__doc__
+        self.__name__ = definition.name
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Inside a workflow: start this as a child run and wait for its result."""
+        ctx = current()
+        if ctx is None:
+            return self.definition.fn(*args, **kwargs)
+        handle = self.start(*args, **kwargs)
+        if ctx.sync_mode:
+            return handle.result()
+
+        async def both() -> Any:
+            child = await handle
+            return await child.result()
+
+        return both()
+
+    def start(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> Any:
+        """Start a run of this workflow (a child run when called inside a workflow)."""
+        ctx = current()
+        if ctx is None:
+            return self.app.start(self, *args, run_id=run_id, **kwargs)
+        pos = ctx.next_position()
+        return ctx.call(self._start_child(ctx, pos, args, kwargs, run_id))
+
+    async def _start_child(
+        self, ctx: Any, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any],
+        run_id: str | None,
+    ) -> ChildHandle:
+        from ..store.base import NewRun
+
+        entries = ctx.recorded(pos, "child", self.name)
+        final = ctx.final(entries)
+        if final is None:
+            await ctx.checkpoint()
+            child_id = run_id or f"{ctx.run_id}.{pos}"
+            text, blob = inline_or_blob(
+                encode_input(self.app, self.name, args, kwargs), self.app.blob_threshold
+            )
+            new = NewRun(id=child_id, workflow=self.name, input=text,
+                         code_version=self.definition.version, now=ctx.now(),
+                         parent_id=ctx.run_id)
+            if blob is not None:
+                new.blobs.append(blob)
+            final = ctx.entry("child.started", self.name, position=pos, final=True,
+                              data={"run_id": child_id})
+            await ctx.write(final, new_runs=[new])
+            self.app.notify()
+        return ChildHandle(ctx.data(final)["run_id"], self.definition.hints.get("return"))
+
+
+class ChildHandle:
+    """A child run started from a workflow; `result()` waits for it durably."""
+
+    def __init__(self, run_id: str, hint: Any) -> None:
+        self.id = run_id
+        self._hint = hint
+
+    def result(self) -> Any:
+        from .context import require
+
+        ctx = require("ChildHandle.result")
+        pos = ctx.next_position()
+        return ctx.call(child_result(ctx, pos, self.id, self._hint))

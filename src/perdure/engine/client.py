@@ -1,0 +1,290 @@
+"""The async core of every client operation: start, inspect, signal and steer runs.
+
+The sync methods of `App` and `RunHandle`, the CLI and tests all go through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
+from ..store.base import (
+    COMPLETED,
+    FAILED,
+    NEEDS_ATTENTION,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    SLEEPING,
+    TERMINAL,
+    WAITING,
+    Append,
+    Entry,
+    NewRun,
+    RunRow,
+    Store,
+)
+from .codec import dumps, from_json, loads
+from .payloads import blob_ref, inline_or_blob
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+async def resolve_text(store: Store, text: str | None) -> str | None:
+    """Follow a blob reference, if `text` is one."""
+    key = blob_ref(text)
+    return await store.get_blob(key) if key else text
+
+
+async def run_outcome_json(store: Store, run: RunRow) -> str:
+    """A finished run's status, result and error as one JSON object (for parents)."""
+    result = await resolve_text(store, run.result)
+    error = loads(run.error)
+    message = error.get("message") if isinstance(error, dict) else None
+    return (
+        f'{{"status":{json.dumps(run.status)},"result":{result or "null"},'
+        f'"error":{json.dumps(message)}}}'
+    )
+
+
+def encode_input(app: App, workflow: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    return dumps({"args": list(args), "kwargs": kwargs}, f"input of workflow {workflow!r}")
+
+
+class Client:
+    """Operations on runs, by id, against an app's store."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    async def start(
+        self,
+        workflow: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        deadline: float | None = None,
+    ) -> RunRow:
+        """Create a run (or return the existing run with this id: idempotent start)."""
+        definition = self.app.workflows.get(workflow)
+        if definition is None:
+            raise ConfigError(
+                f"no workflow named {workflow!r} is registered "
+                f"(known: {', '.join(sorted(self.app.workflows)) or 'none'})"
+            )
+        try:
+            definition.signature.bind(*args, **(kwargs or {}))
+        except TypeError as exc:
+            raise ConfigError(f"workflow {workflow!r}: {exc}") from None
+        await self.app.open_store()
+        text, blob = inline_or_blob(encode_input(self.app, workflow, args, kwargs or {}),
+                                    self.app.blob_threshold)
+        now = self.app.clock.now()
+        limit = deadline if deadline is not None else definition.deadline
+        new = NewRun(
+            id=run_id or uuid.uuid4().hex,
+            workflow=workflow,
+            input=text,
+            code_version=definition.version,
+            now=now,
+            deadline_at=None if limit is None else now + limit,
+        )
+        if blob is not None:
+            new.blobs.append(blob)
+        run, created = await self.store.create_run(new)
+        if not created and run.workflow != workflow:
+            raise PerdureError(
+                f"run id {run.id!r} already names a run of workflow {run.workflow!r}, "
+                f"not {workflow!r}"
+            )
+        self.app.notify()
+        return run
+
+    async def get(self, run_id: str) -> RunRow:
+        await self.app.open_store()
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def journal(self, run_id: str) -> list[Entry]:
+        await self.get(run_id)
+        return await self.store.journal(run_id)
+
+    async def list(
+        self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
+    ) -> list[RunRow]:
+        await self.app.open_store()
+        return await self.store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for the run to finish; return its result or raise `RunFailed`."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        delay = 0.005
+        while True:
+            run = await self.get(run_id)
+            if run.status in TERMINAL:
+                break
+            if deadline is not None and loop.time() >= deadline:
+                raise WaitTimeout(f"run {run_id!r} is still {run.status} after {timeout}s")
+            wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
+            await self.app.wait_change(wait)
+            delay = min(delay * 2, 0.25)
+        if run.status != COMPLETED:
+            error = loads(run.error)
+            message = error.get("message") if isinstance(error, dict) else None
+            raise RunFailed(run_id, run.status, message)
+        definition = self.app.workflows.get(run.workflow)
+        hint = definition.hints.get("return") if definition else None
+        value = loads(await resolve_text(self.store, run.result))
+        return from_json(value, hint, f"result of run {run_id!r}")
+
+    async def send_event(self, run_id: str, name: str, payload: Any = None) -> int:
+        """Deliver an event to a run; kept until the run's `wait_event(name)` consumes it."""
+        await self.get(run_id)
+        text = dumps(payload, f"event {name!r} payload")
+        event_id = await self.store.send_event(run_id, name, text, self.app.clock.now())
+        self.app.notify()
+        return event_id
+
+    async def cancel(self, run_id: str) -> str:
+        """Cancel a run and its children: at once if parked, at the next boundary if running."""
+        run = await self.get(run_id)
+        if run.status in TERMINAL:
+            return run.status
+        await self.store.cancel(run_id, self.app.clock.now())
+        self.app.notify()
+        return (await self.get(run_id)).status
+
+    async def pause(self, run_id: str) -> str:
+        run = await self.get(run_id)
+        if run.status in (PENDING, SLEEPING, WAITING):
+            await self._operator(run, "run.paused", status=PAUSED,
+                                 expect=(PENDING, SLEEPING, WAITING))
+        elif run.status == RUNNING:
+            await self._operator(run, "run.pause_requested", fields={"pause_requested": 1},
+                                 expect=(RUNNING,))
+        elif run.status != PAUSED:
+            raise PerdureError(f"run {run_id!r} is {run.status}; it cannot be paused")
+        return (await self.get(run_id)).status
+
+    async def resume(self, run_id: str) -> str:
+        run = await self.get(run_id)
+        if run.status == PAUSED:
+            await self._operator(run, "run.resumed", status=PENDING,
+                                 fields={"pause_requested": 0}, expect=(PAUSED,))
+        elif run.pause_requested:
+            await self._operator(run, "run.resumed", fields={"pause_requested": 0})
+        else:
+            raise PerdureError(f"run {run_id!r} is {run.status}, not paused")
+        self.app.notify()
+        return (await self.get(run_id)).status
+
+    async def resolve(
+        self,
+        run_id: str,
+        step: int | str,
+        *,
+        value: Any = None,
+        has_value: bool = False,
+        retry: bool = False,
+        fail: bool = False,
+    ) -> str:
+        """Settle a `needs_attention` step: mark it done with a value, retry it, or fail the run."""
+        if sum((has_value, retry, fail)) != 1:
+            raise ConfigError("resolve: give exactly one of a value, retry or fail")
+        run = await self.get(run_id)
+        if run.status != NEEDS_ATTENTION:
+            raise PerdureError(f"run {run_id!r} is {run.status}, not needs_attention")
+        entries = await self.store.journal(run_id)
+        stuck = [e for e in entries if e.kind == "step.needs_attention"]
+        target = next(
+            (e for e in reversed(stuck) if step in (e.position, e.name, str(e.position))), None
+        )
+        if target is None:
+            where = ", ".join(f"{e.position} ({e.name})" for e in stuck[-1:]) or "none"
+            raise PerdureError(f"run {run_id!r} has no stuck step {step!r}; stuck: {where}")
+        now = self.app.clock.now()
+        if fail:
+            error = json.dumps({"type": "OperatorFailed",
+                                "message": f"failed by operator at step {target.name!r}"})
+            entry = Entry(kind="run.failed", name=target.name, data=error, at=now)
+            await self._append(run, [entry], FAILED, {"error": error}, (NEEDS_ATTENTION,))
+            return FAILED
+        if retry:
+            entry = Entry(kind="step.retry", name=target.name, position=target.position,
+                          attempt=target.attempt, data=json.dumps({"by": "operator"}), at=now)
+        else:
+            data = dumps({"value": value, "resolved_by": "operator"}, "resolved value")
+            entry = Entry(kind="step.outcome", name=target.name, position=target.position,
+                          attempt=target.attempt, data=data, final=True, at=now)
+        await self._append(run, [entry], PENDING, {}, (NEEDS_ATTENTION,))
+        self.app.notify()
+        return PENDING
+
+    async def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunRow:
+        """A new run of the same workflow and input whose first `from_step` outcomes are R's."""
+        run = await self.get(run_id)
+        if from_step < 0:
+            raise ConfigError("fork: --from-step must be 0 or more")
+        definition = self.app.workflows.get(run.workflow)
+        entries = [
+            Entry(kind=e.kind, name=e.name, position=e.position, data=e.data, attempt=e.attempt,
+                  final=e.final, at=e.at)
+            for e in await self.store.journal(run_id)
+            if e.position is not None and e.position < from_step
+        ]
+        new = NewRun(
+            id=new_id or f"{run_id}~fork-{uuid.uuid4().hex[:8]}",
+            workflow=run.workflow,
+            input=run.input,
+            code_version=definition.version if definition else run.code_version,
+            now=self.app.clock.now(),
+            entries=entries,
+        )
+        forked, created = await self.store.create_run(new)
+        if not created:
+            raise PerdureError(f"fork: run id {new.id!r} already exists")
+        self.app.notify()
+        return forked
+
+    async def _operator(
+        self,
+        run: RunRow,
+        kind: str,
+        *,
+        status: str | None = None,
+        fields: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
+    ) -> None:
+        entry = Entry(kind=kind, at=self.app.clock.now())
+        await self._append(run, [entry], status, fields or {}, expect)
+
+    async def _append(
+        self,
+        run: RunRow,
+        entries: list[Entry],
+        status: str | None,
+        fields: dict[str, Any],
+        expect: Sequence[str] | None,
+    ) -> None:
+        try:
+            await self.store.append(
+                Append(run_id=run.id, epoch=None, entries=entries, status=status,
+                       fields={"updated_at": self.app.clock.now(), **fields},
+                       expect_status=expect)
+            )
+        except StoreError as exc:
+            raise PerdureError(f"run {run.id!r} changed while acting on it: {exc}") from None
+

@@ -1,0 +1,96 @@
+"""Journal payloads as JSON: encoding with the path of the first bad value, typed decoding.
+
+Encoding accepts JSON types, pydantic models, dataclasses, datetimes, dates,
+times, UUIDs, Decimals, enums, tuples and sets. Decoding uses the type hint of
+the receiving side (a step's return annotation, a workflow's parameters) through
+pydantic, so a step returning a model gives the same model back on replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import uuid
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ..errors import PayloadError
+
+JSON = Any  # a value json.dumps accepts: dict[str, JSON] | list[JSON] | str | int | float | bool | None
+
+
+def to_json(value: Any, where: str, path: str = "$") -> JSON:
+    """Convert `value` to plain JSON types, or raise PayloadError naming `where` and the path."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        raise PayloadError(f"{where}: value at {path} is {value}, which JSON cannot hold")
+    if isinstance(value, dict):
+        out: dict[str, JSON] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PayloadError(
+                    f"{where}: key {key!r} at {path} is a {type(key).__name__}; JSON keys are strings"
+                )
+            out[key] = to_json(item, where, f"{path}.{key}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_json(item, where, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        items = [to_json(item, where, f"{path}[{i}]") for i, item in enumerate(value)]
+        return sorted(items, key=json.dumps)
+    if isinstance(value, BaseModel):
+        return to_json(value.model_dump(mode="python"), where, path)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return to_json(fields, where, path)
+    if isinstance(value, enum.Enum):
+        return to_json(value.value, where, path)
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (uuid.UUID, Decimal)):
+        return str(value)
+    raise PayloadError(
+        f"{where}: value at {path} is a {type(value).__module__}.{type(value).__qualname__}, "
+        "which is not JSON (use JSON types, a pydantic model or a dataclass)"
+    )
+
+
+def dumps(value: Any, where: str) -> str:
+    """`value` as compact JSON text (see `to_json`)."""
+    return json.dumps(to_json(value, where), separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(text: str | None) -> JSON:
+    return None if text is None else json.loads(text)
+
+
+@lru_cache(maxsize=1024)
+def _adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint)
+
+
+def from_json(data: JSON, hint: Any, where: str) -> Any:
+    """Rebuild a value of type `hint` (None or Any: plain JSON) from decoded JSON."""
+    if hint is None or hint is Any or hint is type(None):
+        return data
+    try:
+        adapter = _adapter(hint)
+    except (TypeError, Exception):  # unhashable or unsupported hint: give plain JSON back
+        return data
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        raise PayloadError(f"{where}: journal value does not fit {hint!r} at {loc}: {first['msg']}") from None

@@ -1,0 +1,333 @@
+"""The state of one run while a worker replays it: positions, recorded entries, pending writes.
+
+Writes are split by what a crash may lose. A *critical* write (the intent of a
+`once` step, a suspension, a consumed event, the end of the run) is committed
+before the workflow goes on. Other entries (outcomes, values, intents of
+re-runnable steps) wait in a buffer and are committed, in order, with the next
+critical write, after a slow step, or when the buffer grows: so the durable
+journal is always a prefix of the one the workflow saw, and a crash can only
+lose entries whose recovery is to run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import DeadlineExceeded, LeaseLost, NonDeterminismError, PerdureError, RunSuspended, WorkerStopping
+from ..store.base import Append, AppendResult, Blob, Entry, NewRun, RunRow, Store
+from .codec import dumps, loads
+from .payloads import BLOB_KEY, inline_or_blob
+
+if TYPE_CHECKING:
+    from .app import App
+    from .clock import Clock
+
+T = TypeVar("T")
+
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "perdure_run", default=None
+)
+
+BUFFER_LIMIT = 64  # buffered entries before a flush is forced
+SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
+
+
+def family(kind: str) -> str:
+    """`step.intent` -> `step`: entries of one family may share a position."""
+    return kind.partition(".")[0]
+
+
+@dataclass(slots=True)
+class StepInfo:
+    """What a running step may know about itself (`perdure.current_step()`)."""
+
+    run_id: str
+    name: str
+    position: int
+    attempt: int
+    effect: str
+    db: Any = None  # the store's connection, for transactional steps
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries and recovery: the run id and the step's position."""
+        return f"{self.run_id}:{self.position}"
+
+
+class RunContext:
+    """One run being replayed or executed by a worker under one lease epoch."""
+
+    def __init__(
+        self,
+        app: App,
+        run: RunRow,
+        entries: list[Entry],
+        *,
+        worker_id: str,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        sync_mode: bool,
+        inline_sleep: float,
+    ) -> None:
+        self.app = app
+        self.store: Store = app.store
+        self.run = run
+        self.epoch = run.lease_epoch
+        self.worker_id = worker_id
+        self.clock = clock
+        self.loop = loop
+        self.sync_mode = sync_mode
+        self.inline_sleep = inline_sleep
+        self.by_position: dict[int, list[Entry]] = {}
+        for entry in entries:
+            if entry.position is not None:
+                self.by_position.setdefault(entry.position, []).append(entry)
+        self.position = 0
+        self.buffer: list[Entry] = []
+        self.blobs: list[Blob] = []
+        self.cancel_requested = False
+        self.pause_requested = run.pause_requested
+        self.lost = False
+        self.closed = False
+        self.inflight: set[asyncio.Future[None]] = set()
+        self.check_only = False  # replay-check: never execute, stop at the journal's end
+
+    # -- positions and recorded entries ----------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    def next_position(self) -> int:
+        self.guard()
+        pos = self.position
+        self.position += 1
+        return pos
+
+    def recorded(self, pos: int, kind_family: str, name: str) -> list[Entry]:
+        """Entries at `pos`, after checking they belong to the same call (else non-determinism)."""
+        entries = self.by_position.get(pos, [])
+        for entry in entries:
+            if family(entry.kind) == kind_family and entry.name == name:
+                continue
+            if entry.kind.startswith("run."):
+                continue
+            raise NonDeterminismError(
+                self.run_id, pos, f"{family(entry.kind)} {entry.name!r}", f"{kind_family} {name!r}"
+            )
+        if not entries and self.check_only:
+            raise ReplayEnd(pos)
+        return entries
+
+    @staticmethod
+    def final(entries: list[Entry]) -> Entry | None:
+        for entry in entries:
+            if entry.final:
+                return entry
+        return None
+
+    def data(self, entry: Entry) -> Any:
+        """The decoded data of an entry (blob references are followed by the caller's worker)."""
+        return loads(entry.data)
+
+    async def resolve_blob(self, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {BLOB_KEY}:
+            return json.loads(await self.store.get_blob(value[BLOB_KEY]))
+        return value
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    # -- guards ------------------------------------------------------------------------
+
+    def guard(self) -> None:
+        """Stop user code at a step boundary once the run must stop here."""
+        if self.lost or self.closed:
+            raise WorkerStopping()
+
+    async def checkpoint(self) -> None:
+        """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""
+        self.guard()
+        if self.cancel_requested:
+            raise RunSuspended("cancel")
+        if self.pause_requested:
+            raise await self.suspend("paused", "paused")
+        deadline = self.run.deadline_at
+        if deadline is not None and self.now() > deadline:
+            raise DeadlineExceeded(f"run {self.run_id!r} passed its deadline")
+        if self.needs_flush():
+            await self.flush()
+
+    # -- writes ------------------------------------------------------------------------
+
+    def entry(
+        self,
+        kind: str,
+        name: str = "",
+        *,
+        position: int | None = None,
+        data: Any = None,
+        data_json: str | None = None,
+        attempt: int = 0,
+        final: bool = False,
+        where: str = "",
+    ) -> Entry:
+        """Build an entry; data is encoded here (PayloadError names `where`), large data by blob."""
+        text = data_json if data_json is not None else (
+            None if data is None else dumps(data, where or f"{kind} {name}")
+        )
+        if text is not None:
+            text, blob = inline_or_blob(text, self.app.blob_threshold)
+            if blob is not None:
+                self.blobs.append(blob)
+        entry = Entry(
+            kind=kind,
+            name=name,
+            position=position,
+            data=text,
+            attempt=attempt,
+            final=final,
+            at=self.now(),
+            worker=self.worker_id,
+        )
+        if position is not None:
+            self.by_position.setdefault(position, []).append(entry)
+        return entry
+
+    def buffer_entry(self, entry: Entry) -> None:
+        self.buffer.append(entry)
+
+    def needs_flush(self) -> bool:
+        return len(self.buffer) >= BUFFER_LIMIT
+
+    async def write(
+        self,
+        *entries: Entry,
+        status: str | None = None,
+        fields: dict[str, Any] | None = None,
+        new_runs: list[NewRun] | None = None,
+        consume_event: int | None = None,
+        tx_body: Any = None,
+    ) -> AppendResult:
+        """Commit buffered entries plus `entries` (and a status change) in one transaction."""
+        if self.lost:
+            raise WorkerStopping()
+        if self.closed:
+            raise RunSuspended("already parked by a sibling")
+        batch = [*self.buffer, *entries]
+        self.buffer = []
+        blobs, self.blobs = self.blobs, []
+        all_fields = {"updated_at": self.now(), **(fields or {})}
+        try:
+            result = await self.store.append(
+                Append(
+                    run_id=self.run_id,
+                    epoch=self.epoch,
+                    entries=batch,
+                    status=status,
+                    fields=all_fields,
+                    new_runs=new_runs or [],
+                    blobs=blobs,
+                    consume_event=consume_event,
+                    tx_body=tx_body,
+                )
+            )
+        except LeaseLost:
+            self.lost = True
+            raise WorkerStopping() from None
+        self.cancel_requested = self.cancel_requested or result.cancel_requested
+        self.pause_requested = result.pause_requested
+        return result
+
+    async def flush(self) -> None:
+        if self.buffer:
+            await self.write()
+
+    async def suspend(
+        self, status: str, reason: str, *entries: Entry, fields: dict[str, Any] | None = None
+    ) -> RunSuspended:
+        """Commit a parked state, hand the lease back, and return the signal to unwind with."""
+        await self.settle_inflight()
+        wake_at = (fields or {}).get("wake_at")
+        deadline = self.run.deadline_at
+        if deadline is not None and (wake_at is None or wake_at > deadline) and status in (
+            "sleeping",
+            "waiting",
+        ):
+            wake_at = deadline
+        await self.write(
+            *entries,
+            status=status,
+            fields={**(fields or {}), "wake_at": wake_at, "lease_owner": None, "lease_until": None},
+        )
+        self.closed = True
+        return RunSuspended(reason)
+
+    async def settle_inflight(self) -> None:
+        """Let sibling steps started with asyncio.gather record their outcomes first."""
+        pending = [f for f in self.inflight if not f.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- running coroutines from sync workflows --------------------------------------
+
+    def call(self, coro: Coroutine[Any, Any, T], *, track: bool = False) -> Any:
+        """Await `coro` in async workflows; block on it from a sync workflow's thread.
+
+        `track` marks a step execution, which a sibling's suspension waits for.
+        """
+        if track:
+            coro = self._tracked(coro)
+        if not self.sync_mode:
+            return coro
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        done: asyncio.Future[None] = self.loop.create_future()
+        self.inflight.add(done)
+        try:
+            return await coro
+        finally:
+            self.inflight.discard(done)
+            done.set_result(None)
+
+
+
+class ReplayEnd(BaseException):  # noqa: N818 - control signal for replay-check
+    """Raised in replay-check mode when the workflow reaches the end of its journal."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
+def current() -> RunContext | None:
+    """The run the calling code belongs to, if any."""
+    return _current.get()
+
+
+def require(what: str) -> RunContext:
+    """The current run, or a clear error naming the call made outside a workflow."""
+    ctx = _current.get()
+    if ctx is None:
+        raise PerdureError(f"perdure.{what}() can only be called inside a workflow")
+    return ctx
+
+
+def activate(ctx: RunContext | None) -> contextvars.Token[RunContext | None]:
+    return _current.set(ctx)
+
+
+def deactivate(token: contextvars.Token[RunContext | None]) -> None:
+    _current.reset(token)
+
+
+def monotonic() -> float:
+    return time.monotonic()

@@ -1,0 +1,179 @@
+"""The deterministic calls a workflow may make; each takes a journal position.
+
+In an async workflow each returns an awaitable; in a sync workflow it returns
+the value directly. What each records:
+
+- `now()`, `uuid()`, `random()`: the value produced, returned unchanged on replay.
+- `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
+- `wait_event(name, timeout)`: the event's payload (or that it timed out).
+- `patched(name)`: a marker that this run took the new code path.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import RunFailed, WaitTimeout
+from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
+from .codec import from_json
+from .context import RunContext, require
+from .retry import seconds
+
+
+def now() -> datetime:
+    """The current UTC time, journaled so replay sees the same instant."""
+    return _datetime(_value("now", lambda ctx: ctx.now()))
+
+
+def uuid() -> _uuid.UUID:
+    """A random UUID4, journaled."""
+    return _uuid.UUID(_value("uuid", lambda ctx: str(_uuid.uuid4())))
+
+
+def random() -> float:
+    """A random float in [0, 1), journaled."""
+    return float(_value("random", lambda ctx: _random.random()))
+
+
+def _datetime(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _value(name: str, make: Any) -> Any:
+    ctx = require(name)
+    pos = ctx.next_position()
+    entries = ctx.recorded(pos, "value", name)
+    final = ctx.final(entries)
+    if final is not None:
+        return ctx.data(final)
+    value = make(ctx)
+    ctx.buffer_entry(ctx.entry("value.recorded", name, position=pos, data=value, final=True))
+    return value
+
+
+def sleep(duration: float | timedelta) -> Any:
+    """Sleep durably: the wake-up time is journaled and the run is parked on a store timer.
+
+    A sleeping run holds no worker slot and no memory; it wakes after a restart too.
+    """
+    ctx = require("sleep")
+    pos = ctx.next_position()
+    return ctx.call(_sleep(ctx, pos, seconds(duration) or 0.0))
+
+
+async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
+    entries = ctx.recorded(pos, "sleep", "sleep")
+    final = ctx.final(entries)
+    if final is None:
+        await ctx.checkpoint()
+        wake_at = ctx.now() + duration
+        final = ctx.entry("sleep.until", "sleep", position=pos, data=wake_at, final=True)
+        ctx.buffer_entry(final)
+    wake_at = float(ctx.data(final))
+    remaining = wake_at - ctx.now()
+    if remaining <= 0:
+        return
+    if remaining <= ctx.inline_sleep:
+        import asyncio
+
+        await ctx.flush()
+        await asyncio.sleep(remaining)
+        return
+    raise await ctx.suspend(SLEEPING, "sleep", fields={"wake_at": wake_at, "waiting_for": "timer"})
+
+
+def wait_event(name: str, timeout: float | timedelta | None = None, *, type: Any = None) -> Any:
+    """Wait durably for an event sent to this run with `send_event(run_id, name, payload)`.
+
+    Events sent before the wait are kept and delivered in order. Returns the
+    payload (validated as `type` if given); raises `WaitTimeout` after `timeout`.
+    """
+    ctx = require("wait_event")
+    pos = ctx.next_position()
+    return ctx.call(_wait_event(ctx, pos, name, seconds(timeout), type))
+
+
+async def _wait_event(
+    ctx: RunContext, pos: int, name: str, timeout: float | None, hint: Any
+) -> Any:
+    entries = ctx.recorded(pos, "event", name)
+    final = ctx.final(entries)
+    if final is None:
+        await ctx.checkpoint()
+        waiting = next((e for e in entries if e.kind == "event.wait"), None)
+        event = await ctx.store.next_event(ctx.run_id, name)
+        if event is not None:
+            final = ctx.entry(
+                "event.received", name, position=pos, final=True,
+                data_json=f'{{"payload":{event.payload},"event_id":{event.id}}}',
+            )
+            await ctx.write(final, consume_event=event.id)
+        else:
+            timeout_at = (ctx.data(waiting) or {}).get("timeout_at") if waiting else None
+            if waiting is None and timeout is not None:
+                timeout_at = ctx.now() + timeout
+            if timeout_at is not None and ctx.now() >= timeout_at:
+                final = ctx.entry(
+                    "event.timeout", name, position=pos, final=True, data={"timed_out": True}
+                )
+                ctx.buffer_entry(final)
+            else:
+                marker = (
+                    []
+                    if waiting
+                    else [ctx.entry("event.wait", name, position=pos,
+                                    data={"timeout_at": timeout_at})]
+                )
+                raise await ctx.suspend(
+                    WAITING, f"event {name}", *marker,
+                    fields={"wake_at": timeout_at, "waiting_for": f"event:{name}"},
+                )
+    data = ctx.data(final)
+    if data.get("timed_out"):
+        raise WaitTimeout(f"run {ctx.run_id!r}: no event {name!r} arrived before the timeout")
+    return from_json(data["payload"], hint, f"event {name!r}")
+
+
+def patched(name: str) -> bool:
+    """True if this run takes the code path guarded by `name`, False for runs that predate it.
+
+    New runs (and runs that had not reached this point) record a marker and take
+    the new path; runs whose journal has another call here replay the old one.
+    """
+    ctx = require("patched")
+    ctx.guard()
+    pos = ctx.position
+    entries = ctx.by_position.get(pos, [])
+    if entries:
+        if any(e.kind == "patch.marker" and e.name == name for e in entries):
+            ctx.position += 1
+            return True
+        return False
+    ctx.position += 1
+    if not ctx.check_only:
+        ctx.buffer_entry(ctx.entry("patch.marker", name, position=pos, final=True))
+    return True
+
+
+async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> Any:
+    """Durably wait for a child run's outcome and journal it at `pos`."""
+    entries = ctx.recorded(pos, "child", child_id)
+    final = ctx.final(entries)
+    if final is None:
+        await ctx.checkpoint()
+        child = await ctx.store.get_run(child_id)
+        if child is None or child.status not in TERMINAL:
+            raise await ctx.suspend(WAITING, f"child {child_id}", fields={
+                "wake_at": None, "waiting_for": f"child:{child_id}"})
+        from .client import run_outcome_json
+
+        data = await run_outcome_json(ctx.store, child)
+        final = ctx.entry("child.result", child_id, position=pos, final=True, data_json=data)
+        ctx.buffer_entry(final)
+    data = ctx.data(final)
+    if data["status"] != COMPLETED:
+        raise RunFailed(child_id, data["status"], data.get("error"))
+    return from_json(data.get("result"), hint, f"child run {child_id!r}")

@@ -1,0 +1,75 @@
+"""Definitions of registered steps and workflows: the function plus its declared policy."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .effects import RECOVERY, Effect
+from .retry import Retry
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to plain JSON
+        return {}
+
+
+@dataclass(slots=True)
+class StepDef:
+    """A step: a function whose outcome is journaled, with its effect and retry policy."""
+
+    name: str
+    fn: Callable[..., Any]
+    effect: Effect
+    retry: Retry
+    timeout: float | None
+    is_async: bool = field(init=False)
+    return_hint: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        self.return_hint = _hints(self.fn).get("return")
+
+    @property
+    def recovery(self) -> str:
+        return RECOVERY[self.effect]
+
+
+@dataclass(slots=True)
+class WorkflowDef:
+    """A workflow: a function whose progress is durable, and the code version it carries."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str
+    deadline: float | None
+    is_async: bool = field(init=False)
+    signature: inspect.Signature = field(init=False)
+    hints: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        self.signature = inspect.signature(self.fn)
+        self.hints = _hints(self.fn)
+        if not self.version:
+            self.version = source_version(self.fn)
+
+
+def source_version(fn: Callable[..., Any]) -> str:
+    """A short hash of a function's source: the default code version of a workflow."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        text = getattr(fn, "__qualname__", repr(fn))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def qualified_name(fn: Callable[..., Any]) -> str:
+    """The default registered name of a function: its `__qualname__` (module-independent)."""
+    return str(getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn))))

@@ -1,0 +1,163 @@
+"""Execute one claimed run: replay the workflow from the top, then complete, fail or park it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PayloadError, RunSuspended, WorkerStopping
+from ..store.base import CANCELLED, COMPLETED, FAILED, TERMINAL, Append, Claim, Entry, RunRow
+from .client import resolve_text
+from .codec import dumps, from_json, loads
+from .context import RunContext, activate, deactivate
+from .payloads import inline_or_blob
+from .registry import WorkflowDef
+from .steps import error_record
+
+if TYPE_CHECKING:
+    from .app import App
+    from .clock import Clock
+
+log = logging.getLogger("perdure.worker")
+
+
+async def load_entries(app: App, run_id: str) -> list[Entry]:
+    entries = await app.store.journal(run_id)
+    for entry in entries:
+        entry.data = await resolve_text(app.store, entry.data)
+    return entries
+
+
+async def decode_input(app: App, run: RunRow, definition: WorkflowDef) -> tuple[list[Any], dict[str, Any]]:
+    raw = loads(await resolve_text(app.store, run.input)) or {}
+    args, kwargs = list(raw.get("args", [])), dict(raw.get("kwargs", {}))
+    params = list(definition.signature.parameters.values())
+    where = f"input of run {run.id!r}"
+    for i, value in enumerate(args):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            args[i] = from_json(value, definition.hints.get(params[i].name), where)
+    for name, value in kwargs.items():
+        kwargs[name] = from_json(value, definition.hints.get(name), where)
+    return args, kwargs
+
+
+async def call_workflow(
+    ctx: RunContext, definition: WorkflowDef, args: list[Any], kwargs: dict[str, Any],
+    executor: Executor | None,
+) -> Any:
+    """Run the workflow function with `ctx` as the current run (sync ones on a thread)."""
+    if definition.is_async:
+        token = activate(ctx)
+        try:
+            return await definition.fn(*args, **kwargs)
+        finally:
+            deactivate(token)
+
+    def call() -> Any:
+        token = activate(ctx)
+        try:
+            return definition.fn(*args, **kwargs)
+        finally:
+            deactivate(token)
+
+    return await ctx.loop.run_in_executor(executor, contextvars.copy_context().run, call)
+
+
+async def execute(
+    app: App,
+    claim: Claim,
+    *,
+    worker_id: str,
+    clock: Clock,
+    inline_sleep: float,
+    executor: Executor | None,
+    contexts: dict[str, RunContext],
+) -> None:
+    """Drive one claimed run until it finishes or parks; never raises for run-level failures."""
+    run = claim.run
+    definition = app.workflows[run.workflow]
+    loop = asyncio.get_running_loop()
+    ctx = RunContext(
+        app, run, await load_entries(app, run.id), worker_id=worker_id, clock=clock, loop=loop,
+        sync_mode=not definition.is_async, inline_sleep=inline_sleep,
+    )
+    contexts[run.id] = ctx
+    try:
+        if run.status == "cancelling":
+            await finish_cancel(ctx)
+            return
+        try:
+            if run.deadline_at is not None and clock.now() > run.deadline_at:
+                from ..errors import DeadlineExceeded
+
+                raise DeadlineExceeded(f"run {run.id!r} passed its deadline")
+            args, kwargs = await decode_input(app, run, definition)
+            result = await call_workflow(ctx, definition, args, kwargs, executor)
+            await ctx.settle_inflight()
+            text, blob = inline_or_blob(
+                dumps(result, f"result of workflow {definition.name!r}"), app.blob_threshold
+            )
+            if blob is not None:
+                ctx.blobs.append(blob)
+            await ctx.write(
+                ctx.entry("run.completed"),
+                status=COMPLETED,
+                fields={"result": text, "lease_owner": None, "lease_until": None, "wake_at": None},
+            )
+        except RunSuspended as signal:
+            if signal.reason == "cancel":
+                await finish_cancel(ctx)
+        except asyncio.CancelledError:
+            if not ctx.cancel_requested:
+                raise
+            await finish_cancel(ctx)
+        except WorkerStopping:
+            pass
+        except Exception as exc:
+            await fail(ctx, exc)
+    except WorkerStopping:
+        pass
+    finally:
+        ctx.closed = True
+        contexts.pop(run.id, None)
+        app.notify_change()
+
+
+async def fail(ctx: RunContext, exc: BaseException) -> None:
+    """Record the run as failed with the error that escaped the workflow."""
+    record = error_record(exc)
+    if isinstance(exc, PayloadError):
+        record["type"] = "perdure.PayloadError"
+    ctx.closed = False
+    await ctx.write(
+        ctx.entry("run.failed", data=record),
+        status=FAILED,
+        fields={"error": json.dumps(record), "lease_owner": None, "lease_until": None,
+                "wake_at": None},
+    )
+
+
+async def finish_cancel(ctx: RunContext) -> None:
+    """End a run whose cancellation was requested: children first, then the run itself."""
+    ctx.closed = False
+    ctx.buffer.clear()
+    children = await ctx.store.list_runs(parent_id=ctx.run_id, limit=10_000)
+    for child in children:
+        if child.status not in TERMINAL:
+            await ctx.store.cancel(child.id, ctx.now())
+    await ctx.store.append(
+        Append(
+            run_id=ctx.run_id,
+            epoch=ctx.epoch,
+            entries=[ctx.entry("run.cancelled")],
+            status=CANCELLED,
+            fields={"lease_owner": None, "lease_until": None, "wake_at": None,
+                    "updated_at": ctx.now()},
+        )
+    )
+    ctx.closed = True

@@ -1,0 +1,37 @@
+"""In-process wake-ups across event loops and threads: new work, a run changed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+
+class Signal:
+    """A broadcast any thread can fire and any event loop can wait on (with a timeout)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+    def fire(self) -> None:
+        with self._lock:
+            items = list(self._events.items())
+        for loop, event in items:
+            if loop.is_closed():
+                with self._lock:
+                    self._events.pop(loop, None)
+                continue
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, timeout: float) -> None:
+        """Return when fired or after `timeout` seconds, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            event = self._events.get(loop)
+            if event is None:
+                event = self._events[loop] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()

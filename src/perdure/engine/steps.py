@@ -1,0 +1,264 @@
+"""Calling a step from a workflow: replay its outcome, or journal intent, execute, retry, record.
+
+Recovery of a step whose intent was journaled but whose outcome was not follows
+its effect (DESIGN.md): `read`, `idempotent` and `keyed` run again (keyed with
+the same idempotency key); `once` parks the run in `needs_attention`;
+`transactional` cannot be in that state because effect and outcome commit together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import traceback
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
+from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
+from .codec import from_json, to_json
+from .context import SLOW_STEP, RunContext, StepInfo, current, monotonic
+from .registry import StepDef
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_step_info: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+    "perdure_step", default=None
+)
+
+
+def current_step() -> StepInfo:
+    """The step being executed (name, position, attempt, `idempotency_key`, `db`)."""
+    info = _step_info.get()
+    if info is None:
+        from ..errors import PerdureError
+
+        raise PerdureError("perdure.current_step() can only be called inside a running step")
+    return info
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """A JSON description of an exception: type, message, traceback."""
+    kind = type(exc)
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins."),
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+class Step(Generic[P, R]):
+    """A registered step. Inside a workflow, calling it journals it; outside, it is a plain call."""
+
+    def __init__(self, definition: StepDef) -> None:
+        self.definition = definition
+        functools.update_wrapper(self, definition.fn)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        ctx = current()
+        if ctx is None:
+            return self.definition.fn(*args, **kwargs)
+        pos = ctx.next_position()
+        return ctx.call(run_step(ctx, self.definition, pos, args, kwargs), track=True)
+
+
+def _replayed(ctx: RunContext, final: Entry, step: StepDef) -> Any:
+    value = ctx.data(final)
+    if isinstance(value, dict) and "error" in value:
+        err = value["error"]
+        raise StepError(step.name, err["type"], err["message"], final.attempt)
+    return from_json(value.get("value") if isinstance(value, dict) else None, step.return_hint,
+                     f"step {step.name!r}")
+
+
+async def run_step(
+    ctx: RunContext, step: StepDef, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Return the step's recorded outcome, or execute it under its effect and retry policy."""
+    entries = ctx.recorded(pos, "step", step.name)
+    final = ctx.final(entries)
+    if final is not None:
+        return _replayed(ctx, final, step)
+    await ctx.checkpoint()
+    attempt = 1
+    last = entries[-1] if entries else None
+    if last is not None and last.kind == "step.intent":
+        if step.effect == "once":
+            raise await ctx.suspend(
+                NEEDS_ATTENTION,
+                "needs_attention",
+                ctx.entry(
+                    "step.needs_attention",
+                    step.name,
+                    position=pos,
+                    attempt=last.attempt,
+                    data={"reason": "crashed between intent and outcome of a once step"},
+                ),
+            )
+        attempt = last.attempt  # same attempt, same key: the effect re-runs
+    elif last is not None and last.kind in ("step.attempt_failed", "step.retry"):
+        attempt = last.attempt + 1
+        retry_at = (ctx.data(last) or {}).get("retry_at")
+        if retry_at is not None and retry_at > ctx.now():
+            await _backoff(ctx, step, pos, retry_at)
+    while True:
+        outcome = await _attempt(ctx, step, pos, attempt, args, kwargs)
+        if not isinstance(outcome, BaseException):
+            return outcome
+        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
+            retry_at = ctx.now() + step.retry.delay(attempt)
+            entry = ctx.entry(
+                "step.attempt_failed",
+                step.name,
+                position=pos,
+                attempt=attempt,
+                data={"error": error_record(outcome), "retry_at": retry_at},
+            )
+            if step.effect == "once":
+                await ctx.write(entry)  # a crash now must not look like a crash mid-effect
+            else:
+                ctx.buffer_entry(entry)
+            await _backoff(ctx, step, pos, retry_at)
+            attempt += 1
+            continue
+        record = error_record(outcome)
+        final_entry = ctx.entry(
+            "step.outcome", step.name, position=pos, attempt=attempt, final=True,
+            data={"error": record},
+        )
+        ctx.buffer_entry(final_entry)
+        if ctx.needs_flush():
+            await ctx.flush()
+        raise StepError(step.name, record["type"], record["message"], attempt) from outcome
+
+
+async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) -> None:
+    """Wait until `retry_at`: in process if short, else park the run on a timer."""
+    delay = retry_at - ctx.now()
+    if delay <= 0:
+        return
+    if delay <= ctx.inline_sleep:
+        await ctx.flush()
+        await asyncio.sleep(delay)
+        return
+    raise await ctx.suspend(
+        SLEEPING, "retry backoff", fields={"wake_at": retry_at, "waiting_for": f"retry:{step.name}"}
+    )
+
+
+async def _attempt(
+    ctx: RunContext,
+    step: StepDef,
+    pos: int,
+    attempt: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """One attempt; returns the replay-equal value, or the exception it failed with."""
+    where = f"step {step.name!r}"
+    info = StepInfo(ctx.run_id, step.name, pos, attempt, step.effect)
+    if step.effect == "transactional":
+        return await _attempt_transactional(ctx, step, pos, attempt, args, kwargs, info)
+    if step.effect != "read":
+        intent = ctx.entry(
+            "step.intent", step.name, position=pos, attempt=attempt,
+            data={"effect": step.effect, "key": info.idempotency_key},
+        )
+        if step.effect == "once":
+            await ctx.write(intent)
+        else:
+            ctx.buffer_entry(intent)
+    started = monotonic()
+    try:
+        value = await _execute(ctx, step, info, args, kwargs)
+        data = to_json(value, f"{where} result")
+    except (RunSuspended, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            raise
+        return exc
+    elapsed = monotonic() - started
+    entry = ctx.entry(
+        "step.outcome", step.name, position=pos, attempt=attempt, final=True,
+        data={"value": data, "ms": round(elapsed * 1000, 3)},
+    )
+    ctx.buffer_entry(entry)
+    if elapsed > SLOW_STEP or ctx.needs_flush():
+        await ctx.flush()
+    return from_json(data, step.return_hint, where)
+
+
+async def _execute(
+    ctx: RunContext, step: StepDef, info: StepInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    token = _step_info.set(info)
+    try:
+        if step.is_async:
+            call = step.fn(*args, **kwargs)
+        else:
+            context = contextvars.copy_context()
+            call = ctx.loop.run_in_executor(
+                ctx.app.step_executor, functools.partial(context.run, step.fn, *args, **kwargs)
+            )
+        if step.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, step.timeout)
+        except TimeoutError:
+            raise StepTimeout(
+                step.name, "StepTimeout", f"attempt took longer than {step.timeout}s"
+            ) from None
+    finally:
+        _step_info.reset(token)
+
+
+async def _attempt_transactional(
+    ctx: RunContext,
+    step: StepDef,
+    pos: int,
+    attempt: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    info: StepInfo,
+) -> Any:
+    """Run the step body inside the store transaction that also records its outcome."""
+    where = f"step {step.name!r}"
+    if step.is_async:
+        raise PayloadError(f"{where}: transactional steps must be plain (sync) functions")
+
+    def body(conn: Any) -> str:
+        info.db = conn
+        token = _step_info.set(info)
+        try:
+            value = step.fn(*args, **kwargs)
+        finally:
+            _step_info.reset(token)
+        from .codec import dumps
+
+        return dumps({"value": to_json(value, f"{where} result")}, where)
+
+    entry = ctx.entry("step.outcome", step.name, position=pos, attempt=attempt, final=True)
+    result = await ctx.write(entry, tx_body=body)
+    if result.tx_error is not None:
+        ctx.by_position[pos].remove(entry)
+        return result.tx_error
+    return from_json(ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint,
+                     where)
+
+
+def step_decorator(
+    register: Callable[[StepDef], None], definition_factory: Callable[[Callable[..., Any]], StepDef]
+) -> Callable[[Callable[P, R]], Step[P, R]]:
+    def wrap(fn: Callable[P, R]) -> Step[P, R]:
+        definition = definition_factory(fn)
+        register(definition)
+        return Step(definition)
+
+    return wrap

@@ -1,0 +1,215 @@
+"""The worker: claims runnable runs under leases, runs them, heartbeats, drains on stop.
+
+Loops (claim, heartbeat) run as tasks supervised together: if one fails, the
+worker stops. Recovery is bulk: one claim takes every expired lease it can fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..store.base import CANCELLING, Claim
+from .clock import Clock, SystemClock
+from .context import RunContext
+from .runner import execute
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("perdure.worker")
+
+
+def make_worker_id() -> str:
+    """host:pid:random, so a restarted process never reuses a lease owner name."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """How a worker runs.
+
+    Args:
+        concurrency: runs executed at once.
+        lease: seconds a claim lasts without a heartbeat; heartbeats every third of it.
+        poll: longest idle wait between claims when nothing signals new work.
+        grace: seconds running steps get to finish after SIGTERM/SIGINT.
+        inline_sleep: sleeps and retry delays up to this long stay in process.
+    """
+
+    concurrency: int = 16
+    lease: float = 30.0
+    poll: float = 0.5
+    grace: float = 30.0
+    inline_sleep: float = 1.0
+
+
+class Worker:
+    """Runs an app's workflows from its store until stopped."""
+
+    def __init__(
+        self, app: App, options: WorkerOptions | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.app = app
+        self.options = options or WorkerOptions()
+        self.clock = clock or app.clock
+        self.id = make_worker_id()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.contexts: dict[str, RunContext] = {}
+        self.stopping = asyncio.Event()
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"
+        )
+        self.claimed = 0
+        self.finished = 0
+        if isinstance(self.clock, SystemClock):
+            self.inline_sleep = self.options.inline_sleep
+        else:
+            self.inline_sleep = 0.0  # a driven clock cannot drive asyncio.sleep
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claim and run until `stop()`; then drain for `grace` seconds and release leases."""
+        await self.app.open_store()
+        loops = [
+            asyncio.create_task(self._claim_loop(), name="perdure-claim"),
+            asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
+        ]
+        stop_wait = asyncio.create_task(self.stopping.wait())
+        try:
+            done, _ = await asyncio.wait([*loops, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stop_wait and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            self.stopping.set()
+            await self._drain()
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, stop_wait, return_exceptions=True)
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.app.notify()
+
+    async def _drain(self) -> None:
+        running = list(self.tasks.values())
+        if running:
+            log.info("worker %s: waiting up to %.0fs for %d run(s)", self.id,
+                     self.options.grace, len(running))
+            await asyncio.wait(running, timeout=self.options.grace)
+        leftover = [rid for rid, t in self.tasks.items() if not t.done()]
+        for rid in leftover:
+            ctx = self.contexts.get(rid)
+            if ctx is not None:
+                ctx.lost = True
+            self.tasks[rid].cancel()
+        if leftover:
+            await asyncio.gather(*(self.tasks[r] for r in leftover), return_exceptions=True)
+            await self.app.store.release(self.id, leftover)
+
+    # -- claiming ----------------------------------------------------------------------
+
+    async def claim_once(self) -> int:
+        """Claim as many runnable runs as there are free slots and start them."""
+        free = self.options.concurrency - len(self.tasks)
+        if free <= 0 or self.stopping.is_set():
+            return 0
+        claims = await self.app.store.claim(
+            self.id, self.clock.now(), self.options.lease, free, list(self.app.workflows)
+        )
+        for claim in claims:
+            self._start(claim)
+        return len(claims)
+
+    def _start(self, claim: Claim) -> None:
+        run_id = claim.run.id
+        self.claimed += 1
+        if claim.recovered_from:
+            log.info("worker %s recovers run %s from %s", self.id, run_id, claim.recovered_from)
+        task = asyncio.create_task(
+            execute(self.app, claim, worker_id=self.id, clock=self.clock,
+                    inline_sleep=self.inline_sleep, executor=self.executor,
+                    contexts=self.contexts),
+            name=f"perdure-run-{run_id}",
+        )
+        self.tasks[run_id] = task
+        task.add_done_callback(lambda t, rid=run_id: self._done(rid, t))
+
+    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(run_id, None)
+        self.finished += 1
+        if not task.cancelled() and task.exception() is not None:
+            log.error("run %s: engine error", run_id, exc_info=task.exception())
+        self.app.notify()
+
+    async def _claim_loop(self) -> None:
+        while not self.stopping.is_set():
+            if await self.claim_once():
+                await asyncio.sleep(0)
+                continue
+            await self.app.wait_work(await self._idle_wait())
+
+    async def _idle_wait(self) -> float:
+        wait = self.options.poll
+        wake = await self.app.store.next_wake(list(self.app.workflows))
+        if wake is not None:
+            wait = min(wait, max(0.0, wake - self.clock.now()) + 0.001)
+        return wait
+
+    # -- leases ----------------------------------------------------------------------
+
+    async def heartbeat_once(self) -> None:
+        held = list(self.tasks)
+        if not held:
+            return
+        states = await self.app.store.heartbeat(
+            self.id, held, self.clock.now() + self.options.lease
+        )
+        alive = {s.run_id: s for s in states}
+        for run_id in held:
+            ctx = self.contexts.get(run_id)
+            state = alive.get(run_id)
+            task = self.tasks.get(run_id)
+            if ctx is None or task is None:
+                continue
+            if state is None:
+                log.warning("worker %s lost the lease of run %s", self.id, run_id)
+                ctx.lost = True
+                task.cancel()
+                continue
+            ctx.pause_requested = state.pause_requested
+            if state.status == CANCELLING and not ctx.cancel_requested:
+                ctx.cancel_requested = True
+                if not ctx.sync_mode:
+                    task.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.options.lease / 3
+        while not self.stopping.is_set():
+            await asyncio.sleep(min(interval, 1.0) if self.tasks else interval)
+            await self.heartbeat_once()
+
+    # -- testing -----------------------------------------------------------------------
+
+    async def run_until_idle(self, max_rounds: int = 10_000) -> int:
+        """Claim and run until nothing is runnable at the clock's current time (tests)."""
+        await self.app.open_store()
+        total = 0
+        for _ in range(max_rounds):
+            started = await self.claim_once()
+            total += started
+            if self.tasks:
+                await asyncio.wait(list(self.tasks.values()), return_when=asyncio.FIRST_COMPLETED)
+                continue
+            if not started:
+                return total
+        return total

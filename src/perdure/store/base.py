@@ -1,0 +1,201 @@
+"""The Store protocol and the rows it moves: runs, journal entries, events and blobs.
+
+A store knows nothing of Python callables; it keeps rows and enforces the
+invariants the engine relies on (gap-free journal sequence, one final entry per
+position, lease fencing, status written in the same transaction as its entry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Run states (DESIGN.md "Run states"), plus the two transitional operator states.
+PENDING = "pending"
+RUNNING = "running"
+SLEEPING = "sleeping"
+WAITING = "waiting"
+PAUSED = "paused"
+NEEDS_ATTENTION = "needs_attention"
+CANCELLING = "cancelling"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+SUSPENDED = frozenset({SLEEPING, WAITING, PAUSED, NEEDS_ATTENTION})
+ALL_STATUSES = (
+    PENDING,
+    RUNNING,
+    SLEEPING,
+    WAITING,
+    PAUSED,
+    NEEDS_ATTENTION,
+    CANCELLING,
+    COMPLETED,
+    FAILED,
+    CANCELLED,
+)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One journal entry. `seq` is assigned by the store; `final` marks a position's outcome."""
+
+    kind: str
+    name: str = ""
+    position: int | None = None
+    data: str | None = None  # JSON text
+    attempt: int = 0
+    final: bool = False
+    at: float = 0.0
+    seq: int = -1
+    epoch: int | None = None
+    worker: str | None = None
+
+
+@dataclass(slots=True)
+class RunRow:
+    """The materialised state of one run (a fold over its journal, kept as a row)."""
+
+    id: str
+    workflow: str
+    status: str
+    input: str
+    code_version: str = ""
+    result: str | None = None
+    error: str | None = None
+    parent_id: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    wake_at: float | None = None
+    deadline_at: float | None = None
+    waiting_for: str | None = None
+    lease_owner: str | None = None
+    lease_until: float | None = None
+    lease_epoch: int = 0
+    recoveries: int = 0
+    pause_requested: bool = False
+
+
+@dataclass(slots=True)
+class NewRun:
+    """A run to create; `entries` seed its journal (used by fork)."""
+
+    id: str
+    workflow: str
+    input: str
+    code_version: str
+    now: float
+    parent_id: str | None = None
+    deadline_at: float | None = None
+    entries: list[Entry] = field(default_factory=list)
+    blobs: list[Blob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Blob:
+    """A payload stored by reference because it was over the inline size limit."""
+
+    key: str
+    data: str
+
+
+# A transactional step body: called with the store's own DB connection inside the
+# transaction that also records the step's outcome.
+TxBody = Callable[[Any], str]
+
+
+@dataclass(slots=True)
+class Append:
+    """One atomic write for one run: entries, status and fields, fenced by lease epoch.
+
+    `epoch=None` marks an operator/client write (not fenced). `tx_body`, when set,
+    runs inside the same transaction and returns the JSON of the final entry's data.
+    """
+
+    run_id: str
+    epoch: int | None
+    entries: list[Entry] = field(default_factory=list)
+    status: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    new_runs: list[NewRun] = field(default_factory=list)
+    blobs: list[Blob] = field(default_factory=list)
+    consume_event: int | None = None
+    tx_body: TxBody | None = None
+    expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """What the store observed while appending: the status written and operator flags."""
+
+    status: str
+    cancel_requested: bool
+    pause_requested: bool
+    tx_data: str | None = None
+    tx_error: Exception | None = None  # the transactional body raised; its entry was not written
+
+
+@dataclass(slots=True)
+class Claim:
+    """A run claimed by a worker under a fresh lease epoch."""
+
+    run: RunRow
+    recovered_from: str | None  # previous lease owner if this is a takeover
+
+
+@dataclass(slots=True)
+class EventRow:
+    """An event sent to a run, kept until a `wait_event` consumes it."""
+
+    id: int
+    run_id: str
+    name: str
+    payload: str
+    sent_at: float
+    consumed_at: int | None = None
+
+
+@dataclass(slots=True)
+class LeaseState:
+    """Heartbeat answer for one still-held run."""
+
+    run_id: str
+    status: str
+    pause_requested: bool
+
+
+class Store(Protocol):
+    """Where runs, journals, events and blobs live. Every method is safe across processes."""
+
+    url: str
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def create_run(self, new: NewRun) -> tuple[RunRow, bool]: ...
+    async def get_run(self, run_id: str) -> RunRow | None: ...
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRow]: ...
+    async def count_runs(self) -> dict[str, int]: ...
+    async def journal(self, run_id: str) -> list[Entry]: ...
+    async def append(self, append: Append) -> AppendResult: ...
+    async def claim(
+        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+    ) -> list[Claim]: ...
+    async def heartbeat(
+        self, owner: str, run_ids: Sequence[str], lease_until: float
+    ) -> list[LeaseState]: ...
+    async def release(self, owner: str, run_ids: Sequence[str]) -> None: ...
+    async def next_wake(self, workflows: Sequence[str]) -> float | None: ...
+    async def send_event(self, run_id: str, name: str, payload: str, now: float) -> int: ...
+    async def next_event(self, run_id: str, name: str) -> EventRow | None: ...
+    async def cancel(self, run_id: str, now: float) -> list[str]: ...
+    async def get_blob(self, key: str) -> str: ...

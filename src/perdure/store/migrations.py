@@ -1,0 +1,67 @@
+"""Schema migrations: an ordered list of scripts and the version recorded in the store.
+
+Version N of the schema is what the first N scripts build. A store whose
+recorded version is above `LATEST` was written by a newer perdure: opening it
+raises `SchemaVersionError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: runs, journal, events, blobs
+    """
+    CREATE TABLE runs (
+        id              TEXT PRIMARY KEY,
+        workflow        TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        input           TEXT NOT NULL,
+        code_version    TEXT NOT NULL DEFAULT '',
+        result          TEXT,
+        error           TEXT,
+        parent_id       TEXT,
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL,
+        wake_at         REAL,
+        deadline_at     REAL,
+        waiting_for     TEXT,
+        lease_owner     TEXT,
+        lease_until     REAL,
+        lease_epoch     INTEGER NOT NULL DEFAULT 0,
+        recoveries      INTEGER NOT NULL DEFAULT 0,
+        pause_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX runs_by_status ON runs (status, wake_at);
+    CREATE INDEX runs_by_workflow ON runs (workflow, status);
+    CREATE INDEX runs_by_parent ON runs (parent_id);
+    CREATE TABLE journal (
+        run_id   TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        position INTEGER,
+        kind     TEXT NOT NULL,
+        name     TEXT NOT NULL DEFAULT '',
+        data     TEXT,
+        attempt  INTEGER NOT NULL DEFAULT 0,
+        final    INTEGER NOT NULL DEFAULT 0,
+        at       REAL NOT NULL,
+        epoch    INTEGER,
+        worker   TEXT,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE UNIQUE INDEX journal_one_outcome ON journal (run_id, position) WHERE final = 1;
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id      TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        payload     TEXT NOT NULL,
+        sent_at     REAL NOT NULL,
+        consumed_at INTEGER
+    );
+    CREATE INDEX events_pending ON events (run_id, name, consumed_at, id);
+    CREATE TABLE blobs (
+        key        TEXT PRIMARY KEY,
+        data       TEXT NOT NULL
+    );
+    """,
+]
+
+LATEST = len(MIGRATIONS)

@@ -1,0 +1,310 @@
+"""The embedded SQLite store: one file, WAL, many processes, group commit.
+
+All of a process's store work runs on one thread that owns one connection.
+Writes queued while a transaction commits are applied together in the next
+transaction (one savepoint each, so one refused write never undoes another):
+with several runs active, many steps share one fsync. `BEGIN IMMEDIATE` with a
+busy timeout serialises writers across processes; a busy database is waited
+for, never reported to the user as "database is locked".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import ConfigError, SchemaVersionError, StoreError
+from . import sqlops
+from .base import (
+    Append,
+    AppendResult,
+    Claim,
+    Entry,
+    EventRow,
+    LeaseState,
+    NewRun,
+    RunRow,
+)
+from .migrations import LATEST, MIGRATIONS
+
+log = logging.getLogger("perdure.store")
+T = TypeVar("T")
+_MAX_BATCH = 512
+
+
+@dataclass(slots=True)
+class _Op:
+    fn: Callable[[sqlite3.Connection], Any]
+    write: bool
+    future: concurrent.futures.Future[Any]
+
+
+class SQLiteStore:
+    """A Store on one SQLite file (or `:memory:` for a single process)."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 60.0) -> None:
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ConfigError(f"sqlite synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout = busy_timeout
+        self.url = f"sqlite:///{path}"
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.commits = 0  # transactions committed, for benchmarks
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the store thread and migrate; idempotent and thread-safe."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            if self.path != ":memory:":
+                parent = os.path.dirname(os.path.abspath(self.path))
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except OSError as exc:
+                    raise ConfigError(f"cannot create store folder {parent!r}: {exc}") from None
+            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._thread = threading.Thread(
+                target=self._serve, args=(ready,), name="perdure-sqlite", daemon=True
+            )
+            self._thread.start()
+        try:
+            ready.result()
+        except BaseException:
+            with self._lock:
+                self._thread = None
+            raise
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self.start)
+
+    async def close(self) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+    # -- the store thread ---------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise ConfigError(f"cannot open SQLite store {self.path!r}: {exc}") from None
+        conn.row_factory = sqlite3.Row
+        try:
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ConfigError(f"{self.path!r} is not a perdure SQLite store: {exc}") from None
+        return conn
+
+    def _serve(self, ready: concurrent.futures.Future[None]) -> None:
+        try:
+            conn = self._connect()
+            self._migrate(conn)
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        try:
+            while True:
+                op = self._queue.get()
+                if op is None:
+                    break
+                batch = [op]
+                while len(batch) < _MAX_BATCH:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._queue.put(None)
+                        break
+                    batch.append(nxt)
+                self._run_batch(conn, batch)
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+        writes: list[_Op] = []
+        for op in batch:
+            if op.write:
+                writes.append(op)
+                continue
+            if writes:
+                self._commit(conn, writes)
+                writes = []
+            try:
+                op.future.set_result(op.fn(conn))
+            except BaseException as exc:
+                op.future.set_exception(exc)
+        if writes:
+            self._commit(conn, writes)
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                log.warning("sqlite store busy for %.0fs; still waiting", self.busy_timeout)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _commit(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
+        outcomes: list[tuple[_Op, Any, BaseException | None]] = []
+        try:
+            self._begin(conn)
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    value = op.fn(conn)
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, None, exc))
+                else:
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, value, None))
+            conn.execute("COMMIT")
+            self.commits += 1
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            err = StoreError(f"SQLite store {self.path!r}: {exc}")
+            for op in ops:
+                if not op.future.done():
+                    op.future.set_exception(err)
+            return
+        for op, value, error in outcomes:
+            if error is not None:
+                op.future.set_exception(error)
+            else:
+                op.future.set_result(value)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        self._begin(conn)
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = conn.execute("SELECT value FROM perdure_meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > LATEST:
+                raise SchemaVersionError(
+                    f"store {self.path!r} has schema version {version}, newer than this perdure "
+                    f"understands ({LATEST}); upgrade perdure. Nothing was changed."
+                )
+            for script in MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(
+                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (str(LATEST),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- submission ---------------------------------------------------------------
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> concurrent.futures.Future[T]:
+        """Queue `fn` for the store thread; writes are grouped into shared transactions."""
+        if self._thread is None:
+            self.start()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put(_Op(fn, write, future))
+        return future
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        return await asyncio.wrap_future(self.submit(fn, write=write))
+
+    # -- the Store protocol ---------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
+        return await self._call(lambda c: sqlops.create_run(c, new), write=True)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        return await self._call(lambda c: sqlops.get_run(c, run_id), write=False)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRow]:
+        return await self._call(
+            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit), write=False
+        )
+
+    async def count_runs(self) -> dict[str, int]:
+        return await self._call(sqlops.count_runs, write=False)
+
+    async def journal(self, run_id: str) -> list[Entry]:
+        return await self._call(lambda c: sqlops.journal(c, run_id), write=False)
+
+    async def append(self, append: Append) -> AppendResult:
+        return await self._call(lambda c: sqlops.append(c, append), write=True)
+
+    async def claim(
+        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+    ) -> list[Claim]:
+        return await self._call(
+            lambda c: sqlops.claim(c, owner, now, lease_seconds, limit, workflows), write=True
+        )
+
+    async def heartbeat(
+        self, owner: str, run_ids: Sequence[str], lease_until: float
+    ) -> list[LeaseState]:
+        return await self._call(
+            lambda c: sqlops.heartbeat(c, owner, run_ids, lease_until), write=True
+        )
+
+    async def release(self, owner: str, run_ids: Sequence[str]) -> None:
+        await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True)
+
+    async def next_wake(self, workflows: Sequence[str]) -> float | None:
+        return await self._call(lambda c: sqlops.next_wake(c, workflows), write=False)
+
+    async def send_event(self, run_id: str, name: str, payload: str, now: float) -> int:
+        return await self._call(
+            lambda c: sqlops.send_event(c, run_id, name, payload, now), write=True
+        )
+
+    async def next_event(self, run_id: str, name: str) -> EventRow | None:
+        return await self._call(lambda c: sqlops.next_event(c, run_id, name), write=False)
+
+    async def cancel(self, run_id: str, now: float) -> list[str]:
+        return await self._call(lambda c: sqlops.cancel_tree(c, run_id, now), write=True)
+
+    async def get_blob(self, key: str) -> str:
+        return await self._call(lambda c: sqlops.get_blob(c, key), write=False)

@@ -1,0 +1,409 @@
+"""The store's SQL, as functions of an open connection inside the caller's transaction.
+
+Each function is one store operation; the SQLite store runs them on its thread,
+inside a savepoint of a shared transaction. Statements use `?` placeholders.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import LeaseLost, RunNotFound, StoreError
+from .base import (
+    CANCELLED,
+    CANCELLING,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    SLEEPING,
+    TERMINAL,
+    WAITING,
+    Append,
+    AppendResult,
+    Blob,
+    Claim,
+    Entry,
+    EventRow,
+    LeaseState,
+    NewRun,
+    RunRow,
+)
+
+Conn = sqlite3.Connection
+
+_RUN_COLUMNS = (
+    "id, workflow, status, input, code_version, result, error, parent_id, created_at, "
+    "updated_at, wake_at, deadline_at, waiting_for, lease_owner, lease_until, lease_epoch, "
+    "recoveries, pause_requested"
+)
+_SETTABLE = frozenset(
+    {
+        "result",
+        "error",
+        "wake_at",
+        "waiting_for",
+        "lease_owner",
+        "lease_until",
+        "deadline_at",
+        "pause_requested",
+        "updated_at",
+    }
+)
+_RUNNABLE = (
+    "(status = 'pending'"
+    " OR (status IN ('running', 'cancelling') AND (lease_until IS NULL OR lease_until < ?))"
+    " OR (status IN ('sleeping', 'waiting') AND wake_at <= ?))"
+)
+
+
+def _run(row: sqlite3.Row) -> RunRow:
+    values = dict(zip(row.keys(), tuple(row), strict=True))
+    values["pause_requested"] = bool(values["pause_requested"])
+    return RunRow(**values)
+
+
+def _in(values: Sequence[str]) -> str:
+    return ",".join("?" * len(values))
+
+
+def get_run(conn: Conn, run_id: str) -> RunRow | None:
+    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return _run(row) if row else None
+
+
+def _must_get(conn: Conn, run_id: str) -> RunRow:
+    run = get_run(conn, run_id)
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def list_runs(
+    conn: Conn,
+    statuses: Sequence[str],
+    workflow: str | None,
+    parent_id: str | None,
+    limit: int,
+) -> list[RunRow]:
+    where: list[str] = []
+    params: list[Any] = []
+    if statuses:
+        where.append(f"status IN ({_in(statuses)})")
+        params.extend(statuses)
+    if workflow:
+        where.append("workflow = ?")
+        params.append(workflow)
+    if parent_id:
+        where.append("parent_id = ?")
+        params.append(parent_id)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    params.append(limit)
+    rows = conn.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC, id LIMIT ?", params
+    ).fetchall()
+    return [_run(r) for r in rows]
+
+
+def count_runs(conn: Conn) -> dict[str, int]:
+    rows = conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def journal(conn: Conn, run_id: str) -> list[Entry]:
+    rows = conn.execute(
+        "SELECT seq, position, kind, name, data, attempt, final, at, epoch, worker "
+        "FROM journal WHERE run_id = ? ORDER BY seq",
+        (run_id,),
+    ).fetchall()
+    return [
+        Entry(
+            kind=r[2],
+            name=r[3],
+            position=r[1],
+            data=r[4],
+            attempt=r[5],
+            final=bool(r[6]),
+            at=r[7],
+            seq=r[0],
+            epoch=r[8],
+            worker=r[9],
+        )
+        for r in rows
+    ]
+
+
+def _insert_entries(conn: Conn, run_id: str, entries: Sequence[Entry], epoch: int | None) -> None:
+    row = conn.execute("SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)).fetchone()
+    seq = -1 if row[0] is None else row[0]
+    params = []
+    for e in entries:
+        seq += 1
+        params.append(
+            (run_id, seq, e.position, e.kind, e.name, e.data, e.attempt, int(e.final), e.at,
+             epoch if epoch is not None else e.epoch, e.worker)
+        )
+    try:
+        conn.executemany(
+            "INSERT INTO journal (run_id, seq, position, kind, name, data, attempt, final, at, "
+            "epoch, worker) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            params,
+        )
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"run {run_id!r}: journal position already has an outcome ({exc})") from None
+
+
+def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
+    for blob in blobs:
+        conn.execute(
+            "INSERT INTO blobs (key, data) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+            (blob.key, blob.data),
+        )
+
+
+def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
+    cur = conn.execute(
+        "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
+        "updated_at, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+        (new.id, new.workflow, PENDING, new.input, new.code_version, new.parent_id, new.now,
+         new.now, new.deadline_at),
+    )
+    created = cur.rowcount == 1
+    if created:
+        _insert_blobs(conn, new.blobs)
+    if created and new.entries:
+        _insert_entries(conn, new.id, new.entries, None)
+    return _must_get(conn, new.id), created
+
+
+def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> bool:
+    """True when what a run is about to wait for has already happened (no lost wake-up)."""
+    if not waiting_for:
+        return False
+    kind, _, name = waiting_for.partition(":")
+    if kind == "event":
+        row = conn.execute(
+            "SELECT 1 FROM events WHERE run_id = ? AND name = ? AND consumed_at IS NULL LIMIT 1",
+            (run_id, name),
+        ).fetchone()
+        return row is not None
+    if kind == "child":
+        row = conn.execute("SELECT status FROM runs WHERE id = ?", (name,)).fetchone()
+        return row is not None and row[0] in TERMINAL
+    return False
+
+
+def append(conn: Conn, a: Append) -> AppendResult:
+    row = conn.execute(
+        "SELECT status, lease_epoch, pause_requested, parent_id FROM runs WHERE id = ?",
+        (a.run_id,),
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(a.run_id)
+    current, epoch, pause_requested, parent_id = row[0], row[1], bool(row[2]), row[3]
+    if a.epoch is not None and epoch != a.epoch:
+        raise LeaseLost(a.run_id, a.epoch)
+    if a.expect_status is not None and current not in a.expect_status:
+        raise StoreError(f"run {a.run_id!r} is {current}; expected {' or '.join(a.expect_status)}")
+    status = a.status
+    fields = dict(a.fields)
+    if status is not None:
+        if current == CANCELLING and status not in TERMINAL and a.epoch is not None:
+            status = CANCELLING
+        elif status == WAITING and _wake_condition_met(
+            conn, a.run_id, fields.get("waiting_for")
+        ):
+            status = PENDING
+        if pause_requested and status in (SLEEPING, WAITING, PENDING) and a.epoch is not None:
+            status = PAUSED
+    _insert_blobs(conn, a.blobs)
+    tx_data, tx_error = None, None
+    entries = list(a.entries)
+    if a.tx_body is not None:
+        conn.execute("SAVEPOINT tx_body")
+        try:
+            tx_data = a.tx_body(conn)
+        except Exception as exc:  # the user's transaction failed: undo it, keep the rest
+            conn.execute("ROLLBACK TO tx_body")
+            tx_error = exc
+            entries = entries[:-1]
+            status = None
+        else:
+            entries[-1].data = tx_data
+        conn.execute("RELEASE tx_body")
+    if entries:
+        _insert_entries(conn, a.run_id, entries, a.epoch)
+    if a.consume_event is not None:
+        cur = conn.execute(
+            "UPDATE events SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL",
+            (entries[-1].position if entries else -1, a.consume_event),
+        )
+        if cur.rowcount != 1:
+            raise StoreError(f"run {a.run_id!r}: event {a.consume_event} was already consumed")
+    for new in a.new_runs:
+        create_run(conn, new)
+    sets: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        sets.append("status = ?")
+        params.append(status)
+    for key, value in fields.items():
+        if key not in _SETTABLE:
+            raise StoreError(f"run field {key!r} cannot be set")
+        sets.append(f"{key} = ?")
+        params.append(value)
+    if sets:
+        params.append(a.run_id)
+        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", params)
+    if status in TERMINAL and parent_id:
+        _wake_parent(conn, a.run_id, parent_id)
+    final_status = status if status is not None else current
+    return AppendResult(
+        status=final_status,
+        cancel_requested=current == CANCELLING or final_status == CANCELLING,
+        pause_requested=pause_requested or bool(fields.get("pause_requested")),
+        tx_data=tx_data,
+        tx_error=tx_error,
+    )
+
+
+def _wake_parent(conn: Conn, run_id: str, parent_id: str | None = None) -> None:
+    """Make a parent waiting on this (now finished) child runnable again."""
+    if parent_id is None:
+        row = conn.execute("SELECT parent_id FROM runs WHERE id = ?", (run_id,)).fetchone()
+        parent_id = row[0] if row else None
+    if parent_id:
+        conn.execute(
+            "UPDATE runs SET status = ? WHERE id = ? AND status = ? AND waiting_for = ?",
+            (PENDING, parent_id, WAITING, f"child:{run_id}"),
+        )
+
+
+def claim(
+    conn: Conn, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+) -> list[Claim]:
+    if not workflows:
+        return []
+    rows = conn.execute(
+        f"SELECT id, status, lease_owner FROM runs WHERE {_RUNNABLE} "
+        f"AND workflow IN ({_in(workflows)}) ORDER BY COALESCE(wake_at, created_at) LIMIT ?",
+        (now, now, *workflows, limit),
+    ).fetchall()
+    claims: list[Claim] = []
+    for run_id, status, previous in rows:
+        takeover = status in (RUNNING, CANCELLING)
+        new_status = CANCELLING if status == CANCELLING else RUNNING
+        conn.execute(
+            "UPDATE runs SET status = ?, lease_owner = ?, lease_until = ?, "
+            "lease_epoch = lease_epoch + 1, recoveries = recoveries + ?, updated_at = ? "
+            "WHERE id = ?",
+            (new_status, owner, now + lease_seconds, int(takeover), now, run_id),
+        )
+        run = _must_get(conn, run_id)
+        if takeover:
+            data = json.dumps({"from": previous, "to": owner, "epoch": run.lease_epoch})
+            _insert_entries(
+                conn, run_id, [Entry(kind="run.recovered", data=data, at=now, worker=owner)],
+                run.lease_epoch,
+            )
+        claims.append(Claim(run=run, recovered_from=previous if takeover else None))
+    return claims
+
+
+def heartbeat(
+    conn: Conn, owner: str, run_ids: Sequence[str], lease_until: float
+) -> list[LeaseState]:
+    states: list[LeaseState] = []
+    for start in range(0, len(run_ids), 500):
+        chunk = run_ids[start : start + 500]
+        rows = conn.execute(
+            f"UPDATE runs SET lease_until = ? WHERE lease_owner = ? AND id IN ({_in(chunk)}) "
+            f"AND status IN ('running', 'cancelling') RETURNING id, status, pause_requested",
+            (lease_until, owner, *chunk),
+        ).fetchall()
+        states.extend(LeaseState(r[0], r[1], bool(r[2])) for r in rows)
+    return states
+
+
+def release(conn: Conn, owner: str, run_ids: Sequence[str]) -> None:
+    for start in range(0, len(run_ids), 500):
+        chunk = run_ids[start : start + 500]
+        conn.execute(
+            f"UPDATE runs SET lease_until = 0 WHERE lease_owner = ? AND id IN ({_in(chunk)}) "
+            "AND status IN ('running', 'cancelling')",
+            (owner, *chunk),
+        )
+
+
+def next_wake(conn: Conn, workflows: Sequence[str]) -> float | None:
+    if not workflows:
+        return None
+    marks = _in(workflows)
+    row = conn.execute(
+        f"SELECT MIN(t) FROM ("
+        f" SELECT MIN(wake_at) AS t FROM runs WHERE status IN ('sleeping', 'waiting') "
+        f"  AND wake_at IS NOT NULL AND workflow IN ({marks})"
+        f" UNION ALL SELECT MIN(lease_until) FROM runs WHERE status IN ('running', 'cancelling')"
+        f"  AND workflow IN ({marks}))",
+        (*workflows, *workflows),
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> int:
+    run = _must_get(conn, run_id)
+    if run.status in TERMINAL:
+        raise StoreError(f"run {run_id!r} is {run.status}; event {name!r} was not delivered")
+    cur = conn.execute(
+        "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?)",
+        (run_id, name, payload, now),
+    )
+    conn.execute(
+        "UPDATE runs SET status = ? WHERE id = ? AND status = ? AND waiting_for = ?",
+        (PENDING, run_id, WAITING, f"event:{name}"),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def next_event(conn: Conn, run_id: str, name: str) -> EventRow | None:
+    row = conn.execute(
+        "SELECT id, run_id, name, payload, sent_at, consumed_at FROM events "
+        "WHERE run_id = ? AND name = ? AND consumed_at IS NULL ORDER BY id LIMIT 1",
+        (run_id, name),
+    ).fetchone()
+    return EventRow(*tuple(row)) if row else None
+
+
+def get_blob(conn: Conn, key: str) -> str:
+    row = conn.execute("SELECT data FROM blobs WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        raise StoreError(f"blob {key!r} is missing from the store")
+    return str(row[0])
+
+
+def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
+    """Mark a run and its unfinished descendants cancelled or cancelling; return touched ids."""
+    touched: list[str] = []
+    stack = [run_id]
+    while stack:
+        rid = stack.pop()
+        row = conn.execute("SELECT status FROM runs WHERE id = ?", (rid,)).fetchone()
+        if row is None or row[0] in TERMINAL:
+            continue
+        # A run a worker holds finishes its own cancellation; one parked anywhere ends now.
+        held = row[0] in (RUNNING, CANCELLING)
+        status = CANCELLING if held else CANCELLED
+        conn.execute(
+            "UPDATE runs SET status = ?, updated_at = ?, wake_at = NULL WHERE id = ?",
+            (status, now, rid),
+        )
+        kind = "run.cancel_requested" if held else "run.cancelled"
+        _insert_entries(conn, rid, [Entry(kind=kind, at=now)], None)
+        touched.append(rid)
+        if not held:
+            _wake_parent(conn, rid)
+        children = conn.execute("SELECT id FROM runs WHERE parent_id = ?", (rid,)).fetchall()
+        stack.extend(r[0] for r in children)
+    return touched
