@@ -95,8 +95,9 @@ class RunContext:
         self.pause_requested = run.pause_requested
         self.lost = False
         self.closed = False
-        self.inflight: set[asyncio.Future[None]] = set()
+        self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
         self.check_only = False  # replay-check: never execute, stop at the journal's end
+        self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
 
     # -- positions and recorded entries ----------------------------------------------
 
@@ -271,7 +272,8 @@ class RunContext:
 
     async def settle_inflight(self) -> None:
         """Let sibling steps started with asyncio.gather record their outcomes first."""
-        pending = [f for f in self.inflight if not f.done()]
+        me = asyncio.current_task()
+        pending = [f for f, task in self.inflight.items() if task is not me and not f.done()]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
@@ -291,13 +293,17 @@ class RunContext:
 
     async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
         done: asyncio.Future[None] = self.loop.create_future()
-        self.inflight.add(done)
+        self.inflight[done] = asyncio.current_task()
         try:
             return await coro
         finally:
-            self.inflight.discard(done)
+            self.inflight.pop(done, None)
             done.set_result(None)
 
+
+
+class SimulatedCrash(BaseException):  # noqa: N818 - a control signal for tests
+    """Raised by crash injection: the worker dies between a step's intent and its outcome."""
 
 
 class ReplayEnd(BaseException):  # noqa: N818 - control signal for replay-check

@@ -77,6 +77,7 @@ async def execute(
     inline_sleep: float,
     executor: Executor | None,
     contexts: dict[str, RunContext],
+    crash_after_intent: frozenset[str] = frozenset(),
 ) -> None:
     """Drive one claimed run until it finishes or parks; never raises for run-level failures."""
     run = claim.run
@@ -86,6 +87,7 @@ async def execute(
         app, run, await load_entries(app, run.id), worker_id=worker_id, clock=clock, loop=loop,
         sync_mode=not definition.is_async, inline_sleep=inline_sleep,
     )
+    ctx.crash_after_intent = crash_after_intent
     contexts[run.id] = ctx
     try:
         if run.status == "cancelling":

@@ -18,7 +18,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
 from .codec import from_json, to_json
-from .context import SLOW_STEP, RunContext, StepInfo, current, monotonic
+from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
 
 P = ParamSpec("P")
@@ -174,6 +174,9 @@ async def _attempt(
             await ctx.write(intent)
         else:
             ctx.buffer_entry(intent)
+        if step.name in ctx.crash_after_intent:
+            await ctx.flush()
+            raise SimulatedCrash(f"crash injected after the intent of step {step.name!r}")
     started = monotonic()
     try:
         value = await _execute(ctx, step, info, args, kwargs)

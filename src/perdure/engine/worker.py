@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..store.base import CANCELLING, Claim
 from .clock import Clock, SystemClock
-from .context import RunContext
+from .context import RunContext, SimulatedCrash
 from .runner import execute
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class Worker:
         )
         self.claimed = 0
         self.finished = 0
+        self.crash_after_intent: frozenset[str] = frozenset()
+        self.crashed: BaseException | None = None
         if isinstance(self.clock, SystemClock):
             self.inline_sleep = self.options.inline_sleep
         else:
@@ -101,6 +103,8 @@ class Worker:
         self.app.notify()
 
     async def _drain(self) -> None:
+        if self.crashed is not None:
+            return
         running = list(self.tasks.values())
         if running:
             log.info("worker %s: waiting up to %.0fs for %d run(s)", self.id,
@@ -138,7 +142,7 @@ class Worker:
         task = asyncio.create_task(
             execute(self.app, claim, worker_id=self.id, clock=self.clock,
                     inline_sleep=self.inline_sleep, executor=self.executor,
-                    contexts=self.contexts),
+                    contexts=self.contexts, crash_after_intent=self.crash_after_intent),
             name=f"perdure-run-{run_id}",
         )
         self.tasks[run_id] = task
@@ -147,9 +151,22 @@ class Worker:
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(run_id, None)
         self.finished += 1
-        if not task.cancelled() and task.exception() is not None:
-            log.error("run %s: engine error", run_id, exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, SimulatedCrash):
+            self._die(error)
+        elif error is not None:
+            log.error("run %s: engine error", run_id, exc_info=error)
         self.app.notify()
+
+    def _die(self, error: BaseException) -> None:
+        """Crash injection: stop at once, writing nothing more and releasing no lease."""
+        self.crashed = error
+        self.stopping.set()
+        for rid, task in self.tasks.items():
+            ctx = self.contexts.get(rid)
+            if ctx is not None:
+                ctx.lost = True
+            task.cancel()
 
     async def _claim_loop(self) -> None:
         while not self.stopping.is_set():
@@ -209,7 +226,10 @@ class Worker:
             total += started
             if self.tasks:
                 await asyncio.wait(list(self.tasks.values()), return_when=asyncio.FIRST_COMPLETED)
-                continue
-            if not started:
+            if self.crashed is not None:
+                if self.tasks:
+                    await asyncio.wait(list(self.tasks.values()))
+                raise self.crashed
+            if not started and not self.tasks:
                 return total
         return total
