@@ -154,6 +154,8 @@ class RunContext:
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""
+        if self.check_only:
+            raise ReplayEnd(self.position)
         self.guard()
         if self.cancel_requested:
             raise RunSuspended("cancel")
@@ -221,6 +223,8 @@ class RunContext:
             raise WorkerStopping()
         if self.closed:
             raise RunSuspended("already parked by a sibling")
+        if self.check_only:
+            raise ReplayEnd(self.position)
         batch = [*self.buffer, *entries]
         self.buffer = []
         blobs, self.blobs = self.blobs, []

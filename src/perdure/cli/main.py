@@ -1,0 +1,212 @@
+"""`perdure ...`: a thin CLI over the public API. User errors print one line and exit 2."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from ..engine.app import App
+from ..engine.inspection import effects, explain, replay_check
+from ..errors import PerdureError
+from . import render
+from .loading import load_app
+
+APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
+DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
+
+
+class Group(click.Group):
+    """Turns perdure's user errors into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PerdureError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+def parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PerdureError(f"{what} is not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
+
+
+@click.group(cls=Group)
+@click.option("--db", envvar="PERDURE_DB", default=None, help=DB_HELP)
+@click.option("--app", "app_spec", envvar="PERDURE_APP", default=None, help=APP_HELP)
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, app_spec: str | None) -> None:
+    """perdure: durable workflows and persistent agents."""
+    ctx.obj = (db, app_spec)
+
+
+def get_app(ctx: click.Context, *, need_code: bool = False) -> App:
+    db, spec = ctx.obj
+    if need_code and not spec:
+        raise PerdureError("this command needs your workflows: pass --app module:attribute")
+    return load_app(spec, db)
+
+
+@cli.command()
+@click.option("--concurrency", default=16, show_default=True, help="Runs executed at once.")
+@click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
+@click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
+@click.option("--grace", default=30.0, show_default=True, help="Drain seconds on SIGTERM.")
+@click.pass_context
+def worker(ctx: click.Context, concurrency: int, lease: float, poll: float, grace: float) -> None:
+    """Run workflows until SIGTERM/SIGINT (then drain and release leases)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = get_app(ctx, need_code=True)
+    click.echo(f"perdure worker: {len(app.workflows)} workflow(s) on {app.url}", err=True)
+    app.run_worker(concurrency=concurrency, lease=lease, poll=poll, grace=grace)
+
+
+@cli.command()
+@click.argument("workflow")
+@click.argument("args", required=False)
+@click.option("--id", "run_id", default=None, help="Run id (starting an existing id is a no-op).")
+@click.option("--wait", is_flag=True, help="Wait for the result (needs a worker running).")
+@click.pass_context
+def start(ctx: click.Context, workflow: str, args: str | None, run_id: str | None,
+          wait: bool) -> None:
+    """Start WORKFLOW with ARGS: a JSON list (positional) or object (keyword)."""
+    app = get_app(ctx, need_code=True)
+    value = parse_json(args, "ARGS")
+    positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
+    if not isinstance(positional, list):
+        positional = [positional]
+    handle = app.start(workflow, *positional, run_id=run_id, **keywords)
+    click.echo(handle.id)
+    if wait:
+        click.echo(json.dumps(handle.result()))
+
+
+@cli.command("ls")
+@click.option("--status", "statuses", multiple=True, help="Filter by status (repeatable).")
+@click.option("--workflow", default=None, help="Filter by workflow name.")
+@click.option("--limit", default=50, show_default=True)
+@click.pass_context
+def list_runs(ctx: click.Context, statuses: tuple[str, ...], workflow: str | None,
+              limit: int) -> None:
+    """List runs, newest first."""
+    app = get_app(ctx)
+    click.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def show(ctx: click.Context, run_id: str) -> None:
+    """A run's status and its journal timeline."""
+    app = get_app(ctx)
+    click.echo(render.run_header(app.get_run(run_id)))
+    click.echo()
+    click.echo(render.timeline(app.journal(run_id)))
+
+
+@cli.command("explain")
+@click.argument("run_id")
+@click.pass_context
+def explain_cmd(ctx: click.Context, run_id: str) -> None:
+    """Per step: what happened and what recovery would do if the worker died now."""
+    app = get_app(ctx)
+    run = app.get_run(run_id)
+    click.echo(render.run_header(run))
+    click.echo()
+    click.echo(render.explanation(explain(app, run, app.journal(run_id))))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("event")
+@click.argument("payload", required=False)
+@click.pass_context
+def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> None:
+    """Send EVENT with a JSON PAYLOAD to a run (kept until the run waits for it)."""
+    get_app(ctx).send_event(run_id, event, parse_json(payload, "PAYLOAD"))
+    click.echo(f"sent {event} to {run_id}")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def cancel(ctx: click.Context, run_id: str) -> None:
+    """Cancel a run and its children."""
+    click.echo(get_app(ctx).cancel(run_id))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def pause(ctx: click.Context, run_id: str) -> None:
+    """Pause a run (at once if parked, at the next step if running)."""
+    click.echo(get_app(ctx).pause(run_id))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_context
+def resume(ctx: click.Context, run_id: str) -> None:
+    """Resume a paused run from where it was."""
+    click.echo(get_app(ctx).resume(run_id))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--value", default=None, help="Mark the step done with this JSON value.")
+@click.option("--retry", is_flag=True, help="Run the step again.")
+@click.option("--fail", is_flag=True, help="Fail the run.")
+@click.pass_context
+def resolve(ctx: click.Context, run_id: str, step: str, value: str | None, retry: bool,
+            fail: bool) -> None:
+    """Settle a needs_attention STEP (its position or name)."""
+    if sum((value is not None, retry, fail)) != 1:
+        raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
+    target: int | str = int(step) if step.isdigit() else step
+    app = get_app(ctx)
+    status = app.resolve(run_id, target, value=parse_json(value, "--value"), retry=retry,
+                         fail=fail)
+    click.echo(status)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--from-step", "from_step", type=int, required=True,
+              help="Keep the first N outcomes; run the rest anew.")
+@click.option("--id", "new_id", default=None, help="Id of the new run.")
+@click.pass_context
+def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) -> None:
+    """Start a new run from RUN_ID's step N (retry from here after a fix)."""
+    click.echo(get_app(ctx).fork(run_id, from_step, new_id).id)
+
+
+@cli.command("effects")
+@click.pass_context
+def effects_cmd(ctx: click.Context) -> None:
+    """Every registered step, its effect, and what recovery does with it."""
+    click.echo(render.effects(effects(get_app(ctx, need_code=True))))
+
+
+@cli.command("replay-check")
+@click.pass_context
+def replay_check_cmd(ctx: click.Context) -> None:
+    """Replay unfinished runs against the current code (executes nothing); exit 1 on divergence."""
+    app = get_app(ctx, need_code=True)
+    report = asyncio.run(replay_check(app))
+    click.echo(render.replay(report))
+    if report.divergences:
+        sys.exit(1)
+
+
+def main() -> None:
+    cli(prog_name="perdure")

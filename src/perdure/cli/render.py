@@ -1,0 +1,97 @@
+"""Plain-text rendering of runs, journals and reports for the terminal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from ..engine.inspection import EffectRow, ReplayReport, StepReport
+from ..store.base import Entry, RunRow
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
+
+
+def runs(rows: Sequence[RunRow]) -> str:
+    if not rows:
+        return "no runs"
+    return table(
+        [(r.id, r.workflow, r.status, when(r.created_at), when(r.updated_at)) for r in rows],
+        ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED"),
+    )
+
+
+def run_header(run: RunRow) -> str:
+    lines = [
+        f"run       {run.id}",
+        f"workflow  {run.workflow}  (code version {run.code_version})",
+        f"status    {run.status}" + ("  (pause requested)" if run.pause_requested else ""),
+        f"created   {when(run.created_at)}   updated {when(run.updated_at)}",
+    ]
+    if run.wake_at:
+        lines.append(f"wakes     {when(run.wake_at)}  ({run.waiting_for or 'timer'})")
+    elif run.waiting_for and run.status == "waiting":
+        lines.append(f"waits for {run.waiting_for}")
+    if run.parent_id:
+        lines.append(f"parent    {run.parent_id}")
+    if run.lease_owner and run.status in ("running", "cancelling"):
+        lines.append(f"lease     {run.lease_owner} until {when(run.lease_until)} "
+                     f"(epoch {run.lease_epoch}, recoveries {run.recoveries})")
+    if run.result is not None:
+        lines.append(f"result    {run.result[:200]}")
+    if run.error is not None:
+        err = json.loads(run.error)
+        lines.append(f"error     {err.get('type')}: {err.get('message')}")
+    return "\n".join(lines)
+
+
+def timeline(entries: Sequence[Entry]) -> str:
+    rows = []
+    for e in entries:
+        pos = "" if e.position is None else str(e.position)
+        attempt = str(e.attempt) if e.attempt else ""
+        data = (e.data or "")[:70]
+        rows.append((str(e.seq), when(e.at), pos, e.kind, e.name, attempt, data))
+    return table(rows, ("SEQ", "AT", "POS", "KIND", "NAME", "ATT", "DATA"))
+
+
+def explanation(reports: Sequence[StepReport]) -> str:
+    if not reports:
+        return "no steps recorded yet"
+    return table(
+        [(str(r.position), f"{r.kind} {r.name}", r.effect or "-", str(r.attempts or ""),
+          r.state, r.detail[:60], r.recovery) for r in reports],
+        ("POS", "CALL", "EFFECT", "ATT", "STATE", "WHAT HAPPENED", "IF THE WORKER DIED NOW"),
+    )
+
+
+def effects(rows: Sequence[EffectRow]) -> str:
+    if not rows:
+        return "no steps registered"
+    return table(
+        [(r.name, r.effect, r.retry, r.timeout, r.recovery) for r in rows],
+        ("STEP", "EFFECT", "RETRY", "TIMEOUT", "RECOVERY AFTER A CRASH MID-STEP"),
+    )
+
+
+def replay(report: ReplayReport) -> str:
+    if not report.divergences:
+        return f"replay-check: {report.checked} unfinished run(s) replay cleanly"
+    rows = [(d.run_id, d.workflow, "-" if d.position is None else str(d.position), d.expected,
+             d.found, d.run_version) for d in report.divergences]
+    head = (f"replay-check: {len(report.divergences)} of {report.checked} unfinished run(s) "
+            "diverge from the current code")
+    return head + "\n" + table(rows, ("RUN", "WORKFLOW", "POS", "JOURNAL HAS", "CODE CALLS",
+                                      "RUN VERSION"))

@@ -1,0 +1,189 @@
+"""Reading runs for people: per-step explanations, the effect inventory, and replay-check.
+
+`replay_check` replays the stored journals of unfinished runs against the
+current code without executing anything: each recorded step returns its
+outcome, the first unrecorded call ends the check, and every divergence is
+reported with its run, position, expected and found call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NonDeterminismError
+from ..store.base import TERMINAL, Entry, RunRow
+from .context import ReplayEnd, RunContext
+from .effects import MEANING, RECOVERY
+from .runner import call_workflow, decode_input, load_entries
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+@dataclass(slots=True)
+class StepReport:
+    """What happened at one journal position, and what recovery would do there now."""
+
+    position: int
+    kind: str
+    name: str
+    effect: str
+    attempts: int
+    state: str
+    detail: str
+    recovery: str
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def explain(app: App, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]:
+    """Per position: the call, its attempts, its outcome and what recovery would do."""
+    by_pos: dict[int, list[Entry]] = {}
+    for entry in entries:
+        if entry.position is not None:
+            by_pos.setdefault(entry.position, []).append(entry)
+    reports: list[StepReport] = []
+    for pos in sorted(by_pos):
+        group = by_pos[pos]
+        first, last = group[0], group[-1]
+        family = first.kind.partition(".")[0]
+        step = app.steps.get(first.name) if family == "step" else None
+        intent = next((e for e in group if e.kind == "step.intent"), None)
+        effect = step.effect if step else (_load(intent.data) or {}).get("effect", "") if intent else ""
+        attempts = max((e.attempt for e in group), default=0)
+        final = next((e for e in group if e.final), None)
+        if final is not None:
+            data = _load(final.data)
+            failed = isinstance(data, dict) and "error" in data
+            state = "failed" if failed else "done"
+            detail = _describe(final, data)
+            recovery = "none: the recorded outcome is replayed"
+        elif family == "step":
+            state, detail, recovery = _open_step(last, effect, run)
+        elif last.kind == "event.wait":
+            state = "waiting"
+            detail = f"for event {first.name!r}"
+            recovery = "none: resumes when the event arrives or the wait times out"
+        else:
+            state, detail, recovery = "open", last.kind, "replays"
+        reports.append(StepReport(pos, family, first.name, effect, attempts, state, detail, recovery))
+    return reports
+
+
+def _describe(final: Entry, data: Any) -> str:
+    if isinstance(data, dict) and "error" in data:
+        err = data["error"]
+        return f"{err.get('type')}: {err.get('message')}"
+    if final.kind == "step.outcome" and isinstance(data, dict):
+        by = " (set by operator)" if data.get("resolved_by") else ""
+        ms = f" in {data['ms']} ms" if "ms" in data else ""
+        return f"returned {json.dumps(data.get('value'))[:80]}{ms}{by}"
+    if final.kind == "sleep.until":
+        from datetime import UTC, datetime
+
+        return f"sleep until {datetime.fromtimestamp(float(data), UTC):%Y-%m-%d %H:%M:%S}Z"
+    return f"{final.kind} {json.dumps(data)[:80]}"
+
+
+def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
+    if last.kind == "step.needs_attention":
+        return ("needs_attention", "crashed between intent and outcome",
+                "none until an operator resolves: --value JSON, --retry or --fail")
+    if last.kind in ("step.attempt_failed", "step.retry"):
+        data = _load(last.data) or {}
+        error = (data.get("error") or {}).get("message", "")
+        return (f"retrying (attempt {last.attempt} failed)", error,
+                f"attempt {last.attempt + 1} runs at its retry time")
+    state = "in flight" if run.status == "running" else "interrupted"
+    return (state, "intent journaled, no outcome yet", RECOVERY.get(effect, "re-run"))
+
+
+@dataclass(slots=True)
+class EffectRow:
+    name: str
+    effect: str
+    meaning: str
+    recovery: str
+    retry: str
+    timeout: str
+
+
+def effects(app: App) -> list[EffectRow]:
+    """Every registered step with its effect and what recovery does with it."""
+    rows = []
+    for name in sorted(app.steps):
+        step = app.steps[name]
+        policy = step.retry
+        retry = "no retry" if policy.max_attempts == 1 else f"{policy.max_attempts} attempts"
+        timeout = "-" if step.timeout is None else f"{step.timeout:g}s"
+        rows.append(EffectRow(name, step.effect, MEANING[step.effect], RECOVERY[step.effect],
+                              retry, timeout))
+    return rows
+
+
+@dataclass(slots=True)
+class Divergence:
+    run_id: str
+    workflow: str
+    position: int | None
+    expected: str
+    found: str
+    run_version: str
+    code_version: str
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    checked: int = 0
+    divergences: list[Divergence] = field(default_factory=list)
+
+
+async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
+    """Replay every unfinished run's journal against the current code; execute nothing."""
+    await app.open_store()
+    report = ReplayReport()
+    loop = asyncio.get_running_loop()
+    unfinished = [
+        r for r in await app.store.list_runs(limit=limit) if r.status not in TERMINAL
+    ]
+    for run in unfinished:
+        report.checked += 1
+        definition = app.workflows.get(run.workflow)
+        if definition is None:
+            report.divergences.append(Divergence(
+                run.id, run.workflow, None, f"workflow {run.workflow!r}", "no such workflow",
+                run.code_version, ""))
+            continue
+        ctx = RunContext(app, run, await load_entries(app, run.id), worker_id="replay-check",
+                         clock=app.clock, loop=loop, sync_mode=not definition.is_async,
+                         inline_sleep=0.0)
+        ctx.check_only = True
+        try:
+            args, kwargs = await decode_input(app, run, definition)
+            await call_workflow(ctx, definition, args, kwargs, None)
+        except ReplayEnd:
+            continue
+        except NonDeterminismError as exc:
+            report.divergences.append(Divergence(
+                run.id, run.workflow, exc.position, exc.expected, exc.found, run.code_version,
+                definition.version))
+        except BaseException as exc:  # anything else the replay hit is a divergence too
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            report.divergences.append(Divergence(
+                run.id, run.workflow, ctx.position, "the recorded path",
+                f"{type(exc).__name__}: {exc}", run.code_version, definition.version))
+        else:
+            if any(e.position is not None and e.position >= ctx.position
+                   for e in await app.store.journal(run.id)):
+                report.divergences.append(Divergence(
+                    run.id, run.workflow, ctx.position, "more recorded calls",
+                    "workflow returned", run.code_version, definition.version))
+    return report
+
