@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -139,7 +139,7 @@ def test_deterministic_values_replay(
     assert handle.status() == "completed"
     assert len(seen) == 2
     assert seen[0] == seen[1]
-    assert seen[0][0] == clock.datetime() - timedelta(seconds=6)
+    assert seen[0][0] == datetime.fromtimestamp(clock.now() - 6, UTC)
 
 
 def test_crash_recovery_replays_completed_steps(app: perdure.App, clock: TestClock) -> None:
