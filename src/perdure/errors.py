@@ -78,7 +78,9 @@ class StepError(PerdureError):
     """Raised into a workflow when a step failed after its last attempt (same on replay)."""
 
     def __init__(self, step: str, error_type: str, message: str, attempts: int = 1) -> None:
-        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}")
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
         self.step = step
         self.error_type = error_type
         self.message = message
@@ -111,7 +113,7 @@ class SyncInAsyncError(PerdureError):
     """Raised when a blocking sync call is made inside a running event loop."""
 
 
-class RunSuspended(BaseException):  # noqa: N818 - a control signal, not an error
+class RunSuspended(BaseException):
     """Unwinds a workflow that must wait (sleep, event, child, pause, cancel)."""
 
     def __init__(self, reason: str) -> None:
@@ -119,5 +121,5 @@ class RunSuspended(BaseException):  # noqa: N818 - a control signal, not an erro
         self.reason = reason
 
 
-class WorkerStopping(BaseException):  # noqa: N818 - a control signal, not an error
+class WorkerStopping(BaseException):
     """Unwinds a workflow whose worker stops or lost its lease; nothing more is written."""

@@ -38,7 +38,7 @@ class TestClock:
     def now(self) -> float:
         return self._now
 
-    def datetime(self) -> datetime:
+    def utcnow(self) -> datetime:
         return datetime.fromtimestamp(self._now, UTC)
 
     def advance(self, by: float | timedelta) -> None:

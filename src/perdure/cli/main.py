@@ -37,7 +37,9 @@ def parse_json(text: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PerdureError(f"{what} is not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
+        raise PerdureError(
+            f"{what} is not valid JSON ({exc.msg} at column {exc.colno}): {text!r}"
+        ) from None
 
 
 @click.group(cls=Group)
@@ -76,8 +78,9 @@ def worker(ctx: click.Context, concurrency: int, lease: float, poll: float, grac
 @click.option("--id", "run_id", default=None, help="Run id (starting an existing id is a no-op).")
 @click.option("--wait", is_flag=True, help="Wait for the result (needs a worker running).")
 @click.pass_context
-def start(ctx: click.Context, workflow: str, args: str | None, run_id: str | None,
-          wait: bool) -> None:
+def start(
+    ctx: click.Context, workflow: str, args: str | None, run_id: str | None, wait: bool
+) -> None:
     """Start WORKFLOW with ARGS: a JSON list (positional) or object (keyword)."""
     app = get_app(ctx, need_code=True)
     value = parse_json(args, "ARGS")
@@ -95,8 +98,9 @@ def start(ctx: click.Context, workflow: str, args: str | None, run_id: str | Non
 @click.option("--workflow", default=None, help="Filter by workflow name.")
 @click.option("--limit", default=50, show_default=True)
 @click.pass_context
-def list_runs(ctx: click.Context, statuses: tuple[str, ...], workflow: str | None,
-              limit: int) -> None:
+def list_runs(
+    ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int
+) -> None:
     """List runs, newest first."""
     app = get_app(ctx)
     click.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
@@ -167,22 +171,27 @@ def resume(ctx: click.Context, run_id: str) -> None:
 @click.option("--retry", is_flag=True, help="Run the step again.")
 @click.option("--fail", is_flag=True, help="Fail the run.")
 @click.pass_context
-def resolve(ctx: click.Context, run_id: str, step: str, value: str | None, retry: bool,
-            fail: bool) -> None:
+def resolve(
+    ctx: click.Context, run_id: str, step: str, value: str | None, retry: bool, fail: bool
+) -> None:
     """Settle a needs_attention STEP (its position or name)."""
     if sum((value is not None, retry, fail)) != 1:
         raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
     target: int | str = int(step) if step.isdigit() else step
     app = get_app(ctx)
-    status = app.resolve(run_id, target, value=parse_json(value, "--value"), retry=retry,
-                         fail=fail)
+    status = app.resolve(run_id, target, value=parse_json(value, "--value"), retry=retry, fail=fail)
     click.echo(status)
 
 
 @cli.command()
 @click.argument("run_id")
-@click.option("--from-step", "from_step", type=int, required=True,
-              help="Keep the first N outcomes; run the rest anew.")
+@click.option(
+    "--from-step",
+    "from_step",
+    type=int,
+    required=True,
+    help="Keep the first N outcomes; run the rest anew.",
+)
 @click.option("--id", "new_id", default=None, help="Id of the new run.")
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) -> None:

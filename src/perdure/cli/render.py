@@ -19,8 +19,9 @@ def when(ts: float | None) -> str:
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -47,8 +48,10 @@ def run_header(run: RunRow) -> str:
     if run.parent_id:
         lines.append(f"parent    {run.parent_id}")
     if run.lease_owner and run.status in ("running", "cancelling"):
-        lines.append(f"lease     {run.lease_owner} until {when(run.lease_until)} "
-                     f"(epoch {run.lease_epoch}, recoveries {run.recoveries})")
+        lines.append(
+            f"lease     {run.lease_owner} until {when(run.lease_until)} "
+            f"(epoch {run.lease_epoch}, recoveries {run.recoveries})"
+        )
     if run.result is not None:
         lines.append(f"result    {run.result[:200]}")
     if run.error is not None:
@@ -71,8 +74,18 @@ def explanation(reports: Sequence[StepReport]) -> str:
     if not reports:
         return "no steps recorded yet"
     return table(
-        [(str(r.position), f"{r.kind} {r.name}", r.effect or "-", str(r.attempts or ""),
-          r.state, r.detail[:60], r.recovery) for r in reports],
+        [
+            (
+                str(r.position),
+                f"{r.kind} {r.name}",
+                r.effect or "-",
+                str(r.attempts or ""),
+                r.state,
+                r.detail[:60],
+                r.recovery,
+            )
+            for r in reports
+        ],
         ("POS", "CALL", "EFFECT", "ATT", "STATE", "WHAT HAPPENED", "IF THE WORKER DIED NOW"),
     )
 
@@ -89,9 +102,23 @@ def effects(rows: Sequence[EffectRow]) -> str:
 def replay(report: ReplayReport) -> str:
     if not report.divergences:
         return f"replay-check: {report.checked} unfinished run(s) replay cleanly"
-    rows = [(d.run_id, d.workflow, "-" if d.position is None else str(d.position), d.expected,
-             d.found, d.run_version) for d in report.divergences]
-    head = (f"replay-check: {len(report.divergences)} of {report.checked} unfinished run(s) "
-            "diverge from the current code")
-    return head + "\n" + table(rows, ("RUN", "WORKFLOW", "POS", "JOURNAL HAS", "CODE CALLS",
-                                      "RUN VERSION"))
+    rows = [
+        (
+            d.run_id,
+            d.workflow,
+            "-" if d.position is None else str(d.position),
+            d.expected,
+            d.found,
+            d.run_version,
+        )
+        for d in report.divergences
+    ]
+    head = (
+        f"replay-check: {len(report.divergences)} of {report.checked} unfinished run(s) "
+        "diverge from the current code"
+    )
+    return (
+        head
+        + "\n"
+        + table(rows, ("RUN", "WORKFLOW", "POS", "JOURNAL HAS", "CODE CALLS", "RUN VERSION"))
+    )

@@ -72,7 +72,7 @@ class App:
         timeout: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
-    def step(
+    def step(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
         self,
         fn: Callable[P, R] | None = None,
         /,
@@ -111,7 +111,7 @@ class App:
         deadline: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
 
-    def workflow(
+    def workflow(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
         self,
         fn: Callable[P, R] | None = None,
         /,
@@ -206,7 +206,8 @@ class App:
         self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
     ) -> list[RunRow]:
         return self.sync(  # type: ignore[no-any-return]
-            self.client.list(statuses=statuses, workflow=workflow, limit=limit), "App.list_runs()"
+            self.client.list_runs(statuses=statuses, workflow=workflow, limit=limit),
+            "App.list_runs()",
         )
 
     def journal(self, run_id: str) -> list[Entry]:
@@ -237,13 +238,14 @@ class App:
         """Settle a needs_attention step: `value=` marks it done, `retry=True`, or `fail=True`."""
         has_value = not retry and not fail
         return self.sync(  # type: ignore[no-any-return]
-            self.client.resolve(run_id, step, value=value, has_value=has_value, retry=retry,
-                                fail=fail),
+            self.client.resolve(
+                run_id, step, value=value, has_value=has_value, retry=retry, fail=fail
+            ),
             "App.resolve()",
         )
 
     def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunHandle:
-        """A new run that reuses the first `from_step` outcomes of `run_id` and runs the rest anew."""
+        """A new run reusing the first `from_step` outcomes of `run_id`; the rest runs anew."""
         run = self.sync(self.client.fork(run_id, from_step, new_id), "App.fork()")
         return RunHandle(self, run.id)
 
@@ -288,8 +290,10 @@ class RunHandle:
         return (await self.app.client.get(self.id)).status
 
     def result(self, timeout: float | timedelta | None = None) -> Any:
-        """Block until the run finishes; its result, or `RunFailed`; `WaitTimeout` after `timeout`."""
-        return self.app.sync(self.app.client.result(self.id, seconds(timeout)), "RunHandle.result()")
+        """Block until the run finishes: its result, or `RunFailed`; `WaitTimeout` on timeout."""
+        return self.app.sync(
+            self.app.client.result(self.id, seconds(timeout)), "RunHandle.result()"
+        )
 
     async def result_async(self, timeout: float | timedelta | None = None) -> Any:
         return await self.app.client.result(self.id, seconds(timeout))
@@ -319,7 +323,8 @@ class Workflow(Generic[P, R]):
         ctx = current()
         if ctx is None:
             return self.definition.fn(*args, **kwargs)
-        handle = self.start(*args, **kwargs)
+        pos = ctx.next_position()
+        handle = ctx.call(self._start_child(ctx, pos, args, kwargs, None))
         if ctx.sync_mode:
             return handle.result()
 
@@ -338,7 +343,11 @@ class Workflow(Generic[P, R]):
         return ctx.call(self._start_child(ctx, pos, args, kwargs, run_id))
 
     async def _start_child(
-        self, ctx: Any, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any],
+        self,
+        ctx: Any,
+        pos: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         run_id: str | None,
     ) -> ChildHandle:
         from ..store.base import NewRun
@@ -351,13 +360,19 @@ class Workflow(Generic[P, R]):
             text, blob = inline_or_blob(
                 encode_input(self.app, self.name, args, kwargs), self.app.blob_threshold
             )
-            new = NewRun(id=child_id, workflow=self.name, input=text,
-                         code_version=self.definition.version, now=ctx.now(),
-                         parent_id=ctx.run_id)
+            new = NewRun(
+                id=child_id,
+                workflow=self.name,
+                input=text,
+                code_version=self.definition.version,
+                now=ctx.now(),
+                parent_id=ctx.run_id,
+            )
             if blob is not None:
                 new.blobs.append(blob)
-            final = ctx.entry("child.started", self.name, position=pos, final=True,
-                              data={"run_id": child_id})
+            final = ctx.entry(
+                "child.started", self.name, position=pos, final=True, data={"run_id": child_id}
+            )
             await ctx.write(final, new_runs=[new])
             self.app.notify()
         return ChildHandle(ctx.data(final)["run_id"], self.definition.hints.get("return"))

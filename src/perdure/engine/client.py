@@ -87,8 +87,9 @@ class Client:
         except TypeError as exc:
             raise ConfigError(f"workflow {workflow!r}: {exc}") from None
         await self.app.open_store()
-        text, blob = inline_or_blob(encode_input(self.app, workflow, args, kwargs or {}),
-                                    self.app.blob_threshold)
+        text, blob = inline_or_blob(
+            encode_input(self.app, workflow, args, kwargs or {}), self.app.blob_threshold
+        )
         now = self.app.clock.now()
         limit = deadline if deadline is not None else definition.deadline
         new = NewRun(
@@ -121,7 +122,7 @@ class Client:
         await self.get(run_id)
         return await self.store.journal(run_id)
 
-    async def list(
+    async def list_runs(
         self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
     ) -> list[RunRow]:
         await self.app.open_store()
@@ -170,11 +171,13 @@ class Client:
     async def pause(self, run_id: str) -> str:
         run = await self.get(run_id)
         if run.status in (PENDING, SLEEPING, WAITING):
-            await self._operator(run, "run.paused", status=PAUSED,
-                                 expect=(PENDING, SLEEPING, WAITING))
+            await self._operator(
+                run, "run.paused", status=PAUSED, expect=(PENDING, SLEEPING, WAITING)
+            )
         elif run.status == RUNNING:
-            await self._operator(run, "run.pause_requested", fields={"pause_requested": 1},
-                                 expect=(RUNNING,))
+            await self._operator(
+                run, "run.pause_requested", fields={"pause_requested": 1}, expect=(RUNNING,)
+            )
         elif run.status != PAUSED:
             raise PerdureError(f"run {run_id!r} is {run.status}; it cannot be paused")
         return (await self.get(run_id)).status
@@ -182,8 +185,9 @@ class Client:
     async def resume(self, run_id: str) -> str:
         run = await self.get(run_id)
         if run.status == PAUSED:
-            await self._operator(run, "run.resumed", status=PENDING,
-                                 fields={"pause_requested": 0}, expect=(PAUSED,))
+            await self._operator(
+                run, "run.resumed", status=PENDING, fields={"pause_requested": 0}, expect=(PAUSED,)
+            )
         elif run.pause_requested:
             await self._operator(run, "run.resumed", fields={"pause_requested": 0})
         else:
@@ -217,18 +221,32 @@ class Client:
             raise PerdureError(f"run {run_id!r} has no stuck step {step!r}; stuck: {where}")
         now = self.app.clock.now()
         if fail:
-            error = json.dumps({"type": "OperatorFailed",
-                                "message": f"failed by operator at step {target.name!r}"})
+            error = json.dumps(
+                {"type": "OperatorFailed", "message": f"failed by operator at step {target.name!r}"}
+            )
             entry = Entry(kind="run.failed", name=target.name, data=error, at=now)
             await self._append(run, [entry], FAILED, {"error": error}, (NEEDS_ATTENTION,))
             return FAILED
         if retry:
-            entry = Entry(kind="step.retry", name=target.name, position=target.position,
-                          attempt=target.attempt, data=json.dumps({"by": "operator"}), at=now)
+            entry = Entry(
+                kind="step.retry",
+                name=target.name,
+                position=target.position,
+                attempt=target.attempt,
+                data=json.dumps({"by": "operator"}),
+                at=now,
+            )
         else:
             data = dumps({"value": value, "resolved_by": "operator"}, "resolved value")
-            entry = Entry(kind="step.outcome", name=target.name, position=target.position,
-                          attempt=target.attempt, data=data, final=True, at=now)
+            entry = Entry(
+                kind="step.outcome",
+                name=target.name,
+                position=target.position,
+                attempt=target.attempt,
+                data=data,
+                final=True,
+                at=now,
+            )
         await self._append(run, [entry], PENDING, {}, (NEEDS_ATTENTION,))
         self.app.notify()
         return PENDING
@@ -240,8 +258,15 @@ class Client:
             raise ConfigError("fork: --from-step must be 0 or more")
         definition = self.app.workflows.get(run.workflow)
         entries = [
-            Entry(kind=e.kind, name=e.name, position=e.position, data=e.data, attempt=e.attempt,
-                  final=e.final, at=e.at)
+            Entry(
+                kind=e.kind,
+                name=e.name,
+                position=e.position,
+                data=e.data,
+                attempt=e.attempt,
+                final=e.final,
+                at=e.at,
+            )
             for e in await self.store.journal(run_id)
             if e.position is not None and e.position < from_step
         ]
@@ -281,10 +306,14 @@ class Client:
     ) -> None:
         try:
             await self.store.append(
-                Append(run_id=run.id, epoch=None, entries=entries, status=status,
-                       fields={"updated_at": self.app.clock.now(), **fields},
-                       expect_status=expect)
+                Append(
+                    run_id=run.id,
+                    epoch=None,
+                    entries=entries,
+                    status=status,
+                    fields={"updated_at": self.app.clock.now(), **fields},
+                    expect_status=expect,
+                )
             )
         except StoreError as exc:
             raise PerdureError(f"run {run.id!r} changed while acting on it: {exc}") from None
-

@@ -22,7 +22,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import PayloadError
 
-JSON = Any  # a value json.dumps accepts: dict[str, JSON] | list[JSON] | str | int | float | bool | None
+JSON = Any  # what json.dumps accepts: dicts, lists, str, int, float, bool, None
 
 
 def to_json(value: Any, where: str, path: str = "$") -> JSON:
@@ -38,7 +38,8 @@ def to_json(value: Any, where: str, path: str = "$") -> JSON:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise PayloadError(
-                    f"{where}: key {key!r} at {path} is a {type(key).__name__}; JSON keys are strings"
+                    f"{where}: key {key!r} at {path} is a {type(key).__name__}; "
+                    "JSON keys are strings"
                 )
             out[key] = to_json(item, where, f"{path}.{key}")
         return out
@@ -93,4 +94,6 @@ def from_json(data: JSON, hint: Any, where: str) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()))
-        raise PayloadError(f"{where}: journal value does not fit {hint!r} at {loc}: {first['msg']}") from None
+        raise PayloadError(
+            f"{where}: journal value does not fit {hint!r} at {loc}: {first['msg']}"
+        ) from None

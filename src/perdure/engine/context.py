@@ -19,7 +19,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import DeadlineExceeded, LeaseLost, NonDeterminismError, PerdureError, RunSuspended, WorkerStopping
+from ..errors import (
+    DeadlineExceeded,
+    LeaseLost,
+    NonDeterminismError,
+    PerdureError,
+    RunSuspended,
+    WorkerStopping,
+)
 from ..store.base import Append, AppendResult, Blob, Entry, NewRun, RunRow, Store
 from .codec import dumps, loads
 from .payloads import BLOB_KEY, inline_or_blob
@@ -182,8 +189,10 @@ class RunContext:
         where: str = "",
     ) -> Entry:
         """Build an entry; data is encoded here (PayloadError names `where`), large data by blob."""
-        text = data_json if data_json is not None else (
-            None if data is None else dumps(data, where or f"{kind} {name}")
+        text = (
+            data_json
+            if data_json is not None
+            else (None if data is None else dumps(data, where or f"{kind} {name}"))
         )
         if text is not None:
             text, blob = inline_or_blob(text, self.app.blob_threshold)
@@ -261,9 +270,14 @@ class RunContext:
         await self.settle_inflight()
         wake_at = (fields or {}).get("wake_at")
         deadline = self.run.deadline_at
-        if deadline is not None and (wake_at is None or wake_at > deadline) and status in (
-            "sleeping",
-            "waiting",
+        if (
+            deadline is not None
+            and (wake_at is None or wake_at > deadline)
+            and status
+            in (
+                "sleeping",
+                "waiting",
+            )
         ):
             wake_at = deadline
         await self.write(
@@ -305,12 +319,11 @@ class RunContext:
             done.set_result(None)
 
 
-
-class SimulatedCrash(BaseException):  # noqa: N818 - a control signal for tests
+class SimulatedCrash(BaseException):
     """Raised by crash injection: the worker dies between a step's intent and its outcome."""
 
 
-class ReplayEnd(BaseException):  # noqa: N818 - control signal for replay-check
+class ReplayEnd(BaseException):
     """Raised in replay-check mode when the workflow reaches the end of its journal."""
 
     def __init__(self, position: int) -> None:

@@ -107,7 +107,10 @@ async def _wait_event(
         event = await ctx.store.next_event(ctx.run_id, name)
         if event is not None:
             final = ctx.entry(
-                "event.received", name, position=pos, final=True,
+                "event.received",
+                name,
+                position=pos,
+                final=True,
                 data_json=f'{{"payload":{event.payload},"event_id":{event.id}}}',
             )
             await ctx.write(final, consume_event=event.id)
@@ -124,11 +127,14 @@ async def _wait_event(
                 marker = (
                     []
                     if waiting
-                    else [ctx.entry("event.wait", name, position=pos,
-                                    data={"timeout_at": timeout_at})]
+                    else [
+                        ctx.entry("event.wait", name, position=pos, data={"timeout_at": timeout_at})
+                    ]
                 )
                 raise await ctx.suspend(
-                    WAITING, f"event {name}", *marker,
+                    WAITING,
+                    f"event {name}",
+                    *marker,
                     fields={"wake_at": timeout_at, "waiting_for": f"event:{name}"},
                 )
     data = ctx.data(final)
@@ -166,8 +172,11 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
         await ctx.checkpoint()
         child = await ctx.store.get_run(child_id)
         if child is None or child.status not in TERMINAL:
-            raise await ctx.suspend(WAITING, f"child {child_id}", fields={
-                "wake_at": None, "waiting_for": f"child:{child_id}"})
+            raise await ctx.suspend(
+                WAITING,
+                f"child {child_id}",
+                fields={"wake_at": None, "waiting_for": f"child:{child_id}"},
+            )
         from .client import run_outcome_json
 
         data = await run_outcome_json(ctx.store, child)

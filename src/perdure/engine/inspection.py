@@ -55,7 +55,9 @@ def explain(app: App, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]
         family = first.kind.partition(".")[0]
         step = app.steps.get(first.name) if family == "step" else None
         intent = next((e for e in group if e.kind == "step.intent"), None)
-        effect = step.effect if step else (_load(intent.data) or {}).get("effect", "") if intent else ""
+        effect = (
+            step.effect if step else (_load(intent.data) or {}).get("effect", "") if intent else ""
+        )
         attempts = max((e.attempt for e in group), default=0)
         final = next((e for e in group if e.final), None)
         if final is not None:
@@ -72,7 +74,9 @@ def explain(app: App, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]
             recovery = "none: resumes when the event arrives or the wait times out"
         else:
             state, detail, recovery = "open", last.kind, "replays"
-        reports.append(StepReport(pos, family, first.name, effect, attempts, state, detail, recovery))
+        reports.append(
+            StepReport(pos, family, first.name, effect, attempts, state, detail, recovery)
+        )
     return reports
 
 
@@ -93,13 +97,19 @@ def _describe(final: Entry, data: Any) -> str:
 
 def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
     if last.kind == "step.needs_attention":
-        return ("needs_attention", "crashed between intent and outcome",
-                "none until an operator resolves: --value JSON, --retry or --fail")
+        return (
+            "needs_attention",
+            "crashed between intent and outcome",
+            "none until an operator resolves: --value JSON, --retry or --fail",
+        )
     if last.kind in ("step.attempt_failed", "step.retry"):
         data = _load(last.data) or {}
         error = (data.get("error") or {}).get("message", "")
-        return (f"retrying (attempt {last.attempt} failed)", error,
-                f"attempt {last.attempt + 1} runs at its retry time")
+        return (
+            f"retrying (attempt {last.attempt} failed)",
+            error,
+            f"attempt {last.attempt + 1} runs at its retry time",
+        )
     state = "in flight" if run.status == "running" else "interrupted"
     return (state, "intent journaled, no outcome yet", RECOVERY.get(effect, "re-run"))
 
@@ -122,8 +132,11 @@ def effects(app: App) -> list[EffectRow]:
         policy = step.retry
         retry = "no retry" if policy.max_attempts == 1 else f"{policy.max_attempts} attempts"
         timeout = "-" if step.timeout is None else f"{step.timeout:g}s"
-        rows.append(EffectRow(name, step.effect, MEANING[step.effect], RECOVERY[step.effect],
-                              retry, timeout))
+        rows.append(
+            EffectRow(
+                name, step.effect, MEANING[step.effect], RECOVERY[step.effect], retry, timeout
+            )
+        )
     return rows
 
 
@@ -149,20 +162,33 @@ async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
     await app.open_store()
     report = ReplayReport()
     loop = asyncio.get_running_loop()
-    unfinished = [
-        r for r in await app.store.list_runs(limit=limit) if r.status not in TERMINAL
-    ]
+    unfinished = [r for r in await app.store.list_runs(limit=limit) if r.status not in TERMINAL]
     for run in unfinished:
         report.checked += 1
         definition = app.workflows.get(run.workflow)
         if definition is None:
-            report.divergences.append(Divergence(
-                run.id, run.workflow, None, f"workflow {run.workflow!r}", "no such workflow",
-                run.code_version, ""))
+            report.divergences.append(
+                Divergence(
+                    run.id,
+                    run.workflow,
+                    None,
+                    f"workflow {run.workflow!r}",
+                    "no such workflow",
+                    run.code_version,
+                    "",
+                )
+            )
             continue
-        ctx = RunContext(app, run, await load_entries(app, run.id), worker_id="replay-check",
-                         clock=app.clock, loop=loop, sync_mode=not definition.is_async,
-                         inline_sleep=0.0)
+        ctx = RunContext(
+            app,
+            run,
+            await load_entries(app, run.id),
+            worker_id="replay-check",
+            clock=app.clock,
+            loop=loop,
+            sync_mode=not definition.is_async,
+            inline_sleep=0.0,
+        )
         ctx.check_only = True
         try:
             args, kwargs = await decode_input(app, run, definition)
@@ -170,20 +196,45 @@ async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
         except ReplayEnd:
             continue
         except NonDeterminismError as exc:
-            report.divergences.append(Divergence(
-                run.id, run.workflow, exc.position, exc.expected, exc.found, run.code_version,
-                definition.version))
+            report.divergences.append(
+                Divergence(
+                    run.id,
+                    run.workflow,
+                    exc.position,
+                    exc.expected,
+                    exc.found,
+                    run.code_version,
+                    definition.version,
+                )
+            )
         except BaseException as exc:  # anything else the replay hit is a divergence too
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            report.divergences.append(Divergence(
-                run.id, run.workflow, ctx.position, "the recorded path",
-                f"{type(exc).__name__}: {exc}", run.code_version, definition.version))
+            report.divergences.append(
+                Divergence(
+                    run.id,
+                    run.workflow,
+                    ctx.position,
+                    "the recorded path",
+                    f"{type(exc).__name__}: {exc}",
+                    run.code_version,
+                    definition.version,
+                )
+            )
         else:
-            if any(e.position is not None and e.position >= ctx.position
-                   for e in await app.store.journal(run.id)):
-                report.divergences.append(Divergence(
-                    run.id, run.workflow, ctx.position, "more recorded calls",
-                    "workflow returned", run.code_version, definition.version))
+            if any(
+                e.position is not None and e.position >= ctx.position
+                for e in await app.store.journal(run.id)
+            ):
+                report.divergences.append(
+                    Divergence(
+                        run.id,
+                        run.workflow,
+                        ctx.position,
+                        "more recorded calls",
+                        "workflow returned",
+                        run.code_version,
+                        definition.version,
+                    )
+                )
     return report
-

@@ -32,14 +32,18 @@ async def load_entries(app: App, run_id: str) -> list[Entry]:
     return entries
 
 
-async def decode_input(app: App, run: RunRow, definition: WorkflowDef) -> tuple[list[Any], dict[str, Any]]:
+async def decode_input(
+    app: App, run: RunRow, definition: WorkflowDef
+) -> tuple[list[Any], dict[str, Any]]:
     raw = loads(await resolve_text(app.store, run.input)) or {}
     args, kwargs = list(raw.get("args", [])), dict(raw.get("kwargs", {}))
     params = list(definition.signature.parameters.values())
     where = f"input of run {run.id!r}"
     for i, value in enumerate(args):
-        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
-                                                  params[i].POSITIONAL_OR_KEYWORD):
+        if i < len(params) and params[i].kind in (
+            params[i].POSITIONAL_ONLY,
+            params[i].POSITIONAL_OR_KEYWORD,
+        ):
             args[i] = from_json(value, definition.hints.get(params[i].name), where)
     for name, value in kwargs.items():
         kwargs[name] = from_json(value, definition.hints.get(name), where)
@@ -47,7 +51,10 @@ async def decode_input(app: App, run: RunRow, definition: WorkflowDef) -> tuple[
 
 
 async def call_workflow(
-    ctx: RunContext, definition: WorkflowDef, args: list[Any], kwargs: dict[str, Any],
+    ctx: RunContext,
+    definition: WorkflowDef,
+    args: list[Any],
+    kwargs: dict[str, Any],
     executor: Executor | None,
 ) -> Any:
     """Run the workflow function with `ctx` as the current run (sync ones on a thread)."""
@@ -84,8 +91,14 @@ async def execute(
     definition = app.workflows[run.workflow]
     loop = asyncio.get_running_loop()
     ctx = RunContext(
-        app, run, await load_entries(app, run.id), worker_id=worker_id, clock=clock, loop=loop,
-        sync_mode=not definition.is_async, inline_sleep=inline_sleep,
+        app,
+        run,
+        await load_entries(app, run.id),
+        worker_id=worker_id,
+        clock=clock,
+        loop=loop,
+        sync_mode=not definition.is_async,
+        inline_sleep=inline_sleep,
     )
     ctx.crash_after_intent = crash_after_intent
     contexts[run.id] = ctx
@@ -139,8 +152,12 @@ async def fail(ctx: RunContext, exc: BaseException) -> None:
     await ctx.write(
         ctx.entry("run.failed", data=record),
         status=FAILED,
-        fields={"error": json.dumps(record), "lease_owner": None, "lease_until": None,
-                "wake_at": None},
+        fields={
+            "error": json.dumps(record),
+            "lease_owner": None,
+            "lease_until": None,
+            "wake_at": None,
+        },
     )
 
 
@@ -158,8 +175,12 @@ async def finish_cancel(ctx: RunContext) -> None:
             epoch=ctx.epoch,
             entries=[ctx.entry("run.cancelled")],
             status=CANCELLED,
-            fields={"lease_owner": None, "lease_until": None, "wake_at": None,
-                    "updated_at": ctx.now()},
+            fields={
+                "lease_owner": None,
+                "lease_until": None,
+                "wake_at": None,
+                "updated_at": ctx.now(),
+            },
         )
     )
     ctx.closed = True

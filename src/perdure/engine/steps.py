@@ -73,8 +73,11 @@ def _replayed(ctx: RunContext, final: Entry, step: StepDef) -> Any:
     if isinstance(value, dict) and "error" in value:
         err = value["error"]
         raise StepError(step.name, err["type"], err["message"], final.attempt)
-    return from_json(value.get("value") if isinstance(value, dict) else None, step.return_hint,
-                     f"step {step.name!r}")
+    return from_json(
+        value.get("value") if isinstance(value, dict) else None,
+        step.return_hint,
+        f"step {step.name!r}",
+    )
 
 
 async def run_step(
@@ -129,7 +132,11 @@ async def run_step(
             continue
         record = error_record(outcome)
         final_entry = ctx.entry(
-            "step.outcome", step.name, position=pos, attempt=attempt, final=True,
+            "step.outcome",
+            step.name,
+            position=pos,
+            attempt=attempt,
+            final=True,
             data={"error": record},
         )
         ctx.buffer_entry(final_entry)
@@ -167,7 +174,10 @@ async def _attempt(
         return await _attempt_transactional(ctx, step, pos, attempt, args, kwargs, info)
     if step.effect != "read":
         intent = ctx.entry(
-            "step.intent", step.name, position=pos, attempt=attempt,
+            "step.intent",
+            step.name,
+            position=pos,
+            attempt=attempt,
             data={"effect": step.effect, "key": info.idempotency_key},
         )
         if step.effect == "once":
@@ -189,7 +199,11 @@ async def _attempt(
         return exc
     elapsed = monotonic() - started
     entry = ctx.entry(
-        "step.outcome", step.name, position=pos, attempt=attempt, final=True,
+        "step.outcome",
+        step.name,
+        position=pos,
+        attempt=attempt,
+        final=True,
         data={"value": data, "ms": round(elapsed * 1000, 3)},
     )
     ctx.buffer_entry(entry)
@@ -252,8 +266,9 @@ async def _attempt_transactional(
     if result.tx_error is not None:
         ctx.by_position[pos].remove(entry)
         return result.tx_error
-    return from_json(ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint,
-                     where)
+    return from_json(
+        ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint, where
+    )
 
 
 def step_decorator(

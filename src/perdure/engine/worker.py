@@ -7,6 +7,7 @@ worker stops. Recovery is bulk: one claim takes every expired lease it can fit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -107,8 +108,12 @@ class Worker:
             return
         running = list(self.tasks.values())
         if running:
-            log.info("worker %s: waiting up to %.0fs for %d run(s)", self.id,
-                     self.options.grace, len(running))
+            log.info(
+                "worker %s: waiting up to %.0fs for %d run(s)",
+                self.id,
+                self.options.grace,
+                len(running),
+            )
             await asyncio.wait(running, timeout=self.options.grace)
         leftover = [rid for rid, t in self.tasks.items() if not t.done()]
         for rid in leftover:
@@ -140,13 +145,20 @@ class Worker:
         if claim.recovered_from:
             log.info("worker %s recovers run %s from %s", self.id, run_id, claim.recovered_from)
         task = asyncio.create_task(
-            execute(self.app, claim, worker_id=self.id, clock=self.clock,
-                    inline_sleep=self.inline_sleep, executor=self.executor,
-                    contexts=self.contexts, crash_after_intent=self.crash_after_intent),
+            execute(
+                self.app,
+                claim,
+                worker_id=self.id,
+                clock=self.clock,
+                inline_sleep=self.inline_sleep,
+                executor=self.executor,
+                contexts=self.contexts,
+                crash_after_intent=self.crash_after_intent,
+            ),
             name=f"perdure-run-{run_id}",
         )
         self.tasks[run_id] = task
-        task.add_done_callback(lambda t, rid=run_id: self._done(rid, t))
+        task.add_done_callback(functools.partial(self._done, run_id))
 
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(run_id, None)

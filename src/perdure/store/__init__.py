@@ -37,7 +37,9 @@ def open_store(url: str | None = None, environ: Mapping[str, str] | None = None)
             )
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if not path:
-            raise ConfigError(f"store URL {url!r} names no file; e.g. sqlite:///.perdure/perdure.db")
+            raise ConfigError(
+                f"store URL {url!r} names no file; e.g. sqlite:///.perdure/perdure.db"
+            )
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = set(query) - {"synchronous"}
         if unknown:

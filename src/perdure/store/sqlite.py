@@ -151,6 +151,8 @@ class SQLiteStore:
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
         writes: list[_Op] = []
         for op in batch:
+            if not op.future.set_running_or_notify_cancel():
+                continue  # the caller gave up before the op started: skip it
             if op.write:
                 writes.append(op)
                 continue
@@ -211,8 +213,12 @@ class SQLiteStore:
     def _migrate(self, conn: sqlite3.Connection) -> None:
         self._begin(conn)
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
-            row = conn.execute("SELECT value FROM perdure_meta WHERE key='schema_version'").fetchone()
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)"
+            )
+            row = conn.execute(
+                "SELECT value FROM perdure_meta WHERE key='schema_version'"
+            ).fetchone()
             version = int(row[0]) if row else 0
             if version > LATEST:
                 raise SchemaVersionError(
@@ -235,7 +241,9 @@ class SQLiteStore:
 
     # -- submission ---------------------------------------------------------------
 
-    def submit(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> concurrent.futures.Future[T]:
+    def submit(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool
+    ) -> concurrent.futures.Future[T]:
         """Queue `fn` for the store thread; writes are grouped into shared transactions."""
         if self._thread is None:
             self.start()

@@ -142,8 +142,19 @@ def _insert_entries(conn: Conn, run_id: str, entries: Sequence[Entry], epoch: in
     for e in entries:
         seq += 1
         params.append(
-            (run_id, seq, e.position, e.kind, e.name, e.data, e.attempt, int(e.final), e.at,
-             epoch if epoch is not None else e.epoch, e.worker)
+            (
+                run_id,
+                seq,
+                e.position,
+                e.kind,
+                e.name,
+                e.data,
+                e.attempt,
+                int(e.final),
+                e.at,
+                epoch if epoch is not None else e.epoch,
+                e.worker,
+            )
         )
     try:
         conn.executemany(
@@ -152,7 +163,9 @@ def _insert_entries(conn: Conn, run_id: str, entries: Sequence[Entry], epoch: in
             params,
         )
     except sqlite3.IntegrityError as exc:
-        raise StoreError(f"run {run_id!r}: journal position already has an outcome ({exc})") from None
+        raise StoreError(
+            f"run {run_id!r}: journal position already has an outcome ({exc})"
+        ) from None
 
 
 def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
@@ -167,8 +180,17 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     cur = conn.execute(
         "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
         "updated_at, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-        (new.id, new.workflow, PENDING, new.input, new.code_version, new.parent_id, new.now,
-         new.now, new.deadline_at),
+        (
+            new.id,
+            new.workflow,
+            PENDING,
+            new.input,
+            new.code_version,
+            new.parent_id,
+            new.now,
+            new.now,
+            new.deadline_at,
+        ),
     )
     created = cur.rowcount == 1
     if created:
@@ -212,9 +234,7 @@ def append(conn: Conn, a: Append) -> AppendResult:
     if status is not None:
         if current == CANCELLING and status not in TERMINAL and a.epoch is not None:
             status = CANCELLING
-        elif status == WAITING and _wake_condition_met(
-            conn, a.run_id, fields.get("waiting_for")
-        ):
+        elif status == WAITING and _wake_condition_met(conn, a.run_id, fields.get("waiting_for")):
             status = PENDING
         if pause_requested and status in (SLEEPING, WAITING, PENDING) and a.epoch is not None:
             status = PAUSED
@@ -305,7 +325,9 @@ def claim(
         if takeover:
             data = json.dumps({"from": previous, "to": owner, "epoch": run.lease_epoch})
             _insert_entries(
-                conn, run_id, [Entry(kind="run.recovered", data=data, at=now, worker=owner)],
+                conn,
+                run_id,
+                [Entry(kind="run.recovered", data=data, at=now, worker=owner)],
                 run.lease_epoch,
             )
         claims.append(Claim(run=run, recovered_from=previous if takeover else None))

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, lint (ruff), type-check (mypy --strict), then every test
+# including the slow chaos suite. Extra arguments go to pytest (e.g. -m "not slow").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+.venv/bin/ruff check src tests bench examples
+.venv/bin/ruff format --check src tests bench examples
+.venv/bin/mypy
+set +e
+.venv/bin/pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: failing on purpose" >&2
+  exit 1
+fi
+exit "$status"
