@@ -1,0 +1,156 @@
+"""The CLI: each command against a real store, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from click.testing import CliRunner, Result
+
+from perdure.cli.main import cli
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """PERDURE_DB and PERDURE_APP for a fresh store, with a freshly imported app module."""
+    monkeypatch.syspath_prepend(str(HERE))
+    sys.modules.pop("cli_app", None)
+    values = {"PERDURE_DB": f"sqlite:///{tmp_path}/cli.db", "PERDURE_APP": "cli_app:app"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    importlib.import_module("cli_app").app.clock = TestClock()
+    yield values
+    module = sys.modules.pop("cli_app", None)
+    if module is not None:
+        module.app.close()
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def app_module() -> ModuleType:
+    return sys.modules["cli_app"]
+
+
+def test_start_show_explain_send_and_finish(env: dict[str, str]) -> None:
+    """start, ls, show and explain describe a run; send delivers the event it waits for."""
+    started = run("start", "checkout", '["o1"]', "--id", "r1")
+    assert started.exit_code == 0, started.output
+    assert started.output.strip() == "r1"
+    worker = TestWorker(app_module().app)
+    worker.run_until_idle()
+    listing = run("ls", "--status", "waiting")
+    assert "r1" in listing.output and "waiting" in listing.output
+    shown = run("show", "r1")
+    assert "step.outcome" in shown.output and "event.wait" in shown.output
+    explained = run("explain", "r1")
+    assert "keyed" in explained.output and "re-run" not in explained.output.split("\n")[0]
+    assert "waiting" in explained.output
+    sent = run("send", "r1", "approved", "true")
+    assert sent.exit_code == 0
+    worker.run_until_idle()
+    assert app_module().app.get_run("r1").status == "completed"
+    assert json.loads(app_module().app.get_run("r1").result) == "receipt-o1 approved=True"
+
+
+def test_start_is_idempotent(env: dict[str, str]) -> None:
+    """Starting the same id twice prints the same id and keeps one run."""
+    assert run("start", "checkout", '["o1"]', "--id", "same").output.strip() == "same"
+    assert run("start", "checkout", '["o1"]', "--id", "same").output.strip() == "same"
+    assert len(app_module().app.list_runs()) == 1
+
+
+def test_pause_resume_cancel(env: dict[str, str]) -> None:
+    """pause parks a waiting run, resume makes it runnable, cancel ends it."""
+    run("start", "checkout", '["o2"]', "--id", "r2")
+    TestWorker(app_module().app).run_until_idle()
+    assert run("pause", "r2").output.strip() == "paused"
+    assert run("resume", "r2").output.strip() == "pending"
+    assert run("cancel", "r2").output.strip() == "cancelled"
+
+
+def test_resolve_needs_attention_with_value(env: dict[str, str]) -> None:
+    """A once step interrupted mid-effect is resolved from the CLI with a value."""
+    run("start", "checkout", '["o3"]', "--id", "r3")
+    app = app_module().app
+    worker = TestWorker(app)
+    worker.run_until_idle()
+    run("send", "r3", "approved", "1")
+    worker.crash_after_intent("send_mail")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    app.clock.advance(31)  # past the dead worker's lease
+    TestWorker(app).run_until_idle()
+    assert app.get_run("r3").status == "needs_attention"
+    explained = run("explain", "r3")
+    assert "needs_attention" in explained.output and "--retry" in explained.output
+    resolved = run("resolve", "r3", "send_mail", "--value", '"mailed by hand"')
+    assert resolved.exit_code == 0, resolved.output
+    TestWorker(app).run_until_idle()
+    assert app.get_run("r3").status == "completed"
+
+
+def test_fork_and_effects(env: dict[str, str]) -> None:
+    """fork copies the first N positions into a new run; effects lists every step."""
+    run("start", "checkout", '["o4"]', "--id", "r4")
+    TestWorker(app_module().app).run_until_idle()
+    forked = run("fork", "r4", "--from-step", "1", "--id", "r4b")
+    assert forked.output.strip() == "r4b"
+    kinds = [(e.position, e.kind) for e in app_module().app.journal("r4b")]
+    assert kinds == [(0, "step.intent"), (0, "step.outcome")]
+    effects = run("effects")
+    assert "charge" in effects.output and "keyed" in effects.output
+    assert "send_mail" in effects.output and "needs_attention" in effects.output
+
+
+def test_replay_check_reports_divergence(env: dict[str, str], tmp_path: Path) -> None:
+    """replay-check exits 0 for matching code and 1 naming the run and position otherwise."""
+    run("start", "checkout", '["o5"]', "--id", "r5")
+    TestWorker(app_module().app).run_until_idle()
+    clean = run("replay-check")
+    assert clean.exit_code == 0 and "replay cleanly" in clean.output
+    changed = tmp_path / "changed_app.py"
+    changed.write_text(
+        (HERE / "cli_app.py")
+        .read_text()
+        .replace("receipt = await charge(order)", "receipt = await send_mail(order)")
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        result = CliRunner().invoke(cli, ["--app", "changed_app:app", "replay-check"])
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("changed_app", None)
+    assert result.exit_code == 1
+    assert "r5" in result.output and "'charge'" in result.output and "'send_mail'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "nope"], "no run with id 'nope'"),
+        (["send", "nope", "ev", "{bad"], "not valid JSON"),
+        (["--db", "postgres://x", "ls"], "PostgreSQL store"),
+        (["--db", "mysql://x", "ls"], "unknown scheme"),
+        (["start", "nope"], "no workflow named 'nope'"),
+        (["resolve", "nope", "1"], "exactly one of"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(
+    env: dict[str, str], args: list[str], message: str
+) -> None:
+    """Bad input gives one line on stderr, exit code 2 and no traceback."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
