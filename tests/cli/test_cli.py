@@ -146,9 +146,11 @@ def test_replay_check_reports_divergence(env: dict[str, str], tmp_path: Path) ->
     ],
 )
 def test_user_errors_are_one_line_exit_2(
-    env: dict[str, str], args: list[str], message: str
+    env: dict[str, str], args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bad input gives one line on stderr, exit code 2 and no traceback."""
+    if args[0] == "--db":
+        monkeypatch.delenv("PERDURE_APP")  # a bare App on the given URL
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert message in result.output
