@@ -1,0 +1,97 @@
+"""The public surface: perdure exports exactly the names users may touch, and nothing else."""
+
+from __future__ import annotations
+
+import inspect
+
+import perdure
+import perdure.testing
+
+EXPECTED = [
+    # application and registration
+    "App",
+    "Workflow",
+    "Step",
+    "Retry",
+    "Effect",
+    "EFFECTS",
+    # runs
+    "RunHandle",
+    "ChildHandle",
+    "RunRow",
+    # inside a workflow
+    "now",
+    "uuid",
+    "random",
+    "sleep",
+    "wait_event",
+    "patched",
+    "current_step",
+    "StepInfo",
+    # workers and time
+    "Worker",
+    "WorkerOptions",
+    "Clock",
+    "SystemClock",
+    # errors
+    "PerdureError",
+    "ConfigError",
+    "StoreError",
+    "SchemaVersionError",
+    "LeaseLost",
+    "RunNotFound",
+    "PayloadError",
+    "NonDeterminismError",
+    "StepError",
+    "StepTimeout",
+    "RunFailed",
+    "DeadlineExceeded",
+    "WaitTimeout",
+    "SyncInAsyncError",
+    "__version__",
+]
+
+
+def test_all_matches_expected() -> None:
+    """perdure.__all__ lists exactly the expected public names (update both on purpose)."""
+    assert sorted(perdure.__all__) == sorted(EXPECTED)
+    assert len(perdure.__all__) == len(set(perdure.__all__)), "no name listed twice"
+
+
+def test_all_names_resolve() -> None:
+    """Every name in perdure.__all__ is an attribute of the package."""
+    missing = [name for name in perdure.__all__ if not hasattr(perdure, name)]
+    assert missing == []
+
+
+def test_no_unlisted_public_names() -> None:
+    """Every public, non-module attribute of perdure is listed in __all__."""
+    public = {
+        name
+        for name, value in vars(perdure).items()
+        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
+    }
+    assert public <= set(perdure.__all__)
+
+
+def test_errors_share_one_root() -> None:
+    """Every exported error class derives from PerdureError."""
+    errors = [
+        getattr(perdure, name)
+        for name in perdure.__all__
+        if name.endswith(("Error", "Lost", "NotFound", "Timeout", "Failed", "Exceeded"))
+    ]
+    assert len(errors) == 14
+    assert all(issubclass(cls, perdure.PerdureError) for cls in errors)
+
+
+def test_testing_module_exports() -> None:
+    """perdure.testing exports the driven clock, the test worker and the crash signal."""
+    assert sorted(perdure.testing.__all__) == ["SimulatedCrash", "TestClock", "TestWorker"]
+    assert all(hasattr(perdure.testing, name) for name in perdure.testing.__all__)
+
+
+def test_version_is_a_string() -> None:
+    """perdure.__version__ is a dotted version string."""
+    assert isinstance(perdure.__version__, str)
+    assert perdure.__version__.count(".") >= 1
