@@ -148,6 +148,9 @@ class App:
     def notify_change(self) -> None:
         self._change.fire()
 
+    def listen_work(self) -> None:
+        self._work.listen()
+
     async def wait_work(self, timeout: float) -> None:
         await self._work.wait(timeout)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .clock import Clock
 
 T = TypeVar("T")
+log = logging.getLogger("perdure.worker")
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "perdure_run", default=None
@@ -97,6 +99,8 @@ class RunContext:
                 self.by_position.setdefault(entry.position, []).append(entry)
         self.position = 0
         self.buffer: list[Entry] = []
+        self.precious = False
+        self.diverged: NonDeterminismError | None = None
         self.blobs: list[Blob] = []
         self.cancel_requested = False
         self.pause_requested = run.pause_requested
@@ -126,9 +130,10 @@ class RunContext:
                 continue
             if entry.kind.startswith("run."):
                 continue
-            raise NonDeterminismError(
+            self.diverged = NonDeterminismError(
                 self.run_id, pos, f"{family(entry.kind)} {entry.name!r}", f"{kind_family} {name!r}"
             )
+            raise self.diverged
         if not entries and self.check_only:
             raise ReplayEnd(pos)
         return entries
@@ -155,9 +160,14 @@ class RunContext:
     # -- guards ------------------------------------------------------------------------
 
     def guard(self) -> None:
-        """Stop user code at a step boundary once the run must stop here."""
+        """Stop user code at a step boundary once the run must stop here.
+
+        A divergence is sticky: code that caught NonDeterminismError gets it again.
+        """
         if self.lost or self.closed:
             raise WorkerStopping()
+        if self.diverged is not None:
+            raise self.diverged
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""
@@ -212,8 +222,11 @@ class RunContext:
             self.by_position.setdefault(position, []).append(entry)
         return entry
 
-    def buffer_entry(self, entry: Entry) -> None:
+    def buffer_entry(self, entry: Entry, *, precious: bool = False) -> None:
+        """Queue a re-creatable entry; `precious` ones (a once step's outcome) are committed
+        before the next step executes, since losing them would park the run."""
         self.buffer.append(entry)
+        self.precious = self.precious or precious
 
     def needs_flush(self) -> bool:
         return len(self.buffer) >= BUFFER_LIMIT
@@ -236,6 +249,7 @@ class RunContext:
             raise ReplayEnd(self.position)
         batch = [*self.buffer, *entries]
         self.buffer = []
+        self.precious = False
         blobs, self.blobs = self.blobs, []
         all_fields = {"updated_at": self.now(), **(fields or {})}
         try:
@@ -254,6 +268,14 @@ class RunContext:
             )
         except LeaseLost:
             self.lost = True
+            log.warning(
+                "worker %s: write for run %s refused: lease epoch %d was taken over; "
+                "%d entr(ies) dropped",
+                self.worker_id,
+                self.run_id,
+                self.epoch,
+                len(batch),
+            )
             raise WorkerStopping() from None
         self.cancel_requested = self.cancel_requested or result.cancel_requested
         self.pause_requested = result.pause_requested

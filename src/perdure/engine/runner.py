@@ -114,6 +114,8 @@ async def execute(
             args, kwargs = await decode_input(app, run, definition)
             result = await call_workflow(ctx, definition, args, kwargs, executor)
             await ctx.settle_inflight()
+            if ctx.diverged is not None:
+                raise ctx.diverged  # the workflow swallowed it; the run still must not finish
             text, blob = inline_or_blob(
                 dumps(result, f"result of workflow {definition.name!r}"), app.blob_threshold
             )
@@ -134,7 +136,7 @@ async def execute(
         except WorkerStopping:
             pass
         except Exception as exc:
-            await fail(ctx, exc)
+            await fail(ctx, ctx.diverged or exc)
     except WorkerStopping:
         pass
     finally:

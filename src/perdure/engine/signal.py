@@ -25,13 +25,18 @@ class Signal:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(event.set)
 
-    async def wait(self, timeout: float) -> None:
-        """Return when fired or after `timeout` seconds, whichever comes first."""
+    def listen(self) -> asyncio.Event:
+        """Register the running loop, so fires from now on are not lost before its first wait."""
         loop = asyncio.get_running_loop()
         with self._lock:
             event = self._events.get(loop)
             if event is None:
                 event = self._events[loop] = asyncio.Event()
+            return event
+
+    async def wait(self, timeout: float) -> None:
+        """Return when fired (since `listen` or the last wait) or after `timeout` seconds."""
+        event = self.listen()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
         event.clear()

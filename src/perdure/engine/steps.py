@@ -68,11 +68,19 @@ class Step(Generic[P, R]):
         return ctx.call(run_step(ctx, self.definition, pos, args, kwargs), track=True)
 
 
+def recorded_error(step: str, record: dict[str, Any], attempts: int) -> StepError:
+    """The error a workflow sees for a failed step: the same on first run and on replay."""
+    kind = StepTimeout if record["type"] == "perdure.errors.StepTimeout" else StepError
+    message = record["message"]
+    if kind is StepTimeout:
+        message = message.rpartition(": ")[2]  # the attempt's own reason, not the wrapper's
+    return kind(step, record["type"], message, attempts)
+
+
 def _replayed(ctx: RunContext, final: Entry, step: StepDef) -> Any:
     value = ctx.data(final)
     if isinstance(value, dict) and "error" in value:
-        err = value["error"]
-        raise StepError(step.name, err["type"], err["message"], final.attempt)
+        raise recorded_error(step.name, value["error"], final.attempt)
     return from_json(
         value.get("value") if isinstance(value, dict) else None,
         step.return_hint,
@@ -142,7 +150,7 @@ async def run_step(
         ctx.buffer_entry(final_entry)
         if ctx.needs_flush():
             await ctx.flush()
-        raise StepError(step.name, record["type"], record["message"], attempt) from outcome
+        raise recorded_error(step.name, record, attempt) from outcome
 
 
 async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) -> None:
@@ -184,9 +192,11 @@ async def _attempt(
             await ctx.write(intent)
         else:
             ctx.buffer_entry(intent)
-        if step.name in ctx.crash_after_intent:
-            await ctx.flush()
-            raise SimulatedCrash(f"crash injected after the intent of step {step.name!r}")
+    if ctx.precious:
+        await ctx.flush()  # a once step's outcome must not wait behind this step's execution
+    if step.name in ctx.crash_after_intent:
+        await ctx.flush()
+        raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
     started = monotonic()
     try:
         value = await _execute(ctx, step, info, args, kwargs)
@@ -206,7 +216,7 @@ async def _attempt(
         final=True,
         data={"value": data, "ms": round(elapsed * 1000, 3)},
     )
-    ctx.buffer_entry(entry)
+    ctx.buffer_entry(entry, precious=step.effect == "once")
     if elapsed > SLOW_STEP or ctx.needs_flush():
         await ctx.flush()
     return from_json(data, step.return_hint, where)

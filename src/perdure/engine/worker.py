@@ -81,6 +81,7 @@ class Worker:
     async def run(self) -> None:
         """Claim and run until `stop()`; then drain for `grace` seconds and release leases."""
         await self.app.open_store()
+        self.app.listen_work()
         loops = [
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
