@@ -117,9 +117,6 @@ def test_idempotent_step_reruns_after_crash_injection(app: perdure.App, clock: T
     assert intents and set(intents) == {"step.intent"}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: crash_after_intent silently ignores read steps (no crash at all)"
-)
 def test_crash_injection_on_read_step_crashes(app: perdure.App, clock: TestClock) -> None:
     """crash_after_intent on a read step crashes before the step runs, and recovery re-runs it."""
     calls: list[int] = []
@@ -266,10 +263,6 @@ def test_once_step_mid_effect_crash_never_repeats(app: perdure.App, clock: TestC
     assert body.effects == ["x"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a once step's outcome is only buffered; a crash before the next flush loses it",
-)
 def test_once_outcome_survives_crash_in_later_step(app: perdure.App, clock: TestClock) -> None:
     """A once step that completed is not reported stuck after a crash in a later read step."""
     calls: list[str] = []
@@ -294,6 +287,36 @@ def test_once_outcome_survives_crash_in_later_step(app: perdure.App, clock: Test
     assert calls == ["pay"]
     assert handle.status() == "completed"
     assert handle.result(timeout=5) == "paid did x"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a once outcome is committed only when the next step starts; "
+    "a crash in workflow code before that parks the run in needs_attention",
+)
+def test_once_outcome_survives_crash_in_workflow_code(app: perdure.App, clock: TestClock) -> None:
+    """A once step that completed is not reported stuck after a crash in the workflow's own code."""
+    calls: list[str] = []
+
+    @app.step(name="pay")
+    def pay() -> str:
+        calls.append("pay")
+        return "paid"
+
+    @app.workflow
+    def wf() -> str:
+        receipt = pay()
+        if len(calls) == 1:  # the process dies while the workflow digests the receipt
+            raise SimulatedCrash("killed in workflow code")
+        return receipt
+
+    handle = app.start(wf)
+    dead = TestWorker(app)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    recover(app, clock, dead)
+    assert calls == ["pay"]
+    assert handle.status() == "completed"
 
 
 def test_resolve_with_value(app: perdure.App, clock: TestClock) -> None:

@@ -275,10 +275,6 @@ def test_non_determinism_error_attributes() -> None:
     assert "patched" in str(err)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: NonDeterminismError is a plain Exception; user code catching it completes the run",
-)
 def test_non_determinism_not_swallowed_by_broad_except(db_url: str, clock: TestClock) -> None:
     """A workflow's `except Exception` around a diverging call cannot hide the non-determinism."""
     old = perdure.App(db_url, clock=clock)

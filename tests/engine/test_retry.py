@@ -224,9 +224,6 @@ def test_backoff_does_not_rerun_earlier_steps(
     assert calls == ["first"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a timed-out step is raised as plain StepError, not StepTimeout"
-)
 def test_async_step_timeout(app: perdure.App, worker: TestWorker) -> None:
     """An async step running past its timeout raises StepTimeout into the workflow."""
 
