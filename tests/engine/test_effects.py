@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,45 @@ def test_keyed_keys_differ_by_position(app: perdure.App, worker: TestWorker) -> 
     assert keys == [f"{handle.id}:0", f"{handle.id}:1"]
 
 
+def test_keyed_key_stable_across_retries(app: perdure.App, worker: TestWorker) -> None:
+    """A keyed step's idempotency key stays the same on every retry attempt."""
+    seen: list[tuple[int, str]] = []
+
+    @app.step(name="send", effect="keyed", retry=perdure.Retry(initial=0))
+    def send() -> str:
+        info = perdure.current_step()
+        seen.append((info.attempt, info.idempotency_key))
+        if info.attempt < 3:
+            raise ConnectionError("flaky network")
+        return "sent"
+
+    @app.workflow
+    def wf() -> str:
+        return send()
+
+    handle = app.start(wf)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == "sent"
+    assert seen == [(1, f"{handle.id}:0"), (2, f"{handle.id}:0"), (3, f"{handle.id}:0")]
+
+
+def test_db_only_for_transactional_steps(app: perdure.App, worker: TestWorker) -> None:
+    """current_step().db is None in a step that is not transactional."""
+    seen: list[object] = []
+
+    @app.step(name="look", effect="read")
+    def look() -> None:
+        seen.append(perdure.current_step().db)
+
+    @app.workflow
+    def wf() -> None:
+        look()
+
+    app.start(wf)
+    worker.run_until_idle()
+    assert seen == [None]
+
+
 # -- once --------------------------------------------------------------------------------
 
 
@@ -328,6 +368,28 @@ def test_resolve_with_value(app: perdure.App, clock: TestClock) -> None:
     TestWorker(app).run_until_idle()
     assert handle.result(timeout=5) == "receipt by hand"
     assert calls == ["notify receipt by hand"]
+
+
+def test_resolve_value_decoded_as_step_type(app: perdure.App, clock: TestClock) -> None:
+    """An operator's value for a stuck step reaches the workflow as the step's annotated type."""
+    seen: list[object] = []
+
+    @app.step(name="book")
+    def book() -> datetime:
+        return datetime.now(UTC)
+
+    @app.workflow
+    def wf() -> str:
+        when = book()
+        seen.append(when)
+        return when.isoformat()
+
+    handle = app.start(wf)
+    recover(app, clock, crash_at(app, "book"))
+    app.resolve(handle.id, "book", value="2026-05-06T07:08:09+00:00")
+    TestWorker(app).run_until_idle()
+    assert handle.result(timeout=5) == "2026-05-06T07:08:09+00:00"
+    assert seen == [datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)]
 
 
 def test_resolve_by_position(app: perdure.App, clock: TestClock) -> None:

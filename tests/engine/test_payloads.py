@@ -284,6 +284,54 @@ def test_large_input_and_result_stored_as_blobs(small_blobs: perdure.App, clock:
     assert {blob_key(run.input), blob_key(run.result)} <= blob_keys(app)
 
 
+def test_large_recorded_error_replays(small_blobs: perdure.App, clock: TestClock) -> None:
+    """A step failure whose record is over the threshold is stored by reference and replays."""
+    app = small_blobs
+    seen: list[str] = []
+
+    @app.step(name="loud")
+    def loud() -> None:
+        raise ValueError("e" * 3000)
+
+    @app.workflow
+    def wf() -> int:
+        try:
+            loud()
+        except perdure.StepError as exc:
+            seen.append(exc.message)
+        perdure.sleep(60)
+        return len(seen[-1])
+
+    handle = app.start(wf)
+    resume(TestWorker(app), clock)
+    assert handle.result(timeout=5) == 3000
+    assert seen == ["e" * 3000] * 2
+    outcome = next(e for e in app.journal(handle.id) if e.kind == "step.outcome")
+    assert blob_key(outcome.data) in blob_keys(app)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bug: a transactional step's outcome is written inline, ignoring blobs"
+)
+def test_large_transactional_result_stored_as_blob(small_blobs: perdure.App) -> None:
+    """A transactional step's large result is stored by reference like any other step's."""
+    app = small_blobs
+
+    @app.step(name="record", effect="transactional")
+    def record() -> str:
+        return "y" * 5000
+
+    @app.workflow
+    def wf() -> int:
+        return len(record())
+
+    handle = app.start(wf)
+    TestWorker(app).run_until_idle()
+    assert handle.result(timeout=5) == 5000
+    outcome = next(e for e in app.journal(handle.id) if e.kind == "step.outcome")
+    assert blob_key(outcome.data) in blob_keys(app)
+
+
 def test_small_payload_stays_inline(small_blobs: perdure.App, worker: TestWorker) -> None:
     """A payload under the threshold is kept inline in the journal."""
     app = small_blobs

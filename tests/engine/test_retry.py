@@ -264,6 +264,61 @@ def test_async_step_timeout_is_a_step_error(app: perdure.App, worker: TestWorker
     assert handle.result(timeout=5).endswith("StepTimeout")
 
 
+def test_step_timeout_replays_as_step_timeout(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """A recorded timeout is raised again as the same StepTimeout when the workflow is replayed."""
+    seen: list[tuple[type, str]] = []
+    calls: list[int] = []
+
+    @app.step(name="slow", timeout=0.05)
+    async def slow() -> None:
+        calls.append(1)
+        await asyncio.sleep(2)
+
+    @app.workflow
+    async def wf() -> None:
+        try:
+            await slow()
+        except perdure.StepError as exc:
+            seen.append((type(exc), str(exc)))
+        await perdure.sleep(60)
+
+    handle = app.start(wf)
+    worker.run_until_idle()
+    clock.advance(61)
+    worker.run_until_idle()
+    assert handle.status() == "completed"
+    assert calls == [1]
+    assert [kind for kind, _ in seen] == [perdure.StepTimeout, perdure.StepTimeout]
+    assert seen[0][1] == seen[1][1]
+    assert seen[0][1].count("failed after") == 1, "the message is not wrapped twice"
+
+
+def test_exhausted_after_parked_backoff_counts_all_attempts(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """Attempts made before and after a parked backoff add up in the final StepError."""
+    body = failing(10)
+    policy = perdure.Retry(max_attempts=3, initial=60, jitter=0)
+    step = app.step(name="flaky", effect="idempotent", retry=policy)(body)
+
+    @app.workflow
+    def wf() -> int:
+        try:
+            step()
+        except perdure.StepError as exc:
+            return exc.attempts
+        return 0
+
+    handle = app.start(wf)
+    for _ in range(3):
+        worker.run_until_idle()
+        clock.advance(121)
+    assert handle.result(timeout=5) == 3
+    assert body.attempts == [1, 2, 3]  # type: ignore[attr-defined]
+
+
 def test_timed_out_attempt_is_retried(app: perdure.App, worker: TestWorker) -> None:
     """A timeout counts as a failed attempt and the next attempt may succeed."""
     attempts: list[int] = []
