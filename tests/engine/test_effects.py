@@ -413,6 +413,21 @@ def test_resolve_retry(app: perdure.App, clock: TestClock) -> None:
     assert calls == ["pay 10", "notify receipt 10"]
 
 
+def test_resolve_retry_then_crash_again(app: perdure.App, clock: TestClock) -> None:
+    """A retried once step that crashes again needs attention again, and can then be settled."""
+    calls: list[str] = []
+    handle = app.start(_once_workflow(app, calls))
+    recover(app, clock, crash_at(app, "pay"))
+    app.resolve(handle.id, "pay", retry=True)
+    recover(app, clock, crash_at(app, "pay"))
+    assert handle.status() == "needs_attention"
+    assert calls == []
+    app.resolve(handle.id, "pay", value="second time lucky")
+    TestWorker(app).run_until_idle()
+    assert handle.result(timeout=5) == "second time lucky"
+    assert calls == ["notify second time lucky"]
+
+
 def test_resolve_fail(app: perdure.App, clock: TestClock) -> None:
     """Resolving with fail=True ends the run failed without executing the step."""
     calls: list[str] = []

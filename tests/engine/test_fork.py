@@ -130,6 +130,19 @@ def test_fork_of_unfinished_run(app: perdure.App, worker: TestWorker) -> None:
     assert original.status() == "sleeping"
 
 
+def test_fork_past_the_end_reuses_everything(app: perdure.App, worker: TestWorker) -> None:
+    """A fork from beyond the last step reuses every outcome and executes nothing."""
+    p = Pipeline(app)
+    original = app.start(p.workflow, 3)
+    worker.run_until_idle()
+    p.calls.clear()
+
+    fork = app.fork(original.id, from_step=100)
+    worker.run_until_idle()
+    assert fork.result(timeout=5) == 39
+    assert p.calls == []
+
+
 def test_fork_refuses_existing_id(app: perdure.App, worker: TestWorker) -> None:
     """Forking into a run id that already exists raises a PerdureError."""
     p = Pipeline(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -64,6 +65,30 @@ def test_async_workflow_replay_skips_done_steps(
         clock.advance(61)
     assert handle.result(timeout=5) == 3
     assert calls == [0, 1, 2]
+
+
+def test_gathered_steps_replay(app: perdure.App, worker: TestWorker, clock: TestClock) -> None:
+    """Steps started together with asyncio.gather are replayed, each with its own value."""
+    calls: list[int] = []
+
+    @app.step
+    async def square(x: int) -> int:
+        calls.append(x)
+        await asyncio.sleep(0.01 * (3 - x))  # finish in reverse order
+        return x * x
+
+    @app.workflow
+    async def wf() -> list[int]:
+        values = await asyncio.gather(*(square(i) for i in range(4)))
+        await perdure.sleep(60)
+        return list(values)
+
+    handle = app.start(wf)
+    worker.run_until_idle()
+    clock.advance(61)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == [0, 1, 4, 9]
+    assert sorted(calls) == [0, 1, 2, 3]
 
 
 def test_sleep_not_yet_due_keeps_run_parked(
