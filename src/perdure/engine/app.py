@@ -14,7 +14,7 @@ from ..store import open_store, resolve_url
 from ..store.base import Entry, RunRow, Store
 from .client import Client, encode_input
 from .clock import Clock, SystemClock
-from .context import current
+from .context import RunContext, current
 from .durable import child_result
 from .effects import Effect, check_effect
 from .payloads import DEFAULT_BLOB_THRESHOLD, inline_or_blob
@@ -57,6 +57,8 @@ class App:
         self._work = Signal()
         self._change = Signal()
         self._opened = False
+        # runs held by workers in this process, so operator calls reach them at once
+        self.active: dict[str, RunContext] = {}
 
     # -- registration --------------------------------------------------------------
 

@@ -164,7 +164,10 @@ class Client:
         run = await self.get(run_id)
         if run.status in TERMINAL:
             return run.status
-        await self.store.cancel(run_id, self.app.clock.now())
+        for touched in await self.store.cancel(run_id, self.app.clock.now()):
+            ctx = self.app.active.get(touched)
+            if ctx is not None:  # held by a worker in this process: reach it at once
+                ctx.request_cancel()
         self.app.notify()
         return (await self.get(run_id)).status
 
@@ -178,6 +181,9 @@ class Client:
             await self._operator(
                 run, "run.pause_requested", fields={"pause_requested": 1}, expect=(RUNNING,)
             )
+            ctx = self.app.active.get(run_id)
+            if ctx is not None:  # held by a worker in this process: stop at its next step
+                ctx.pause_requested = True
         elif run.status != PAUSED:
             raise PerdureError(f"run {run_id!r} is {run.status}; it cannot be paused")
         return (await self.get(run_id)).status
@@ -190,6 +196,9 @@ class Client:
             )
         elif run.pause_requested:
             await self._operator(run, "run.resumed", fields={"pause_requested": 0})
+            ctx = self.app.active.get(run_id)
+            if ctx is not None:
+                ctx.pause_requested = False
         else:
             raise PerdureError(f"run {run_id!r} is {run.status}, not paused")
         self.app.notify()

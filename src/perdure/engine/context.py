@@ -103,6 +103,8 @@ class RunContext:
         self.diverged: NonDeterminismError | None = None
         self.blobs: list[Blob] = []
         self.cancel_requested = False
+        self.cancel_signalled = False
+        self.task: asyncio.Task[Any] | None = None
         self.pause_requested = run.pause_requested
         self.lost = False
         self.closed = False
@@ -168,6 +170,16 @@ class RunContext:
             raise WorkerStopping()
         if self.diverged is not None:
             raise self.diverged
+
+    def request_cancel(self) -> None:
+        """Cancel from any thread: stop at the next step; a running async step is cancelled."""
+        if self.cancel_requested and self.cancel_signalled:
+            return
+        self.cancel_requested = True
+        self.cancel_signalled = True
+        task = self.task
+        if task is not None and not self.sync_mode:
+            self.loop.call_soon_threadsafe(task.cancel)
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""

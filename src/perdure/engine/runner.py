@@ -101,6 +101,7 @@ async def execute(
         inline_sleep=inline_sleep,
     )
     ctx.crash_after_intent = crash_after_intent
+    ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
     try:
         if run.status == "cancelling":

@@ -62,7 +62,7 @@ class Worker:
         self.clock = clock or app.clock
         self.id = make_worker_id()
         self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.contexts: dict[str, RunContext] = {}
+        self.contexts: dict[str, RunContext] = app.active  # shared by the process's workers
         self.stopping = asyncio.Event()
         self.executor = ThreadPoolExecutor(
             max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"
@@ -217,10 +217,8 @@ class Worker:
                 task.cancel()
                 continue
             ctx.pause_requested = state.pause_requested
-            if state.status == CANCELLING and not ctx.cancel_requested:
-                ctx.cancel_requested = True
-                if not ctx.sync_mode:
-                    task.cancel()
+            if state.status == CANCELLING:
+                ctx.request_cancel()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.options.lease / 3
