@@ -1,0 +1,128 @@
+"""Fixtures for the chaos tests: the chaos app module and a pool of real worker processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "chaos_app.py"
+
+
+def _load_chaos_app() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("perdure_chaos_app", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def chaos_app() -> ModuleType:
+    """The chaos app module (tests/chaos/chaos_app.py), loaded by path."""
+    return _load_chaos_app()
+
+
+class WorkerPool:
+    """Worker processes running chaos_app.py on one workdir; every one is reaped at the end."""
+
+    def __init__(self, workdir: Path, *, concurrency: int, lease: float) -> None:
+        self.workdir = workdir
+        self.concurrency = concurrency
+        self.lease = lease
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, Path] = {}
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def spawn(self, role: str = "", **options: Any) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHAOS_ROLE": role}
+        env.pop("PERDURE_DB", None)
+        args = [
+            sys.executable,
+            str(SCRIPT),
+            str(self.workdir),
+            "--concurrency",
+            str(options.get("concurrency", self.concurrency)),
+            "--lease",
+            str(options.get("lease", self.lease)),
+            "--poll",
+            "0.05",
+            "--grace",
+            str(options.get("grace", 3.0)),
+        ]
+        log = self.workdir / "logs" / f"worker-{len(self.procs)}-{role or 'x'}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.procs.append(proc)
+        self.logs[proc.pid] = log
+        return proc
+
+    def alive(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def log_text(self, proc: subprocess.Popen[bytes]) -> str:
+        return self.logs[proc.pid].read_text(errors="replace")
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """kill -9: no drain, no lease release, nothing flushed."""
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> int:
+        """SIGTERM and wait for the worker to drain and exit; returns its exit code."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=timeout)
+
+    def reap(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def worker_pool(tmp_path: Path) -> Iterator[Callable[..., WorkerPool]]:
+    """Make WorkerPools on a workdir; all their processes are killed when the test ends."""
+    pools: list[WorkerPool] = []
+
+    def make(workdir: Path, *, concurrency: int = 6, lease: float = 1.0) -> WorkerPool:
+        pool = WorkerPool(workdir, concurrency=concurrency, lease=lease)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.reap()
+
+
+def _wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def wait_until() -> Callable[..., Any]:
+    """`wait_until(predicate, timeout, what)`: poll until truthy, else fail naming `what`."""
+    return _wait_until
