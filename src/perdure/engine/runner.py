@@ -103,6 +103,7 @@ async def execute(
     ctx.crash_after_intent = crash_after_intent
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
+    app.active[run.id] = ctx  # newest holder in this process, for operator calls
     try:
         if run.status == "cancelling":
             await finish_cancel(ctx)
@@ -143,6 +144,8 @@ async def execute(
     finally:
         ctx.closed = True
         contexts.pop(run.id, None)
+        if app.active.get(run.id) is ctx:
+            del app.active[run.id]
         app.notify_change()
 
 

@@ -62,7 +62,7 @@ class Worker:
         self.clock = clock or app.clock
         self.id = make_worker_id()
         self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.contexts: dict[str, RunContext] = app.active  # shared by the process's workers
+        self.contexts: dict[str, RunContext] = {}
         self.stopping = asyncio.Event()
         self.executor = ThreadPoolExecutor(
             max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"

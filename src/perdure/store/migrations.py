@@ -28,7 +28,8 @@ MIGRATIONS: list[str] = [
         lease_until     REAL,
         lease_epoch     INTEGER NOT NULL DEFAULT 0,
         recoveries      INTEGER NOT NULL DEFAULT 0,
-        pause_requested INTEGER NOT NULL DEFAULT 0
+        pause_requested INTEGER NOT NULL DEFAULT 0,
+        next_seq        INTEGER NOT NULL DEFAULT 0
     );
     CREATE INDEX runs_by_status ON runs (status, wake_at);
     CREATE INDEX runs_by_workflow ON runs (workflow, status);

@@ -183,6 +183,9 @@ class SQLiteStore:
         outcomes: list[tuple[_Op, Any, BaseException | None]] = []
         try:
             self._begin(conn)
+            if len(ops) == 1:  # alone in its transaction: no savepoint needed
+                self._commit_one(conn, ops[0])
+                return
             for op in ops:
                 conn.execute("SAVEPOINT op")
                 try:
@@ -209,6 +212,17 @@ class SQLiteStore:
                 op.future.set_exception(error)
             else:
                 op.future.set_result(value)
+
+    def _commit_one(self, conn: sqlite3.Connection, op: _Op) -> None:
+        try:
+            value = op.fn(conn)
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            op.future.set_exception(exc)
+            return
+        conn.execute("COMMIT")
+        self.commits += 1
+        op.future.set_result(value)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         self._begin(conn)

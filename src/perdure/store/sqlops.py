@@ -38,7 +38,7 @@ _RUN_COLUMNS = (
     "id, workflow, status, input, code_version, result, error, parent_id, created_at, "
     "updated_at, wake_at, deadline_at, waiting_for, lease_owner, lease_until, lease_epoch, "
     "recoveries, pause_requested"
-)
+)  # next_seq is the store's own bookkeeping, not part of RunRow
 _SETTABLE = frozenset(
     {
         "result",
@@ -135,9 +135,25 @@ def journal(conn: Conn, run_id: str) -> list[Entry]:
     ]
 
 
-def _insert_entries(conn: Conn, run_id: str, entries: Sequence[Entry], epoch: int | None) -> None:
-    row = conn.execute("SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)).fetchone()
-    seq = -1 if row[0] is None else row[0]
+def _allocate(conn: Conn, run_id: str, count: int) -> int:
+    """Reserve `count` journal sequence numbers for a run; return the first."""
+    row = conn.execute(
+        "UPDATE runs SET next_seq = next_seq + ? WHERE id = ? RETURNING next_seq", (count, run_id)
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    return int(row[0]) - count
+
+
+def _insert_entries(
+    conn: Conn,
+    run_id: str,
+    entries: Sequence[Entry],
+    epoch: int | None,
+    first_seq: int | None = None,
+) -> None:
+    """Append entries at the next sequence numbers (gap-free: seq is reserved on the run row)."""
+    seq = (_allocate(conn, run_id, len(entries)) if first_seq is None else first_seq) - 1
     params = []
     for e in entries:
         seq += 1
@@ -193,10 +209,12 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         ),
     )
     created = cur.rowcount == 1
+    if created and new.entries:
+        conn.execute("UPDATE runs SET next_seq = ? WHERE id = ?", (len(new.entries), new.id))
     if created:
         _insert_blobs(conn, new.blobs)
     if created and new.entries:
-        _insert_entries(conn, new.id, new.entries, None)
+        _insert_entries(conn, new.id, new.entries, None, 0)
     return _must_get(conn, new.id), created
 
 
@@ -217,20 +235,28 @@ def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> boo
     return False
 
 
-def append(conn: Conn, a: Append) -> AppendResult:
+def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, str | None, int]:
+    """Check the lease epoch and reserve journal seqs in one statement; the run's state."""
+    count = len(a.entries)
     row = conn.execute(
-        "SELECT status, lease_epoch, pause_requested, parent_id FROM runs WHERE id = ?",
-        (a.run_id,),
+        "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at) "
+        "WHERE id = ? AND (? IS NULL OR lease_epoch = ?) "
+        "RETURNING status, pause_requested, parent_id, next_seq",
+        (count, fields.pop("updated_at", None), a.run_id, a.epoch, a.epoch),
     ).fetchone()
     if row is None:
-        raise RunNotFound(a.run_id)
-    current, epoch, pause_requested, parent_id = row[0], row[1], bool(row[2]), row[3]
-    if a.epoch is not None and epoch != a.epoch:
-        raise LeaseLost(a.run_id, a.epoch)
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (a.run_id,)).fetchone() is None:
+            raise RunNotFound(a.run_id)
+        raise LeaseLost(a.run_id, a.epoch or 0)
+    return row[0], bool(row[1]), row[2], int(row[3]) - count
+
+
+def append(conn: Conn, a: Append) -> AppendResult:
+    fields = dict(a.fields)
+    current, pause_requested, parent_id, first_seq = _fence(conn, a, fields)
     if a.expect_status is not None and current not in a.expect_status:
         raise StoreError(f"run {a.run_id!r} is {current}; expected {' or '.join(a.expect_status)}")
     status = a.status
-    fields = dict(a.fields)
     if status is not None:
         if current == CANCELLING and status not in TERMINAL and a.epoch is not None:
             status = CANCELLING
@@ -250,11 +276,12 @@ def append(conn: Conn, a: Append) -> AppendResult:
             tx_error = exc
             entries = entries[:-1]
             status = None
+            conn.execute("UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (a.run_id,))
         else:
             entries[-1].data = tx_data
         conn.execute("RELEASE tx_body")
     if entries:
-        _insert_entries(conn, a.run_id, entries, a.epoch)
+        _insert_entries(conn, a.run_id, entries, a.epoch, first_seq)
     if a.consume_event is not None:
         cur = conn.execute(
             "UPDATE events SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL",
