@@ -310,9 +310,6 @@ def test_large_recorded_error_replays(small_blobs: perdure.App, clock: TestClock
     assert blob_key(outcome.data) in blob_keys(app)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a transactional step's outcome is written inline, ignoring blobs"
-)
 def test_large_transactional_result_stored_as_blob(small_blobs: perdure.App) -> None:
     """A transactional step's large result is stored by reference like any other step's."""
     app = small_blobs

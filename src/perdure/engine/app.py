@@ -17,7 +17,7 @@ from .clock import Clock, SystemClock
 from .context import RunContext, current
 from .durable import child_result
 from .effects import Effect, check_effect
-from .payloads import DEFAULT_BLOB_THRESHOLD, inline_or_blob
+from ..store.blobs import DEFAULT_BLOB_THRESHOLD, inline_or_blob
 from .portal import Portal
 from .registry import StepDef, WorkflowDef, qualified_name
 from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds

@@ -29,7 +29,7 @@ from ..store.base import (
     Store,
 )
 from .codec import dumps, from_json, loads
-from .payloads import blob_ref, inline_or_blob
+from ..store.blobs import blob_ref, inline_or_blob
 
 if TYPE_CHECKING:
     from .app import App

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..store.base import Append, AppendResult, Blob, Entry, NewRun, RunRow, Store
 from .codec import dumps, loads
-from .payloads import BLOB_KEY, inline_or_blob
+from ..store.blobs import BLOB_KEY, inline_or_blob
 
 if TYPE_CHECKING:
     from .app import App
@@ -44,6 +44,7 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
 )
 
 BUFFER_LIMIT = 64  # buffered entries before a flush is forced
+LINGER = 0.002  # seconds a once step's outcome may wait for the next write before its own
 SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
 
 
@@ -100,6 +101,8 @@ class RunContext:
         self.position = 0
         self.buffer: list[Entry] = []
         self.precious = False
+        self._linger: asyncio.TimerHandle | None = None
+        self.background: set[asyncio.Task[None]] = set()
         self.diverged: NonDeterminismError | None = None
         self.blobs: list[Blob] = []
         self.cancel_requested = False
@@ -191,7 +194,7 @@ class RunContext:
         if self.pause_requested:
             raise await self.suspend("paused", "paused")
         deadline = self.run.deadline_at
-        if deadline is not None and self.now() > deadline:
+        if deadline is not None and self.now() >= deadline:
             raise DeadlineExceeded(f"run {self.run_id!r} passed its deadline")
         if self.needs_flush():
             await self.flush()
@@ -238,7 +241,23 @@ class RunContext:
         """Queue a re-creatable entry; `precious` ones (a once step's outcome) are committed
         before the next step executes, since losing them would park the run."""
         self.buffer.append(entry)
-        self.precious = self.precious or precious
+        if precious and not self.precious:
+            self.precious = True
+            self._linger = self.loop.call_later(LINGER, self._linger_flush)
+
+    def _linger_flush(self) -> None:
+        """No write came within LINGER of a once outcome: commit it on its own."""
+        self._linger = None
+        if self.precious and not (self.closed or self.lost or self.check_only):
+            task = self.loop.create_task(self._quiet_flush())
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+
+    async def _quiet_flush(self) -> None:
+        try:
+            await self.flush()
+        except (WorkerStopping, RunSuspended, ReplayEnd):
+            pass  # the run is stopping anyway; recovery decides from the journal
 
     def needs_flush(self) -> bool:
         return len(self.buffer) >= BUFFER_LIMIT
@@ -262,6 +281,9 @@ class RunContext:
         batch = [*self.buffer, *entries]
         self.buffer = []
         self.precious = False
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         blobs, self.blobs = self.blobs, []
         all_fields = {"updated_at": self.now(), **(fields or {})}
         try:
@@ -276,6 +298,7 @@ class RunContext:
                     blobs=blobs,
                     consume_event=consume_event,
                     tx_body=tx_body,
+                    blob_threshold=self.app.blob_threshold,
                 )
             )
         except LeaseLost:

@@ -14,7 +14,7 @@ from ..store.base import CANCELLED, COMPLETED, FAILED, TERMINAL, Append, Claim, 
 from .client import resolve_text
 from .codec import dumps, from_json, loads
 from .context import RunContext, activate, deactivate
-from .payloads import inline_or_blob
+from ..store.blobs import inline_or_blob
 from .registry import WorkflowDef
 from .steps import error_record
 
@@ -109,7 +109,7 @@ async def execute(
             await finish_cancel(ctx)
             return
         try:
-            if run.deadline_at is not None and clock.now() > run.deadline_at:
+            if run.deadline_at is not None and clock.now() >= run.deadline_at:
                 from ..errors import DeadlineExceeded
 
                 raise DeadlineExceeded(f"run {run.id!r} passed its deadline")

@@ -125,6 +125,7 @@ class Append:
     consume_event: int | None = None
     tx_body: TxBody | None = None
     expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
+    blob_threshold: int | None = None  # store tx_body data over this size as a blob
 
 
 @dataclass(slots=True)

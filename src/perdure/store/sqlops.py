@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeaseLost, RunNotFound, StoreError
+from .blobs import inline_or_blob
 from .base import (
     CANCELLED,
     CANCELLING,
@@ -278,7 +279,11 @@ def append(conn: Conn, a: Append) -> AppendResult:
             status = None
             conn.execute("UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (a.run_id,))
         else:
-            entries[-1].data = tx_data
+            stored = tx_data
+            if a.blob_threshold is not None:
+                stored, blob = inline_or_blob(tx_data, a.blob_threshold)
+                _insert_blobs(conn, [blob] if blob else [])
+            entries[-1].data = stored
         conn.execute("RELEASE tx_body")
     if entries:
         _insert_entries(conn, a.run_id, entries, a.epoch, first_seq)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..store.base import Blob
+from .base import Blob
 
 BLOB_KEY = "$perdure_blob"
 DEFAULT_BLOB_THRESHOLD = 64 * 1024  # bytes of JSON text kept inline
