@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import json
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 

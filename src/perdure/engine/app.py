@@ -12,12 +12,12 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from ..errors import ConfigError
 from ..store import open_store, resolve_url
 from ..store.base import Entry, RunRow, Store
+from ..store.blobs import DEFAULT_BLOB_THRESHOLD, inline_or_blob
 from .client import Client, encode_input
 from .clock import Clock, SystemClock
 from .context import RunContext, current
 from .durable import child_result
 from .effects import Effect, check_effect
-from ..store.blobs import DEFAULT_BLOB_THRESHOLD, inline_or_blob
 from .portal import Portal
 from .registry import StepDef, WorkflowDef, qualified_name
 from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds

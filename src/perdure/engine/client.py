@@ -28,8 +28,8 @@ from ..store.base import (
     RunRow,
     Store,
 )
-from .codec import dumps, from_json, loads
 from ..store.blobs import blob_ref, inline_or_blob
+from .codec import dumps, from_json, loads
 
 if TYPE_CHECKING:
     from .app import App

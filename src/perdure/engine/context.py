@@ -12,6 +12,7 @@ lose entries whose recovery is to run again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
@@ -29,8 +30,8 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import Append, AppendResult, Blob, Entry, NewRun, RunRow, Store
-from .codec import dumps, loads
 from ..store.blobs import BLOB_KEY, inline_or_blob
+from .codec import dumps, loads
 
 if TYPE_CHECKING:
     from .app import App
@@ -254,10 +255,8 @@ class RunContext:
             task.add_done_callback(self.background.discard)
 
     async def _quiet_flush(self) -> None:
-        try:
-            await self.flush()
-        except (WorkerStopping, RunSuspended, ReplayEnd):
-            pass  # the run is stopping anyway; recovery decides from the journal
+        with contextlib.suppress(WorkerStopping, RunSuspended, ReplayEnd):
+            await self.flush()  # if the run is stopping anyway, recovery reads the journal
 
     def needs_flush(self) -> bool:
         return len(self.buffer) >= BUFFER_LIMIT

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PayloadError, RunSuspended, WorkerStopping
 from ..store.base import CANCELLED, COMPLETED, FAILED, TERMINAL, Append, Claim, Entry, RunRow
+from ..store.blobs import inline_or_blob
 from .client import resolve_text
 from .codec import dumps, from_json, loads
 from .context import RunContext, activate, deactivate
-from ..store.blobs import inline_or_blob
 from .registry import WorkflowDef
 from .steps import error_record
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeaseLost, RunNotFound, StoreError
-from .blobs import inline_or_blob
 from .base import (
     CANCELLED,
     CANCELLING,
@@ -32,6 +31,7 @@ from .base import (
     NewRun,
     RunRow,
 )
+from .blobs import inline_or_blob
 
 Conn = sqlite3.Connection
 
