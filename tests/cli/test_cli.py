@@ -143,6 +143,7 @@ def test_replay_check_reports_divergence(env: dict[str, str], tmp_path: Path) ->
         (["--db", "mysql://x", "ls"], "unknown scheme"),
         (["start", "nope"], "no workflow named 'nope'"),
         (["resolve", "nope", "1"], "exactly one of"),
+        (["--db", "sqlite:///no/such/dir/x.db", "show", "r"], "no perdure store at"),
     ],
 )
 def test_user_errors_are_one_line_exit_2(
@@ -151,6 +152,8 @@ def test_user_errors_are_one_line_exit_2(
     """Bad input gives one line on stderr, exit code 2 and no traceback."""
     if args[0] == "--db":
         monkeypatch.delenv("PERDURE_APP")  # a bare App on the given URL
+    else:
+        assert run("start", "checkout", '["seed"]').exit_code == 0  # the store exists
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert message in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -51,11 +52,18 @@ def cli(ctx: click.Context, db: str | None, app_spec: str | None) -> None:
     ctx.obj = (db, app_spec)
 
 
-def get_app(ctx: click.Context, *, need_code: bool = False) -> App:
+def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = False) -> App:
+    """The app to act with; `existing` refuses to create a store that is not there yet."""
     db, spec = ctx.obj
     if need_code and not spec:
         raise PerdureError("this command needs your workflows: pass --app module:attribute")
-    return load_app(spec, db)
+    app = load_app(spec, db)
+    path = getattr(app.store, "path", None)
+    if existing and path and path != ":memory:" and not os.path.exists(path):
+        raise PerdureError(
+            f"no perdure store at {os.path.abspath(path)} (pass --db or set PERDURE_DB)"
+        )
+    return app
 
 
 @cli.command()
@@ -102,7 +110,7 @@ def list_runs(
     ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int
 ) -> None:
     """List runs, newest first."""
-    app = get_app(ctx)
+    app = get_app(ctx, existing=True)
     click.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
 
 
@@ -111,7 +119,7 @@ def list_runs(
 @click.pass_context
 def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
-    app = get_app(ctx)
+    app = get_app(ctx, existing=True)
     click.echo(render.run_header(app.get_run(run_id)))
     click.echo()
     click.echo(render.timeline(app.journal(run_id)))
@@ -122,7 +130,7 @@ def show(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
-    app = get_app(ctx)
+    app = get_app(ctx, existing=True)
     run = app.get_run(run_id)
     click.echo(render.run_header(run))
     click.echo()
@@ -136,7 +144,7 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> None:
     """Send EVENT with a JSON PAYLOAD to a run (kept until the run waits for it)."""
-    get_app(ctx).send_event(run_id, event, parse_json(payload, "PAYLOAD"))
+    get_app(ctx, existing=True).send_event(run_id, event, parse_json(payload, "PAYLOAD"))
     click.echo(f"sent {event} to {run_id}")
 
 
@@ -145,7 +153,7 @@ def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> No
 @click.pass_context
 def cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a run and its children."""
-    click.echo(get_app(ctx).cancel(run_id))
+    click.echo(get_app(ctx, existing=True).cancel(run_id))
 
 
 @cli.command()
@@ -153,7 +161,7 @@ def cancel(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def pause(ctx: click.Context, run_id: str) -> None:
     """Pause a run (at once if parked, at the next step if running)."""
-    click.echo(get_app(ctx).pause(run_id))
+    click.echo(get_app(ctx, existing=True).pause(run_id))
 
 
 @cli.command()
@@ -161,7 +169,7 @@ def pause(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, run_id: str) -> None:
     """Resume a paused run from where it was."""
-    click.echo(get_app(ctx).resume(run_id))
+    click.echo(get_app(ctx, existing=True).resume(run_id))
 
 
 @cli.command()
@@ -178,7 +186,7 @@ def resolve(
     if sum((value is not None, retry, fail)) != 1:
         raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
     target: int | str = int(step) if step.isdigit() else step
-    app = get_app(ctx)
+    app = get_app(ctx, existing=True)
     status = app.resolve(run_id, target, value=parse_json(value, "--value"), retry=retry, fail=fail)
     click.echo(status)
 
@@ -196,7 +204,7 @@ def resolve(
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) -> None:
     """Start a new run from RUN_ID's step N (retry from here after a fix)."""
-    click.echo(get_app(ctx).fork(run_id, from_step, new_id).id)
+    click.echo(get_app(ctx, existing=True).fork(run_id, from_step, new_id).id)
 
 
 @cli.command("effects")
