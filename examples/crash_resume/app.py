@@ -33,6 +33,8 @@ def create_account(name: str) -> str:
 @app.step(effect="once")
 def send_welcome_email(name: str, account: str) -> str:
     ledger(f"send_welcome_email {name}")
+    if name == "Linus":
+        time.sleep(4)  # a slow mail server: the demo's kill -9 lands in the middle of this send
     return f"welcome mail sent to {name} for {account}"
 
 

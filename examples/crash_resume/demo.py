@@ -16,7 +16,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATE = os.path.join(HERE, ".state")
-NAMES = ["Ada", "Grace", "Alan", "Edsger", "Barbara"]
+NAMES = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Linus"]
 
 
 def worker() -> subprocess.Popen[bytes]:
@@ -43,6 +43,9 @@ def main() -> None:
     sys.path.insert(0, HERE)
     from app import app, onboard
 
+    from perdure.cli import render
+    from perdure.engine.inspection import explain
+
     handles = [app.start(onboard, name, run_id=f"onboard-{name.lower()}") for name in NAMES]
     print(f"started {len(handles)} runs of 'onboard' in {app.url}")
 
@@ -57,13 +60,26 @@ def main() -> None:
     print("\nstarting a new worker; it recovers every run once the dead worker's lease expires")
     second = worker()
     try:
-        for h in handles:
+        *others, linus = handles
+        for h in others:
             h.result(timeout=60)
+        while linus.status() != "needs_attention":
+            time.sleep(0.1)
+        for h in handles:
+            print(f"  {h.id:<18} {h.status()}")
+        print(f"\n$ perdure explain {linus.id}")
+        print(render.explanation(explain(app, app.get_run(linus.id), app.journal(linus.id))))
+        print("\nperdure will not send a 'once' email twice. The operator checks the mail log,")
+        print(
+            f"sees it went out, and says so:  perdure resolve {linus.id} send_welcome_email "
+            "--value '\"sent\"'"
+        )
+        app.resolve(linus.id, "send_welcome_email", value="welcome mail sent (operator)")
+        linus.result(timeout=60)
+        print(f"  {linus.id:<18} {linus.status()}")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait()
-    for h in handles:
-        print(f"  {h.id:<18} {h.status()}")
 
     with open(os.path.join(STATE, "ledger.txt")) as f:
         lines = f.read().splitlines()
@@ -71,7 +87,10 @@ def main() -> None:
     finished = sum("(finished)" in line for line in lines)
     print("\nside effects executed (from the ledger outside perdure):")
     print(f"  create_account      {counts['create_account']}  (keyed: a re-run reuses its key)")
-    print(f"  send_welcome_email  {counts['send_welcome_email']}  (once: never repeated)")
+    print(
+        f"  send_welcome_email  {counts['send_welcome_email']}  (once: never repeated, even "
+        "the interrupted one)"
+    )
     print(
         f"  build_report        {counts['build_report']} started, {finished} finished"
         "  (idempotent: the interrupted ones ran again)"
@@ -84,7 +103,7 @@ def main() -> None:
     print(f"  invoices            {invoices}  (transactional: exactly once)")
     print(f"\nresult of {handles[0].id}: {handles[0].result()}")
     print(
-        f"\nsee the journal: perdure --db sqlite:///{os.path.relpath(STATE)}/demo.db "
+        f"\nsee a journal: .venv/bin/perdure --db sqlite:///{os.path.relpath(STATE)}/demo.db "
         f"show {handles[0].id}"
     )
 
