@@ -114,11 +114,6 @@ def test_sleep_past_the_deadline_fails_at_the_deadline(
     assert after == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: at exactly deadline_at the run is claimed and re-parked forever "
-    "(deadline checks use `now > deadline_at` while the parked run wakes at deadline_at)",
-)
 def test_run_woken_exactly_at_its_deadline_fails(
     app: perdure.App, clock: TestClock, worker: TestWorker
 ) -> None:

@@ -447,3 +447,50 @@ def test_heartbeat_notices_a_lost_lease_and_stops_the_run(
         asyncio.run(main())
     finally:
         other.close()
+
+
+def test_same_app_workers_keep_their_own_runs_apart(app: perdure.App, clock: TestClock) -> None:
+    """Two workers of one app: the one that lost a run's lease stops, the new owner finishes."""
+    calls: list[int] = []
+    stuck = asyncio.Event()  # never set: the zombie's attempt ends only by cancellation
+    release = asyncio.Event()
+
+    @app.step(effect="idempotent")
+    async def work() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            await stuck.wait()
+        return "rescuer"
+
+    @app.step
+    async def tail() -> None:
+        await release.wait()
+
+    @app.workflow
+    async def job() -> str:
+        value = await work()
+        await tail()
+        return value
+
+    async def main() -> None:
+        handle = await app.start_async(job)
+        zombie = app.worker(concurrency=1, lease=LEASE)
+        rescuer = app.worker(concurrency=1, lease=LEASE)
+        try:
+            await zombie.claim_once()
+            await wait_until(holds(lambda: calls == [1]))
+            clock.advance(LEASE + 1)
+            await rescuer.claim_once()
+            await wait_until(holds(lambda: len(calls) == 2))  # the rescuer is in `tail` now
+            zombie_tasks = list(zombie.tasks.values())
+            await zombie.heartbeat_once()
+            await asyncio.wait(zombie_tasks, timeout=5)
+            assert all(t.done() for t in zombie_tasks)
+            release.set()
+            await asyncio.wait(list(rescuer.tasks.values()), timeout=5)
+            assert await handle.result_async(timeout=1) == "rescuer"
+        finally:
+            zombie.executor.shutdown(wait=False)
+            rescuer.executor.shutdown(wait=False)
+
+    asyncio.run(main())
