@@ -319,3 +319,30 @@ def test_child_result_is_journaled_in_the_parent(
     worker.run_until_idle()
     assert handle.result(timeout=5) == "v1"
     assert len([e for e in app.journal("p") if e.kind == "child.result"]) == 1
+
+
+def test_cancelled_child_raises_run_failed_in_waiting_parent(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """Cancelling a child the parent waits on wakes the parent with RunFailed(status=cancelled)."""
+
+    @app.workflow
+    async def stuck() -> None:
+        await perdure.wait_event("never")
+
+    @app.workflow
+    async def parent() -> str:
+        try:
+            await stuck()
+        except perdure.RunFailed as exc:
+            return exc.status
+        return "no error"
+
+    handle = app.start(parent, run_id="p")
+    worker.run_until_idle()
+    assert handle.status() == "waiting"
+    (child,) = children_of(app, "p")
+    assert app.cancel(child.id) == "cancelled"
+    assert handle.status() == "pending"
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == "cancelled"
