@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from types import ModuleType
@@ -50,7 +51,7 @@ def test_sigstopped_worker_is_fenced_after_takeover(
         wait_until(lambda: ledger("zombie_block", "enter", "A"), 30, "worker A to enter its step")
 
         # A holds the run and is inside zombie_block; freeze it there.
-        os.kill(a.pid, signal.SIGSTOP)
+        freeze_outside_transaction(a.pid, workdir / chaos_app.STORE_DB)
         stopped_at = time.monotonic()
         before = app.journal(run_id)
         a_entries = [e for e in before if e.worker is not None]
@@ -146,7 +147,25 @@ def test_sigstopped_worker_is_fenced_after_takeover(
             f"(lease {LEASE}s); A's refusal: {refusal.strip()}"
         )
     finally:
+        pool.reap()  # first: a frozen worker holding the write lock would block close()
         app.close()
+
+
+def freeze_outside_transaction(pid: int, db: Path) -> None:
+    """SIGSTOP `pid` at a moment it does not hold SQLite's write lock (B must be able to write)."""
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        conn = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)  # froze mid-commit (a heartbeat): try again
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    pytest.fail("could not freeze worker A outside a store transaction")
 
 
 def _refusal_line(log: str, run_id: str) -> str | None:
@@ -157,8 +176,6 @@ def _refusal_line(log: str, run_id: str) -> str | None:
 
 
 def chaos_app_rows(workdir: Path, chaos_app: ModuleType, run_id: str) -> list[tuple[str, str, int]]:
-    import sqlite3
-
     with sqlite3.connect(workdir / chaos_app.STORE_DB) as conn:
         by_pos = {
             row[0]: row[1:]
