@@ -262,7 +262,11 @@ def test_cancel_running_sync_workflow_stops_at_next_step(
 
 
 def register_two_steps(application: perdure.App, seen: list[str], operate: Any) -> Any:
-    """A sync workflow of two steps; the first calls `operate(run_id)` while it runs."""
+    """A sync workflow of two steps; the first calls `operate(run_id)` while it runs.
+
+    The second is a `once` step: its intent write is refused while a cancel or pause
+    is pending, so the guarantee holds whichever process the request came from.
+    """
 
     @application.step(name="first", effect="read")
     def first() -> None:
@@ -294,11 +298,6 @@ def test_cancel_requested_during_a_step_stops_before_the_next_step(
     assert handle.status() == "cancelled"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a cancel requested from another process during a fast step is only noticed at "
-    "the next heartbeat or store write, so the next step still runs and the run completes",
-)
 def test_cancel_from_another_process_stops_before_the_next_step(
     app: perdure.App,
     db_url: str,
@@ -306,7 +305,7 @@ def test_cancel_from_another_process_stops_before_the_next_step(
     worker: TestWorker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A cancel requested by another process while a step runs ends the run before the next step."""
+    """A cancel from another process while a step runs ends the run before the next once step."""
     # A slow first step would flush and so learn of the request by chance (e.g. on a busy
     # machine); the guarantee must not depend on that, so that path is switched off here.
     monkeypatch.setattr(perdure.engine.steps, "SLOW_STEP", 3600.0)
@@ -482,11 +481,6 @@ def test_pause_requested_during_a_step_stops_before_the_next_step(
     assert seen == ["first", "second"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a pause requested from another process during a fast step is only noticed at "
-    "the next heartbeat or store write, so the next step still runs",
-)
 def test_pause_from_another_process_stops_before_the_next_step(
     app: perdure.App,
     db_url: str,
@@ -494,7 +488,7 @@ def test_pause_from_another_process_stops_before_the_next_step(
     worker: TestWorker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A pause requested by another process while a step runs parks the run before the next step."""
+    """A pause from another process while a step runs parks the run before the next once step."""
     # A slow first step would flush and so learn of the request by chance (e.g. on a busy
     # machine); the guarantee must not depend on that, so that path is switched off here.
     monkeypatch.setattr(perdure.engine.steps, "SLOW_STEP", 3600.0)

@@ -119,11 +119,6 @@ def test_newer_schema_refused_through_the_app(db_path: Path) -> None:
     assert table_counts(db_path)["runs"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the store switches the file to WAL before reading schema_version, so a newer "
-    "store in rollback-journal mode has its header rewritten despite 'Nothing was changed'",
-)
 def test_newer_schema_in_rollback_mode_is_left_byte_identical(db_path: Path) -> None:
     """A newer store that is not in WAL mode is refused without rewriting the file's header."""
     conn = sqlite3.connect(db_path)
@@ -161,11 +156,6 @@ def test_file_that_is_not_sqlite_through_the_app(db_path: Path) -> None:
         app.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an existing SQLite file of another application (e.g. with its own `runs` table) "
-    "raises a raw sqlite3.OperationalError and is switched to WAL mode",
-)
 def test_foreign_sqlite_database_is_refused_cleanly(db_path: Path) -> None:
     """A SQLite file that belongs to another program is refused with a one-line perdure error."""
     conn = sqlite3.connect(db_path)

@@ -29,7 +29,16 @@ from ..errors import (
     RunSuspended,
     WorkerStopping,
 )
-from ..store.base import Append, AppendResult, Blob, Entry, NewRun, RunRow, Store
+from ..store.base import (
+    Append,
+    AppendResult,
+    Blob,
+    Entry,
+    NewRun,
+    OperatorRequest,
+    RunRow,
+    Store,
+)
 from ..store.blobs import BLOB_KEY, inline_or_blob
 from .codec import dumps, loads
 
@@ -269,6 +278,7 @@ class RunContext:
         new_runs: list[NewRun] | None = None,
         consume_event: int | None = None,
         tx_body: Any = None,
+        stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
         if self.lost:
@@ -277,7 +287,8 @@ class RunContext:
             raise RunSuspended("already parked by a sibling")
         if self.check_only:
             raise ReplayEnd(self.position)
-        batch = [*self.buffer, *entries]
+        buffered = self.buffer
+        batch = [*buffered, *entries]
         self.buffer = []
         self.precious = False
         if self._linger is not None:
@@ -298,8 +309,16 @@ class RunContext:
                     consume_event=consume_event,
                     tx_body=tx_body,
                     blob_threshold=self.app.blob_threshold,
+                    stop_if_requested=stop_if_requested,
                 )
             )
+        except OperatorRequest as request:  # nothing was written: stop before the step
+            self.buffer = buffered + self.buffer
+            self.blobs = blobs + self.blobs
+            self.cancel_requested = self.cancel_requested or request.cancel
+            self.pause_requested = self.pause_requested or request.pause
+            await self.checkpoint()
+            raise  # checkpoint always unwinds here
         except LeaseLost:
             self.lost = True
             log.warning(

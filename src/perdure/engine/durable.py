@@ -1,7 +1,8 @@
 """The deterministic calls a workflow may make; each takes a journal position.
 
-In an async workflow each returns an awaitable; in a sync workflow it returns
-the value directly. What each records:
+`now()`, `uuid()`, `random()` and `patched()` return values directly; `sleep()`
+and `wait_event()` return awaitables in async workflows and values in sync ones.
+What each records:
 
 - `now()`, `uuid()`, `random()`: the value produced, returned unchanged on replay.
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.

@@ -194,7 +194,8 @@ async def _attempt(
             data={"effect": step.effect, "key": info.idempotency_key},
         )
         if step.effect == "once":
-            await ctx.write(intent)
+            # refused if an operator (in any process) asked to cancel or pause meanwhile
+            await ctx.write(intent, stop_if_requested=True)
         else:
             ctx.buffer_entry(intent)
     if ctx.precious:

@@ -102,6 +102,15 @@ class Blob:
     data: str
 
 
+class OperatorRequest(Exception):
+    """Raised by a `stop_if_requested` append when an operator asked to cancel or pause."""
+
+    def __init__(self, cancel: bool, pause: bool) -> None:
+        super().__init__("cancel" if cancel else "pause")
+        self.cancel = cancel
+        self.pause = pause
+
+
 # A transactional step body: called with the store's own DB connection inside the
 # transaction that also records the step's outcome.
 TxBody = Callable[[Any], str]
@@ -126,6 +135,7 @@ class Append:
     tx_body: TxBody | None = None
     expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
     blob_threshold: int | None = None  # store tx_body data over this size as a blob
+    stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
 
 
 @dataclass(slots=True)

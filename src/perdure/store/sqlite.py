@@ -112,6 +112,7 @@ class SQLiteStore:
             raise ConfigError(f"cannot open SQLite store {self.path!r}: {exc}") from None
         conn.row_factory = sqlite3.Row
         try:
+            self._check_foreign(conn)  # before any pragma: a refused file stays byte-identical
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -119,13 +120,39 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise ConfigError(f"{self.path!r} is not a perdure SQLite store: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def _check_foreign(self, conn: sqlite3.Connection) -> None:
+        """Refuse another program's database, or one written by a newer perdure, untouched."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return
+        if "perdure_meta" not in tables:
+            raise ConfigError(
+                f"{self.path!r} is an SQLite database of another program, not a perdure store "
+                "(choose another file with --db / PERDURE_DB)"
+            )
+        row = conn.execute("SELECT value FROM perdure_meta WHERE key='schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > LATEST:
+            raise SchemaVersionError(
+                f"store {self.path!r} has schema version {version}, newer than this perdure "
+                f"understands ({LATEST}); upgrade perdure. Nothing was changed."
+            )
 
     def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         try:
             conn = self._connect()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        try:
             self._migrate(conn)
         except BaseException as exc:
+            conn.close()
             ready.set_exception(exc)
             return
         ready.set_result(None)

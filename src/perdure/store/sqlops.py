@@ -29,6 +29,7 @@ from .base import (
     EventRow,
     LeaseState,
     NewRun,
+    OperatorRequest,
     RunRow,
 )
 from .blobs import inline_or_blob
@@ -242,13 +243,19 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at) "
         "WHERE id = ? AND (? IS NULL OR lease_epoch = ?) "
+        "AND NOT (? AND (status = 'cancelling' OR pause_requested = 1)) "
         "RETURNING status, pause_requested, parent_id, next_seq",
-        (count, fields.pop("updated_at", None), a.run_id, a.epoch, a.epoch),
+        (count, fields.pop("updated_at", None), a.run_id, a.epoch, a.epoch, a.stop_if_requested),
     ).fetchone()
     if row is None:
-        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (a.run_id,)).fetchone() is None:
+        state = conn.execute(
+            "SELECT lease_epoch, status, pause_requested FROM runs WHERE id = ?", (a.run_id,)
+        ).fetchone()
+        if state is None:
             raise RunNotFound(a.run_id)
-        raise LeaseLost(a.run_id, a.epoch or 0)
+        if a.epoch is not None and state[0] != a.epoch:
+            raise LeaseLost(a.run_id, a.epoch)
+        raise OperatorRequest(cancel=state[1] == CANCELLING, pause=bool(state[2]))
     return row[0], bool(row[1]), row[2], int(row[3]) - count
 
 
