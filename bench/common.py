@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -66,8 +67,10 @@ def have_strace() -> bool:
 
 
 def scratch(prefix: str) -> str:
-    """A fresh temporary folder for one measurement's database files."""
-    return tempfile.mkdtemp(prefix=f"perdure-bench-{prefix}-")
+    """A fresh temporary folder for one measurement's files, removed when this process exits."""
+    folder = tempfile.mkdtemp(prefix=f"perdure-bench-{prefix}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def child_command(module: str, config: Config) -> list[str]:
