@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import queue
@@ -43,9 +44,30 @@ _MAX_BATCH = 512
 
 @dataclass(slots=True)
 class _Op:
+    """One store operation and where its answer goes: a thread's future or a loop's."""
+
     fn: Callable[[sqlite3.Connection], Any]
     write: bool
-    future: concurrent.futures.Future[Any]
+    future: concurrent.futures.Future[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    waiter: asyncio.Future[Any] | None = None
+
+    def start(self) -> bool:
+        """False if the caller gave up before the operation began (then it is skipped)."""
+        if self.future is not None:
+            return self.future.set_running_or_notify_cancel()
+        return self.waiter is not None and not self.waiter.cancelled()
+
+
+def _deliver(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the caller's loop: resolve every waiter answered by one batch (one wake-up)."""
+    for waiter, value, error in answers:
+        if waiter.done():
+            continue
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(value)
 
 
 class SQLiteStore:
@@ -62,6 +84,7 @@ class SQLiteStore:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.commits = 0  # transactions committed, for benchmarks
+        self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -178,7 +201,7 @@ class SQLiteStore:
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
         writes: list[_Op] = []
         for op in batch:
-            if not op.future.set_running_or_notify_cancel():
+            if not op.start():
                 continue  # the caller gave up before the op started: skip it
             if op.write:
                 writes.append(op)
@@ -187,11 +210,24 @@ class SQLiteStore:
                 self._commit(conn, writes)
                 writes = []
             try:
-                op.future.set_result(op.fn(conn))
+                self._answer(op, op.fn(conn), None)
             except BaseException as exc:
-                op.future.set_exception(exc)
+                self._answer(op, None, exc)
         if writes:
             self._commit(conn, writes)
+        answers, self._answers = self._answers, {}
+        for loop, items in answers.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+                loop.call_soon_threadsafe(_deliver, items)
+
+    def _answer(self, op: _Op, value: Any, error: BaseException | None) -> None:
+        if op.future is not None:
+            if error is not None:
+                op.future.set_exception(error)
+            else:
+                op.future.set_result(value)
+        elif op.loop is not None and op.waiter is not None:
+            self._answers.setdefault(op.loop, []).append((op.waiter, value, error))
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         delay = 0.001
@@ -231,25 +267,22 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
             err = StoreError(f"SQLite store {self.path!r}: {exc}")
             for op in ops:
-                if not op.future.done():
-                    op.future.set_exception(err)
+                if op.future is None or not op.future.done():
+                    self._answer(op, None, err)
             return
         for op, value, error in outcomes:
-            if error is not None:
-                op.future.set_exception(error)
-            else:
-                op.future.set_result(value)
+            self._answer(op, value, error)
 
     def _commit_one(self, conn: sqlite3.Connection, op: _Op) -> None:
         try:
             value = op.fn(conn)
         except BaseException as exc:
             conn.execute("ROLLBACK")
-            op.future.set_exception(exc)
+            self._answer(op, None, exc)
             return
         conn.execute("COMMIT")
         self.commits += 1
-        op.future.set_result(value)
+        self._answer(op, value, None)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         self._begin(conn)
@@ -289,11 +322,17 @@ class SQLiteStore:
         if self._thread is None:
             self.start()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._queue.put(_Op(fn, write, future))
+        self._queue.put(_Op(fn, write, future=future))
         return future
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        return await asyncio.wrap_future(self.submit(fn, write=write))
+        """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up."""
+        if self._thread is None:
+            self.start()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Op(fn, write, loop=loop, waiter=waiter))
+        return await waiter
 
     # -- the Store protocol ---------------------------------------------------------
 
