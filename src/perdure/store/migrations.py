@@ -47,7 +47,7 @@ MIGRATIONS: list[str] = [
         epoch    INTEGER,
         worker   TEXT,
         PRIMARY KEY (run_id, seq)
-    );
+    ) WITHOUT ROWID;
     CREATE UNIQUE INDEX journal_one_outcome ON journal (run_id, position) WHERE final = 1;
     CREATE TABLE events (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
