@@ -141,12 +141,13 @@ class Chaos:
         assert self.mod.STEP_EFFECTS.get(mark.name) == "once", (
             f"{run_id}: needs_attention on {mark.name!r}, which is not a once step"
         )
-        at_pos = [e for e in entries if e.position == mark.position and e.seq < mark.seq]
-        assert any(e.kind == "step.intent" for e in at_pos), (
+        at_pos = [e for e in entries if e.position == mark.position]
+        assert any(e.kind == "step.intent" and e.seq < mark.seq for e in at_pos), (
             f"{run_id}: needs_attention at position {mark.position} without a journaled intent"
         )
         assert not any(e.final for e in at_pos), (
-            f"{run_id}: needs_attention at position {mark.position}, which has an outcome"
+            f"{run_id}: needs_attention at position {mark.position}, which has an outcome "
+            f"(written before the run was parked, or by a zombie after): {at_pos}"
         )
         done = [
             r
@@ -333,6 +334,15 @@ def verify(chaos: Chaos, attention_after_chaos: list[str]) -> dict[str, Any]:
             before = [e for e in entries if e.position == mark.position and e.seq < mark.seq]
             assert any(e.kind == "step.intent" for e in before), f"{where}: {mark}"
             assert not any(e.final for e in before), f"{where}: {mark}"
+            # Once parked, only the operator moves the step on: no worker writes there first.
+            after = [e for e in entries if e.position == mark.position and e.seq > mark.seq]
+            if after:
+                first = after[0]
+                assert first.worker is None and first.kind in ("step.outcome", "step.retry"), (
+                    f"{where}: after needs_attention at {mark.position}, {first} came first"
+                )
+                if first.kind == "step.outcome":
+                    assert json.loads(first.data or "{}").get("resolved_by") == "operator"
 
         by_pos: dict[int, list[Entry]] = defaultdict(list)
         for e in entries:
