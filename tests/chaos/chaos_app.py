@@ -171,6 +171,7 @@ def build_app(workdir: Path) -> perdure.App:
     @app.step(name="tx_step", effect="transactional")
     def tx_step(tag: str) -> dict[str, Any]:
         info = perdure.current_step()
+        ledger_write(workdir, "transactional", "attempt")  # attempts; committed ones are rows
         cur = info.db.execute(
             f"INSERT INTO {TX_TABLE} (run_id, pos, key, pid, role) VALUES (?, ?, ?, ?, ?)",
             (info.run_id, info.position, info.idempotency_key, os.getpid(), "chaos"),

@@ -419,6 +419,8 @@ def verify(chaos: Chaos, attention_after_chaos: list[str]) -> dict[str, Any]:
         "re_executions_per_effect": re_runs,
         "keyed_effects": len(service),
         "transactional_rows": sum(len(v) for v in tx_rows.values()),
+        "transactional_attempts_rolled_back": per_effect["transactional"]
+        - sum(len(v) for v in tx_rows.values()),
         "cancel_requests": len(chaos.cancelled),
     }
 
