@@ -593,3 +593,42 @@ def test_cancel_paused_run(app: perdure.App, worker: TestWorker) -> None:
     assert app.cancel(handle.id) == "cancelled"
     with pytest.raises(perdure.PerdureError):
         app.resume(handle.id)
+
+
+def test_resume_is_not_lost_when_the_worker_parks_the_run_meanwhile(
+    app: perdure.App, clock: TestClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume racing the worker that parks the run as paused still leaves it runnable."""
+    from perdure.store.base import Append, Entry
+
+    @app.workflow
+    def quick() -> int:
+        return 1
+
+    async def main() -> None:
+        await app.start_async(quick, run_id="race")
+        [claim] = await app.store.claim("w1", clock.now(), 30.0, 1, ["quick"])
+        assert await app.client.pause("race") == "running"  # pause requested, not reached
+        real_get = app.client.get
+
+        async def get_then_worker_parks(run_id: str) -> Any:
+            run = await real_get(run_id)
+            if run.status == "running":  # the worker reaches its step boundary right now
+                await app.store.append(
+                    Append(
+                        run_id="race",
+                        epoch=claim.run.lease_epoch,
+                        entries=[Entry(kind="run.paused", at=clock.now())],
+                        status="paused",
+                        fields={"lease_owner": None, "lease_until": None},
+                    )
+                )
+            return run
+
+        monkeypatch.setattr(app.client, "get", get_then_worker_parks)
+        assert await app.client.resume("race") == "pending"
+        monkeypatch.undo()
+        run = await app.client.get("race")
+        assert (run.status, run.pause_requested) == ("pending", False)
+
+    asyncio.run(main())

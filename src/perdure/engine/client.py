@@ -189,18 +189,28 @@ class Client:
         return (await self.get(run_id)).status
 
     async def resume(self, run_id: str) -> str:
-        run = await self.get(run_id)
-        if run.status == PAUSED:
-            await self._operator(
-                run, "run.resumed", status=PENDING, fields={"pause_requested": 0}, expect=(PAUSED,)
-            )
-        elif run.pause_requested:
-            await self._operator(run, "run.resumed", fields={"pause_requested": 0})
-            ctx = self.app.active.get(run_id)
-            if ctx is not None:
-                ctx.pause_requested = False
+        """Resume a paused run, or withdraw a pause a running run has not reached yet."""
+        for _ in range(10):  # a worker may park the run between our read and our write
+            run = await self.get(run_id)
+            if run.status == PAUSED:
+                resumed = Entry(kind="run.resumed", at=self.app.clock.now())
+                if await self._append(
+                    run, [resumed], PENDING, {"pause_requested": 0}, (PAUSED,), conflict_ok=True
+                ):
+                    break
+            elif run.pause_requested:
+                resumed = Entry(kind="run.resumed", at=self.app.clock.now())
+                if await self._append(
+                    run, [resumed], None, {"pause_requested": 0}, (RUNNING,), conflict_ok=True
+                ):
+                    ctx = self.app.active.get(run_id)
+                    if ctx is not None:
+                        ctx.pause_requested = False
+                    break
+            else:
+                raise PerdureError(f"run {run_id!r} is {run.status}, not paused")
         else:
-            raise PerdureError(f"run {run_id!r} is {run.status}, not paused")
+            raise PerdureError(f"run {run_id!r} kept changing; resume it again")
         self.app.notify()
         return (await self.get(run_id)).status
 
@@ -312,7 +322,13 @@ class Client:
         status: str | None,
         fields: dict[str, Any],
         expect: Sequence[str] | None,
-    ) -> None:
+        *,
+        conflict_ok: bool = False,
+    ) -> bool:
+        """An operator write, applied only if the run is still in `expect`.
+
+        Returns False on a conflict when `conflict_ok`, else raises a one-line error.
+        """
         try:
             await self.store.append(
                 Append(
@@ -325,4 +341,7 @@ class Client:
                 )
             )
         except StoreError as exc:
+            if conflict_ok:
+                return False
             raise PerdureError(f"run {run.id!r} changed while acting on it: {exc}") from None
+        return True
