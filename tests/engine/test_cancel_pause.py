@@ -607,7 +607,7 @@ def test_resume_is_not_lost_when_the_worker_parks_the_run_meanwhile(
 
     async def main() -> None:
         await app.start_async(quick, run_id="race")
-        [claim] = await app.store.claim("w1", clock.now(), 30.0, 1, ["quick"])
+        [claim] = await app.store.claim("w1", clock.now(), 30.0, 1, [quick.name])
         assert await app.client.pause("race") == "running"  # pause requested, not reached
         real_get = app.client.get
 
