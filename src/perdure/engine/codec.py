@@ -67,9 +67,17 @@ def to_json(value: Any, where: str, path: str = "$") -> JSON:
     )
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def dumps(value: Any, where: str) -> str:
     """`value` as compact JSON text (see `to_json`)."""
-    return json.dumps(to_json(value, where), separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(to_json(value, where))
+
+
+def dumps_plain(value: JSON) -> str:
+    """Compact JSON text of a value that is already plain JSON (skips the `to_json` walk)."""
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | None) -> JSON:

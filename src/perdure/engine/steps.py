@@ -17,7 +17,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
-from .codec import from_json, to_json
+from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
 
@@ -191,7 +191,7 @@ async def _attempt(
             step.name,
             position=pos,
             attempt=attempt,
-            data={"effect": step.effect, "key": info.idempotency_key},
+            data_json=dumps_plain({"effect": step.effect, "key": info.idempotency_key}),
         )
         if step.effect == "once":
             # refused if an operator (in any process) asked to cancel or pause meanwhile
@@ -220,7 +220,7 @@ async def _attempt(
         position=pos,
         attempt=attempt,
         final=True,
-        data={"value": data, "ms": round(elapsed * 1000, 3)},
+        data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
     )
     ctx.buffer_entry(entry, precious=step.effect == "once")
     if elapsed > SLOW_STEP or ctx.needs_flush():
