@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,28 +12,6 @@ import pytest
 import perdure
 import perdure.engine.steps
 from perdure.testing import TestClock, TestWorker
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/x.db"
-
-
-@pytest.fixture
-def app(db_url: str, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(db_url, clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:

@@ -3,31 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import perdure
 from perdure.testing import TestClock, TestWorker
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def app(tmp_path: Path, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(f"sqlite:///{tmp_path}/x.db", clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 def children_of(app: perdure.App, parent_id: str) -> list[perdure.RunRow]:

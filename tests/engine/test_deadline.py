@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,23 +11,6 @@ import perdure
 from perdure.testing import TestClock, TestWorker
 
 HOUR = 3600.0
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def app(tmp_path: Path, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(f"sqlite:///{tmp_path}/x.db", clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 def assert_deadline_failure(app: perdure.App, run_id: str) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,23 +11,6 @@ from pydantic import BaseModel
 
 import perdure
 from perdure.testing import TestClock, TestWorker
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def app(tmp_path: Path, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(f"sqlite:///{tmp_path}/x.db", clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 def unconsumed(app: perdure.App, run_id: str, name: str) -> Any:

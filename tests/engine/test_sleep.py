@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,28 +12,6 @@ import perdure
 from perdure.testing import TestClock, TestWorker
 
 HOUR = 3600.0
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/x.db"
-
-
-@pytest.fixture
-def app(db_url: str, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(db_url, clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 def test_sleep_parks_run_with_wake_at_and_no_lease(

@@ -4,30 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import perdure
 from perdure.testing import TestClock, TestWorker
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def app(tmp_path: Path, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(f"sqlite:///{tmp_path}/x.db", clock=clock)
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def worker(app: perdure.App) -> TestWorker:
-    return TestWorker(app)
 
 
 def test_start_with_same_run_id_twice_returns_the_same_run(app: perdure.App) -> None:

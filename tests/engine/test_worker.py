@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -16,23 +15,6 @@ from perdure.store.base import Claim
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 LEASE = 30.0
-
-
-@pytest.fixture
-def clock() -> TestClock:
-    return TestClock()
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/x.db"
-
-
-@pytest.fixture
-def app(db_url: str, clock: TestClock) -> Iterator[perdure.App]:
-    application = perdure.App(db_url, clock=clock)
-    yield application
-    application.close()
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
