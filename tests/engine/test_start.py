@@ -241,3 +241,18 @@ def test_start_outside_a_workflow_via_workflow_start(app: perdure.App, worker: T
     worker.run_until_idle()
     assert handle.result(timeout=5) == "a"
     assert app.get_run("e1").parent_id is None
+
+
+def test_ill_typed_input_is_refused_at_start(app: perdure.App) -> None:
+    """An argument that does not fit the workflow's annotation is refused before any run exists."""
+
+    @app.workflow
+    async def greet(name: str, times: int) -> str:
+        return name * times
+
+    with pytest.raises(perdure.PayloadError) as info:
+        app.start(greet, "ana", "three", run_id="typed")
+    message = str(info.value)
+    assert "argument times" in message and "'three'" not in message.split(":")[0]
+    assert "\n" not in message
+    assert app.list_runs() == []

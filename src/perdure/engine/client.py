@@ -30,6 +30,7 @@ from ..store.base import (
 )
 from ..store.blobs import blob_ref, inline_or_blob
 from .codec import dumps, from_json, loads
+from .registry import typed_arguments
 
 if TYPE_CHECKING:
     from .app import App
@@ -86,10 +87,13 @@ class Client:
             definition.signature.bind(*args, **(kwargs or {}))
         except TypeError as exc:
             raise ConfigError(f"workflow {workflow!r}: {exc}") from None
-        await self.app.open_store()
-        text, blob = inline_or_blob(
-            encode_input(self.app, workflow, args, kwargs or {}), self.app.blob_threshold
+        encoded = encode_input(self.app, workflow, args, kwargs or {})
+        plain = json.loads(encoded)  # refuse ill-typed input now, before anything is recorded
+        typed_arguments(
+            definition, plain["args"], plain["kwargs"], f"input of workflow {workflow!r}"
         )
+        await self.app.open_store()
+        text, blob = inline_or_blob(encoded, self.app.blob_threshold)
         now = self.app.clock.now()
         limit = deadline if deadline is not None else definition.deadline
         new = NewRun(

@@ -101,7 +101,8 @@ def from_json(data: JSON, hint: Any, where: str) -> Any:
         return adapter.validate_python(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.get("loc", ()))
+        kind = getattr(hint, "__name__", None) or repr(hint)
         raise PayloadError(
-            f"{where}: journal value does not fit {hint!r} at {loc}: {first['msg']}"
+            f"{where}: {json.dumps(data)[:60]} does not fit {kind} at ${loc}: {first['msg']}"
         ) from None

@@ -61,6 +61,29 @@ class WorkflowDef:
             self.version = source_version(self.fn)
 
 
+def typed_arguments(
+    definition: WorkflowDef, args: list[Any], kwargs: dict[str, Any], where: str
+) -> tuple[list[Any], dict[str, Any]]:
+    """Rebuild a workflow's arguments from their JSON form using its parameter hints."""
+    from .codec import from_json
+
+    params = list(definition.signature.parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    typed = [
+        from_json(
+            value, definition.hints.get(params[i].name), f"{where}, argument {params[i].name}"
+        )
+        if i < len(params) and params[i].kind in positional
+        else value
+        for i, value in enumerate(args)
+    ]
+    named = {
+        k: from_json(v, definition.hints.get(k), f"{where}, argument {k}")
+        for k, v in kwargs.items()
+    }
+    return typed, named
+
+
 def source_version(fn: Callable[..., Any]) -> str:
     """A short hash of a function's source: the default code version of a workflow."""
     try:

@@ -13,9 +13,9 @@ from ..errors import PayloadError, RunSuspended, WorkerStopping
 from ..store.base import CANCELLED, COMPLETED, FAILED, TERMINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from .client import resolve_text
-from .codec import dumps, from_json, loads
+from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
-from .registry import WorkflowDef
+from .registry import WorkflowDef, typed_arguments
 from .steps import error_record
 
 if TYPE_CHECKING:
@@ -37,17 +37,7 @@ async def decode_input(
 ) -> tuple[list[Any], dict[str, Any]]:
     raw = loads(await resolve_text(app.store, run.input)) or {}
     args, kwargs = list(raw.get("args", [])), dict(raw.get("kwargs", {}))
-    params = list(definition.signature.parameters.values())
-    where = f"input of run {run.id!r}"
-    for i, value in enumerate(args):
-        if i < len(params) and params[i].kind in (
-            params[i].POSITIONAL_ONLY,
-            params[i].POSITIONAL_OR_KEYWORD,
-        ):
-            args[i] = from_json(value, definition.hints.get(params[i].name), where)
-    for name, value in kwargs.items():
-        kwargs[name] = from_json(value, definition.hints.get(name), where)
-    return args, kwargs
+    return typed_arguments(definition, args, kwargs, f"input of run {run.id!r}")
 
 
 async def call_workflow(
