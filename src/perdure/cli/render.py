@@ -48,8 +48,9 @@ def run_header(run: RunRow) -> str:
     if run.parent_id:
         lines.append(f"parent    {run.parent_id}")
     if run.lease_owner and run.status in ("running", "cancelling"):
+        until = f"until {when(run.lease_until)}" if run.lease_until else "released (claimable now)"
         lines.append(
-            f"lease     {run.lease_owner} until {when(run.lease_until)} "
+            f"lease     {run.lease_owner} {until} "
             f"(epoch {run.lease_epoch}, recoveries {run.recoveries})"
         )
     if run.result is not None:
