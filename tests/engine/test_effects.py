@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -689,23 +690,46 @@ def test_transactional_step_not_reexecuted_on_replay(
     assert ledger(app) == ["apple"]
 
 
-def test_async_transactional_step_refused(app: perdure.App, worker: TestWorker) -> None:
-    """An async transactional step fails with a message saying it must be a plain function."""
-
-    @app.step(name="record", effect="transactional", retry=perdure.Retry(max_attempts=1))
-    async def record() -> None:
-        return None
-
-    @app.workflow
-    async def wf() -> None:
-        await record()
-
-    handle = app.start(wf)
-    worker.run_until_idle()
-    with pytest.raises(perdure.RunFailed, match="sync"):
-        handle.result(timeout=5)
-
-
 def test_effects_listed() -> None:
     """perdure.EFFECTS lists the five effects."""
     assert set(perdure.EFFECTS) == {"read", "idempotent", "keyed", "once", "transactional"}
+
+
+def test_async_transactional_step_is_refused_at_registration(app: perdure.App) -> None:
+    """A transactional step must be a plain function: it runs inside the store's transaction."""
+    with pytest.raises(perdure.ConfigError, match="must be plain"):
+
+        @app.step(effect="transactional")
+        async def credit() -> None:
+            return None
+
+
+def test_failed_once_outcome_is_committed_before_the_next_step(
+    app: perdure.App, clock: TestClock
+) -> None:
+    """A once step that failed for good is not reported stuck after a crash in a later step."""
+    calls: list[str] = []
+
+    @app.step(name="pay_fails")
+    def pay_fails() -> str:
+        calls.append("pay")
+        raise ValueError("card declined")
+
+    body = CrashOnce()  # dies inside the read step, flushing nothing on the way
+    app.step(name="after_decline", effect="read")(body)
+    after_decline = perdure.Step(app.steps["after_decline"])
+
+    @app.workflow
+    def wf() -> str:
+        with contextlib.suppress(perdure.StepError):
+            pay_fails()
+        return str(after_decline("x"))
+
+    handle = app.start(wf)
+    dead = TestWorker(app)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    recover(app, clock, dead)
+    assert handle.status() == "completed"
+    assert calls == ["pay"]
+    assert body.effects == ["x", "x"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -93,6 +94,11 @@ class App:
         def wrap(func: Callable[P, R]) -> Step[P, R]:
             step_name = name or qualified_name(func)
             kind = check_effect(effect, f"step {step_name!r}")
+            if kind == "transactional" and inspect.iscoroutinefunction(func):
+                raise ConfigError(
+                    f"step {step_name!r}: transactional steps run inside the store's transaction "
+                    "and must be plain (sync) functions"
+                )
             policy = retry or (NO_RETRY if kind == "once" else DEFAULT_RETRY)
             definition = StepDef(step_name, func, kind, policy, seconds(timeout))
             if step_name in self.steps and self.steps[step_name].fn is not func:

@@ -12,12 +12,11 @@ import asyncio
 import contextvars
 import functools
 import traceback
-from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
-from .codec import dumps_plain, from_json, to_json
+from .codec import dumps, dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
 
@@ -152,7 +151,7 @@ async def run_step(
             final=True,
             data={"error": record},
         )
-        ctx.buffer_entry(final_entry)
+        ctx.buffer_entry(final_entry, precious=step.effect == "once")
         if ctx.needs_flush():
             await ctx.flush()
         raise recorded_error(step.name, record, attempt) from outcome
@@ -263,8 +262,6 @@ async def _attempt_transactional(
 ) -> Any:
     """Run the step body inside the store transaction that also records its outcome."""
     where = f"step {step.name!r}"
-    if step.is_async:
-        raise PayloadError(f"{where}: transactional steps must be plain (sync) functions")
 
     def body(conn: Any) -> str:
         info.db = conn
@@ -273,8 +270,6 @@ async def _attempt_transactional(
             value = step.fn(*args, **kwargs)
         finally:
             _step_info.reset(token)
-        from .codec import dumps
-
         return dumps({"value": to_json(value, f"{where} result")}, where)
 
     entry = ctx.entry("step.outcome", step.name, position=pos, attempt=attempt, final=True)
@@ -285,14 +280,3 @@ async def _attempt_transactional(
     return from_json(
         ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint, where
     )
-
-
-def step_decorator(
-    register: Callable[[StepDef], None], definition_factory: Callable[[Callable[..., Any]], StepDef]
-) -> Callable[[Callable[P, R]], Step[P, R]]:
-    def wrap(fn: Callable[P, R]) -> Step[P, R]:
-        definition = definition_factory(fn)
-        register(definition)
-        return Step(definition)
-
-    return wrap
