@@ -347,7 +347,7 @@ def test_once_outcome_survives_crash_in_workflow_code(app: perdure.App, clock: T
         receipt = pay()
         if not crashed:  # the process dies while the workflow digests the receipt
             crashed.append(True)
-            time.sleep(0.05)  # workflow code that takes a while (the engine's linger is 2 ms)
+            time.sleep(0.05)  # workflow code that takes a while (the engine's linger is 5 ms)
             raise SimulatedCrash("killed in workflow code")
         return receipt
 

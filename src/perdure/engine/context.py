@@ -54,7 +54,7 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
 )
 
 BUFFER_LIMIT = 64  # buffered entries before a flush is forced
-LINGER = 0.002  # seconds a once step's outcome may wait for the next write before its own
+LINGER = 0.005  # seconds a once step's outcome may wait for the next write before its own
 SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
 
 
