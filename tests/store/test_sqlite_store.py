@@ -394,7 +394,7 @@ def test_next_wake_and_timers(call: Any, store: SQLiteStore) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import asyncio, glob, pathlib, sys
+    import asyncio, glob, pathlib, sys, time
     from perdure.store import SQLiteStore
     from perdure.store.base import Append, Entry, NewRun
 
@@ -405,7 +405,10 @@ WRITER = textwrap.dedent(
         await store.open()
         # start writing together: each says it is ready, then waits for the other
         pathlib.Path(f"{path}.{me}.ready").touch()
+        give_up = time.monotonic() + 60
         while len(glob.glob(f"{path}.*.ready")) < 2:
+            if time.monotonic() > give_up:
+                sys.exit("the other writer never became ready")
             await asyncio.sleep(0.005)
         for rid in ("shared", me):
             await store.create_run(NewRun(id=rid, workflow="wf", input="{}", code_version="",
@@ -435,7 +438,13 @@ def test_two_processes_writing_one_database_never_see_locked(db_path: Path) -> N
         )
         for name in ("p1", "p2")
     ]
-    outputs = [p.communicate(timeout=120) for p in procs]
+    try:
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:  # never leave a writer behind, whatever failed
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert out.strip() == "ok"
