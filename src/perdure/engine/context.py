@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -115,6 +116,9 @@ class RunContext:
         self.background: set[asyncio.Task[None]] = set()
         self.diverged: NonDeterminismError | None = None
         self.blobs: list[Blob] = []
+        # A sync workflow's thread buffers entries while the loop may flush: guard the swap.
+        self.buffer_lock = threading.Lock()
+        self.loop_thread = threading.get_ident()
         self.cancel_requested = False
         self.cancel_signalled = False
         self.task: asyncio.Task[Any] | None = None
@@ -232,7 +236,8 @@ class RunContext:
         if text is not None:
             text, blob = inline_or_blob(text, self.app.blob_threshold)
             if blob is not None:
-                self.blobs.append(blob)
+                with self.buffer_lock:
+                    self.blobs.append(blob)
         entry = Entry(
             kind=kind,
             name=name,
@@ -250,9 +255,19 @@ class RunContext:
     def buffer_entry(self, entry: Entry, *, precious: bool = False) -> None:
         """Queue a re-creatable entry; `precious` ones (a once step's outcome) are committed
         before the next step executes, since losing them would park the run."""
-        self.buffer.append(entry)
-        if precious and not self.precious:
-            self.precious = True
+        with self.buffer_lock:
+            self.buffer.append(entry)
+            arm = precious and not self.precious
+            if arm:
+                self.precious = True
+        if arm:
+            if threading.get_ident() == self.loop_thread:
+                self._arm_linger()
+            else:
+                self.loop.call_soon_threadsafe(self._arm_linger)
+
+    def _arm_linger(self) -> None:
+        if self.precious and self._linger is None:
             self._linger = self.loop.call_later(LINGER, self._linger_flush)
 
     def _linger_flush(self) -> None:
@@ -281,55 +296,98 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
+        append, buffered, blobs = self._take(
+            entries, status, fields, new_runs, consume_event, tx_body, stop_if_requested
+        )
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        try:
+            result = await self.store.append(append)
+        except OperatorRequest as request:
+            self._refused(request, buffered, blobs)
+            await self.checkpoint()
+            raise  # checkpoint always unwinds here
+        except LeaseLost:
+            raise self._lost(append) from None
+        return self._applied(result)
+
+    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
+        """`write` from a sync workflow's thread: directly if the store can, else via the loop."""
+        append_now = getattr(self.store, "append_now", None)
+        if append_now is None:
+            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
+        append, buffered, blobs = self._take(
+            entries, None, None, None, None, None, stop_if_requested
+        )
+        try:
+            result = append_now(append)
+        except OperatorRequest as request:
+            self._refused(request, buffered, blobs)
+            self.call(self.checkpoint())
+            raise  # checkpoint always unwinds here
+        except LeaseLost:
+            raise self._lost(append) from None
+        return self._applied(result)
+
+    def _take(
+        self,
+        entries: tuple[Entry, ...],
+        status: str | None,
+        fields: dict[str, Any] | None,
+        new_runs: list[NewRun] | None,
+        consume_event: int | None,
+        tx_body: Any,
+        stop_if_requested: bool,
+    ) -> tuple[Append, list[Entry], list[Blob]]:
+        """The Append carrying the buffer plus `entries`; the buffer is emptied meanwhile."""
         if self.lost:
             raise WorkerStopping()
         if self.closed:
             raise RunSuspended("already parked by a sibling")
         if self.check_only:
             raise ReplayEnd(self.position)
-        buffered = self.buffer
-        batch = [*buffered, *entries]
-        self.buffer = []
-        self.precious = False
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-        blobs, self.blobs = self.blobs, []
-        all_fields = {"updated_at": self.now(), **(fields or {})}
-        try:
-            result = await self.store.append(
-                Append(
-                    run_id=self.run_id,
-                    epoch=self.epoch,
-                    entries=batch,
-                    status=status,
-                    fields=all_fields,
-                    new_runs=new_runs or [],
-                    blobs=blobs,
-                    consume_event=consume_event,
-                    tx_body=tx_body,
-                    blob_threshold=self.app.blob_threshold,
-                    stop_if_requested=stop_if_requested,
-                )
-            )
-        except OperatorRequest as request:  # nothing was written: stop before the step
+        with self.buffer_lock:
+            buffered, self.buffer = self.buffer, []
+            blobs, self.blobs = self.blobs, []
+            self.precious = False
+        append = Append(
+            run_id=self.run_id,
+            epoch=self.epoch,
+            entries=[*buffered, *entries],
+            status=status,
+            fields={"updated_at": self.now(), **(fields or {})},
+            new_runs=new_runs or [],
+            blobs=blobs,
+            consume_event=consume_event,
+            tx_body=tx_body,
+            blob_threshold=self.app.blob_threshold,
+            stop_if_requested=stop_if_requested,
+            inline_ok=len(self.app.active) <= 1,
+        )
+        return append, buffered, blobs
+
+    def _refused(self, request: OperatorRequest, buffered: list[Entry], blobs: list[Blob]) -> None:
+        """Nothing was written: put the buffer back and take note of the operator's request."""
+        with self.buffer_lock:
             self.buffer = buffered + self.buffer
             self.blobs = blobs + self.blobs
-            self.cancel_requested = self.cancel_requested or request.cancel
-            self.pause_requested = self.pause_requested or request.pause
-            await self.checkpoint()
-            raise  # checkpoint always unwinds here
-        except LeaseLost:
-            self.lost = True
-            log.warning(
-                "worker %s: write for run %s refused: lease epoch %d was taken over; "
-                "%d entr(ies) dropped",
-                self.worker_id,
-                self.run_id,
-                self.epoch,
-                len(batch),
-            )
-            raise WorkerStopping() from None
+        self.cancel_requested = self.cancel_requested or request.cancel
+        self.pause_requested = self.pause_requested or request.pause
+
+    def _lost(self, append: Append) -> WorkerStopping:
+        self.lost = True
+        log.warning(
+            "worker %s: write for run %s refused: lease epoch %d was taken over; "
+            "%d entr(ies) dropped",
+            self.worker_id,
+            self.run_id,
+            self.epoch,
+            len(append.entries),
+        )
+        return WorkerStopping()
+
+    def _applied(self, result: AppendResult) -> AppendResult:
         self.cancel_requested = self.cancel_requested or result.cancel_requested
         self.pause_requested = result.pause_requested
         return result

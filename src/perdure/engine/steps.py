@@ -66,10 +66,77 @@ class Step(Generic[P, R]):
         pos = ctx.next_position()
         if ctx.sync_mode and not ctx.check_only:
             # Replay fast path: a recorded outcome needs no trip through the event loop.
-            final = ctx.final(ctx.recorded(pos, "step", self.definition.name))
+            entries = ctx.recorded(pos, "step", self.definition.name)
+            final = ctx.final(entries)
             if final is not None:
                 return _replayed(ctx, final, self.definition)
+            if not entries and _direct_ok(ctx, self.definition):
+                return _run_direct(ctx, self.definition, pos, args, kwargs)
         return ctx.call(run_step(ctx, self.definition, pos, args, kwargs), track=True)
+
+
+def _direct_ok(ctx: RunContext, step: StepDef) -> bool:
+    """A fresh plain step of a sync workflow with nothing pending may run on its own thread."""
+    deadline = ctx.run.deadline_at
+    return not (
+        step.is_async
+        or step.timeout is not None
+        or step.effect == "transactional"
+        or ctx.cancel_requested
+        or ctx.pause_requested
+        or ctx.lost
+        or ctx.closed
+        or ctx.diverged is not None
+        or ctx.needs_flush()
+        or (deadline is not None and ctx.now() >= deadline)
+    )
+
+
+def _run_direct(
+    ctx: RunContext, step: StepDef, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """First attempt of a step on the sync workflow's own thread: no hand-off to the loop
+    unless something must be committed first. Failures go on to the normal retry path."""
+    where = f"step {step.name!r}"
+    info = StepInfo(ctx.run_id, step.name, pos, 1, step.effect)
+    if step.effect != "read":
+        intent = ctx.entry(
+            "step.intent",
+            step.name,
+            position=pos,
+            attempt=1,
+            data_json=dumps_plain({"effect": step.effect, "key": info.idempotency_key}),
+        )
+        if step.effect == "once":
+            ctx.write_now(intent, stop_if_requested=True)
+        else:
+            ctx.buffer_entry(intent)
+    if ctx.precious:
+        ctx.write_now()  # a once step's outcome must not wait behind this step
+    if step.name in ctx.crash_after_intent:
+        ctx.call(ctx.flush())
+        raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
+    started = monotonic()
+    token = _step_info.set(info)
+    try:
+        data = to_json(step.fn(*args, **kwargs), f"{where} result")
+    except Exception as exc:
+        return ctx.call(run_step(ctx, step, pos, args, kwargs, failed=(exc, 1)), track=True)
+    finally:
+        _step_info.reset(token)
+    elapsed = monotonic() - started
+    entry = ctx.entry(
+        "step.outcome",
+        step.name,
+        position=pos,
+        attempt=1,
+        final=True,
+        data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
+    )
+    ctx.buffer_entry(entry, precious=step.effect == "once")
+    if elapsed > SLOW_STEP:
+        ctx.call(ctx.flush())
+    return from_json(data, step.return_hint, where)
 
 
 def recorded_error(step: str, record: dict[str, Any], attempts: int) -> StepError:
@@ -93,9 +160,19 @@ def _replayed(ctx: RunContext, final: Entry, step: StepDef) -> Any:
 
 
 async def run_step(
-    ctx: RunContext, step: StepDef, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ctx: RunContext,
+    step: StepDef,
+    pos: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    failed: tuple[Exception, int] | None = None,
 ) -> Any:
-    """Return the step's recorded outcome, or execute it under its effect and retry policy."""
+    """Return the step's recorded outcome, or execute it under its effect and retry policy.
+
+    `failed` carries an attempt that already ran (on a sync workflow's thread) and raised.
+    """
+    if failed is not None:
+        return await _settle(ctx, step, pos, args, kwargs, *failed)
     entries = ctx.recorded(pos, "step", step.name)
     final = ctx.final(entries)
     if final is not None:
@@ -122,8 +199,22 @@ async def run_step(
         retry_at = (ctx.data(last) or {}).get("retry_at")
         if retry_at is not None and retry_at > ctx.now():
             await _backoff(ctx, step, pos, retry_at)
+    return await _settle(
+        ctx, step, pos, args, kwargs, await _attempt(ctx, step, pos, attempt, args, kwargs), attempt
+    )
+
+
+async def _settle(
+    ctx: RunContext,
+    step: StepDef,
+    pos: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    outcome: Any,
+    attempt: int,
+) -> Any:
+    """Given one attempt's outcome: return it, or retry per policy, or record the failure."""
     while True:
-        outcome = await _attempt(ctx, step, pos, attempt, args, kwargs)
         if not isinstance(outcome, BaseException):
             return outcome
         if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
@@ -141,6 +232,7 @@ async def run_step(
                 ctx.buffer_entry(entry)
             await _backoff(ctx, step, pos, retry_at)
             attempt += 1
+            outcome = await _attempt(ctx, step, pos, attempt, args, kwargs)
             continue
         record = error_record(outcome)
         final_entry = ctx.entry(

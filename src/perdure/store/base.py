@@ -136,6 +136,7 @@ class Append:
     expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
     blob_threshold: int | None = None  # store tx_body data over this size as a blob
     stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
+    inline_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
 
 
 @dataclass(slots=True)

@@ -84,6 +84,13 @@ class SQLiteStore:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.commits = 0  # transactions committed, for benchmarks
+        # Inline path: a caller may run its own operation on a second connection when the
+        # store thread has nothing queued or running (no fsync to share, no order to keep).
+        self._inline_conn: sqlite3.Connection | None = None
+        self._inline_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._enqueued = 0  # operations handed to the store thread
+        self._completed = 0  # of those, answered (written by the store thread only)
         self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
 
     # -- lifecycle -------------------------------------------------------------
@@ -123,6 +130,10 @@ class SQLiteStore:
         if thread is not None:
             self._queue.put(None)
             thread.join()
+        with self._inline_lock:
+            if self._inline_conn is not None:
+                self._inline_conn.close()
+                self._inline_conn = None
 
     # -- the store thread ---------------------------------------------------------
 
@@ -195,6 +206,7 @@ class SQLiteStore:
                         break
                     batch.append(nxt)
                 self._run_batch(conn, batch)
+                self._completed += len(batch)
         finally:
             conn.close()
 
@@ -322,17 +334,63 @@ class SQLiteStore:
         if self._thread is None:
             self.start()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._queue.put(_Op(fn, write, future=future))
+        self._enqueue(_Op(fn, write, future=future))
         return future
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up."""
+    def _enqueue(self, op: _Op) -> None:
+        with self._count_lock:
+            self._enqueued += 1
+        self._queue.put(op)
+
+    async def _call(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool, inline: bool = False
+    ) -> T:
+        """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
+
+        `inline` lets the caller run `fn` itself when the store thread is idle: one
+        caller alone saves two thread hand-offs, and there is no commit to share.
+        """
         if self._thread is None:
             self.start()
+        if inline:
+            done, value = self._try_inline(fn, write)
+            if done:
+                return value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Op(fn, write, loop=loop, waiter=waiter))
+        self._enqueue(_Op(fn, write, loop=loop, waiter=waiter))
         return await waiter
+
+    def _try_inline(self, fn: Callable[[sqlite3.Connection], Any], write: bool) -> tuple[bool, Any]:
+        """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
+        completed = self._completed
+        if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
+            return False, None
+        try:
+            conn = self._inline_conn
+            if conn is None:
+                conn = sqlite3.connect(
+                    self.path, timeout=0, isolation_level=None, check_same_thread=False
+                )
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                self._inline_conn = conn
+            if not write:
+                return True, fn(conn)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return False, None  # another writer holds the lock: queue instead of waiting
+            try:
+                value = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            self.commits += 1
+            return True, value
+        finally:
+            self._inline_lock.release()
 
     # -- the Store protocol ---------------------------------------------------------
 
@@ -360,8 +418,19 @@ class SQLiteStore:
     async def journal(self, run_id: str) -> list[Entry]:
         return await self._call(lambda c: sqlops.journal(c, run_id), write=False)
 
+    def append_now(self, append: Append) -> AppendResult:
+        """`append` from any thread, blocking it: inline if the store thread is idle."""
+        fn: Callable[[sqlite3.Connection], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
+        if append.inline_ok:
+            done, value = self._try_inline(fn, True)
+            if done:
+                return value  # type: ignore[no-any-return]
+        return self.submit(fn, write=True).result()
+
     async def append(self, append: Append) -> AppendResult:
-        return await self._call(lambda c: sqlops.append(c, append), write=True)
+        return await self._call(
+            lambda c: sqlops.append(c, append), write=True, inline=append.inline_ok
+        )
 
     async def claim(
         self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
