@@ -1,4 +1,9 @@
-"""The sync facade's event loop: blocking calls run the async core on one background thread."""
+"""The sync facade: a blocking call runs the async core on the calling thread's own loop.
+
+Each thread that makes sync calls gets one private event loop, kept between
+calls, so a call costs no hand-off to another thread; the store answers that
+loop directly. Inside a running event loop a blocking call is refused at once.
+"""
 
 from __future__ import annotations
 
@@ -16,19 +21,18 @@ class Portal:
     """Runs coroutines to completion for sync callers; refuses to block a running loop."""
 
     def __init__(self) -> None:
+        self._local = threading.local()
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loops: list[asyncio.AbstractEventLoop] = []
 
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="perdure-portal", daemon=True
-                )
-                thread.start()
-                self._loop = loop
-            return self._loop
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            self._local.loop = loop
+            with self._lock:
+                self._loops.append(loop)
+        return loop
 
     def call(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         """Block until `coro` finishes; `what` names the sync call in the misuse error."""
@@ -42,10 +46,15 @@ class Portal:
                 f"{what} blocks and was called inside a running event loop; "
                 f"in async code use the awaitable form (`await app.client...` or `..._async`)"
             )
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
+        return self._loop().run_until_complete(coro)
 
     def close(self) -> None:
+        """Close the private loops not in use (a thread calling again gets a new one)."""
         with self._lock:
-            loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            loops, self._loops = self._loops, []
+        for loop in loops:
+            if loop.is_running():
+                with self._lock:
+                    self._loops.append(loop)
+            else:
+                loop.close()
