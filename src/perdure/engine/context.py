@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import threading
 import time
@@ -40,7 +39,7 @@ from ..store.base import (
     RunRow,
     Store,
 )
-from ..store.blobs import BLOB_KEY, inline_or_blob
+from ..store.blobs import inline_or_blob
 from .codec import dumps, loads
 
 if TYPE_CHECKING:
@@ -165,13 +164,8 @@ class RunContext:
         return None
 
     def data(self, entry: Entry) -> Any:
-        """The decoded data of an entry (blob references are followed by the caller's worker)."""
+        """The decoded data of an entry (blob references were resolved when it was loaded)."""
         return loads(entry.data)
-
-    async def resolve_blob(self, value: Any) -> Any:
-        if isinstance(value, dict) and set(value) == {BLOB_KEY}:
-            return json.loads(await self.store.get_blob(value[BLOB_KEY]))
-        return value
 
     def now(self) -> float:
         return self.clock.now()
