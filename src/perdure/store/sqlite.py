@@ -35,6 +35,7 @@ from .base import (
     NewRun,
     RunRow,
 )
+from .dialect import Db
 from .migrations import LATEST, MIGRATIONS
 
 log = logging.getLogger("perdure.store")
@@ -46,7 +47,7 @@ _MAX_BATCH = 512
 class _Op:
     """One store operation and where its answer goes: a thread's future or a loop's."""
 
-    fn: Callable[[sqlite3.Connection], Any]
+    fn: Callable[[Db], Any]
     write: bool
     future: concurrent.futures.Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -222,7 +223,7 @@ class SQLiteStore:
                 self._commit(conn, writes)
                 writes = []
             try:
-                self._answer(op, op.fn(conn), None)
+                self._answer(op, op.fn(Db(conn)), None)
             except BaseException as exc:
                 self._answer(op, None, exc)
         if writes:
@@ -264,7 +265,7 @@ class SQLiteStore:
             for op in ops:
                 conn.execute("SAVEPOINT op")
                 try:
-                    value = op.fn(conn)
+                    value = op.fn(Db(conn))
                 except BaseException as exc:
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
@@ -287,7 +288,7 @@ class SQLiteStore:
 
     def _commit_one(self, conn: sqlite3.Connection, op: _Op) -> None:
         try:
-            value = op.fn(conn)
+            value = op.fn(Db(conn))
         except BaseException as exc:
             conn.execute("ROLLBACK")
             self._answer(op, None, exc)
@@ -327,9 +328,7 @@ class SQLiteStore:
 
     # -- submission ---------------------------------------------------------------
 
-    def submit(
-        self, fn: Callable[[sqlite3.Connection], T], *, write: bool
-    ) -> concurrent.futures.Future[T]:
+    def submit(self, fn: Callable[[Db], T], *, write: bool) -> concurrent.futures.Future[T]:
         """Queue `fn` for the store thread; writes are grouped into shared transactions."""
         if self._thread is None:
             self.start()
@@ -342,9 +341,7 @@ class SQLiteStore:
             self._enqueued += 1
         self._queue.put(op)
 
-    async def _call(
-        self, fn: Callable[[sqlite3.Connection], T], *, write: bool, inline: bool = False
-    ) -> T:
+    async def _call(self, fn: Callable[[Db], T], *, write: bool, inline: bool = False) -> T:
         """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
 
         `inline` lets the caller run `fn` itself when the store thread is idle: one
@@ -361,7 +358,7 @@ class SQLiteStore:
         self._enqueue(_Op(fn, write, loop=loop, waiter=waiter))
         return await waiter
 
-    def _try_inline(self, fn: Callable[[sqlite3.Connection], Any], write: bool) -> tuple[bool, Any]:
+    def _try_inline(self, fn: Callable[[Db], Any], write: bool) -> tuple[bool, Any]:
         """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
         completed = self._completed
         if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
@@ -376,13 +373,13 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
                 self._inline_conn = conn
             if not write:
-                return True, fn(conn)
+                return True, fn(Db(conn))
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
                 return False, None  # another writer holds the lock: queue instead of waiting
             try:
-                value = fn(conn)
+                value = fn(Db(conn))
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -420,7 +417,7 @@ class SQLiteStore:
 
     def append_now(self, append: Append) -> AppendResult:
         """`append` from any thread, blocking it: inline if the store thread is idle."""
-        fn: Callable[[sqlite3.Connection], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
+        fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
         if append.inline_ok:
             done, value = self._try_inline(fn, True)
             if done:

@@ -7,7 +7,6 @@ inside a savepoint of a shared transaction. Statements use `?` placeholders.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,8 +32,9 @@ from .base import (
     RunRow,
 )
 from .blobs import inline_or_blob
+from .dialect import Db
 
-Conn = sqlite3.Connection
+Conn = Db
 
 _RUN_COLUMNS = (
     "id, workflow, status, input, code_version, result, error, parent_id, created_at, "
@@ -61,8 +61,11 @@ _RUNNABLE = (
 )
 
 
-def _run(row: sqlite3.Row) -> RunRow:
-    values = dict(zip(row.keys(), tuple(row), strict=True))
+_RUN_FIELDS = tuple(name.strip() for name in _RUN_COLUMNS.split(","))
+
+
+def _run(row: Any) -> RunRow:
+    values = dict(zip(_RUN_FIELDS, tuple(row), strict=True))
     values["pause_requested"] = bool(values["pause_requested"])
     return RunRow(**values)
 
@@ -180,7 +183,7 @@ def _insert_entries(
             "epoch, worker) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             params,
         )
-    except sqlite3.IntegrityError as exc:
+    except conn.integrity_errors as exc:
         raise StoreError(
             f"run {run_id!r}: journal position already has an outcome ({exc})"
         ) from None
@@ -242,10 +245,17 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     count = len(a.entries)
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at) "
-        "WHERE id = ? AND (? IS NULL OR lease_epoch = ?) "
-        "AND NOT (? AND (status = 'cancelling' OR pause_requested = 1)) "
+        "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
+        "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested = 1)) "
         "RETURNING status, pause_requested, parent_id, next_seq",
-        (count, fields.pop("updated_at", None), a.run_id, a.epoch, a.epoch, a.stop_if_requested),
+        (
+            count,
+            fields.pop("updated_at", None),
+            a.run_id,
+            a.epoch,
+            a.epoch,
+            int(a.stop_if_requested),
+        ),
     ).fetchone()
     if row is None:
         state = conn.execute(
@@ -278,7 +288,7 @@ def append(conn: Conn, a: Append) -> AppendResult:
     if a.tx_body is not None:
         conn.execute("SAVEPOINT tx_body")
         try:
-            tx_data = a.tx_body(conn)
+            tx_data = a.tx_body(conn.raw)
         except Exception as exc:  # the user's transaction failed: undo it, keep the rest
             conn.execute("ROLLBACK TO tx_body")
             tx_error = exc
@@ -347,7 +357,8 @@ def claim(
         return []
     rows = conn.execute(
         f"SELECT id, status, lease_owner FROM runs WHERE {_RUNNABLE} "
-        f"AND workflow IN ({_in(workflows)}) ORDER BY COALESCE(wake_at, created_at) LIMIT ?",
+        f"AND workflow IN ({_in(workflows)}) ORDER BY COALESCE(wake_at, created_at) LIMIT ?"
+        f"{conn.claim_lock}",
         (now, now, *workflows, limit),
     ).fetchall()
     claims: list[Claim] = []
@@ -417,15 +428,15 @@ def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> 
     run = _must_get(conn, run_id)
     if run.status in TERMINAL:
         raise StoreError(f"run {run_id!r} is {run.status}; event {name!r} was not delivered")
-    cur = conn.execute(
-        "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?)",
+    event_id = conn.execute(
+        "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?) RETURNING id",
         (run_id, name, payload, now),
-    )
+    ).fetchone()[0]
     conn.execute(
         "UPDATE runs SET status = ? WHERE id = ? AND status = ? AND waiting_for = ?",
         (PENDING, run_id, WAITING, f"event:{name}"),
     )
-    return int(cur.lastrowid or 0)
+    return int(event_id)
 
 
 def next_event(conn: Conn, run_id: str, name: str) -> EventRow | None:

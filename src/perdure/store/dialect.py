@@ -1,0 +1,63 @@
+"""A connection plus its SQL dialect: the one way the store's shared SQL reaches a database.
+
+The store's statements are written once, with `?` placeholders and the subset
+of SQL that SQLite and PostgreSQL share (`RETURNING`, `ON CONFLICT`, partial
+indexes); a dialect adapts placeholders, integrity errors and row locking.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+
+class Cursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Db:
+    """A DB-API connection and its dialect (the SQLite one by default)."""
+
+    integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+    claim_lock = ""  # appended to the claim SELECT: PostgreSQL skips rows other workers lock
+
+    def __init__(self, conn: Any) -> None:
+        self.raw = conn  # handed to transactional steps as `current_step().db`
+
+    def sql(self, text: str) -> str:
+        return text
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> Cursor:
+        return self.raw.execute(self.sql(text), params)  # type: ignore[no-any-return]
+
+    def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.raw.executemany(self.sql(text), rows)
+
+
+@lru_cache(maxsize=512)
+def _pyformat(text: str) -> str:
+    return text.replace("%", "%%").replace("?", "%s")
+
+
+class PostgresDb(Db):
+    """psycopg 3: `%s` placeholders, UniqueViolation, `FOR UPDATE SKIP LOCKED` claims."""
+
+    claim_lock = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        import psycopg
+
+        self.integrity_errors = (psycopg.errors.IntegrityError,)
+
+    def sql(self, text: str) -> str:
+        return _pyformat(text)
+
+    def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(self.sql(text), list(rows))
