@@ -1,142 +1,47 @@
 """The embedded SQLite store: one file, WAL, many processes, group commit.
 
-All of a process's store work runs on one thread that owns one connection.
-Writes queued while a transaction commits are applied together in the next
-transaction (one savepoint each, so one refused write never undoes another):
-with several runs active, many steps share one fsync. `BEGIN IMMEDIATE` with a
-busy timeout serialises writers across processes; a busy database is waited
-for, never reported to the user as "database is locked".
+The shared store thread (threaded.py) batches writes, so several active runs
+share one fsync. `BEGIN IMMEDIATE` with a busy timeout serialises writers across
+processes; a busy database is waited for, never reported to the user as
+"database is locked".
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import os
-import queue
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from ..errors import ConfigError, SchemaVersionError, StoreError
-from . import sqlops
-from .base import (
-    Append,
-    AppendResult,
-    Claim,
-    Entry,
-    EventRow,
-    LeaseState,
-    NewRun,
-    RunRow,
-)
-from .dialect import Db
+from ..errors import ConfigError, SchemaVersionError
 from .migrations import LATEST, MIGRATIONS
+from .threaded import ThreadedStore
 
 log = logging.getLogger("perdure.store")
-T = TypeVar("T")
-_MAX_BATCH = 512
 
 
-@dataclass(slots=True)
-class _Op:
-    """One store operation and where its answer goes: a thread's future or a loop's."""
-
-    fn: Callable[[Db], Any]
-    write: bool
-    future: concurrent.futures.Future[Any] | None = None
-    loop: asyncio.AbstractEventLoop | None = None
-    waiter: asyncio.Future[Any] | None = None
-
-    def start(self) -> bool:
-        """False if the caller gave up before the operation began (then it is skipped)."""
-        if self.future is not None:
-            return self.future.set_running_or_notify_cancel()
-        return self.waiter is not None and not self.waiter.cancelled()
-
-
-def _deliver(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    """On the caller's loop: resolve every waiter answered by one batch (one wake-up)."""
-    for waiter, value, error in answers:
-        if waiter.done():
-            continue
-        if error is not None:
-            waiter.set_exception(error)
-        else:
-            waiter.set_result(value)
-
-
-class SQLiteStore:
+class SQLiteStore(ThreadedStore):
     """A Store on one SQLite file (or `:memory:` for a single process)."""
 
     def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 60.0) -> None:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ConfigError(f"sqlite synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
+        super().__init__()
         self.path = path
         self.synchronous = synchronous.upper()
         self.busy_timeout = busy_timeout
         self.url = f"sqlite:///{path}"
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self.commits = 0  # transactions committed, for benchmarks
-        # Inline path: a caller may run its own operation on a second connection when the
-        # store thread has nothing queued or running (no fsync to share, no order to keep).
-        self._inline_conn: sqlite3.Connection | None = None
-        self._inline_lock = threading.Lock()
-        self._count_lock = threading.Lock()
-        self._enqueued = 0  # operations handed to the store thread
-        self._completed = 0  # of those, answered (written by the store thread only)
-        self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
 
-    # -- lifecycle -------------------------------------------------------------
+    thread_name = "perdure-sqlite"
+    db_errors = (sqlite3.Error,)
 
-    def start(self) -> None:
-        """Start the store thread and migrate; idempotent and thread-safe."""
-        with self._lock:
-            if self._thread is not None:
-                return
-            if self.path != ":memory:":
-                parent = os.path.dirname(os.path.abspath(self.path))
-                try:
-                    os.makedirs(parent, exist_ok=True)
-                except OSError as exc:
-                    raise ConfigError(f"cannot create store folder {parent!r}: {exc}") from None
-            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._thread = threading.Thread(
-                target=self._serve, args=(ready,), name="perdure-sqlite", daemon=True
-            )
-            self._thread.start()
-        try:
-            ready.result()
-        except BaseException:
-            with self._lock:
-                self._thread = None
-            raise
-
-    async def open(self) -> None:
-        await asyncio.to_thread(self.start)
-
-    async def close(self) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            self._queue.put(None)
-            thread.join()
-        with self._inline_lock:
-            if self._inline_conn is not None:
-                self._inline_conn.close()
-                self._inline_conn = None
-
-    # -- the store thread ---------------------------------------------------------
+    def _prepare(self) -> None:
+        if self.path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.path))
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create store folder {parent!r}: {exc}") from None
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -178,70 +83,6 @@ class SQLiteStore:
                 f"understands ({LATEST}); upgrade perdure. Nothing was changed."
             )
 
-    def _serve(self, ready: concurrent.futures.Future[None]) -> None:
-        try:
-            conn = self._connect()
-        except BaseException as exc:
-            ready.set_exception(exc)
-            return
-        try:
-            self._migrate(conn)
-        except BaseException as exc:
-            conn.close()
-            ready.set_exception(exc)
-            return
-        ready.set_result(None)
-        try:
-            while True:
-                op = self._queue.get()
-                if op is None:
-                    break
-                batch = [op]
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        self._queue.put(None)
-                        break
-                    batch.append(nxt)
-                self._run_batch(conn, batch)
-                self._completed += len(batch)
-        finally:
-            conn.close()
-
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
-        writes: list[_Op] = []
-        for op in batch:
-            if not op.start():
-                continue  # the caller gave up before the op started: skip it
-            if op.write:
-                writes.append(op)
-                continue
-            if writes:
-                self._commit(conn, writes)
-                writes = []
-            try:
-                self._answer(op, op.fn(Db(conn)), None)
-            except BaseException as exc:
-                self._answer(op, None, exc)
-        if writes:
-            self._commit(conn, writes)
-        answers, self._answers = self._answers, {}
-        for loop, items in answers.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                loop.call_soon_threadsafe(_deliver, items)
-
-    def _answer(self, op: _Op, value: Any, error: BaseException | None) -> None:
-        if op.future is not None:
-            if error is not None:
-                op.future.set_exception(error)
-            else:
-                op.future.set_result(value)
-        elif op.loop is not None and op.waiter is not None:
-            self._answers.setdefault(op.loop, []).append((op.waiter, value, error))
-
     def _begin(self, conn: sqlite3.Connection) -> None:
         delay = 0.001
         while True:
@@ -254,48 +95,6 @@ class SQLiteStore:
                 log.warning("sqlite store busy for %.0fs; still waiting", self.busy_timeout)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-
-    def _commit(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
-        outcomes: list[tuple[_Op, Any, BaseException | None]] = []
-        try:
-            self._begin(conn)
-            if len(ops) == 1:  # alone in its transaction: no savepoint needed
-                self._commit_one(conn, ops[0])
-                return
-            for op in ops:
-                conn.execute("SAVEPOINT op")
-                try:
-                    value = op.fn(Db(conn))
-                except BaseException as exc:
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    outcomes.append((op, None, exc))
-                else:
-                    conn.execute("RELEASE op")
-                    outcomes.append((op, value, None))
-            conn.execute("COMMIT")
-            self.commits += 1
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            err = StoreError(f"SQLite store {self.path!r}: {exc}")
-            for op in ops:
-                if op.future is None or not op.future.done():
-                    self._answer(op, None, err)
-            return
-        for op, value, error in outcomes:
-            self._answer(op, value, error)
-
-    def _commit_one(self, conn: sqlite3.Connection, op: _Op) -> None:
-        try:
-            value = op.fn(Db(conn))
-        except BaseException as exc:
-            conn.execute("ROLLBACK")
-            self._answer(op, None, exc)
-            return
-        conn.execute("COMMIT")
-        self.commits += 1
-        self._answer(op, value, None)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         self._begin(conn)
@@ -326,139 +125,14 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             raise
 
-    # -- submission ---------------------------------------------------------------
+    def _inline_connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        return conn
 
-    def submit(self, fn: Callable[[Db], T], *, write: bool) -> concurrent.futures.Future[T]:
-        """Queue `fn` for the store thread; writes are grouped into shared transactions."""
-        if self._thread is None:
-            self.start()
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Op(fn, write, future=future))
-        return future
-
-    def _enqueue(self, op: _Op) -> None:
-        with self._count_lock:
-            self._enqueued += 1
-        self._queue.put(op)
-
-    async def _call(self, fn: Callable[[Db], T], *, write: bool, inline: bool = False) -> T:
-        """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
-
-        `inline` lets the caller run `fn` itself when the store thread is idle: one
-        caller alone saves two thread hand-offs, and there is no commit to share.
-        """
-        if self._thread is None:
-            self.start()
-        if inline:
-            done, value = self._try_inline(fn, write)
-            if done:
-                return value  # type: ignore[no-any-return]
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Op(fn, write, loop=loop, waiter=waiter))
-        return await waiter
-
-    def _try_inline(self, fn: Callable[[Db], Any], write: bool) -> tuple[bool, Any]:
-        """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
-        completed = self._completed
-        if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
-            return False, None
+    def _inline_begin(self, conn: sqlite3.Connection) -> bool:
         try:
-            conn = self._inline_conn
-            if conn is None:
-                conn = sqlite3.connect(
-                    self.path, timeout=0, isolation_level=None, check_same_thread=False
-                )
-                conn.row_factory = sqlite3.Row
-                conn.execute(f"PRAGMA synchronous={self.synchronous}")
-                self._inline_conn = conn
-            if not write:
-                return True, fn(Db(conn))
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return False, None  # another writer holds the lock: queue instead of waiting
-            try:
-                value = fn(Db(conn))
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            self.commits += 1
-            return True, value
-        finally:
-            self._inline_lock.release()
-
-    # -- the Store protocol ---------------------------------------------------------
-
-    async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
-        return await self._call(lambda c: sqlops.create_run(c, new), write=True)
-
-    async def get_run(self, run_id: str) -> RunRow | None:
-        return await self._call(lambda c: sqlops.get_run(c, run_id), write=False)
-
-    async def list_runs(
-        self,
-        *,
-        statuses: Sequence[str] = (),
-        workflow: str | None = None,
-        parent_id: str | None = None,
-        limit: int = 100,
-    ) -> list[RunRow]:
-        return await self._call(
-            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit), write=False
-        )
-
-    async def count_runs(self) -> dict[str, int]:
-        return await self._call(sqlops.count_runs, write=False)
-
-    async def journal(self, run_id: str) -> list[Entry]:
-        return await self._call(lambda c: sqlops.journal(c, run_id), write=False)
-
-    def append_now(self, append: Append) -> AppendResult:
-        """`append` from any thread, blocking it: inline if the store thread is idle."""
-        fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
-        if append.inline_ok:
-            done, value = self._try_inline(fn, True)
-            if done:
-                return value  # type: ignore[no-any-return]
-        return self.submit(fn, write=True).result()
-
-    async def append(self, append: Append) -> AppendResult:
-        return await self._call(
-            lambda c: sqlops.append(c, append), write=True, inline=append.inline_ok
-        )
-
-    async def claim(
-        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
-    ) -> list[Claim]:
-        return await self._call(
-            lambda c: sqlops.claim(c, owner, now, lease_seconds, limit, workflows), write=True
-        )
-
-    async def heartbeat(
-        self, owner: str, run_ids: Sequence[str], lease_until: float
-    ) -> list[LeaseState]:
-        return await self._call(
-            lambda c: sqlops.heartbeat(c, owner, run_ids, lease_until), write=True
-        )
-
-    async def release(self, owner: str, run_ids: Sequence[str]) -> None:
-        await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True)
-
-    async def next_wake(self, workflows: Sequence[str]) -> float | None:
-        return await self._call(lambda c: sqlops.next_wake(c, workflows), write=False)
-
-    async def send_event(self, run_id: str, name: str, payload: str, now: float) -> int:
-        return await self._call(
-            lambda c: sqlops.send_event(c, run_id, name, payload, now), write=True
-        )
-
-    async def next_event(self, run_id: str, name: str) -> EventRow | None:
-        return await self._call(lambda c: sqlops.next_event(c, run_id, name), write=False)
-
-    async def cancel(self, run_id: str, now: float) -> list[str]:
-        return await self._call(lambda c: sqlops.cancel_tree(c, run_id, now), write=True)
-
-    async def get_blob(self, key: str) -> str:
-        return await self._call(lambda c: sqlops.get_blob(c, key), write=False)
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return False  # another writer holds the lock: queue instead of waiting
+        return True

@@ -1,0 +1,391 @@
+"""The machinery SQL stores share: one store thread per process, batched writes, answers.
+
+All of a process's store work runs on one thread that owns one connection.
+Writes queued while a transaction commits are applied together in the next
+transaction (one savepoint each, so one refused write never undoes another):
+with several runs active, many steps share one commit. Answers of a batch
+reach each caller's event loop in one wake-up. When the thread is idle, a
+caller that is alone may run its own write on a second connection instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import StoreError
+from . import sqlops
+from .base import (
+    Append,
+    AppendResult,
+    Claim,
+    Entry,
+    EventRow,
+    LeaseState,
+    NewRun,
+    RunRow,
+)
+from .dialect import Db
+
+log = logging.getLogger("perdure.store")
+T = TypeVar("T")
+_MAX_BATCH = 512
+
+
+@dataclass(slots=True)
+class _Op:
+    """One store operation and where its answer goes: a thread's future or a loop's."""
+
+    fn: Callable[[Db], Any]
+    write: bool
+    future: concurrent.futures.Future[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    waiter: asyncio.Future[Any] | None = None
+
+    def start(self) -> bool:
+        """False if the caller gave up before the operation began (then it is skipped)."""
+        if self.future is not None:
+            return self.future.set_running_or_notify_cancel()
+        return self.waiter is not None and not self.waiter.cancelled()
+
+
+def _deliver(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the caller's loop: resolve every waiter answered by one batch (one wake-up)."""
+    for waiter, value, error in answers:
+        if waiter.done():
+            continue
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(value)
+
+
+class ThreadedStore:
+    """A Store whose SQL runs on one thread; subclasses connect, begin and migrate."""
+
+    url: str
+    thread_name = "perdure-store"
+    db_errors: tuple[type[Exception], ...] = ()
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.commits = 0  # transactions committed, for benchmarks
+        # Inline path: a caller may run its own operation on a second connection when the
+        # store thread has nothing queued or running (no commit to share, no order to keep).
+        self._inline_conn: Any = None
+        self._inline_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._enqueued = 0  # operations handed to the store thread
+        self._completed = 0  # of those, answered (written by the store thread only)
+        self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
+
+    # -- what a database adds ------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Before the thread starts (e.g. create the folder of a file)."""
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _migrate(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def _begin(self, conn: Any) -> None:
+        conn.execute("BEGIN")
+
+    def _db(self, conn: Any) -> Db:
+        return Db(conn)
+
+    def _inline_connect(self) -> Any | None:
+        """A second connection for the inline path, or None to never run inline."""
+        return None
+
+    def _inline_begin(self, conn: Any) -> bool:
+        """Begin an inline write without waiting; False if the database is busy."""
+        return False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the store thread and migrate; idempotent and thread-safe."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._prepare()
+            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._thread = threading.Thread(
+                target=self._serve, args=(ready,), name=self.thread_name, daemon=True
+            )
+            self._thread.start()
+        try:
+            ready.result()
+        except BaseException:
+            with self._lock:
+                self._thread = None
+            raise
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self.start)
+
+    async def close(self) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+        with self._inline_lock:
+            if self._inline_conn is not None:
+                self._inline_conn.close()
+                self._inline_conn = None
+
+    # -- the store thread ---------------------------------------------------------
+
+    def _serve(self, ready: concurrent.futures.Future[None]) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        try:
+            self._migrate(conn)
+        except BaseException as exc:
+            conn.close()
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        try:
+            while True:
+                op = self._queue.get()
+                if op is None:
+                    break
+                batch = [op]
+                while len(batch) < _MAX_BATCH:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._queue.put(None)
+                        break
+                    batch.append(nxt)
+                self._run_batch(conn, batch)
+                self._completed += len(batch)
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: Any, batch: list[_Op]) -> None:
+        writes: list[_Op] = []
+        for op in batch:
+            if not op.start():
+                continue  # the caller gave up before the op started: skip it
+            if op.write:
+                writes.append(op)
+                continue
+            if writes:
+                self._commit(conn, writes)
+                writes = []
+            try:
+                self._answer(op, op.fn(self._db(conn)), None)
+            except BaseException as exc:
+                self._answer(op, None, exc)
+        if writes:
+            self._commit(conn, writes)
+        answers, self._answers = self._answers, {}
+        for loop, items in answers.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+                loop.call_soon_threadsafe(_deliver, items)
+
+    def _answer(self, op: _Op, value: Any, error: BaseException | None) -> None:
+        if op.future is not None:
+            if error is not None:
+                op.future.set_exception(error)
+            else:
+                op.future.set_result(value)
+        elif op.loop is not None and op.waiter is not None:
+            self._answers.setdefault(op.loop, []).append((op.waiter, value, error))
+
+    def _commit(self, conn: Any, ops: list[_Op]) -> None:
+        outcomes: list[tuple[_Op, Any, BaseException | None]] = []
+        try:
+            self._begin(conn)
+            if len(ops) == 1:  # alone in its transaction: no savepoint needed
+                self._commit_one(conn, ops[0])
+                return
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    value = op.fn(self._db(conn))
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, None, exc))
+                else:
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, value, None))
+            conn.execute("COMMIT")
+            self.commits += 1
+        except self.db_errors as exc:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            err = StoreError(f"store {self.url}: {exc}")
+            for op in ops:
+                if op.future is None or not op.future.done():
+                    self._answer(op, None, err)
+            return
+        for op, value, error in outcomes:
+            self._answer(op, value, error)
+
+    def _commit_one(self, conn: Any, op: _Op) -> None:
+        try:
+            value = op.fn(self._db(conn))
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            self._answer(op, None, exc)
+            return
+        conn.execute("COMMIT")
+        self.commits += 1
+        self._answer(op, value, None)
+
+    # -- submission ---------------------------------------------------------------
+
+    def submit(self, fn: Callable[[Db], T], *, write: bool) -> concurrent.futures.Future[T]:
+        """Queue `fn` for the store thread; writes are grouped into shared transactions."""
+        if self._thread is None:
+            self.start()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._enqueue(_Op(fn, write, future=future))
+        return future
+
+    def _enqueue(self, op: _Op) -> None:
+        with self._count_lock:
+            self._enqueued += 1
+        self._queue.put(op)
+
+    async def _call(self, fn: Callable[[Db], T], *, write: bool, inline: bool = False) -> T:
+        """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
+
+        `inline` lets the caller run `fn` itself when the store thread is idle: one
+        caller alone saves two thread hand-offs, and there is no commit to share.
+        """
+        if self._thread is None:
+            self.start()
+        if inline:
+            done, value = self._try_inline(fn, write)
+            if done:
+                return value  # type: ignore[no-any-return]
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
+        self._enqueue(_Op(fn, write, loop=loop, waiter=waiter))
+        return await waiter
+
+    def _try_inline(self, fn: Callable[[Db], Any], write: bool) -> tuple[bool, Any]:
+        """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
+        completed = self._completed
+        if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
+            return False, None
+        try:
+            conn = self._inline_conn
+            if conn is None:
+                conn = self._inline_conn = self._inline_connect()
+                if conn is None:
+                    return False, None
+            if not write:
+                return True, fn(self._db(conn))
+            if not self._inline_begin(conn):
+                return False, None  # the database is busy: queue instead of waiting
+            try:
+                value = fn(self._db(conn))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            self.commits += 1
+            return True, value
+        finally:
+            self._inline_lock.release()
+
+    # -- the Store protocol ---------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
+        return await self._call(lambda c: sqlops.create_run(c, new), write=True)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        return await self._call(lambda c: sqlops.get_run(c, run_id), write=False)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRow]:
+        return await self._call(
+            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit), write=False
+        )
+
+    async def count_runs(self) -> dict[str, int]:
+        return await self._call(sqlops.count_runs, write=False)
+
+    async def journal(self, run_id: str) -> list[Entry]:
+        return await self._call(lambda c: sqlops.journal(c, run_id), write=False)
+
+    def append_now(self, append: Append) -> AppendResult:
+        """`append` from any thread, blocking it: inline if the store thread is idle."""
+        fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
+        if append.inline_ok:
+            done, value = self._try_inline(fn, True)
+            if done:
+                return value  # type: ignore[no-any-return]
+        return self.submit(fn, write=True).result()
+
+    async def append(self, append: Append) -> AppendResult:
+        return await self._call(
+            lambda c: sqlops.append(c, append), write=True, inline=append.inline_ok
+        )
+
+    async def claim(
+        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+    ) -> list[Claim]:
+        return await self._call(
+            lambda c: sqlops.claim(c, owner, now, lease_seconds, limit, workflows), write=True
+        )
+
+    async def heartbeat(
+        self, owner: str, run_ids: Sequence[str], lease_until: float
+    ) -> list[LeaseState]:
+        return await self._call(
+            lambda c: sqlops.heartbeat(c, owner, run_ids, lease_until), write=True
+        )
+
+    async def release(self, owner: str, run_ids: Sequence[str]) -> None:
+        await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True)
+
+    async def next_wake(self, workflows: Sequence[str]) -> float | None:
+        return await self._call(lambda c: sqlops.next_wake(c, workflows), write=False)
+
+    async def send_event(self, run_id: str, name: str, payload: str, now: float) -> int:
+        return await self._call(
+            lambda c: sqlops.send_event(c, run_id, name, payload, now), write=True
+        )
+
+    async def next_event(self, run_id: str, name: str) -> EventRow | None:
+        return await self._call(lambda c: sqlops.next_event(c, run_id, name), write=False)
+
+    async def cancel(self, run_id: str, now: float) -> list[str]:
+        return await self._call(lambda c: sqlops.cancel_tree(c, run_id, now), write=True)
+
+    async def get_blob(self, key: str) -> str:
+        return await self._call(lambda c: sqlops.get_blob(c, key), write=False)
