@@ -139,7 +139,7 @@ def test_replay_check_reports_divergence(env: dict[str, str], tmp_path: Path) ->
     [
         (["show", "nope"], "no run with id 'nope'"),
         (["send", "nope", "ev", "{bad"], "not valid JSON"),
-        (["--db", "postgres://x", "ls"], "PostgreSQL store"),
+        (["--db", "postgresql://nobody@127.0.0.1:1/none", "ls"], "cannot connect to PostgreSQL"),
         (["--db", "mysql://x", "ls"], "unknown scheme"),
         (["start", "nope"], "no workflow named 'nope'"),
         (["resolve", "nope", "1"], "exactly one of"),

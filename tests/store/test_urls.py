@@ -92,10 +92,25 @@ def test_unknown_scheme_is_a_one_line_config_error(url: str) -> None:
     assert "sqlite:///" in message
 
 
-def test_postgres_scheme_is_recognised_but_not_available() -> None:
-    """postgres:// URLs are refused with a ConfigError that says PostgreSQL is not here yet."""
-    with pytest.raises(perdure.ConfigError, match="PostgreSQL"):
-        open_store("postgresql://user@host/db", environ={})
+def test_postgres_scheme_selects_the_postgres_store() -> None:
+    """postgres:// and postgresql:// URLs give a PostgresStore; `?schema=` picks its schema."""
+    from perdure.store.postgres import PostgresStore
+
+    store = open_store(
+        "postgres://ana:secret@db.example/app?schema=billing&sslmode=disable", environ={}
+    )
+    assert isinstance(store, PostgresStore)
+    assert store.schema == "billing"
+    assert "secret" not in store.url and "ana:***@" in store.url
+    assert store.conninfo == "postgresql://ana:secret@db.example/app?sslmode=disable"
+    default = open_store("postgresql://user@host/db", environ={})
+    assert isinstance(default, PostgresStore) and default.schema == "perdure"
+
+
+def test_postgres_schema_must_be_a_plain_identifier() -> None:
+    """A schema name that is not a plain lower-case identifier is refused before connecting."""
+    with pytest.raises(perdure.ConfigError, match="schema"):
+        open_store("postgresql://user@host/db?schema=Robert');DROP", environ={})
 
 
 def test_host_in_sqlite_url_is_a_config_error() -> None:

@@ -46,9 +46,9 @@ def open_store(url: str | None = None, environ: Mapping[str, str] | None = None)
             raise ConfigError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}")
         return SQLiteStore(path, synchronous=query.get("synchronous", "FULL"))
     if scheme in {"postgres", "postgresql"}:
-        raise ConfigError(
-            f"store URL {url!r}: the PostgreSQL store is not in this version of perdure yet"
-        )
+        from .postgres import PostgresStore
+
+        return PostgresStore(url)
     raise ConfigError(
         f"store URL {url!r}: unknown scheme {parts.scheme or '(none)'!r}; "
         "use sqlite:///path.db (see README, 'Choosing a store')"

@@ -418,7 +418,7 @@ def next_wake(conn: Conn, workflows: Sequence[str]) -> float | None:
         f" SELECT MIN(wake_at) AS t FROM runs WHERE status IN ('sleeping', 'waiting') "
         f"  AND wake_at IS NOT NULL AND workflow IN ({marks})"
         f" UNION ALL SELECT MIN(lease_until) FROM runs WHERE status IN ('running', 'cancelling')"
-        f"  AND workflow IN ({marks}))",
+        f"  AND workflow IN ({marks})) AS wakes",
         (*workflows, *workflows),
     ).fetchone()
     return None if row is None or row[0] is None else float(row[0])

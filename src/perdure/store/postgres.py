@@ -1,0 +1,116 @@
+"""The PostgreSQL store: the same SQL as SQLite, through psycopg 3, in a schema of its own.
+
+Each process runs one store thread with one connection (batched writes share a
+commit, as on SQLite); claims use `FOR UPDATE SKIP LOCKED`, so workers on many
+hosts never wait on each other's rows. Tables live in a configurable schema
+(default `perdure`) so several apps can share one database.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigError, SchemaVersionError
+from .dialect import Db, PostgresDb
+from .migrations import LATEST, MIGRATIONS
+from .threaded import ThreadedStore
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def for_postgres(script: str) -> str:
+    """A migration script written for SQLite, in PostgreSQL's types."""
+    script = re.sub(r"\bREAL\b", "DOUBLE PRECISION", script)
+    script = script.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+    return script.replace(") WITHOUT ROWID", ")")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(psycopg conninfo, schema) from a perdure URL with an optional `?schema=` option."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), "perdure")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+
+
+class PostgresStore(ThreadedStore):
+    """A Store in a PostgreSQL schema; `url` is a postgresql:// URL (`?schema=` optional)."""
+
+    thread_name = "perdure-postgres"
+
+    def __init__(self, url: str, *, schema: str | None = None) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigError(
+                "the PostgreSQL store needs psycopg: pip install 'perdure[postgres]'"
+            ) from None
+        super().__init__()
+        self.conninfo, url_schema = split_url(url)
+        self.schema = schema or url_schema
+        if not _IDENTIFIER.match(self.schema):
+            raise ConfigError(
+                f"schema {self.schema!r}: use lower-case letters, digits and underscores"
+            )
+        self.url = redact(url)
+        self.db_errors = (psycopg.Error,)
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"cannot connect to PostgreSQL at {self.url}: {first}") from None
+        try:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            conn.execute(f'SET search_path TO "{self.schema}"')
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _db(self, conn: Any) -> Db:
+        return PostgresDb(conn)
+
+    def _migrate(self, conn: Any) -> None:
+        conn.execute("BEGIN")
+        try:
+            # one migrator at a time per schema, whichever host it runs on
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)"
+            )
+            row = conn.execute(
+                "SELECT value FROM perdure_meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = int(row[0]) if row else 0
+            if version > LATEST:
+                raise SchemaVersionError(
+                    f"store {self.url} (schema {self.schema}) has schema version {version}, "
+                    f"newer than this perdure understands ({LATEST}); upgrade perdure. "
+                    "Nothing was changed."
+                )
+            for script in MIGRATIONS[version:]:
+                for statement in for_postgres(script).split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(
+                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(LATEST),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
