@@ -1,0 +1,299 @@
+"""Store behaviour every store must have, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+import perdure
+from perdure.store.base import (
+    Append,
+    Blob,
+    Entry,
+    NewRun,
+    OperatorRequest,
+    Store,
+)
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def new(run_id: str, workflow: str = "wf", now: float = 100.0, **kw: Any) -> NewRun:
+    return NewRun(id=run_id, workflow=workflow, input="{}", code_version="v", now=now, **kw)
+
+
+def entry(
+    kind: str,
+    position: int | None = None,
+    final: bool = False,
+    data: str | None = None,
+    name: str = "s",
+) -> Entry:
+    return Entry(kind=kind, name=name, position=position, final=final, data=data, at=1.0)
+
+
+def test_create_run_is_idempotent(store: Store) -> None:
+    """Creating an existing id returns the existing run and says it was not created."""
+    first, created = run(store.create_run(new("r1")))
+    again, created_again = run(store.create_run(new("r1", now=999.0)))
+    assert (created, created_again) == (True, False)
+    assert again.created_at == first.created_at == 100.0
+    assert run(store.count_runs()) == {"pending": 1}
+
+
+def test_stale_epoch_is_refused_and_writes_nothing(store: Store) -> None:
+    """An append under an epoch that moved on raises LeaseLost; the journal is unchanged."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    stale = claim.run.lease_epoch
+    run(store.append(Append("r1", stale, [entry("step.intent", 0)])))
+    run(store.claim("w2", 200.0, 30.0, 10, ["wf"]))  # the lease expired: w2 takes over
+    before = run(store.journal("r1"))
+    with pytest.raises(perdure.LeaseLost):
+        run(store.append(Append("r1", stale, [entry("step.outcome", 0, final=True)])))
+    assert run(store.journal("r1")) == before
+
+
+def test_journal_sequence_is_gap_free_across_writers(store: Store) -> None:
+    """Worker and operator appends interleave into one gap-free sequence."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    for i in range(5):
+        run(store.append(Append("r1", claim.run.lease_epoch, [entry("value.recorded", i, True)])))
+        run(store.append(Append("r1", None, [entry("run.note")])))
+    assert [e.seq for e in run(store.journal("r1"))] == list(range(10))
+
+
+def test_one_final_entry_per_position_and_the_write_is_atomic(store: Store) -> None:
+    """A second outcome for a position is refused, and nothing of that append lands."""
+    run(store.create_run(new("r1")))
+    run(store.append(Append("r1", None, [entry("step.outcome", 0, True)])))
+    with pytest.raises(perdure.StoreError):
+        run(
+            store.append(
+                Append(
+                    "r1", None, [entry("value.recorded", 1, True), entry("step.outcome", 0, True)]
+                )
+            )
+        )
+    assert [(e.position, e.kind) for e in run(store.journal("r1"))] == [(0, "step.outcome")]
+
+
+def test_claim_leases_heartbeats_and_takeover(store: Store) -> None:
+    """A run is claimed once; a heartbeat keeps it; after expiry another worker takes it over."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    assert claim.recovered_from is None and claim.run.status == "running"
+    assert run(store.claim("w2", 110.0, 30.0, 10, ["wf"])) == []
+    [beat] = run(store.heartbeat("w1", ["r1"], 200.0))
+    assert beat.run_id == "r1"
+    assert run(store.claim("w2", 150.0, 30.0, 10, ["wf"])) == []  # lease now runs to 200
+    [taken] = run(store.claim("w2", 201.0, 30.0, 10, ["wf"]))
+    assert taken.recovered_from == "w1"
+    assert taken.run.lease_epoch == claim.run.lease_epoch + 1
+    assert run(store.journal("r1"))[-1].kind == "run.recovered"
+    assert run(store.heartbeat("w1", ["r1"], 300.0)) == []  # w1 no longer holds it
+
+
+def test_release_makes_a_run_claimable_at_once(store: Store) -> None:
+    """A released lease can be claimed immediately by another worker."""
+    run(store.create_run(new("r1")))
+    run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    run(store.release("w1", ["r1"]))
+    [claim] = run(store.claim("w2", 101.0, 30.0, 10, ["wf"]))
+    assert claim.recovered_from == "w1"
+
+
+def test_claim_filters_by_workflow_and_respects_timers(store: Store) -> None:
+    """Only registered workflows are claimed, and a sleeping run only once its timer is due."""
+    run(store.create_run(new("other", workflow="elsewhere")))
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    run(
+        store.append(
+            Append(
+                "r1",
+                claim.run.lease_epoch,
+                [entry("sleep.until", 0, True)],
+                status="sleeping",
+                fields={"wake_at": 500.0, "lease_owner": None, "lease_until": None},
+            )
+        )
+    )
+    assert run(store.next_wake(["wf"])) == 500.0
+    assert run(store.claim("w1", 499.0, 30.0, 10, ["wf"])) == []
+    assert [c.run.id for c in run(store.claim("w1", 500.0, 30.0, 10, ["wf"]))] == ["r1"]
+
+
+def test_events_are_kept_in_order_and_wake_a_waiting_run(store: Store) -> None:
+    """Events sent before a wait are kept in order; one sent to a waiting run makes it pending."""
+    run(store.create_run(new("r1")))
+    first = run(store.send_event("r1", "ping", "1", 100.0))
+    run(store.send_event("r1", "ping", "2", 101.0))
+    nxt = run(store.next_event("r1", "ping"))
+    assert nxt is not None and nxt.id == first and nxt.payload == "1"
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    run(
+        store.append(
+            Append(
+                "r1", claim.run.lease_epoch, [entry("event.received", 0, True)], consume_event=first
+            )
+        )
+    )
+    nxt = run(store.next_event("r1", "pong"))
+    assert nxt is None
+    result = run(
+        store.append(
+            Append(
+                "r1",
+                claim.run.lease_epoch,
+                [entry("event.wait", 1)],
+                status="waiting",
+                fields={"waiting_for": "event:pong"},
+            )
+        )
+    )
+    assert result.status == "waiting"
+    run(store.send_event("r1", "pong", "3", 102.0))
+    assert run(store.get_run("r1")).status == "pending"  # type: ignore[union-attr]
+
+
+def test_waiting_for_an_event_already_sent_is_not_a_lost_wake_up(store: Store) -> None:
+    """Parking to wait for an event that is already there leaves the run runnable."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    run(store.send_event("r1", "go", "1", 100.0))
+    result = run(
+        store.append(
+            Append(
+                "r1",
+                claim.run.lease_epoch,
+                [entry("event.wait", 0)],
+                status="waiting",
+                fields={"waiting_for": "event:go"},
+            )
+        )
+    )
+    assert result.status == "pending"
+
+
+def test_events_to_unknown_or_finished_runs_are_refused(store: Store) -> None:
+    """send_event names a missing run with RunNotFound and a finished one with StoreError."""
+    with pytest.raises(perdure.RunNotFound):
+        run(store.send_event("nope", "go", "1", 1.0))
+    run(store.create_run(new("r1")))
+    run(store.append(Append("r1", None, [entry("run.completed")], status="completed")))
+    with pytest.raises(perdure.StoreError, match="completed"):
+        run(store.send_event("r1", "go", "1", 1.0))
+
+
+def test_cancel_reaches_parked_children_and_marks_held_runs_cancelling(store: Store) -> None:
+    """Cancelling a held parent marks it cancelling and cancels its parked child at once."""
+    run(store.create_run(new("parent")))
+    run(store.claim("w1", 100.0, 30.0, 1, ["wf"]))
+    run(store.create_run(new("child", parent_id="parent")))
+    touched = run(store.cancel("parent", 110.0))
+    assert set(touched) == {"parent", "child"}
+    assert run(store.get_run("parent")).status == "cancelling"  # type: ignore[union-attr]
+    assert run(store.get_run("child")).status == "cancelled"  # type: ignore[union-attr]
+
+
+def test_operator_requests_refuse_a_guarded_write(store: Store) -> None:
+    """With a cancel pending, an append that asks to stop on requests writes nothing."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    run(store.cancel("r1", 101.0))
+    before = run(store.journal("r1"))
+    with pytest.raises(OperatorRequest) as info:
+        run(
+            store.append(
+                Append(
+                    "r1", claim.run.lease_epoch, [entry("step.intent", 0)], stop_if_requested=True
+                )
+            )
+        )
+    assert info.value.cancel
+    assert run(store.journal("r1")) == before
+
+
+def test_transactional_body_commits_with_its_outcome_or_not_at_all(store: Store) -> None:
+    """A body's writes commit with the outcome entry; a failing body leaves neither behind."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    epoch = claim.run.lease_epoch
+
+    def create(conn: Any) -> str:
+        conn.execute("CREATE TABLE IF NOT EXISTS credits (n INTEGER)")
+        conn.execute("INSERT INTO credits VALUES (7)")
+        return '{"value":7}'
+
+    def fail(conn: Any) -> str:
+        conn.execute("INSERT INTO credits VALUES (8)")
+        raise ValueError("no")
+
+    ok = run(store.append(Append("r1", epoch, [entry("step.outcome", 0, True)], tx_body=create)))
+    assert ok.tx_data == '{"value":7}' and ok.tx_error is None
+    bad = run(store.append(Append("r1", epoch, [entry("step.outcome", 1, True)], tx_body=fail)))
+    assert isinstance(bad.tx_error, ValueError)
+    assert [e.position for e in run(store.journal("r1"))] == [0]
+
+    def count(conn: Any) -> str:
+        return str(conn.execute("SELECT COUNT(*) FROM credits").fetchone()[0])
+
+    probe = run(store.append(Append("r1", None, [entry("run.note")], tx_body=count)))
+    assert probe.tx_data == "1"
+
+
+def test_blobs_round_trip(store: Store) -> None:
+    """A stored blob reads back unchanged; a missing one is a StoreError."""
+    run(store.create_run(new("r1", blobs=[Blob("k1", "x" * 100_000)])))
+    assert run(store.get_blob("k1")) == "x" * 100_000
+    with pytest.raises(perdure.StoreError):
+        run(store.get_blob("missing"))
+
+
+def test_list_runs_filters(store: Store) -> None:
+    """list_runs filters by status, workflow and parent."""
+    run(store.create_run(new("a")))
+    run(store.create_run(new("b", workflow="other")))
+    run(store.create_run(new("c", parent_id="a")))
+    assert {r.id for r in run(store.list_runs(workflow="other"))} == {"b"}
+    assert {r.id for r in run(store.list_runs(parent_id="a"))} == {"c"}
+    assert {r.id for r in run(store.list_runs(statuses=["pending"]))} == {"a", "b", "c"}
+
+
+def test_two_stores_never_claim_the_same_run(new_store: Callable[[], Store]) -> None:
+    """Two processes' stores claiming concurrently split the runs between them, no overlap."""
+    first, second = new_store(), new_store()
+    for i in range(60):
+        run(first.create_run(new(f"r{i}")))
+    got: dict[str, list[str]] = {"a": [], "b": []}
+
+    def claimer(name: str, store: Store) -> None:
+        async def loop() -> None:
+            while True:
+                claims = await store.claim(name, 100.0, 30.0, 3, ["wf"])
+                if not claims:
+                    return
+                got[name].extend(c.run.id for c in claims)
+
+        asyncio.run(loop())
+
+    threads = [
+        threading.Thread(target=claimer, args=("a", first)),
+        threading.Thread(target=claimer, args=("b", second)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not set(got["a"]) & set(got["b"])
+    assert sorted(got["a"] + got["b"]) == sorted(f"r{i}" for i in range(60))
