@@ -4,6 +4,7 @@
     ├── ConfigError             bad URL, bad option, missing extra
     ├── StoreError
     │   ├── SchemaVersionError  store written by a newer perdure
+    │   ├── StoreUnavailable    the database cannot be reached (outcome unknown)
     │   └── LeaseLost           an append from a worker whose lease moved on
     ├── RunNotFound
     ├── PayloadError            a value that is not JSON
@@ -36,6 +37,10 @@ class StoreError(PerdureError):
 
 class SchemaVersionError(StoreError):
     """Raised when a store was written by a newer perdure than this one."""
+
+
+class StoreUnavailable(StoreError):
+    """Raised when the database cannot be reached; the operation may or may not have landed."""
 
 
 class LeaseLost(StoreError):

@@ -27,6 +27,7 @@ from ..errors import (
     NonDeterminismError,
     PerdureError,
     RunSuspended,
+    StoreUnavailable,
     WorkerStopping,
 )
 from ..store.base import (
@@ -304,6 +305,8 @@ class RunContext:
             raise  # checkpoint always unwinds here
         except LeaseLost:
             raise self._lost(append) from None
+        except StoreUnavailable as exc:
+            raise self._unreachable(exc) from None
         return self._applied(result)
 
     def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
@@ -322,6 +325,8 @@ class RunContext:
             raise  # checkpoint always unwinds here
         except LeaseLost:
             raise self._lost(append) from None
+        except StoreUnavailable as exc:
+            raise self._unreachable(exc) from None
         return self._applied(result)
 
     def _take(
@@ -379,6 +384,12 @@ class RunContext:
             self.epoch,
             len(append.entries),
         )
+        return WorkerStopping()
+
+    def _unreachable(self, exc: StoreUnavailable) -> WorkerStopping:
+        """The store is gone mid-run: stop this execution; the journal decides on recovery."""
+        self.lost = True
+        log.warning("worker %s: run %s stopped: %s", self.worker_id, self.run_id, exc)
         return WorkerStopping()
 
     def _applied(self, result: AppendResult) -> AppendResult:

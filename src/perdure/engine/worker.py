@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import StoreError
 from ..store.base import CANCELLING, Claim
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
@@ -124,7 +125,10 @@ class Worker:
             self.tasks[rid].cancel()
         if leftover:
             await asyncio.gather(*(self.tasks[r] for r in leftover), return_exceptions=True)
-            await self.app.store.release(self.id, leftover)
+            try:
+                await self.app.store.release(self.id, leftover)
+            except StoreError as exc:  # the leases will simply expire
+                log.warning("worker %s: could not release leases (%s)", self.id, exc)
 
     # -- claiming ----------------------------------------------------------------------
 
@@ -182,11 +186,20 @@ class Worker:
             task.cancel()
 
     async def _claim_loop(self) -> None:
+        backoff = 0.05
         while not self.stopping.is_set():
-            if await self.claim_once():
-                await asyncio.sleep(0)
-                continue
-            await self.app.wait_work(await self._idle_wait())
+            try:
+                if await self.claim_once():
+                    await asyncio.sleep(0)
+                    continue
+                wait = await self._idle_wait()
+                backoff = 0.05
+            except StoreError as exc:  # e.g. the database restarts: keep trying, slower
+                log.warning(
+                    "worker %s: cannot claim (%s); retrying in %.2fs", self.id, exc, backoff
+                )
+                wait, backoff = backoff, min(backoff * 2, 2.0)
+            await self.app.wait_work(wait)
 
     async def _idle_wait(self) -> float:
         wait = self.options.poll
@@ -224,7 +237,10 @@ class Worker:
         interval = self.options.lease / 3
         while not self.stopping.is_set():
             await asyncio.sleep(min(interval, 1.0) if self.tasks else interval)
-            await self.heartbeat_once()
+            try:
+                await self.heartbeat_once()
+            except StoreError as exc:
+                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
 
     # -- testing -----------------------------------------------------------------------
 

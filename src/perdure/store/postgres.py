@@ -80,6 +80,9 @@ class PostgresStore(ThreadedStore):
             raise
         return conn
 
+    def _broken(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
     def _db(self, conn: Any) -> Db:
         return PostgresDb(conn)
 

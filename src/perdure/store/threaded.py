@@ -16,11 +16,12 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from . import sqlops
 from .base import (
     Append,
@@ -109,6 +110,10 @@ class ThreadedStore:
         """A second connection for the inline path, or None to never run inline."""
         return None
 
+    def _broken(self, conn: Any) -> bool:
+        """True when the connection is lost and must be replaced."""
+        return False
+
     def _inline_begin(self, conn: Any) -> bool:
         """Begin an inline write without waiting; False if the database is busy."""
         return False
@@ -182,8 +187,38 @@ class ThreadedStore:
                     batch.append(nxt)
                 self._run_batch(conn, batch)
                 self._completed += len(batch)
+                if self._broken(conn):
+                    conn = self._reconnect(conn)
+                    if conn is None:
+                        return
         finally:
-            conn.close()
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _reconnect(self, old: Any) -> Any:
+        """Replace a lost connection, retrying with backoff until it works or the store stops."""
+        with contextlib.suppress(Exception):
+            old.close()
+        delay = 0.05
+        while self._thread is not None:
+            try:
+                conn = self._connect()
+            except Exception as exc:
+                log.warning("store %s unreachable (%s); retrying in %.2fs", self.url, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            log.warning("store %s: reconnected", self.url)
+            return conn
+        return None
+
+    def _failure(self, conn: Any, exc: BaseException) -> BaseException:
+        """What a caller sees for `exc`: StoreUnavailable when the connection was lost."""
+        if isinstance(exc, self.db_errors) and self._broken(conn):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return StoreUnavailable(f"store {self.url} unreachable: {first}")
+        return exc
 
     def _run_batch(self, conn: Any, batch: list[_Op]) -> None:
         writes: list[_Op] = []
@@ -199,7 +234,7 @@ class ThreadedStore:
             try:
                 self._answer(op, op.fn(self._db(conn)), None)
             except BaseException as exc:
-                self._answer(op, None, exc)
+                self._answer(op, None, self._failure(conn, exc))
         if writes:
             self._commit(conn, writes)
         answers, self._answers = self._answers, {}
@@ -239,7 +274,9 @@ class ThreadedStore:
         except self.db_errors as exc:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
-            err = StoreError(f"store {self.url}: {exc}")
+            err = self._failure(conn, exc)
+            if err is exc:
+                err = StoreError(f"store {self.url}: {exc}")
             for op in ops:
                 if op.future is None or not op.future.done():
                     self._answer(op, None, err)
@@ -251,8 +288,9 @@ class ThreadedStore:
         try:
             value = op.fn(self._db(conn))
         except BaseException as exc:
-            conn.execute("ROLLBACK")
-            self._answer(op, None, exc)
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            self._answer(op, None, self._failure(conn, exc))
             return
         conn.execute("COMMIT")
         self.commits += 1
