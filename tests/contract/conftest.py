@@ -6,26 +6,17 @@ PostgreSQL tests use the machine's server (PERDURE_TEST_PG, default the local
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests_contract_support import PG_URL, drop_schema
 
 import perdure
 from perdure.store import open_store
 from perdure.store.base import Store
 from perdure.testing import TestClock
-
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _drop_schema(schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -36,7 +27,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     schema = f"t_{uuid.uuid4().hex[:12]}"
     yield f"{PG_URL}?schema={schema}"
-    _drop_schema(schema)
+    drop_schema(schema)
 
 
 @pytest.fixture

@@ -146,6 +146,9 @@ class App:
     async def open_store(self) -> None:
         if not self._opened:
             await self.store.open()
+            subscribe = getattr(self.store, "subscribe", None)
+            if subscribe is not None:  # other processes' new work wakes this one's workers
+                subscribe(self.notify)
             self._opened = True
 
     def notify(self) -> None:

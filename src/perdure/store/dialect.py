@@ -38,6 +38,9 @@ class Db:
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         self.raw.executemany(self.sql(text), rows)
 
+    def notify(self) -> None:
+        """Tell other processes, when this transaction commits, that work may be runnable."""
+
 
 @lru_cache(maxsize=512)
 def _pyformat(text: str) -> str:
@@ -49,8 +52,9 @@ class PostgresDb(Db):
 
     claim_lock = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, channel: str = "perdure") -> None:
         super().__init__(conn)
+        self.channel = channel
         import psycopg
 
         self.integrity_errors = (psycopg.errors.IntegrityError,)
@@ -61,3 +65,6 @@ class PostgresDb(Db):
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.raw.cursor() as cur:
             cur.executemany(self.sql(text), list(rows))
+
+    def notify(self) -> None:
+        self.raw.execute("SELECT pg_notify(%s, '')", (self.channel,))

@@ -9,6 +9,8 @@ hosts never wait on each other's rows. Tables live in a configurable schema
 from __future__ import annotations
 
 import re
+import threading
+import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -63,6 +65,7 @@ class PostgresStore(ThreadedStore):
             )
         self.url = redact(url)
         self.db_errors = (psycopg.Error,)
+        self._listener: threading.Thread | None = None
 
     def _connect(self) -> Any:
         import psycopg
@@ -84,7 +87,39 @@ class PostgresStore(ThreadedStore):
         return bool(conn.closed or conn.broken)
 
     def _db(self, conn: Any) -> Db:
-        return PostgresDb(conn)
+        return PostgresDb(conn, self.channel)
+
+    @property
+    def channel(self) -> str:
+        return f"perdure_{self.schema}"
+
+    def start(self) -> None:
+        """Start the store thread, then the listener for other processes' notifications."""
+        super().start()
+        with self._lock:
+            if self._listener is None or not self._listener.is_alive():
+                self._listener = threading.Thread(
+                    target=self._listen, name="perdure-pg-listen", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self) -> None:
+        """LISTEN on the schema's channel; every notification wakes this process's workers."""
+        import psycopg
+
+        delay = 0.05
+        while self._thread is not None:
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f'LISTEN "{self.channel}"')
+                    delay = 0.05
+                    self._heard()  # anything sent while we were not listening
+                    while self._thread is not None:
+                        for _ in conn.notifies(timeout=0.5):
+                            self._heard()
+            except psycopg.Error:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _migrate(self, conn: Any) -> None:
         conn.execute("BEGIN")

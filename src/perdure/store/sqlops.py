@@ -214,6 +214,8 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         ),
     )
     created = cur.rowcount == 1
+    if created:
+        conn.notify()
     if created and new.entries:
         conn.execute("UPDATE runs SET next_seq = ? WHERE id = ?", (len(new.entries), new.id))
     if created:
@@ -328,6 +330,8 @@ def append(conn: Conn, a: Append) -> AppendResult:
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", params)
     if status in TERMINAL and parent_id:
         _wake_parent(conn, a.run_id, parent_id)
+    if status == PENDING or status in TERMINAL:
+        conn.notify()  # a worker may claim it, or a waiter may read its result
     final_status = status if status is not None else current
     return AppendResult(
         status=final_status,
@@ -407,6 +411,7 @@ def release(conn: Conn, owner: str, run_ids: Sequence[str]) -> None:
             "AND status IN ('running', 'cancelling')",
             (owner, *chunk),
         )
+    conn.notify()  # released runs are claimable at once
 
 
 def next_wake(conn: Conn, workflows: Sequence[str]) -> float | None:
@@ -436,6 +441,7 @@ def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> 
         "UPDATE runs SET status = ? WHERE id = ? AND status = ? AND waiting_for = ?",
         (PENDING, run_id, WAITING, f"event:{name}"),
     )
+    conn.notify()
     return int(event_id)
 
 
@@ -478,4 +484,6 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
             _wake_parent(conn, rid)
         children = conn.execute("SELECT id FROM runs WHERE parent_id = ?", (rid,)).fetchall()
         stack.extend(r[0] for r in children)
+    if touched:
+        conn.notify()
     return touched

@@ -88,6 +88,21 @@ class ThreadedStore:
         self._enqueued = 0  # operations handed to the store thread
         self._completed = 0  # of those, answered (written by the store thread only)
         self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (from any thread) when another process may have made work runnable.
+
+        Stores without cross-process notifications never call it; workers then poll.
+        """
+        self._listeners.append(listener)
+
+    def _heard(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener must never stop the notifications
+                log.exception("store listener failed")
 
     # -- what a database adds ------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""PostgreSQL wakes idle workers of other processes by LISTEN/NOTIFY, not at the next poll."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from tests_contract_support import PG_URL, drop_schema
+
+import perdure
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_URL}?schema={schema}"
+    drop_schema(schema)
+
+
+def test_a_run_started_elsewhere_wakes_an_idle_worker(pg_url: str) -> None:
+    """With a 60 s poll, a run started through another App is picked up within seconds."""
+    worker_app = perdure.App(pg_url)
+    client_app = perdure.App(pg_url)  # another "process": its own store and connections
+
+    @worker_app.workflow(name="ping")
+    async def ping() -> str:
+        return "pong"
+
+    client_app.workflow(name="ping")(ping.definition.fn)
+
+    async def main() -> None:
+        worker = worker_app.worker(concurrency=2, poll=60.0)
+        task = asyncio.create_task(worker.run())
+        try:
+            await asyncio.sleep(0.5)  # the worker is idle, waiting on its 60 s poll
+            handle = await client_app.start_async("ping")
+            assert await handle.result_async(timeout=10) == "pong"
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker_app.close()
+        client_app.close()
+
+
+def test_event_sent_elsewhere_resumes_a_waiting_run(pg_url: str) -> None:
+    """An event sent through another App wakes the worker holding nothing but a waiting run."""
+    worker_app = perdure.App(pg_url)
+    client_app = perdure.App(pg_url)
+
+    @worker_app.workflow(name="approval")
+    async def approval() -> str:
+        return str(await perdure.wait_event("ok"))
+
+    client_app.workflow(name="approval")(approval.definition.fn)
+
+    async def main() -> None:
+        worker = worker_app.worker(concurrency=2, poll=60.0)
+        task = asyncio.create_task(worker.run())
+        try:
+            handle = await client_app.start_async("approval", run_id="waits")
+            for _ in range(100):
+                if await handle.status_async() == "waiting":
+                    break
+                await asyncio.sleep(0.05)
+            await client_app.client.send_event("waits", "ok", "yes")
+            assert await handle.result_async(timeout=10) == "yes"
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker_app.close()
+        client_app.close()
