@@ -81,3 +81,37 @@ def test_event_sent_elsewhere_resumes_a_waiting_run(pg_url: str) -> None:
     finally:
         worker_app.close()
         client_app.close()
+
+
+def test_store_works_without_session_state(pg_url: str) -> None:
+    """Behind a transaction-mode pooler (no prepared statements, no search_path) runs still work."""
+    app = perdure.App(f"{pg_url}&pooler=transaction")
+
+    @app.step(effect="transactional")
+    def book(n: int) -> int:
+        db = perdure.current_step().db
+        db.execute("CREATE TABLE IF NOT EXISTS booked (n INTEGER)")  # lands in the app's schema
+        db.execute("INSERT INTO booked VALUES (%s)", (n,))
+        return n
+
+    @app.workflow(name="pooled")
+    async def pooled() -> int:
+        total = 0
+        for i in range(8):  # past psycopg's prepare threshold
+            total += await book(i)
+        return total
+
+    from perdure.testing import TestWorker
+
+    try:
+        handle = app.start(pooled)
+        TestWorker(app).run_until_idle()
+        assert handle.result(timeout=10) == 28
+        schema = pg_url.rpartition("schema=")[2]
+        import psycopg
+
+        with psycopg.connect(PG_URL) as conn:
+            count = conn.execute(f'SELECT COUNT(*) FROM "{schema}".booked').fetchone()
+        assert count == (8,)
+    finally:
+        app.close()

@@ -103,8 +103,12 @@ def test_postgres_scheme_selects_the_postgres_store() -> None:
     assert store.schema == "billing"
     assert "secret" not in store.url and "ana:***@" in store.url
     assert store.conninfo == "postgresql://ana:secret@db.example/app?sslmode=disable"
+    assert store.prepare_threshold == 5  # server-side prepared statements by default
     default = open_store("postgresql://user@host/db", environ={})
     assert isinstance(default, PostgresStore) and default.schema == "perdure"
+    pooled = open_store("postgresql://user@host/db?pooler=transaction", environ={})
+    assert isinstance(pooled, PostgresStore) and pooled.prepare_threshold is None
+    assert "pooler" not in pooled.conninfo
 
 
 def test_postgres_schema_must_be_a_plain_identifier() -> None:

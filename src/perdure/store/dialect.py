@@ -7,6 +7,7 @@ indexes); a dialect adapts placeholders, integrity errors and row locking.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -41,9 +42,17 @@ class Db:
     def notify(self) -> None:
         """Tell other processes, when this transaction commits, that work may be runnable."""
 
+    def user_scope(self) -> None:
+        """Before a transactional step's body: let its unqualified names mean the app's tables."""
 
-@lru_cache(maxsize=512)
-def _pyformat(text: str) -> str:
+
+_TABLES = re.compile(r"\b(runs|journal|events|blobs|perdure_meta)\b")
+
+
+@lru_cache(maxsize=1024)
+def _pyformat(text: str, schema: str) -> str:
+    """`?` to `%s`, and every table named with its schema (no session search_path needed)."""
+    text = _TABLES.sub(lambda m: f'"{schema}".{m.group(1)}', text)
     return text.replace("%", "%%").replace("?", "%s")
 
 
@@ -52,15 +61,16 @@ class PostgresDb(Db):
 
     claim_lock = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, conn: Any, channel: str = "perdure") -> None:
+    def __init__(self, conn: Any, schema: str = "perdure") -> None:
         super().__init__(conn)
-        self.channel = channel
+        self.schema = schema
+        self.channel = f"perdure_{schema}"
         import psycopg
 
         self.integrity_errors = (psycopg.errors.IntegrityError,)
 
     def sql(self, text: str) -> str:
-        return _pyformat(text)
+        return _pyformat(text, self.schema)
 
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.raw.cursor() as cur:
@@ -68,3 +78,7 @@ class PostgresDb(Db):
 
     def notify(self) -> None:
         self.raw.execute("SELECT pg_notify(%s, '')", (self.channel,))
+
+    def user_scope(self) -> None:
+        # transaction-scoped, so it holds behind a transaction-mode pooler too
+        self.raw.execute(f'SET LOCAL search_path TO "{self.schema}", public')

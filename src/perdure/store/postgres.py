@@ -34,14 +34,17 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def split_url(url: str) -> tuple[str, str]:
-    """(psycopg conninfo, schema) from a perdure URL with an optional `?schema=` option."""
+_OPTIONS = ("schema", "pooler")
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """(psycopg conninfo, perdure's own options) from a URL: `?schema=`, `?pooler=`."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), "perdure")
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    options = {k: v for k, v in query if k in _OPTIONS}
+    rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
     scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
-    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), options
 
 
 class PostgresStore(ThreadedStore):
@@ -57,8 +60,14 @@ class PostgresStore(ThreadedStore):
                 "the PostgreSQL store needs psycopg: pip install 'perdure[postgres]'"
             ) from None
         super().__init__()
-        self.conninfo, url_schema = split_url(url)
-        self.schema = schema or url_schema
+        self.conninfo, options = split_url(url)
+        self.schema = schema or options.get("schema", "perdure")
+        pooler = options.get("pooler", "session")
+        if pooler not in ("session", "transaction"):
+            raise ConfigError(f"pooler={pooler!r}: use session (default) or transaction")
+        # behind a transaction-mode pooler a connection may change between statements:
+        # no server-side prepared statements then (the SQL names its schema, no search_path)
+        self.prepare_threshold: int | None = None if pooler == "transaction" else 5
         if not _IDENTIFIER.match(self.schema):
             raise ConfigError(
                 f"schema {self.schema!r}: use lower-case letters, digits and underscores"
@@ -71,23 +80,22 @@ class PostgresStore(ThreadedStore):
         import psycopg
 
         try:
-            conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+            conn = psycopg.connect(
+                self.conninfo,
+                autocommit=True,
+                connect_timeout=10,
+                prepare_threshold=self.prepare_threshold,
+            )
         except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"cannot connect to PostgreSQL at {self.url}: {first}") from None
-        try:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            conn.execute(f'SET search_path TO "{self.schema}"')
-        except BaseException:
-            conn.close()
-            raise
         return conn
 
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
 
     def _db(self, conn: Any) -> Db:
-        return PostgresDb(conn, self.channel)
+        return PostgresDb(conn, self.schema)
 
     @property
     def channel(self) -> str:
@@ -122,14 +130,14 @@ class PostgresStore(ThreadedStore):
                 delay = min(delay * 2, 2.0)
 
     def _migrate(self, conn: Any) -> None:
+        db = self._db(conn)
         conn.execute("BEGIN")
         try:
             # one migrator at a time per schema, whichever host it runs on
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)"
-            )
-            row = conn.execute(
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = db.execute(
                 "SELECT value FROM perdure_meta WHERE key = 'schema_version'"
             ).fetchone()
             version = int(row[0]) if row else 0
@@ -142,9 +150,9 @@ class PostgresStore(ThreadedStore):
             for script in MIGRATIONS[version:]:
                 for statement in for_postgres(script).split(";"):
                     if statement.strip():
-                        conn.execute(statement)
-            conn.execute(
-                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', %s) "
+                        db.execute(statement)
+            db.execute(
+                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(LATEST),),
             )

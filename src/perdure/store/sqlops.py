@@ -290,6 +290,7 @@ def append(conn: Conn, a: Append) -> AppendResult:
     if a.tx_body is not None:
         conn.execute("SAVEPOINT tx_body")
         try:
+            conn.user_scope()
             tx_data = a.tx_body(conn.raw)
         except Exception as exc:  # the user's transaction failed: undo it, keep the rest
             conn.execute("ROLLBACK TO tx_body")
