@@ -159,3 +159,13 @@ def test_user_errors_are_one_line_exit_2(
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_stuck_reports_runs_nobody_moves(env: dict[str, str]) -> None:
+    """`perdure stuck` exits 0 when all is well and 1, naming the run and why, when one is stuck."""
+    run("start", "checkout", '["o9"]', "--id", "r9")
+    assert run("stuck").exit_code == 0
+    app_module().app.clock.advance(600)  # pending for ten minutes with no worker
+    result = CliRunner().invoke(cli, ["stuck"])
+    assert result.exit_code == 1
+    assert "r9" in result.output and "pending" in result.output

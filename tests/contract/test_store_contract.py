@@ -297,3 +297,26 @@ def test_two_stores_never_claim_the_same_run(new_store: Callable[[], Store]) -> 
         t.join(60)
     assert not set(got["a"]) & set(got["b"])
     assert sorted(got["a"] + got["b"]) == sorted(f"r{i}" for i in range(60))
+
+
+def test_overdue_lists_runs_nobody_is_moving(store: Store) -> None:
+    """Expired leases, long-due timers and long-pending runs are overdue; fresh ones are not."""
+    run(store.create_run(new("held")))
+    run(store.claim("w1", 100.0, 30.0, 1, ["wf"]))  # lease until 130
+    run(store.create_run(new("waiting-long", now=100.0)))
+    [claim] = run(store.claim("w2", 100.0, 30.0, 1, ["wf"]))
+    run(
+        store.append(
+            Append(
+                "waiting-long",
+                claim.run.lease_epoch,
+                [entry("sleep.until", 0, True)],
+                status="sleeping",
+                fields={"wake_at": 150.0, "lease_owner": None, "lease_until": None},
+            )
+        )
+    )
+    run(store.create_run(new("fresh", now=290.0)))
+    late = {r.id for r in run(store.overdue(300.0, 60.0))}
+    assert late == {"held", "waiting-long"}
+    assert {r.id for r in run(store.overdue(300.0, 5.0))} == {"held", "waiting-long", "fresh"}

@@ -115,6 +115,27 @@ def list_runs(
 
 
 @cli.command()
+@click.option(
+    "--grace", default=60.0, show_default=True, help="Seconds overdue before a run counts."
+)
+@click.pass_context
+def stuck(ctx: click.Context, grace: float) -> None:
+    """Runs nobody is moving (lease long expired, timer long due, pending long); exit 1 if any."""
+    app = get_app(ctx, existing=True)
+    found = app.sync(app.client.stuck(grace), "perdure stuck")
+    if not found:
+        click.echo(f"no stuck runs (grace {grace:g}s)")
+        return
+    click.echo(
+        render.table(
+            [(r.id, r.workflow, r.status, why) for r, why in found],
+            ("RUN", "WORKFLOW", "STATUS", "WHY"),
+        )
+    )
+    sys.exit(1)
+
+
+@cli.command()
 @click.argument("run_id")
 @click.pass_context
 def show(ctx: click.Context, run_id: str) -> None:

@@ -132,6 +132,26 @@ class Client:
         await self.app.open_store()
         return await self.store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
 
+    async def stuck(self, grace: float = 60.0) -> list[tuple[RunRow, str]]:
+        """Runs nobody has moved for `grace` seconds past their time, each with the reason."""
+        await self.app.open_store()
+        now = self.app.clock.now()
+        found = []
+        for run in await self.store.overdue(now, grace):
+            if run.status in (RUNNING, "cancelling"):
+                why = (
+                    f"lease of {run.lease_owner} expired {now - (run.lease_until or now):.0f}s "
+                    "ago and no worker took it over"
+                )
+            elif run.status == PENDING:
+                why = f"pending for {now - run.updated_at:.0f}s: is a worker for it running?"
+            else:
+                why = f"{run.status}: its timer was due {now - (run.wake_at or now):.0f}s ago"
+            if run.workflow not in self.app.workflows and self.app.workflows:
+                why += f" (workflow {run.workflow!r} is not registered in this app)"
+            found.append((run, why))
+        return found
+
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to finish; return its result or raise `RunFailed`."""
         loop = asyncio.get_running_loop()

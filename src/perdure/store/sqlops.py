@@ -488,3 +488,17 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
     if touched:
         conn.notify()
     return touched
+
+
+def overdue(conn: Conn, now: float, grace: float, limit: int) -> list[RunRow]:
+    """Runs that should be moving but nobody has taken for `grace` seconds past their time."""
+    cutoff = now - grace
+    rows = conn.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE "
+        "(status IN ('running', 'cancelling') AND lease_until IS NOT NULL AND lease_until < ?)"
+        " OR (status IN ('sleeping', 'waiting') AND wake_at IS NOT NULL AND wake_at < ?)"
+        " OR (status = 'pending' AND updated_at < ?) "
+        "ORDER BY updated_at LIMIT ?",
+        (cutoff, cutoff, cutoff, limit),
+    ).fetchall()
+    return [_run(r) for r in rows]
