@@ -22,8 +22,10 @@ CANCELLING = "cancelling"
 COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
+DEAD = "dead"  # recovery kept crashing its workers; parked until an operator acts
 
-TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+FINAL = frozenset({COMPLETED, FAILED, CANCELLED})  # can never run again
+TERMINAL = FINAL | {DEAD}  # ends every wait for the run (a dead run may still be resumed)
 SUSPENDED = frozenset({SLEEPING, WAITING, PAUSED, NEEDS_ATTENTION})
 ALL_STATUSES = (
     PENDING,
@@ -36,6 +38,7 @@ ALL_STATUSES = (
     COMPLETED,
     FAILED,
     CANCELLED,
+    DEAD,
 )
 
 
@@ -170,6 +173,30 @@ class EventRow:
     consumed_at: int | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class GcRule:
+    """Which finished runs of one workflow to keep; the store deletes the others.
+
+    A run is kept if it finished at or after `keep_since` or is among the
+    `keep_last` most recently finished; `None` keeps nothing by that rule.
+    """
+
+    workflow: str
+    keep_since: float | None = None
+    keep_last: int | None = None
+
+
+@dataclass(slots=True)
+class GcBatch:
+    """What one gc transaction deleted, and where the next batch starts (None: done)."""
+
+    runs: int = 0
+    entries: int = 0
+    events: int = 0
+    blobs: int = 0
+    cursor: tuple[float, str] | None = None
+
+
 @dataclass(slots=True)
 class LeaseState:
     """Heartbeat answer for one still-held run."""
@@ -212,3 +239,6 @@ class Store(Protocol):
     async def cancel(self, run_id: str, now: float) -> list[str]: ...
     async def overdue(self, now: float, grace: float, limit: int = 1000) -> list[RunRow]: ...
     async def get_blob(self, key: str) -> str: ...
+    async def gc(
+        self, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500
+    ) -> GcBatch: ...

@@ -63,6 +63,15 @@ MIGRATIONS: list[str] = [
         data       TEXT NOT NULL
     );
     """,
+    # 2: retention (gc walks a workflow's finished runs oldest first) and blob references
+    # (a blob is deleted only when no journal entry, input or result still names it)
+    """
+    CREATE INDEX runs_finished ON runs (workflow, updated_at, id)
+        WHERE status IN ('completed', 'failed', 'cancelled', 'dead');
+    CREATE INDEX journal_blob_refs ON journal (data) WHERE data LIKE '{"$perdure_blob%';
+    CREATE INDEX runs_input_blob_refs ON runs (input) WHERE input LIKE '{"$perdure_blob%';
+    CREATE INDEX runs_result_blob_refs ON runs (result) WHERE result LIKE '{"$perdure_blob%'
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -14,6 +14,7 @@ from ..errors import LeaseLost, RunNotFound, StoreError
 from .base import (
     CANCELLED,
     CANCELLING,
+    FINAL,
     PAUSED,
     PENDING,
     RUNNING,
@@ -192,7 +193,10 @@ def _insert_entries(
 def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
     for blob in blobs:
         conn.execute(
-            "INSERT INTO blobs (key, data) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+            # an upsert, not DO NOTHING: it holds the row, so gc cannot delete a blob that
+            # this transaction is about to name (retention.py skips held blobs)
+            "INSERT INTO blobs (key, data) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET key = excluded.key",
             (blob.key, blob.data),
         )
 
@@ -361,13 +365,13 @@ def claim(
     if not workflows:
         return []
     rows = conn.execute(
-        f"SELECT id, status, lease_owner FROM runs WHERE {_RUNNABLE} "
+        f"SELECT id, status, lease_owner, lease_until FROM runs WHERE {_RUNNABLE} "
         f"AND workflow IN ({_in(workflows)}) ORDER BY COALESCE(wake_at, created_at) LIMIT ?"
         f"{conn.claim_lock}",
         (now, now, *workflows, limit),
     ).fetchall()
     claims: list[Claim] = []
-    for run_id, status, previous in rows:
+    for run_id, status, previous, lease_until in rows:
         takeover = status in (RUNNING, CANCELLING)
         new_status = CANCELLING if status == CANCELLING else RUNNING
         conn.execute(
@@ -378,7 +382,10 @@ def claim(
         )
         run = _must_get(conn, run_id)
         if takeover:
-            data = json.dumps({"from": previous, "to": owner, "epoch": run.lease_epoch})
+            taken: dict[str, Any] = {"from": previous, "to": owner, "epoch": run.lease_epoch}
+            if lease_until == 0:  # handed back by a stopping worker, not lost in a crash
+                taken["released"] = True
+            data = json.dumps(taken)
             _insert_entries(
                 conn,
                 run_id,
@@ -431,17 +438,21 @@ def next_wake(conn: Conn, workflows: Sequence[str]) -> float | None:
 
 
 def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> int:
-    run = _must_get(conn, run_id)
-    if run.status in TERMINAL:
-        raise StoreError(f"run {run_id!r} is {run.status}; event {name!r} was not delivered")
+    # Wake a run waiting for this event; the write also holds the run's row, so gc cannot
+    # delete the run under an event that is being delivered to it.
+    row = conn.execute(
+        "UPDATE runs SET status = CASE WHEN status = ? AND waiting_for = ? THEN ? ELSE status END "
+        "WHERE id = ? RETURNING status",
+        (WAITING, f"event:{name}", PENDING, run_id),
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    if row[0] in FINAL:  # a dead run keeps its events for when it is resumed
+        raise StoreError(f"run {run_id!r} is {row[0]}; event {name!r} was not delivered")
     event_id = conn.execute(
         "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?) RETURNING id",
         (run_id, name, payload, now),
     ).fetchone()[0]
-    conn.execute(
-        "UPDATE runs SET status = ? WHERE id = ? AND status = ? AND waiting_for = ?",
-        (PENDING, run_id, WAITING, f"event:{name}"),
-    )
     conn.notify()
     return int(event_id)
 
@@ -469,7 +480,7 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
     while stack:
         rid = stack.pop()
         row = conn.execute("SELECT status FROM runs WHERE id = ?", (rid,)).fetchone()
-        if row is None or row[0] in TERMINAL:
+        if row is None or row[0] in FINAL:
             continue
         # A run a worker holds finishes its own cancellation; one parked anywhere ends now.
         held = row[0] in (RUNNING, CANCELLING)

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import sqlops
+from . import retention, sqlops
 from .base import (
     Append,
     AppendResult,
     Claim,
     Entry,
     EventRow,
+    GcBatch,
+    GcRule,
     LeaseState,
     NewRun,
     RunRow,
@@ -445,3 +447,8 @@ class ThreadedStore:
 
     async def get_blob(self, key: str) -> str:
         return await self._call(lambda c: sqlops.get_blob(c, key), write=False)
+
+    async def gc(
+        self, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500
+    ) -> GcBatch:
+        return await self._call(lambda c: retention.gc_batch(c, rule, after, limit), write=True)
