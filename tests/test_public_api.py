@@ -15,10 +15,12 @@ EXPECTED = [
     "Retry",
     "Effect",
     "EFFECTS",
+    "Retention",
     # runs
     "RunHandle",
     "ChildHandle",
     "RunRow",
+    "GcReport",
     # inside a workflow
     "now",
     "uuid",

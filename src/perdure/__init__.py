@@ -10,6 +10,7 @@ from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
 from .engine.durable import now, patched, random, sleep, uuid, wait_event
 from .engine.effects import EFFECTS, Effect
+from .engine.retention import GcReport, Retention
 from .engine.retry import Retry
 from .engine.steps import Step, current_step
 from .engine.worker import Worker, WorkerOptions
@@ -41,10 +42,12 @@ __all__ = [
     "Retry",
     "Effect",
     "EFFECTS",
+    "Retention",
     # runs
     "RunHandle",
     "ChildHandle",
     "RunRow",
+    "GcReport",
     # inside a workflow
     "now",
     "uuid",

@@ -11,7 +11,7 @@
     ├── NonDeterminismError     replay found another step than the journal holds
     ├── StepError               a step failed after its last attempt
     │   └── StepTimeout         an attempt took longer than its timeout
-    ├── RunFailed               waited-for run ended failed or cancelled
+    ├── RunFailed               waited-for run ended failed, cancelled or dead
     ├── DeadlineExceeded        the run passed its deadline
     ├── WaitTimeout             handle.result(timeout) gave up waiting
     └── SyncInAsyncError        the sync facade was called inside an event loop
@@ -97,7 +97,7 @@ class StepTimeout(StepError):
 
 
 class RunFailed(PerdureError):
-    """Raised by `result()` when the run ended failed or cancelled."""
+    """Raised by `result()` when the run ended failed, cancelled or dead."""
 
     def __init__(self, run_id: str, status: str, error: str | None) -> None:
         super().__init__(f"run {run_id!r} ended {status}: {error or 'no error recorded'}")

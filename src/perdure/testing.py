@@ -54,10 +54,22 @@ class TestWorker:
 
     __test__ = False
 
-    def __init__(self, app: App, *, lease: float = 30.0, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        lease: float = 30.0,
+        concurrency: int = 8,
+        max_recoveries: int | None = 5,
+        gc: bool = False,
+    ) -> None:
+        """`max_recoveries` as in `WorkerOptions`; `gc=True` applies retention after each
+        `run_until_idle` (a real worker does it in the background; a TestWorker only if asked)."""
         self.app = app
         self.lease = lease
         self.concurrency = concurrency
+        self.max_recoveries = max_recoveries
+        self.gc = gc
         self.crash_points: frozenset[str] = frozenset()
         self.worker: Worker | None = None
 
@@ -66,13 +78,22 @@ class TestWorker:
         self.crash_points = self.crash_points | {step}
 
     async def run_until_idle_async(self) -> int:
-        worker = Worker(self.app, WorkerOptions(concurrency=self.concurrency, lease=self.lease))
+        options = WorkerOptions(
+            concurrency=self.concurrency,
+            lease=self.lease,
+            max_recoveries=self.max_recoveries,
+            gc_every=None,
+        )
+        worker = Worker(self.app, options)
         worker.crash_after_intent = self.crash_points
         self.worker = worker
         try:
-            return await worker.run_until_idle()
+            claimed = await worker.run_until_idle()
         finally:
             worker.executor.shutdown(wait=False)
+        if self.gc:
+            await self.app.client.gc()
+        return claimed
 
     def run_until_idle(self) -> int:
         """Run every runnable run until each finishes or parks; returns how many were claimed.

@@ -1,4 +1,4 @@
-"""Retention in the store: what gc deletes and keeps, on SQLite and PostgreSQL alike."""
+"""Retention and dead runs on every store: what gc deletes and keeps, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 import pytest
 from tests_contract_support import PG_URL
 
+import perdure
 from perdure.store.base import Append, Blob, Entry, GcBatch, GcRule, NewRun, Store
 from perdure.store.blobs import BLOB_KEY
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 T = TypeVar("T")
 
@@ -284,3 +286,57 @@ def test_postgres_gc_skips_rows_another_transaction_holds(
     assert ids(store) == {"held"}
     assert result[0].runs == 1 and result[0].blobs == 0
     assert run(store.get_blob("k-held")) == "H" * 10
+
+
+def test_engine_reused_id_after_gc_executes_its_steps(any_app: perdure.App) -> None:
+    """Through the engine on each store: after gc a reused id runs its steps anew."""
+    app = any_app
+    calls: list[str] = []
+
+    @app.step(name="work", effect="idempotent")
+    def work(tag: str) -> str:
+        calls.append(tag)
+        return tag
+
+    @app.workflow(name="job", retention=perdure.Retention(keep_last=0))
+    def job(tag: str) -> str:
+        return work(tag)
+
+    app.start(job, "first", run_id="same")
+    TestWorker(app).run_until_idle()
+    assert app.gc().runs == 1
+    handle = app.start(job, "second", run_id="same")
+    assert app.journal("same") == []
+    TestWorker(app).run_until_idle()
+    assert handle.result(timeout=5) == "second"
+    assert calls == ["first", "second"]
+
+
+def test_engine_poison_run_becomes_dead_and_resumes(any_app: perdure.App) -> None:
+    """Through the engine on each store: crashed recoveries make a run dead; resume revives it."""
+    app = any_app
+    clock = app.clock
+    assert isinstance(clock, TestClock)
+
+    @app.step(name="poison", effect="idempotent")
+    def poison() -> str:
+        return "ok"
+
+    @app.workflow(name="job")
+    def job() -> str:
+        return poison()
+
+    handle = app.start(job)
+    for _ in range(2):
+        dying = TestWorker(app, max_recoveries=1)
+        dying.crash_after_intent("poison")
+        with pytest.raises(SimulatedCrash):
+            dying.run_until_idle()
+        clock.advance(dying.lease + 1)
+    TestWorker(app, max_recoveries=1).run_until_idle()
+    assert [r.id for r in app.list_runs(statuses=["dead"])] == [handle.id]
+    with pytest.raises(perdure.RunFailed, match="dead"):
+        handle.result(timeout=5)
+    app.resume(handle.id)
+    TestWorker(app, max_recoveries=1).run_until_idle()
+    assert handle.result(timeout=5) == "ok"

@@ -21,6 +21,7 @@ from .durable import child_result
 from .effects import Effect, check_effect
 from .portal import Portal
 from .registry import StepDef, WorkflowDef, qualified_name
+from .retention import GcReport, Retention
 from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
 from .signal import Signal
 from .steps import Step
@@ -117,6 +118,7 @@ class App:
         name: str | None = None,
         version: str = "",
         deadline: float | timedelta | None = None,
+        retention: Retention | None = None,
     ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
 
     def workflow(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
@@ -127,13 +129,19 @@ class App:
         name: str | None = None,
         version: str = "",
         deadline: float | timedelta | None = None,
+        retention: Retention | None = None,
     ) -> Workflow[P, R] | Callable[[Callable[P, R]], Workflow[P, R]]:
         """Register a workflow. `version` labels the code (default: a hash of its source);
-        `deadline` fails runs that are not done that long after they start."""
+        `deadline` fails runs that are not done that long after they start; `retention`
+        says how long finished runs are kept before gc deletes them (default: forever)."""
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigError(
+                f"retention={retention!r}: pass perdure.Retention(keep_days=..., keep_last=...)"
+            )
 
         def wrap(func: Callable[P, R]) -> Workflow[P, R]:
             wf_name = name or qualified_name(func)
-            definition = WorkflowDef(wf_name, func, version, seconds(deadline))
+            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention)
             if wf_name in self.workflows and self.workflows[wf_name].fn is not func:
                 raise ConfigError(f"two workflows are named {wf_name!r}; pass name=... to one")
             self.workflows[wf_name] = definition
@@ -257,6 +265,14 @@ class App:
             ),
             "App.resolve()",
         )
+
+    def gc(self, *, batch: int = 500) -> GcReport:
+        """Delete finished runs beyond their workflow's `retention` (see `Retention`).
+
+        Each batch of `batch` runs, with their journals, events and no longer
+        referenced blobs, is deleted in one transaction. Returns what was deleted.
+        """
+        return self.sync(self.client.gc(batch=batch), "App.gc()")  # type: ignore[no-any-return]
 
     def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunHandle:
         """A new run reusing the first `from_step` outcomes of `run_id`; the rest runs anew."""

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
 from ..store.base import (
     COMPLETED,
+    DEAD,
     FAILED,
+    FINAL,
     NEEDS_ATTENTION,
     PAUSED,
     PENDING,
@@ -34,6 +36,7 @@ from .registry import typed_arguments
 
 if TYPE_CHECKING:
     from .app import App
+    from .retention import GcReport
 
 
 async def resolve_text(store: Store, text: str | None) -> str | None:
@@ -186,7 +189,7 @@ class Client:
     async def cancel(self, run_id: str) -> str:
         """Cancel a run and its children: at once if parked, at the next boundary if running."""
         run = await self.get(run_id)
-        if run.status in TERMINAL:
+        if run.status in FINAL:
             return run.status
         for touched in await self.store.cancel(run_id, self.app.clock.now()):
             ctx = self.app.active.get(touched)
@@ -213,10 +216,16 @@ class Client:
         return (await self.get(run_id)).status
 
     async def resume(self, run_id: str) -> str:
-        """Resume a paused run, or withdraw a pause a running run has not reached yet."""
+        """Resume a paused run, withdraw a pause a running run has not reached yet, or give a
+        dead run another replay from its journal (after fixing what crashed its recoveries)."""
         for _ in range(10):  # a worker may park the run between our read and our write
             run = await self.get(run_id)
-            if run.status == PAUSED:
+            if run.status == DEAD:
+                resumed = Entry(kind="run.resumed", data='{"from":"dead"}', at=self.app.clock.now())
+                fields = {"error": None, "pause_requested": 0}
+                if await self._append(run, [resumed], PENDING, fields, (DEAD,), conflict_ok=True):
+                    break
+            elif run.status == PAUSED:
                 resumed = Entry(kind="run.resumed", at=self.app.clock.now())
                 if await self._append(
                     run, [resumed], PENDING, {"pause_requested": 0}, (PAUSED,), conflict_ok=True
@@ -232,7 +241,7 @@ class Client:
                         ctx.pause_requested = False
                     break
             else:
-                raise PerdureError(f"run {run_id!r} is {run.status}, not paused")
+                raise PerdureError(f"run {run_id!r} is {run.status}, not paused or dead")
         else:
             raise PerdureError(f"run {run_id!r} kept changing; resume it again")
         self.app.notify()
@@ -293,6 +302,12 @@ class Client:
         await self._append(run, [entry], PENDING, {}, (NEEDS_ATTENTION,))
         self.app.notify()
         return PENDING
+
+    async def gc(self, *, batch: int = 500) -> GcReport:
+        """Delete finished runs beyond their workflow's retention; one transaction per batch."""
+        from .retention import collect
+
+        return await collect(self.app, batch=batch)
 
     async def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunRow:
         """A new run of the same workflow and input whose first `from_step` outcomes are R's."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NonDeterminismError
-from ..store.base import TERMINAL, Entry, RunRow
+from ..store.base import FINAL, Entry, RunRow
 from .context import ReplayEnd, RunContext
 from .effects import MEANING, RECOVERY
 from .runner import call_workflow, decode_input, load_entries
@@ -162,7 +162,8 @@ async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
     await app.open_store()
     report = ReplayReport()
     loop = asyncio.get_running_loop()
-    unfinished = [r for r in await app.store.list_runs(limit=limit) if r.status not in TERMINAL]
+    # dead runs too: `perdure resume` would replay them against this code
+    unfinished = [r for r in await app.store.list_runs(limit=limit) if r.status not in FINAL]
     for run in unfinished:
         report.checked += 1
         definition = app.workflows.get(run.workflow)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .effects import RECOVERY, Effect
+from .retention import Retention
 from .retry import Retry
 
 
@@ -49,6 +50,7 @@ class WorkflowDef:
     fn: Callable[..., Any]
     version: str
     deadline: float | None
+    retention: Retention | None = None
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     hints: dict[str, Any] = field(init=False)

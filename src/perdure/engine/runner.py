@@ -10,11 +10,12 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PayloadError, RunSuspended, WorkerStopping
-from ..store.base import CANCELLED, COMPLETED, FAILED, TERMINAL, Append, Claim, Entry, RunRow
+from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from .client import resolve_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
+from .dead import bury_if_poison
 from .registry import WorkflowDef, typed_arguments
 from .steps import error_record
 
@@ -26,7 +27,11 @@ log = logging.getLogger("perdure.worker")
 
 
 async def load_entries(app: App, run_id: str) -> list[Entry]:
-    entries = await app.store.journal(run_id)
+    return await resolve_entries(app, await app.store.journal(run_id))
+
+
+async def resolve_entries(app: App, entries: list[Entry]) -> list[Entry]:
+    """Replace blob references in the entries' data by the blobs' text."""
     for entry in entries:
         entry.data = await resolve_text(app.store, entry.data)
     return entries
@@ -75,15 +80,30 @@ async def execute(
     executor: Executor | None,
     contexts: dict[str, RunContext],
     crash_after_intent: frozenset[str] = frozenset(),
+    max_recoveries: int | None = None,
 ) -> None:
-    """Drive one claimed run until it finishes or parks; never raises for run-level failures."""
+    """Drive one claimed run until it finishes or parks; never raises for run-level failures.
+
+    A recovered run whose recoveries keep crashing (more than `max_recoveries` in a
+    row) is made `dead` instead of being replayed again.
+    """
     run = claim.run
     definition = app.workflows[run.workflow]
     loop = asyncio.get_running_loop()
+    entries = await app.store.journal(run.id)
+    if claim.recovered_from is not None and await bury_if_poison(
+        app,
+        claim,
+        entries,
+        max_recoveries=max_recoveries,
+        now=clock.now(),
+        worker_id=worker_id,
+    ):
+        return
     ctx = RunContext(
         app,
         run,
-        await load_entries(app, run.id),
+        await resolve_entries(app, entries),
         worker_id=worker_id,
         clock=clock,
         loop=loop,
@@ -163,7 +183,7 @@ async def finish_cancel(ctx: RunContext) -> None:
     ctx.buffer.clear()
     children = await ctx.store.list_runs(parent_id=ctx.run_id, limit=10_000)
     for child in children:
-        if child.status not in TERMINAL:
+        if child.status not in FINAL:  # a dead child is cancelled with its parent too
             await ctx.store.cancel(child.id, ctx.now())
     await ctx.store.append(
         Append(

@@ -7,6 +7,7 @@ worker stops. Recovery is bulk: one claim takes every expired lease it can fit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -43,6 +44,10 @@ class WorkerOptions:
         poll: longest idle wait between claims when nothing signals new work.
         grace: seconds running steps get to finish after SIGTERM/SIGINT.
         inline_sleep: sleeps and retry delays up to this long stay in process.
+        max_recoveries: recoveries in a row a run may crash before it is made `dead`
+            instead of replayed again (None: never).
+        gc_every: seconds between background gc passes applying workflows' `retention`
+            (None or 0: no background gc; `perdure gc` still works).
     """
 
     concurrency: int = 16
@@ -50,6 +55,8 @@ class WorkerOptions:
     poll: float = 0.5
     grace: float = 30.0
     inline_sleep: float = 1.0
+    max_recoveries: int | None = 5
+    gc_every: float | None = 300.0
 
 
 class Worker:
@@ -87,6 +94,8 @@ class Worker:
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
         ]
+        if self.options.gc_every:
+            loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
         stop_wait = asyncio.create_task(self.stopping.wait())
         try:
             done, _ = await asyncio.wait([*loops, stop_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -159,6 +168,7 @@ class Worker:
                 executor=self.executor,
                 contexts=self.contexts,
                 crash_after_intent=self.crash_after_intent,
+                max_recoveries=self.options.max_recoveries,
             ),
             name=f"perdure-run-{run_id}",
         )
@@ -241,6 +251,27 @@ class Worker:
                 await self.heartbeat_once()
             except StoreError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+
+    # -- retention ---------------------------------------------------------------------
+
+    async def _gc_loop(self) -> None:
+        """Apply retention now and every `gc_every` seconds; a failed pass is only logged."""
+        every = self.options.gc_every or 0.0
+        while not self.stopping.is_set():
+            try:
+                report = await self.app.client.gc()
+                if report.runs:
+                    log.info("worker %s: gc %s", self.id, report)
+            except Exception as exc:  # gc must never stop the worker
+                log.warning(
+                    "worker %s: gc pass failed (%s); next in %.0fs",
+                    self.id,
+                    exc,
+                    every,
+                    exc_info=not isinstance(exc, StoreError),
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), every)
 
     # -- testing -----------------------------------------------------------------------
 
