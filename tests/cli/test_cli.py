@@ -169,3 +169,50 @@ def test_stuck_reports_runs_nobody_moves(env: dict[str, str]) -> None:
     result = CliRunner().invoke(cli, ["stuck"])
     assert result.exit_code == 1
     assert "r9" in result.output and "pending" in result.output
+
+
+def test_gc_deletes_runs_beyond_retention(env: dict[str, str]) -> None:
+    """`perdure gc` applies the app's retention policies and says what it deleted."""
+    import perdure
+
+    app = app_module().app
+    app.workflows["checkout"].retention = perdure.Retention(keep_last=1)
+    for order in ("g1", "g2"):
+        run("start", "checkout", f'["{order}"]', "--id", order)
+        TestWorker(app).run_until_idle()
+        run("send", order, "approved", "true")
+        TestWorker(app).run_until_idle()
+        app.clock.advance(1)
+    result = run("gc")
+    assert result.exit_code == 0, result.output
+    assert "deleted 1 run(s)" in result.output
+    assert "no run" in CliRunner().invoke(cli, ["show", "g1"]).output
+    assert run("show", "g2").exit_code == 0
+
+
+def test_gc_names_workflows_it_keeps_whole(env: dict[str, str]) -> None:
+    """Workflows without a retention policy are listed as kept, so nobody expects otherwise."""
+    assert run("start", "checkout", '["seed"]').exit_code == 0  # the store exists
+    result = run("gc")
+    assert "deleted 0 run(s)" in result.output
+    assert "without retention: checkout" in result.output
+
+
+def test_dead_runs_are_listed_and_resumed(env: dict[str, str]) -> None:
+    """`ls --status dead` lists a dead run; `resume` replays it; `show` prints why it died."""
+    app = app_module().app
+    run("start", "checkout", '["d1"]', "--id", "d1")
+    TestWorker(app).run_until_idle()
+    run("send", "d1", "approved", "true")
+    dying = TestWorker(app, max_recoveries=0)
+    dying.crash_after_intent("send_mail")
+    with pytest.raises(SimulatedCrash):
+        dying.run_until_idle()
+    app.clock.advance(31)
+    TestWorker(app, max_recoveries=0).run_until_idle()
+    listing = run("ls", "--status", "dead")
+    assert "d1" in listing.output and "dead" in listing.output
+    shown = run("show", "d1")
+    assert "run.dead" in shown.output and "perdure resume d1" in shown.output
+    assert run("resume", "d1").output.strip() == "pending"
+    assert app.get_run("d1").status == "pending"

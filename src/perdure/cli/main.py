@@ -71,13 +71,37 @@ def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = Fal
 @click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
 @click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
 @click.option("--grace", default=30.0, show_default=True, help="Drain seconds on SIGTERM.")
+@click.option(
+    "--max-recoveries",
+    default=5,
+    show_default=True,
+    help="Crashed recoveries in a row before a run is made dead (-1: never).",
+)
+@click.option(
+    "--gc-every", default=300.0, show_default=True, help="Seconds between gc passes (0: off)."
+)
 @click.pass_context
-def worker(ctx: click.Context, concurrency: int, lease: float, poll: float, grace: float) -> None:
+def worker(
+    ctx: click.Context,
+    concurrency: int,
+    lease: float,
+    poll: float,
+    grace: float,
+    max_recoveries: int,
+    gc_every: float,
+) -> None:
     """Run workflows until SIGTERM/SIGINT (then drain and release leases)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = get_app(ctx, need_code=True)
     click.echo(f"perdure worker: {len(app.workflows)} workflow(s) on {app.url}", err=True)
-    app.run_worker(concurrency=concurrency, lease=lease, poll=poll, grace=grace)
+    app.run_worker(
+        concurrency=concurrency,
+        lease=lease,
+        poll=poll,
+        grace=grace,
+        max_recoveries=None if max_recoveries < 0 else max_recoveries,
+        gc_every=gc_every or None,
+    )
 
 
 @cli.command()
@@ -189,8 +213,23 @@ def pause(ctx: click.Context, run_id: str) -> None:
 @click.argument("run_id")
 @click.pass_context
 def resume(ctx: click.Context, run_id: str) -> None:
-    """Resume a paused run from where it was."""
+    """Resume a paused run from where it was, or replay a dead one again (after a fix)."""
     click.echo(get_app(ctx, existing=True).resume(run_id))
+
+
+@cli.command()
+@click.option("--batch", default=500, show_default=True, help="Runs deleted per transaction.")
+@click.pass_context
+def gc(ctx: click.Context, batch: int) -> None:
+    """Delete finished runs beyond their workflow's retention, with journals, events and blobs."""
+    app = get_app(ctx, need_code=True, existing=True)
+    kept = sorted(name for name, wf in app.workflows.items() if wf.retention is None)
+    report = app.gc(batch=batch)
+    click.echo(str(report))
+    if kept:
+        click.echo(
+            f"kept every run of {len(kept)} workflow(s) without retention: {', '.join(kept)}"
+        )
 
 
 @cli.command()
