@@ -10,7 +10,7 @@ import pytest
 
 import perdure
 from perdure.store import SQLiteStore
-from perdure.store.base import NewRun
+from perdure.store.base import GcRule, NewRun
 from perdure.store.migrations import LATEST, MIGRATIONS
 
 
@@ -182,5 +182,35 @@ def test_store_can_be_used_after_a_refused_open(db_path: Path, call: Any) -> Non
         new = NewRun(id="r", workflow="wf", input="{}", code_version="", now=0.0)
         run, created = call(store.create_run(new))
         assert created and run.id == "r"
+    finally:
+        store.stop()
+
+
+def test_a_version_1_store_upgrades_in_place_and_gc_works(db_path: Path, call: Any) -> None:
+    """A store written before retention gets migration 2 on open, keeps its runs, and gc runs."""
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE TABLE perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO perdure_meta VALUES ('schema_version', '1')")
+    conn.executescript(MIGRATIONS[0])
+    conn.execute(
+        "INSERT INTO runs (id, workflow, status, input, created_at, updated_at) "
+        "VALUES ('old', 'wf', 'completed', '{}', 0, 0), ('live', 'wf', 'running', '{}', 0, 0)"
+    )
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(str(db_path))
+    store.start()
+    try:
+        assert meta_version(db_path) == str(LATEST)
+        names = {
+            r[0]
+            for r in store.submit(
+                lambda c: c.execute("SELECT name FROM sqlite_master WHERE type='index'").fetchall(),
+                write=False,
+            ).result()
+        }
+        assert {"runs_finished", "journal_blob_refs"} <= names
+        assert call(store.gc(GcRule("wf", keep_last=0))).runs == 1
+        assert call(store.get_run("live")) is not None
     finally:
         store.stop()

@@ -218,7 +218,7 @@ def resume(ctx: click.Context, run_id: str) -> None:
 
 
 @cli.command()
-@click.option("--batch", default=500, show_default=True, help="Runs deleted per transaction.")
+@click.option("--batch", default=200, show_default=True, help="Runs deleted per transaction.")
 @click.pass_context
 def gc(ctx: click.Context, batch: int) -> None:
     """Delete finished runs beyond their workflow's retention, with journals, events and blobs."""

@@ -266,7 +266,7 @@ class App:
             "App.resolve()",
         )
 
-    def gc(self, *, batch: int = 500) -> GcReport:
+    def gc(self, *, batch: int = 200) -> GcReport:
         """Delete finished runs beyond their workflow's `retention` (see `Retention`).
 
         Each batch of `batch` runs, with their journals, events and no longer

@@ -303,7 +303,7 @@ class Client:
         self.app.notify()
         return PENDING
 
-    async def gc(self, *, batch: int = 500) -> GcReport:
+    async def gc(self, *, batch: int = 200) -> GcReport:
         """Delete finished runs beyond their workflow's retention; one transaction per batch."""
         from .retention import collect
 

@@ -81,7 +81,7 @@ class GcReport:
         )
 
 
-async def collect(app: App, *, batch: int = 500) -> GcReport:
+async def collect(app: App, *, batch: int = 200) -> GcReport:
     """Apply every registered workflow's retention policy once; `batch` runs per transaction."""
     if batch < 1:
         raise ConfigError(f"gc: batch={batch} must be 1 or more")
