@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable, Coroutine
+import uuid
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from tests_contract_support import PG_URL
+from tests_contract_support import PG_URL, drop_schema
 
 import perdure
 from perdure.store.base import Append, Blob, Entry, GcBatch, GcRule, NewRun, Store
@@ -254,16 +255,23 @@ def test_a_dead_run_keeps_events_a_final_one_refuses_them(store: Store) -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_gc_skips_rows_another_transaction_holds(
-    store_url: str, new_store: Callable[[], Store]
-) -> None:
+def test_postgres_gc_skips_rows_another_transaction_holds() -> None:
     """On PostgreSQL gc never waits: a run row or blob row locked elsewhere is simply kept."""
-    if not store_url.startswith("postgresql"):
-        pytest.skip("row locks between transactions: PostgreSQL only")
     import psycopg
 
-    store = new_store()
-    schema = store_url.rsplit("schema=", 1)[1]
+    from perdure.store.postgres import PostgresStore
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(f"{PG_URL}?schema={schema}")
+    store.start()
+    try:
+        _gc_skips_held_rows(store, schema, psycopg)
+    finally:
+        store.stop()
+        drop_schema(schema)
+
+
+def _gc_skips_held_rows(store: Store, schema: str, psycopg: Any) -> None:
     blob = Blob("k-held", "H" * 10)
     make(store, "held", at=1.0)
     make(store, "free", at=1.0, blobs=[blob])
