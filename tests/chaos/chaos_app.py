@@ -10,6 +10,10 @@ on an O_APPEND file), keyed effects in a separate "external service" database th
 deduplicates by key, idempotent effects as files, and transactional effects as rows
 of a user table in the store's own database. The zombie steps behave by role
 (`CHAOS_ROLE=A` blocks until told to go on), so one process can be frozen mid-step.
+
+The store is the SQLite file `WORKDIR/perdure.db` unless `CHAOS_STORE_URL` names
+another (a `postgresql://...?schema=NAME` URL puts the store and the user table in
+that schema); the ledger and the service database stay in WORKDIR either way.
 """
 
 from __future__ import annotations
@@ -21,17 +25,21 @@ import logging
 import os
 import random
 import sqlite3
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import perdure
+import perdure.errors
 
 LEDGER = "ledger.jsonl"
 SERVICE_DB = "service.db"
 STORE_DB = "perdure.db"
 TX_TABLE = "chaos_tx"
+STORE_URL_ENV = "CHAOS_STORE_URL"
 
 STEP_EFFECTS = {
     "read_step": "read",
@@ -48,7 +56,27 @@ STEP_EFFECTS = {
 
 
 def store_url(workdir: Path) -> str:
-    return f"sqlite:///{workdir / STORE_DB}"
+    """`CHAOS_STORE_URL` if set, else the SQLite file in `workdir`."""
+    return os.environ.get(STORE_URL_ENV) or f"sqlite:///{Path(workdir) / STORE_DB}"
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql:", "postgres:"))
+
+
+def _pg_connect(url: str) -> Any:
+    """A psycopg connection whose search path is the store's schema (`?schema=`)."""
+    import psycopg
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    schema = next((v for k, v in query if k == "schema"), "perdure")
+    rest = urlencode([(k, v) for k, v in query if k not in ("schema", "pooler")])
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, rest, ""))
+    conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    conn.execute(f'SET search_path TO "{schema}"')
+    return conn
 
 
 def prepare(workdir: Path) -> None:
@@ -67,12 +95,53 @@ def prepare(workdir: Path) -> None:
         app.list_runs(limit=1)  # opens and migrates the store
     finally:
         app.close()
+    url = store_url(workdir)
+    if is_postgres(url):
+        with _pg_connect(url) as pg:
+            pg.execute(
+                f"CREATE TABLE IF NOT EXISTS {TX_TABLE} (id BIGSERIAL PRIMARY KEY, "
+                "run_id TEXT NOT NULL, pos INTEGER NOT NULL, key TEXT NOT NULL, "
+                "pid INTEGER NOT NULL, role TEXT NOT NULL)"
+            )
+        return
     with sqlite3.connect(workdir / STORE_DB) as conn:
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {TX_TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
             "run_id TEXT NOT NULL, pos INTEGER NOT NULL, key TEXT NOT NULL, "
             "pid INTEGER NOT NULL, role TEXT NOT NULL)"
         )
+
+
+def tx_insert(role: str) -> int:
+    """Insert the running transactional step's row into the user table; its id.
+
+    `current_step().db` is the store's own connection: sqlite3 (`?`) or psycopg (`%s`).
+    """
+    info = perdure.current_step()
+    params = (info.run_id, info.position, info.idempotency_key, os.getpid(), role)
+    columns = f"INSERT INTO {TX_TABLE} (run_id, pos, key, pid, role)"
+    if isinstance(info.db, sqlite3.Connection):
+        cur = info.db.execute(f"{columns} VALUES (?, ?, ?, ?, ?)", params)
+        return int(cur.lastrowid or 0)
+    row = info.db.execute(f"{columns} VALUES (%s, %s, %s, %s, %s) RETURNING id", params).fetchone()
+    return int(row[0])
+
+
+def read_tx_rows(workdir: Path) -> list[tuple[int, str, int, str, int]]:
+    """Every committed row of the user table: (id, run_id, pos, role, pid), by id."""
+    url = store_url(workdir)
+    query = f"SELECT id, run_id, pos, role, pid FROM {TX_TABLE} ORDER BY id"
+    if is_postgres(url):
+        with _pg_connect(url) as pg:
+            return [tuple(row) for row in pg.execute(query).fetchall()]
+    with sqlite3.connect(Path(workdir) / STORE_DB) as conn:
+        return list(conn.execute(query))
+
+
+def read_service(workdir: Path) -> list[tuple[str, str, int, str]]:
+    """Every effect the keyed service recorded: (key, run_id, pos, token)."""
+    with sqlite3.connect(Path(workdir) / SERVICE_DB) as conn:
+        return list(conn.execute("SELECT key, run_id, pos, token FROM effects ORDER BY id"))
 
 
 def ledger_write(workdir: Path, effect: str, what: str = "exec", **extra: Any) -> None:
@@ -172,12 +241,9 @@ def build_app(workdir: Path) -> perdure.App:
     def tx_step(tag: str) -> dict[str, Any]:
         info = perdure.current_step()
         ledger_write(workdir, "transactional", "attempt")  # attempts; committed ones are rows
-        cur = info.db.execute(
-            f"INSERT INTO {TX_TABLE} (run_id, pos, key, pid, role) VALUES (?, ?, ?, ?, ?)",
-            (info.run_id, info.position, info.idempotency_key, os.getpid(), "chaos"),
-        )
+        row = tx_insert("chaos")
         _pause(0.0, 0.005)  # widen the window in which a kill lands mid-transaction
-        return {"key": info.idempotency_key, "row": cur.lastrowid}
+        return {"key": info.idempotency_key, "row": row}
 
     @app.step(name="once_step", effect="once")
     def once_step(tag: str) -> str:
@@ -234,12 +300,7 @@ def build_app(workdir: Path) -> perdure.App:
         return waiter()
 
     def tx_row(role_label: str) -> dict[str, Any]:
-        info = perdure.current_step()
-        cur = info.db.execute(
-            f"INSERT INTO {TX_TABLE} (run_id, pos, key, pid, role) VALUES (?, ?, ?, ?, ?)",
-            (info.run_id, info.position, info.idempotency_key, os.getpid(), role_label),
-        )
-        return {"row": cur.lastrowid, "pid": os.getpid(), "role": role_label}
+        return {"row": tx_insert(role_label), "pid": os.getpid(), "role": role_label}
 
     @app.step(name="zombie_prep", effect="transactional")
     def zombie_prep() -> dict[str, Any]:
@@ -297,7 +358,13 @@ def main() -> None:
     )
     app = build_app(args.workdir)
     logging.getLogger("chaos").info("worker process %d starting", os.getpid())
-    app.run_worker(concurrency=args.concurrency, lease=args.lease, poll=args.poll, grace=args.grace)
+    try:
+        app.run_worker(
+            concurrency=args.concurrency, lease=args.lease, poll=args.poll, grace=args.grace
+        )
+    except perdure.errors.ConfigError as exc:  # as `perdure worker` does: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
     logging.getLogger("chaos").info("worker process %d stopped", os.getpid())
 
 

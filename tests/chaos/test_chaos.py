@@ -6,7 +6,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -291,14 +290,12 @@ def verify(chaos: Chaos, attention_after_chaos: list[str]) -> dict[str, Any]:
     execs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for line in ledger:
         execs[(line["run"], line["pos"])].append(line)
-    with sqlite3.connect(workdir / mod.SERVICE_DB) as conn:
-        service: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-        for key, run_id, pos, token in conn.execute("SELECT key, run_id, pos, token FROM effects"):
-            service[key].append((run_id, pos, token))
-    with sqlite3.connect(workdir / mod.STORE_DB) as conn:
-        tx_rows: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for row_id, run_id, pos in conn.execute(f"SELECT id, run_id, pos FROM {mod.TX_TABLE}"):
-            tx_rows[(run_id, pos)].append(row_id)
+    service: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for key, run_id, pos, token in mod.read_service(workdir):
+        service[key].append((run_id, pos, token))
+    tx_rows: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for row_id, run_id, pos, _, _ in mod.read_tx_rows(workdir):  # from the store's database
+        tx_rows[(run_id, pos)].append(row_id)
 
     # A keyed effect happens once per key, whatever the engine re-ran.
     for key, effects in service.items():

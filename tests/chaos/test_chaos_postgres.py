@@ -1,0 +1,274 @@
+"""kill -9 and a PostgreSQL restart: four workers on one PostgreSQL store keep every promise.
+
+The SQLite chaos test's app, operator and checks (test_chaos.py), with the store in a
+PostgreSQL schema of its own: workers die by SIGKILL at random moments (a fresh one
+replaces each), some are frozen past their lease, and the server itself is restarted
+once while runs are in flight. Every run must still end as its plan says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pytest
+from test_chaos import Chaos, verify
+
+from perdure.errors import StoreError
+from perdure.store.base import NEEDS_ATTENTION, TERMINAL
+
+T = TypeVar("T")
+
+PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+N_RUNS = 500  # started up front; more are added if everything settles before enough kills
+EXTRA_BATCH = 20
+WORKERS = 4
+CONCURRENCY = 8
+LEASE = 1.0
+MIN_KILLS = 40
+MIN_BUSY_KILLS = 25  # kills of a worker that held at least one run
+STRIKE_EVERY = (0.2, 1.0)  # seconds between chaos events
+RESTART_AFTER = 0.25  # restart PostgreSQL once this share of the runs has settled
+CHAOS_SECONDS = 150.0  # phase 1 must settle within this
+RESOLVE_SECONDS = 45.0  # phase 2 (resolve needs_attention, no kills) must finish within this
+OUTAGE_SECONDS = 60.0  # the longest the test's own store calls retry around the restart
+
+
+def _cluster_command(action: str) -> list[str] | None:
+    """`pg_ctlcluster VERSION main ACTION` for the machine's cluster, or None if there is none."""
+    if shutil.which("pg_ctlcluster") is None or os.geteuid() != 0:
+        return None
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    if not versions:
+        return None
+    return ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", action]
+
+
+def _pg_up() -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _wait_pg_up(timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _pg_up():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"PostgreSQL at {PG_URL} did not come back within {timeout}s")
+        time.sleep(0.2)
+
+
+def restart_postgres() -> float:
+    """Restart the server (fast shutdown: every session is cut); seconds until it answers."""
+    command = _cluster_command("restart")
+    assert command is not None
+    started = time.monotonic()
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    _wait_pg_up(60)
+    return time.monotonic() - started
+
+
+def ensure_postgres_running() -> None:
+    """Leave the server up for the tests that follow, whatever happened here."""
+    if _pg_up():
+        return
+    command = _cluster_command("start")
+    if command is not None:
+        subprocess.run(command, check=False, capture_output=True, timeout=120)
+    _wait_pg_up(60)
+
+
+@pytest.fixture
+def pg_chaos_url() -> Iterator[str]:
+    """A fresh schema on the machine's server; the server is left running, the schema dropped."""
+    if _cluster_command("restart") is None:
+        pytest.skip("needs root and pg_ctlcluster to restart the local PostgreSQL")
+    if not _pg_up():
+        pytest.skip(f"no PostgreSQL at {PG_URL}")
+    schema = f"chaos_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{PG_URL}?schema={schema}"
+    finally:
+        import psycopg
+
+        ensure_postgres_running()
+        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute("SET lock_timeout = '20s'")
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+_START_REFUSED = "error: cannot connect to PostgreSQL"
+
+
+def supervise(chaos: Chaos, restart: dict[str, Any], refused: list[int]) -> None:
+    """Replace a worker that could not connect at start-up because the server was restarting.
+
+    Like `perdure worker`, a worker fails fast (one line, exit 2) when its first connection
+    fails; its supervisor starts another. Any other exit is an unexpected death.
+    """
+    for proc in chaos.pool.procs:
+        if proc.pid in chaos.killed or proc.poll() is None:
+            continue
+        if restart and proc.returncode == 2 and _START_REFUSED in chaos.pool.log_text(proc):
+            chaos.killed.add(proc.pid)  # accounted for here, not by check_no_unexpected_deaths
+            refused.append(proc.pid)
+            chaos.pool.spawn()
+    chaos.check_no_unexpected_deaths()
+
+
+def through_outage(fn: Callable[[], T]) -> T:
+    """Call the test's own store; while the server restarts, retry until it answers."""
+    deadline = time.monotonic() + OUTAGE_SECONDS
+    while True:
+        try:
+            return fn()
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(290)
+def test_kill_minus_nine_and_postgres_restart_chaos(
+    pg_chaos_url: str,
+    tmp_path: Path,
+    chaos_app: ModuleType,
+    worker_pool: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Kills, freezes and one server restart never repeat a once, keyed or transactional effect."""
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))  # replay a failure
+    rng = random.Random(seed)
+    print(f"chaos seed {seed} (set CHAOS_SEED to replay its choices)")
+    monkeypatch.setenv(chaos_app.STORE_URL_ENV, pg_chaos_url)  # this process and its workers
+    workdir = tmp_path / "chaos"
+    chaos_app.prepare(workdir)
+    pool = worker_pool(workdir, concurrency=CONCURRENCY, lease=LEASE)
+    chaos = Chaos(workdir, chaos_app, pool, rng)
+    restart: dict[str, Any] = {}
+    refused_start: list[int] = []  # workers that found the server down as they started
+    t0 = time.monotonic()
+    try:
+        for _ in range(WORKERS):
+            pool.spawn()
+        chaos.start_runs(N_RUNS)
+        for run_id in rng.sample(sorted(chaos.plans), 10):
+            chaos.cancel_at[run_id] = rng.uniform(1.0, 20.0)
+
+        # Phase 1: kill -9 (or freeze) a random worker at random moments until every run has
+        # settled; restart PostgreSQL once, while a good part of the runs is still in flight.
+        deadline = t0 + CHAOS_SECONDS
+        while True:
+            time.sleep(rng.uniform(*STRIKE_EVERY))
+            supervise(chaos, restart, refused_start)
+            chaos.thaw()
+            elapsed = time.monotonic() - t0
+            for run_id, when in list(chaos.cancel_at.items()):
+                # A frozen worker may hold the run's row lock: the cancel would wait for it.
+                if elapsed >= when and not chaos.frozen:
+                    through_outage(lambda run_id=run_id: chaos.app.cancel(run_id))
+                    chaos.cancelled.add(run_id)
+                    del chaos.cancel_at[run_id]
+            runs = through_outage(chaos.runs)
+            done = sum(r.status in TERMINAL or r.status == NEEDS_ATTENTION for r in runs.values())
+            if not restart and done >= RESTART_AFTER * len(runs):
+                statuses = Counter(r.status for r in runs.values())
+                restart["at_seconds"] = round(time.monotonic() - t0, 1)
+                restart["runs_then"] = dict(statuses)
+                restart["seconds"] = round(restart_postgres(), 2)
+                continue
+            settled = done == len(runs)
+            if settled and chaos.frozen:
+                # Wake the zombies and give them time to finish whatever step they were in
+                # (and be refused) before declaring the runs settled.
+                chaos.thaw(everyone=True)
+                time.sleep(2 * LEASE)
+                continue
+            if settled and not chaos.cancel_at:
+                if chaos.kills >= MIN_KILLS and chaos.busy_kills >= MIN_BUSY_KILLS and restart:
+                    break
+                chaos.start_runs(EXTRA_BATCH)  # not enough kills yet: give them work to land in
+                chaos.extra_runs += EXTRA_BATCH
+                continue
+            if time.monotonic() > deadline:
+                pending = Counter(r.status for r in runs.values())
+                pytest.fail(f"runs did not settle in {CHAOS_SECONDS}s under chaos: {pending}")
+            chaos.strike(runs)
+        t_chaos = time.monotonic() - t0
+
+        attention_after_chaos = sorted(
+            r.id for r in chaos.runs().values() if r.status == NEEDS_ATTENTION
+        )
+
+        # Phase 2: no more kills; the operator resolves every needs_attention run.
+        t1 = time.monotonic()
+        while True:
+            supervise(chaos, restart, refused_start)
+            runs = chaos.runs()
+            for run in runs.values():
+                if run.status == NEEDS_ATTENTION:
+                    chaos.resolve(run.id)
+            if all(r.status in TERMINAL for r in runs.values()):
+                break
+            if time.monotonic() - t1 > RESOLVE_SECONDS:
+                pending = {r.id: r.status for r in runs.values() if r.status not in TERMINAL}
+                pytest.fail(f"resolved runs did not finish in {RESOLVE_SECONDS}s: {pending}")
+            time.sleep(0.1)
+        t_resolve = time.monotonic() - t1
+
+        for proc in pool.alive():
+            assert pool.stop(proc) == 0, pool.log_text(proc)[-4000:]
+        lines = "\n".join(pool.log_text(p) for p in pool.procs).splitlines()
+        bad = [line for line in lines if " ERROR " in line or "Traceback" in line]
+        assert not bad, "worker logs show errors:\n" + "\n".join(bad[:20])
+
+        report = verify(chaos, attention_after_chaos)
+        report.update(
+            seed=seed,
+            store="postgresql",
+            kills=chaos.kills,
+            kills_of_busy_workers=chaos.busy_kills,
+            freezes=chaos.freezes,
+            worker_processes=len(pool.procs),
+            extra_runs=chaos.extra_runs,
+            resolved_with_value=chaos.resolved_value,
+            resolved_by_retry=chaos.resolved_retry,
+            lease_lost_warnings=sum("refused" in x or "lost the lease" in x for x in lines),
+            pg_restart=restart,
+            pg_runs_stopped_by_outage=sum(" stopped: store " in x for x in lines),
+            pg_reconnects=sum(": reconnected" in x for x in lines),
+            pg_claim_retries=sum("cannot claim" in x for x in lines),
+            pg_workers_refused_start=len(refused_start),
+            pg_heartbeat_failures=sum("heartbeat failed" in x for x in lines),
+            chaos_seconds=round(t_chaos, 1),
+            resolve_seconds=round(t_resolve, 1),
+        )
+        summary = "chaos summary: " + json.dumps(report, sort_keys=True)
+        print(summary)
+        with capsys.disabled():
+            print("\n" + summary)
+        assert chaos.kills >= MIN_KILLS and chaos.busy_kills >= MIN_BUSY_KILLS, summary
+        assert report["recoveries"] > 0, summary
+        assert restart["runs_then"].get("running", 0) > 0, f"nothing ran at the restart: {summary}"
+        assert report["pg_reconnects"] > 0, f"no worker saw the restart: {summary}"
+    finally:
+        pool.reap()  # first: a frozen worker may hold row locks the test's own calls wait for
+        chaos.app.close()
