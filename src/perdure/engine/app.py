@@ -12,7 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError
 from ..store import open_store, resolve_url
-from ..store.base import Entry, RunRow, Store
+from ..store.base import Entry, QueueSpec, RunRow, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD, inline_or_blob
 from .client import Client, encode_input
 from .clock import Clock, SystemClock
@@ -59,6 +59,7 @@ class App:
         self._work = Signal()
         self._change = Signal()
         self._opened = False
+        self.queues: dict[str, QueueSpec] = {}
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
 
@@ -119,6 +120,7 @@ class App:
         version: str = "",
         deadline: float | timedelta | None = None,
         retention: Retention | None = None,
+        queue: str = "default",
     ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
 
     def workflow(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
@@ -130,6 +132,7 @@ class App:
         version: str = "",
         deadline: float | timedelta | None = None,
         retention: Retention | None = None,
+        queue: str = "default",
     ) -> Workflow[P, R] | Callable[[Callable[P, R]], Workflow[P, R]]:
         """Register a workflow. `version` labels the code (default: a hash of its source);
         `deadline` fails runs that are not done that long after they start; `retention`
@@ -141,13 +144,39 @@ class App:
 
         def wrap(func: Callable[P, R]) -> Workflow[P, R]:
             wf_name = name or qualified_name(func)
-            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention)
+            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention, queue)
             if wf_name in self.workflows and self.workflows[wf_name].fn is not func:
                 raise ConfigError(f"two workflows are named {wf_name!r}; pass name=... to one")
             self.workflows[wf_name] = definition
             return Workflow(self, definition)
 
         return wrap(fn) if fn is not None else wrap
+
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        per_worker: int | None = None,
+        rate: tuple[int, float | timedelta] | None = None,
+    ) -> QueueSpec:
+        """Declare limits for a named queue (workflows join one with `queue=`).
+
+        Args:
+            concurrency: runs of the queue running at once across every worker and host.
+            per_worker: runs of the queue one worker runs at once.
+            rate: `(n, period)`: at most n runs of the queue start per period (seconds or
+                a timedelta). Sleeping or waiting runs hold no slot.
+        """
+        for label, value in (("concurrency", concurrency), ("per_worker", per_worker)):
+            if value is not None and value < 1:
+                raise ConfigError(f"queue {name!r}: {label} must be at least 1")
+        count, period = rate if rate is not None else (None, 1.0)
+        if count is not None and (count < 1 or (seconds(period) or 0) <= 0):
+            raise ConfigError(f"queue {name!r}: rate must be (n >= 1, period > 0)")
+        spec = QueueSpec(name, concurrency, per_worker, count, seconds(period) or 1.0)
+        self.queues[name] = spec
+        return spec
 
     # -- store and wake-ups --------------------------------------------------------
 
@@ -194,12 +223,28 @@ class App:
         *args: Any,
         run_id: str | None = None,
         deadline: float | timedelta | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
-        """Start a run; an existing `run_id` returns that run's handle (idempotent start)."""
+        """Start a run; an existing `run_id` returns that run's handle (idempotent start).
+
+        `queue` overrides the workflow's queue; higher `priority` runs are claimed first;
+        runs sharing a `partition_key` in a queue run one at a time.
+        """
         name = workflow if isinstance(workflow, str) else workflow.name
         run = self.sync(
-            self.client.start(name, args, kwargs, run_id=run_id, deadline=seconds(deadline)),
+            self.client.start(
+                name,
+                args,
+                kwargs,
+                run_id=run_id,
+                deadline=seconds(deadline),
+                queue=queue,
+                priority=priority,
+                partition_key=partition_key,
+            ),
             "App.start()",
         )
         return RunHandle(self, run.id)
@@ -210,11 +255,23 @@ class App:
         *args: Any,
         run_id: str | None = None,
         deadline: float | timedelta | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` for async code."""
         name = workflow if isinstance(workflow, str) else workflow.name
-        run = await self.client.start(name, args, kwargs, run_id=run_id, deadline=seconds(deadline))
+        run = await self.client.start(
+            name,
+            args,
+            kwargs,
+            run_id=run_id,
+            deadline=seconds(deadline),
+            queue=queue,
+            priority=priority,
+            partition_key=partition_key,
+        )
         return RunHandle(self, run.id)
 
     def handle(self, run_id: str) -> RunHandle:
@@ -391,6 +448,7 @@ class Workflow(Generic[P, R]):
                 encode_input(self.app, self.name, args, kwargs), self.app.blob_threshold
             )
             new = NewRun(
+                queue=self.definition.queue,
                 id=child_id,
                 workflow=self.name,
                 input=text,

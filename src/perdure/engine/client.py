@@ -78,6 +78,9 @@ class Client:
         *,
         run_id: str | None = None,
         deadline: float | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        partition_key: str | None = None,
     ) -> RunRow:
         """Create a run (or return the existing run with this id: idempotent start)."""
         definition = self.app.workflows.get(workflow)
@@ -106,6 +109,9 @@ class Client:
             code_version=definition.version,
             now=now,
             deadline_at=None if limit is None else now + limit,
+            queue=queue or definition.queue,
+            priority=priority,
+            partition_key=partition_key,
         )
         if blob is not None:
             new.blobs.append(blob)

@@ -51,6 +51,7 @@ class WorkflowDef:
     version: str
     deadline: float | None
     retention: Retention | None = None
+    queue: str = "default"
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     hints: dict[str, Any] = field(init=False)

@@ -7,6 +7,7 @@ worker stops. Recovery is bulk: one claim takes every expired lease it can fit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -146,8 +147,15 @@ class Worker:
         free = self.options.concurrency - len(self.tasks)
         if free <= 0 or self.stopping.is_set():
             return 0
+        held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
         claims = await self.app.store.claim(
-            self.id, self.clock.now(), self.options.lease, free, list(self.app.workflows)
+            self.id,
+            self.clock.now(),
+            self.options.lease,
+            free,
+            list(self.app.workflows),
+            list(self.app.queues.values()),
+            held,
         )
         for claim in claims:
             self._start(claim)

@@ -7,7 +7,7 @@ position, lease fencing, status written in the same transaction as its entry).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -80,6 +80,10 @@ class RunRow:
     lease_epoch: int = 0
     recoveries: int = 0
     pause_requested: bool = False
+    queue: str = "default"
+    priority: int = 0
+    partition_key: str | None = None
+    started_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -93,8 +97,27 @@ class NewRun:
     now: float
     parent_id: str | None = None
     deadline_at: float | None = None
+    queue: str = "default"
+    priority: int = 0
+    partition_key: str | None = None
     entries: list[Entry] = field(default_factory=list)
     blobs: list[Blob] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """Limits a claim respects for one named queue (None: no limit).
+
+    concurrency: runs of the queue running at once, across all workers and hosts.
+    per_worker: runs of the queue one worker holds at once.
+    rate, period: at most `rate` runs start (first claim) per `period` seconds.
+    """
+
+    name: str
+    concurrency: int | None = None
+    per_worker: int | None = None
+    rate: int | None = None
+    period: float = 1.0
 
 
 @dataclass(slots=True)
@@ -227,7 +250,14 @@ class Store(Protocol):
     async def journal(self, run_id: str) -> list[Entry]: ...
     async def append(self, append: Append) -> AppendResult: ...
     async def claim(
-        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+        self,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        workflows: Sequence[str],
+        queues: Sequence[QueueSpec] = (),
+        held: Mapping[str, int] | None = None,
     ) -> list[Claim]: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float

@@ -45,6 +45,9 @@ class Db:
     def user_scope(self) -> None:
         """Before a transactional step's body: let its unqualified names mean the app's tables."""
 
+    def lock_queue(self, name: str) -> None:
+        """Serialise claims that count a limited queue (SQLite's BEGIN IMMEDIATE already does)."""
+
 
 _TABLES = re.compile(r"\b(runs|journal|events|blobs|perdure_meta)\b")
 
@@ -78,6 +81,10 @@ class PostgresDb(Db):
 
     def notify(self) -> None:
         self.raw.execute("SELECT pg_notify(%s, '')", (self.channel,))
+
+    def lock_queue(self, name: str) -> None:
+        key = f"perdure-queue:{self.schema}:{name}"
+        self.raw.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
 
     def user_scope(self) -> None:
         # transaction-scoped, so it holds behind a transaction-mode pooler too

@@ -72,6 +72,14 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_input_blob_refs ON runs (input) WHERE input LIKE '{"$perdure_blob%';
     CREATE INDEX runs_result_blob_refs ON runs (result) WHERE result LIKE '{"$perdure_blob%'
     """,
+    # 3: queues: a run's queue, priority and partition key; when it first started (rate limits)
+    """
+    ALTER TABLE runs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN partition_key TEXT;
+    ALTER TABLE runs ADD COLUMN started_at REAL;
+    CREATE INDEX runs_by_queue ON runs (queue, status)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

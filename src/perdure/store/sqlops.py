@@ -7,7 +7,7 @@ inside a savepoint of a shared transaction. Statements use `?` placeholders.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import LeaseLost, RunNotFound, StoreError
@@ -30,6 +30,7 @@ from .base import (
     LeaseState,
     NewRun,
     OperatorRequest,
+    QueueSpec,
     RunRow,
 )
 from .blobs import inline_or_blob
@@ -40,7 +41,7 @@ Conn = Db
 _RUN_COLUMNS = (
     "id, workflow, status, input, code_version, result, error, parent_id, created_at, "
     "updated_at, wake_at, deadline_at, waiting_for, lease_owner, lease_until, lease_epoch, "
-    "recoveries, pause_requested"
+    "recoveries, pause_requested, queue, priority, partition_key, started_at"
 )  # next_seq is the store's own bookkeeping, not part of RunRow
 _SETTABLE = frozenset(
     {
@@ -204,7 +205,8 @@ def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
 def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     cur = conn.execute(
         "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
-        "updated_at, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+        "updated_at, deadline_at, queue, priority, partition_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
         (
             new.id,
             new.workflow,
@@ -215,6 +217,9 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
             new.now,
             new.now,
             new.deadline_at,
+            new.queue,
+            new.priority,
+            new.partition_key,
         ),
     )
     created = cur.rowcount == 1
@@ -360,25 +365,43 @@ def _wake_parent(conn: Conn, run_id: str, parent_id: str | None = None) -> None:
 
 
 def claim(
-    conn: Conn, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+    conn: Conn,
+    owner: str,
+    now: float,
+    lease_seconds: float,
+    limit: int,
+    workflows: Sequence[str],
+    queues: Sequence[QueueSpec] = (),
+    held: Mapping[str, int] | None = None,
 ) -> list[Claim]:
+    """Claim up to `limit` runnable runs, highest priority first, within the queues' limits.
+
+    Only runs holding a live lease count against a queue or a partition key: parked
+    runs hold no slot. Limited queues are locked first, so concurrent claimers on
+    any host count the same running runs.
+    """
     if not workflows:
         return []
+    gate = _QueueGate(conn, now, queues, held or {})
     rows = conn.execute(
-        f"SELECT id, status, lease_owner, lease_until FROM runs WHERE {_RUNNABLE} "
-        f"AND workflow IN ({_in(workflows)}) ORDER BY COALESCE(wake_at, created_at) LIMIT ?"
-        f"{conn.claim_lock}",
-        (now, now, *workflows, limit),
+        f"SELECT id, status, lease_owner, lease_until, queue, partition_key, started_at "
+        f"FROM runs WHERE {_RUNNABLE} AND workflow IN ({_in(workflows)}) "
+        f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
+        (now, now, *workflows, limit if gate.open else limit * 4 + 16),
     ).fetchall()
     claims: list[Claim] = []
-    for run_id, status, previous, lease_until in rows:
+    for run_id, status, previous, lease_until, queue, partition, started_at in rows:
+        if len(claims) == limit:
+            break
+        if not gate.admit(queue, partition, started_at is None):
+            continue
         takeover = status in (RUNNING, CANCELLING)
         new_status = CANCELLING if status == CANCELLING else RUNNING
         conn.execute(
             "UPDATE runs SET status = ?, lease_owner = ?, lease_until = ?, "
-            "lease_epoch = lease_epoch + 1, recoveries = recoveries + ?, updated_at = ? "
-            "WHERE id = ?",
-            (new_status, owner, now + lease_seconds, int(takeover), now, run_id),
+            "lease_epoch = lease_epoch + 1, recoveries = recoveries + ?, updated_at = ?, "
+            "started_at = COALESCE(started_at, ?) WHERE id = ?",
+            (new_status, owner, now + lease_seconds, int(takeover), now, now, run_id),
         )
         run = _must_get(conn, run_id)
         if takeover:
@@ -394,6 +417,64 @@ def claim(
             )
         claims.append(Claim(run=run, recovered_from=previous if takeover else None))
     return claims
+
+
+class _QueueGate:
+    """What one claim may still admit: queue slots, per-worker slots, rate, partitions."""
+
+    def __init__(
+        self, conn: Conn, now: float, queues: Sequence[QueueSpec], held: Mapping[str, int]
+    ) -> None:
+        self.limits = {q.name: q for q in queues}
+        self.held = dict(held)
+        for name in sorted(self.limits):
+            conn.lock_queue(name)
+        live = "status IN ('running', 'cancelling') AND lease_until >= ?"
+        self.running: dict[str, int] = {}
+        self.started: dict[str, int] = {}
+        if self.limits:
+            names = sorted(self.limits)
+            for queue, count in conn.execute(
+                f"SELECT queue, COUNT(*) FROM runs WHERE {live} AND queue IN ({_in(names)}) "
+                "GROUP BY queue",
+                (now, *names),
+            ).fetchall():
+                self.running[queue] = int(count)
+            for spec in self.limits.values():
+                if spec.rate is not None:
+                    row = conn.execute(
+                        "SELECT COUNT(*) FROM runs WHERE queue = ? AND started_at > ?",
+                        (spec.name, now - spec.period),
+                    ).fetchone()
+                    self.started[spec.name] = int(row[0])
+        self.partitions = {
+            (queue, key)
+            for queue, key in conn.execute(
+                f"SELECT DISTINCT queue, partition_key FROM runs WHERE {live} "
+                "AND partition_key IS NOT NULL",
+                (now,),
+            ).fetchall()
+        }
+        self.open = not self.limits and not self.partitions
+
+    def admit(self, queue: str, partition: str | None, first_start: bool) -> bool:
+        spec = self.limits.get(queue)
+        if spec is not None:
+            if spec.concurrency is not None and self.running.get(queue, 0) >= spec.concurrency:
+                return False
+            if spec.per_worker is not None and self.held.get(queue, 0) >= spec.per_worker:
+                return False
+            if spec.rate is not None and first_start and self.started.get(queue, 0) >= spec.rate:
+                return False
+        if partition is not None and (queue, partition) in self.partitions:
+            return False
+        self.running[queue] = self.running.get(queue, 0) + 1
+        self.held[queue] = self.held.get(queue, 0) + 1
+        if first_start:
+            self.started[queue] = self.started.get(queue, 0) + 1
+        if partition is not None:
+            self.partitions.add((queue, partition))
+        return True
 
 
 def heartbeat(

@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from .base import (
     GcRule,
     LeaseState,
     NewRun,
+    QueueSpec,
     RunRow,
 )
 from .dialect import Db
@@ -412,10 +413,20 @@ class ThreadedStore:
         )
 
     async def claim(
-        self, owner: str, now: float, lease_seconds: float, limit: int, workflows: Sequence[str]
+        self,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        workflows: Sequence[str],
+        queues: Sequence[QueueSpec] = (),
+        held: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         return await self._call(
-            lambda c: sqlops.claim(c, owner, now, lease_seconds, limit, workflows), write=True
+            lambda c: sqlops.claim(
+                c, owner, now, lease_seconds, limit, workflows, queues, held or {}
+            ),
+            write=True,
         )
 
     async def heartbeat(
