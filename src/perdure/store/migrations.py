@@ -7,6 +7,11 @@ raises `SchemaVersionError` and changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..errors import SchemaVersionError
+from .dialect import Db
+
 MIGRATIONS: list[str] = [
     # 1: runs, journal, events, blobs
     """
@@ -83,3 +88,29 @@ MIGRATIONS: list[str] = [
 ]
 
 LATEST = len(MIGRATIONS)
+
+
+def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: script) -> int:
+    """Bring the schema `db` reaches up to LATEST inside the caller's transaction.
+
+    Returns the version found. Raises SchemaVersionError, changing nothing, if the
+    store was written by a newer perdure; `where` names the store in that message.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+    row = db.execute("SELECT value FROM perdure_meta WHERE key = 'schema_version'").fetchone()
+    version = int(row[0]) if row else 0
+    if version > LATEST:
+        raise SchemaVersionError(
+            f"store {where} has schema version {version}, newer than this perdure "
+            f"understands ({LATEST}); upgrade perdure. Nothing was changed."
+        )
+    for script in MIGRATIONS[version:]:
+        for statement in translate(script).split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(
+        "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(LATEST),),
+    )
+    return version

@@ -14,9 +14,9 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, SchemaVersionError
+from ..errors import ConfigError
+from . import migrations
 from .dialect import Db, PostgresDb
-from .migrations import LATEST, MIGRATIONS
 from .threaded import ThreadedStore
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -136,26 +136,7 @@ class PostgresStore(ThreadedStore):
             # one migrator at a time per schema, whichever host it runs on
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
-            row = db.execute(
-                "SELECT value FROM perdure_meta WHERE key = 'schema_version'"
-            ).fetchone()
-            version = int(row[0]) if row else 0
-            if version > LATEST:
-                raise SchemaVersionError(
-                    f"store {self.url} (schema {self.schema}) has schema version {version}, "
-                    f"newer than this perdure understands ({LATEST}); upgrade perdure. "
-                    "Nothing was changed."
-                )
-            for script in MIGRATIONS[version:]:
-                for statement in for_postgres(script).split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            db.execute(
-                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(LATEST),),
-            )
+            migrations.apply(db, f"{self.url} (schema {self.schema})", for_postgres)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

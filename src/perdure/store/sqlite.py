@@ -14,7 +14,9 @@ import sqlite3
 import time
 
 from ..errors import ConfigError, SchemaVersionError
-from .migrations import LATEST, MIGRATIONS
+from . import migrations
+from .dialect import Db
+from .migrations import LATEST
 from .threaded import ThreadedStore
 
 log = logging.getLogger("perdure.store")
@@ -99,27 +101,7 @@ class SQLiteStore(ThreadedStore):
     def _migrate(self, conn: sqlite3.Connection) -> None:
         self._begin(conn)
         try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)"
-            )
-            row = conn.execute(
-                "SELECT value FROM perdure_meta WHERE key='schema_version'"
-            ).fetchone()
-            version = int(row[0]) if row else 0
-            if version > LATEST:
-                raise SchemaVersionError(
-                    f"store {self.path!r} has schema version {version}, newer than this perdure "
-                    f"understands ({LATEST}); upgrade perdure. Nothing was changed."
-                )
-            for script in MIGRATIONS[version:]:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute(
-                "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                (str(LATEST),),
-            )
+            migrations.apply(Db(conn), repr(self.path))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
