@@ -233,21 +233,19 @@ class App:
         `queue` overrides the workflow's queue; higher `priority` runs are claimed first;
         runs sharing a `partition_key` in a queue run one at a time.
         """
-        name = workflow if isinstance(workflow, str) else workflow.name
-        run = self.sync(
-            self.client.start(
-                name,
-                args,
-                kwargs,
+        return self.sync(  # type: ignore[no-any-return]
+            self.start_async(
+                workflow,
+                *args,
                 run_id=run_id,
-                deadline=seconds(deadline),
+                deadline=deadline,
                 queue=queue,
                 priority=priority,
                 partition_key=partition_key,
+                **kwargs,
             ),
             "App.start()",
         )
-        return RunHandle(self, run.id)
 
     async def start_async(
         self,
