@@ -17,7 +17,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -391,6 +391,14 @@ class RunContext:
         self.lost = True
         log.warning("worker %s: run %s stopped: %s", self.worker_id, self.run_id, exc)
         return WorkerStopping()
+
+    async def read(self, awaitable: Awaitable[T]) -> T:
+        """An engine read for this run (an event, a child): an outage stops the run, as a
+        write's does, instead of reaching the workflow as an exception that would fail it."""
+        try:
+            return await awaitable
+        except StoreUnavailable as exc:
+            raise self._unreachable(exc) from None
 
     def _applied(self, result: AppendResult) -> AppendResult:
         self.cancel_requested = self.cancel_requested or result.cancel_requested

@@ -9,7 +9,7 @@ import logging
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PayloadError, RunSuspended, WorkerStopping
+from ..errors import LeaseLost, PayloadError, RunSuspended, StoreUnavailable, WorkerStopping
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from .client import resolve_text
@@ -90,20 +90,25 @@ async def execute(
     run = claim.run
     definition = app.workflows[run.workflow]
     loop = asyncio.get_running_loop()
-    entries = await app.store.journal(run.id)
-    if claim.recovered_from is not None and await bury_if_poison(
-        app,
-        claim,
-        entries,
-        max_recoveries=max_recoveries,
-        now=clock.now(),
-        worker_id=worker_id,
-    ):
+    try:
+        entries = await app.store.journal(run.id)
+        if claim.recovered_from is not None and await bury_if_poison(
+            app,
+            claim,
+            entries,
+            max_recoveries=max_recoveries,
+            now=clock.now(),
+            worker_id=worker_id,
+        ):
+            return
+        entries = await resolve_entries(app, entries)
+    except StoreUnavailable as exc:  # the lease will expire; the journal decides on recovery
+        log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
         return
     ctx = RunContext(
         app,
         run,
-        await resolve_entries(app, entries),
+        entries,
         worker_id=worker_id,
         clock=clock,
         loop=loop,
@@ -147,10 +152,15 @@ async def execute(
             await finish_cancel(ctx)
         except WorkerStopping:
             pass
+        except StoreUnavailable as exc:  # e.g. reading the input's blob: stop, never fail
+            raise ctx._unreachable(exc) from None
         except Exception as exc:
             await fail(ctx, ctx.diverged or exc)
     except WorkerStopping:
         pass
+    except (StoreUnavailable, LeaseLost) as exc:  # met while finishing a cancel
+        ctx.lost = True
+        log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
         ctx.closed = True
         contexts.pop(run.id, None)

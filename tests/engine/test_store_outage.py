@@ -1,0 +1,119 @@
+"""A store outage met by an engine read (not a write) stops the run; it never fails it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import perdure
+from perdure.errors import StoreUnavailable
+from perdure.store.base import CANCELLED
+from perdure.testing import TestClock, TestWorker
+
+
+def fail_once(store: Any, method: str, when: Callable[..., bool] = lambda *a: True) -> list[int]:
+    """Make `store.<method>` raise StoreUnavailable the first time `when(*args)` holds."""
+    real = getattr(store, method)
+    hits: list[int] = []
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        if not hits and when(*args, **kwargs):
+            hits.append(1)
+            raise StoreUnavailable("store x unreachable: server closed the connection")
+        return await real(*args, **kwargs)
+
+    setattr(store, method, flaky)
+    return hits
+
+
+def no_engine_errors(caplog: pytest.LogCaptureFixture) -> None:
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+
+
+def test_outage_while_waiting_for_an_event_stops_the_run(
+    app: perdure.App, worker: TestWorker, clock: TestClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The event read meets the outage: the run is recovered later, not failed."""
+
+    @app.workflow(name="waits")
+    async def waits() -> Any:
+        return await perdure.wait_event("go")
+
+    hits = fail_once(app.store, "next_event")
+    handle = app.start(waits)
+    worker.run_until_idle()
+    assert hits and handle.status() == "running"  # held until its lease expires
+    clock.advance(worker.lease + 1)
+    worker.run_until_idle()
+    assert handle.status() == "waiting"
+    handle.send_event("go", 7)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == 7
+    no_engine_errors(caplog)
+
+
+def test_outage_while_reading_a_child_result_stops_the_run(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    @app.workflow(name="child")
+    async def child() -> int:
+        return 3
+
+    @app.workflow(name="parent")
+    async def parent() -> int:
+        return int(await child()) + 1
+
+    hits = fail_once(app.store, "get_run")
+    handle = app.start(parent)
+    worker.run_until_idle()
+    assert hits and handle.status() != "failed"
+    clock.advance(worker.lease + 1)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == 4
+
+
+def test_outage_reading_the_journal_at_claim_is_no_engine_error(
+    app: perdure.App, worker: TestWorker, clock: TestClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.workflow(name="plain")
+    async def plain() -> str:
+        return "ok"
+
+    hits = fail_once(app.store, "journal")
+    handle = app.start(plain)
+    worker.run_until_idle()
+    assert hits and handle.status() == "running"
+    clock.advance(worker.lease + 1)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == "ok"
+    no_engine_errors(caplog)
+
+
+def test_outage_while_finishing_a_cancel_is_no_engine_error(
+    app: perdure.App, worker: TestWorker, clock: TestClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.step(effect="read")
+    def ask_to_cancel() -> None:
+        app.cancel(perdure.current_step().run_id)
+
+    @app.step(effect="once")
+    def never() -> None:
+        raise AssertionError("a cancelled run executed its next step")
+
+    @app.workflow(name="cancelled")
+    async def cancelled() -> None:
+        await ask_to_cancel()
+        await never()
+
+    hits = fail_once(app.store, "append", lambda a: a.status == CANCELLED)
+    handle = app.start(cancelled)
+    worker.run_until_idle()
+    assert hits and handle.status() == "cancelling"
+    clock.advance(worker.lease + 1)
+    worker.run_until_idle()
+    assert handle.status() == CANCELLED
+    no_engine_errors(caplog)
