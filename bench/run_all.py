@@ -1,4 +1,7 @@
-"""Run every figure in one go and print them side by side with the machine they ran on."""
+"""Run every figure in one go and print them side by side with the machine they ran on.
+
+`--pg` runs the PostgreSQL figures (pg_*.py) instead of the SQLite ones.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,20 @@ import os
 import platform
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
-from . import idle, recovery, step_cost, throughput
+from . import (
+    idle,
+    pg_latency,
+    pg_recovery,
+    pg_step_cost,
+    pg_throughput,
+    recovery,
+    step_cost,
+    throughput,
+)
 from .common import ROOT, Table, have_strace
 
 FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
@@ -19,9 +32,15 @@ FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
     ("recovery", lambda: [recovery.figure()]),
     ("idle", lambda: [idle.figure()]),
 ]
+PG_FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
+    ("pg step cost", pg_step_cost.figures),
+    ("pg throughput", lambda: [pg_throughput.figure()]),
+    ("pg latency", lambda: [pg_latency.figure()]),
+    ("pg recovery", lambda: [pg_recovery.figure()]),
+]
 
 
-def environment() -> str:
+def environment(pg: bool = False) -> str:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -29,22 +48,31 @@ def environment() -> str:
         ["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    if pg:
+        from .pg_common import server_info
+
+        floor = "psycopg 3, one INSERT+COMMIT per step"
+        store = f"  server  {server_info()}"
+    else:
+        floor = "plain sqlite3, WAL, one INSERT+COMMIT per step"
+        store = f"  strace  {'yes' if have_strace() else 'no (fsync counts print n/a)'}"
     return "\n".join(
         [
-            "perdure benchmarks vs the floor (plain sqlite3, WAL, one INSERT+COMMIT per step)",
+            f"perdure benchmarks vs the floor ({floor})",
             f"  when    {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M:%SZ}",
             f"  commit  {commit or '?'}{' (src/ has uncommitted changes)' if dirty else ''}",
             f"  python  {platform.python_version()} on {platform.platform()}",
             f"  sqlite  {sqlite3.sqlite_version}; cpus {os.cpu_count()}; load avg {load}",
-            f"  strace  {'yes' if have_strace() else 'no (fsync counts print n/a)'}",
+            store,
         ]
     )
 
 
 def main() -> None:
-    print(environment(), end="\n\n", flush=True)
+    pg = "--pg" in sys.argv[1:]
+    print(environment(pg), end="\n\n", flush=True)
     began = time.monotonic()
-    for name, make in FIGURES:
+    for name, make in PG_FIGURES if pg else FIGURES:
         start = time.monotonic()
         try:
             tables = make()
