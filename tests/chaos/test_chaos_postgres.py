@@ -96,10 +96,11 @@ def ensure_postgres_running() -> None:
 @pytest.fixture
 def pg_chaos_url() -> Iterator[str]:
     """A fresh schema on the machine's server; the server is left running, the schema dropped."""
+    # The PostgreSQL suites run in CI too: a machine without the server fails, loudly.
     if _cluster_command("restart") is None:
-        pytest.skip("needs root and pg_ctlcluster to restart the local PostgreSQL")
+        pytest.fail("needs root and pg_ctlcluster to restart the local PostgreSQL")
     if not _pg_up():
-        pytest.skip(f"no PostgreSQL at {PG_URL}")
+        pytest.fail(f"no PostgreSQL at {PG_URL}: start it (see .ci/run)")
     schema = f"chaos_{uuid.uuid4().hex[:12]}"
     try:
         yield f"{PG_URL}?schema={schema}"
