@@ -252,8 +252,15 @@ def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> boo
 
 
 def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, str | None, int]:
-    """Check the lease epoch and reserve journal seqs in one statement; the run's state."""
+    """Check the lease epoch and reserve journal seqs in one statement; the run's state.
+
+    `updated_at` moves only with the status: an indexed column left alone lets
+    PostgreSQL update the row in place (HOT) for every plain step append.
+    """
     count = len(a.entries)
+    stamp = fields.pop("updated_at", None)
+    if a.status is None and not fields:
+        stamp = None
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at) "
         "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
@@ -261,7 +268,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
         "RETURNING status, pause_requested, parent_id, next_seq",
         (
             count,
-            fields.pop("updated_at", None),
+            stamp,
             a.run_id,
             a.epoch,
             a.epoch,
