@@ -186,8 +186,8 @@ class Client:
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> int:
         """Deliver an event to a run; kept until the run's `wait_event(name)` consumes it."""
-        await self.get(run_id)
-        text = dumps(payload, f"event {name!r} payload")
+        await self.app.open_store()
+        text = dumps(payload, f"event {name!r} payload")  # the store checks the run exists
         event_id = await self.store.send_event(run_id, name, text, self.app.clock.now())
         self.app.notify()
         return event_id
