@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
-from .codec import dumps, dumps_plain, from_json, to_json
+from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
 
@@ -362,7 +362,7 @@ async def _attempt_transactional(
             value = step.fn(*args, **kwargs)
         finally:
             _step_info.reset(token)
-        return dumps({"value": to_json(value, f"{where} result")}, where)
+        return dumps_plain({"value": to_json(value, f"{where} result")})
 
     entry = ctx.entry("step.outcome", step.name, position=pos, attempt=attempt, final=True)
     result = await ctx.write(entry, tx_body=body)

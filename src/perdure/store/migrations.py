@@ -90,13 +90,8 @@ MIGRATIONS: list[str] = [
 LATEST = len(MIGRATIONS)
 
 
-def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: script) -> int:
-    """Bring the schema `db` reaches up to LATEST inside the caller's transaction.
-
-    Returns the version found. Raises SchemaVersionError, changing nothing, if the
-    store was written by a newer perdure; `where` names the store in that message.
-    """
-    db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+def recorded_version(db: Db, where: str) -> int:
+    """The schema version `db` records (0 if none); SchemaVersionError if newer than LATEST."""
     row = db.execute("SELECT value FROM perdure_meta WHERE key = 'schema_version'").fetchone()
     version = int(row[0]) if row else 0
     if version > LATEST:
@@ -104,6 +99,17 @@ def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: s
             f"store {where} has schema version {version}, newer than this perdure "
             f"understands ({LATEST}); upgrade perdure. Nothing was changed."
         )
+    return version
+
+
+def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: script) -> int:
+    """Bring the schema `db` reaches up to LATEST inside the caller's transaction.
+
+    Returns the version found. Raises SchemaVersionError, changing nothing, if the
+    store was written by a newer perdure; `where` names the store in that message.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+    version = recorded_version(db, where)
     for script in MIGRATIONS[version:]:
         for statement in translate(script).split(";"):
             if statement.strip():

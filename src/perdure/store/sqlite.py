@@ -13,10 +13,9 @@ import os
 import sqlite3
 import time
 
-from ..errors import ConfigError, SchemaVersionError
+from ..errors import ConfigError
 from . import migrations
 from .dialect import Db
-from .migrations import LATEST
 from .threaded import ThreadedStore
 
 log = logging.getLogger("perdure.store")
@@ -77,13 +76,7 @@ class SQLiteStore(ThreadedStore):
                 f"{self.path!r} is an SQLite database of another program, not a perdure store "
                 "(choose another file with --db / PERDURE_DB)"
             )
-        row = conn.execute("SELECT value FROM perdure_meta WHERE key='schema_version'").fetchone()
-        version = int(row[0]) if row else 0
-        if version > LATEST:
-            raise SchemaVersionError(
-                f"store {self.path!r} has schema version {version}, newer than this perdure "
-                f"understands ({LATEST}); upgrade perdure. Nothing was changed."
-            )
+        migrations.recorded_version(Db(conn), repr(self.path))
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         delay = 0.001
