@@ -191,13 +191,16 @@ class PgFloor:
 
 @dataclass
 class SqlCount:
-    """Statements (each one client/server round trip, executemany counted once) and COMMITs."""
+    """Statements (each one client/server round trip, executemany counted once) and write
+    transactions: COMMITs, plus writing statements sent outside a transaction (autocommit,
+    each its own transaction)."""
 
     statements: int = 0
     commits: int = 0
 
 
 SENT = SqlCount()
+_WRITES = ("INSERT", "UPDATE", "DELETE", "WITH")  # WITH: perdure's one-statement append
 _installed = False
 _count_lock = threading.Lock()
 
@@ -221,18 +224,22 @@ def count_sql() -> None:
         psycopg.Connection.commit,
     )
 
-    def counted(query: Any) -> None:
+    def counted(cursor: Any, query: Any) -> None:
+        text = query.strip().upper() if isinstance(query, str) else ""
+        conn = cursor.connection
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        alone = conn.autocommit and idle
         with _count_lock:
             SENT.statements += 1
-            if isinstance(query, str) and query.strip().upper() == "COMMIT":
+            if text == "COMMIT" or (alone and text.startswith(_WRITES)):
                 SENT.commits += 1
 
     def execute_counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        counted(query)
+        counted(self, query)
         return execute(self, query, *args, **kwargs)
 
     def executemany_counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        counted(query)
+        counted(self, query)
         return executemany(self, query, *args, **kwargs)
 
     def commit_counted(self: Any) -> None:

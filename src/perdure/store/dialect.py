@@ -26,6 +26,7 @@ class Db:
 
     integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
     claim_lock = ""  # appended to the claim SELECT: PostgreSQL skips rows other workers lock
+    fused_append = False  # a plain append as one data-modifying CTE (PostgreSQL)
 
     def __init__(self, conn: Any) -> None:
         self.raw = conn  # handed to transactional steps as `current_step().db`
@@ -63,6 +64,7 @@ class PostgresDb(Db):
     """psycopg 3: `%s` placeholders, UniqueViolation, `FOR UPDATE SKIP LOCKED` claims."""
 
     claim_lock = " FOR UPDATE SKIP LOCKED"
+    fused_append = True
 
     def __init__(self, conn: Any, schema: str = "perdure") -> None:
         super().__init__(conn)

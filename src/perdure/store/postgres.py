@@ -1,20 +1,26 @@
 """The PostgreSQL store: the same SQL as SQLite, through psycopg 3, in a schema of its own.
 
-Each process runs one store thread with one connection (batched writes share a
-commit, as on SQLite); claims use `FOR UPDATE SKIP LOCKED`, so workers on many
-hosts never wait on each other's rows. Tables live in a configurable schema
-(default `perdure`) so several apps can share one database.
+Each process has one bounded connection pool (`?pool_size=`, default 4) that
+everything in it draws from: the store thread (batched writes share a commit,
+as on SQLite), the LISTEN thread, and the inline path of a run alone in its
+process. Steps never hold a connection while they execute. Claims use
+`FOR UPDATE SKIP LOCKED`, so workers on many hosts never wait on each other's
+rows. Tables live in a configurable schema (default `perdure`) so several apps
+can share one database.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import select
 import threading
 import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from . import migrations
 from .dialect import Db, PostgresDb
 from .threaded import ThreadedStore
@@ -34,11 +40,12 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-_OPTIONS = ("schema", "pooler")
+_OPTIONS = ("schema", "pooler", "pool_size")
+POOL_SIZE = 4  # store thread, listener, inline path, and one to spare
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """(psycopg conninfo, perdure's own options) from a URL: `?schema=`, `?pooler=`."""
+    """(psycopg conninfo, perdure's own options): `?schema=`, `?pooler=`, `?pool_size=`."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     options = {k: v for k, v in query if k in _OPTIONS}
@@ -51,6 +58,7 @@ class PostgresStore(ThreadedStore):
     """A Store in a PostgreSQL schema; `url` is a postgresql:// URL (`?schema=` optional)."""
 
     thread_name = "perdure-postgres"
+    fused_appends = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         try:
@@ -74,22 +82,85 @@ class PostgresStore(ThreadedStore):
             )
         self.url = redact(url)
         self.db_errors = (psycopg.Error,)
+        self.pooler = pooler
+        size = options.get("pool_size", str(POOL_SIZE))
+        if not size.isdigit() or int(size) < 1:
+            raise ConfigError(f"pool_size={size!r}: use a whole number of connections, 1 or more")
+        # 1: the store thread only (workers poll); 2: and LISTEN; 3 or more: and inline writes
+        self.pool_size = int(size)
+        self._pool: Any = None
+        self._inline_retry_at = 0.0
         self._listener: threading.Thread | None = None
+        self._wake_listener: tuple[int, int] | None = None  # stop() writes a byte to it
 
-    def _connect(self) -> Any:
+    def _connection_kwargs(self) -> dict[str, Any]:
+        from psycopg.conninfo import conninfo_to_dict
+
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": self.prepare_threshold}
+        if "application_name" not in conninfo_to_dict(self.conninfo):
+            kwargs["application_name"] = f"perdure:{self.schema}"  # seen in pg_stat_activity
+        return kwargs
+
+    def _open_pool(self) -> Any:
+        """The process's pool, opened on first use; a clear one-line error if unreachable."""
         import psycopg
+        from psycopg_pool import ConnectionPool
 
-        try:
-            conn = psycopg.connect(
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            if self._thread is None:
+                raise ConfigError(f"the store at {self.url} is closed")
+            try:  # one direct attempt first: the pool would only report a timeout
+                psycopg.connect(self.conninfo, connect_timeout=10).close()
+            except psycopg.Error as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise ConfigError(f"cannot connect to PostgreSQL at {self.url}: {first}") from None
+            self._pool = ConnectionPool(
                 self.conninfo,
-                autocommit=True,
-                connect_timeout=10,
-                prepare_threshold=self.prepare_threshold,
+                min_size=1,
+                max_size=self.pool_size,
+                kwargs={**self._connection_kwargs(), "connect_timeout": 10},
+                name=f"perdure-{self.schema}",
+                open=True,
+                timeout=10.0,
+                # a lost connection is replaced on demand; the store's own loop keeps
+                # retrying with a short backoff, so the pool need not (its waits grow to minutes)
+                reconnect_timeout=0,
             )
-        except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"cannot connect to PostgreSQL at {self.url}: {first}") from None
-        return conn
+            return self._pool
+
+    def _connect(self, timeout: float = 2.0) -> Any:
+        from psycopg_pool import PoolTimeout
+
+        pool = self._open_pool()
+        try:
+            return pool.getconn(timeout=timeout)
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"store {self.url} unreachable: no connection within {timeout:g} s"
+            ) from None
+
+    def _disconnect(self, conn: Any) -> None:
+        pool = self._pool
+        if pool is None or pool.closed:
+            conn.close()
+        else:
+            pool.putconn(conn)  # a broken connection is discarded and replaced by the pool
+
+    def _inline_connect(self) -> Any | None:
+        """A pool connection for the inline path; never waits long on the caller's thread."""
+        if self.pool_size < 3 or time.monotonic() < self._inline_retry_at:
+            return None
+        try:
+            return self._connect(timeout=0.05)
+        except (ConfigError, StoreUnavailable):
+            self._inline_retry_at = time.monotonic() + 5.0
+            return None
+
+    def _inline_begin(self, conn: Any) -> bool:
+        conn.execute("BEGIN")
+        return True
 
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
@@ -102,32 +173,69 @@ class PostgresStore(ThreadedStore):
         return f"perdure_{self.schema}"
 
     def start(self) -> None:
-        """Start the store thread, then the listener for other processes' notifications."""
+        """Start the store thread, then the listener for other processes' notifications.
+
+        Behind a transaction-mode pooler LISTEN cannot work (it is session state):
+        workers fall back to their one consolidated poll.
+        """
         super().start()
+        if self.pool_size < 2 or self.pooler == "transaction":
+            return
         with self._lock:
-            if self._listener is None or not self._listener.is_alive():
+            if self._wake_listener is None:
+                pipe = self._wake_listener = os.pipe()
                 self._listener = threading.Thread(
-                    target=self._listen, name="perdure-pg-listen", daemon=True
+                    target=self._listen, args=(pipe,), name="perdure-pg-listen", daemon=True
                 )
                 self._listener.start()
 
-    def _listen(self) -> None:
-        """LISTEN on the schema's channel; every notification wakes this process's workers."""
+    def _listen(self, pipe: tuple[int, int]) -> None:
+        """LISTEN on the schema's channel; every notification wakes this process's workers.
+
+        Runs until stop() replaces `pipe` and writes a byte to it.
+        """
         import psycopg
 
         delay = 0.05
-        while self._thread is not None:
+        wake = pipe[0]
+        while self._wake_listener is pipe:
+            conn = None
             try:
-                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
-                    conn.execute(f'LISTEN "{self.channel}"')
-                    delay = 0.05
-                    self._heard()  # anything sent while we were not listening
-                    while self._thread is not None:
-                        for _ in conn.notifies(timeout=0.5):
-                            self._heard()
-            except psycopg.Error:
-                time.sleep(delay)
+                conn = self._connect()
+                conn.execute(f'LISTEN "{self.channel}"')
+                delay = 0.05
+                self._heard()  # anything sent while we were not listening
+                while self._wake_listener is pipe:
+                    # the socket or stop()'s byte on the pipe, whichever comes first
+                    select.select([conn.fileno(), wake], [], [], 5.0)
+                    for _ in conn.notifies(timeout=0.0):
+                        self._heard()
+                conn.execute("UNLISTEN *")  # back to the pool as it came
+            except (psycopg.Error, ConfigError, StoreUnavailable):
+                select.select([wake], [], [], delay)
                 delay = min(delay * 2, 2.0)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        self._disconnect(conn)
+
+    def stop(self) -> None:
+        """Stop the store thread, then close the pool (a listener's connection closes on return)."""
+        super().stop()
+        listener = self._listener
+        with self._lock:
+            pipe, self._wake_listener = self._wake_listener, None
+        if pipe is not None:
+            os.write(pipe[1], b"x")  # the listener returns at once
+            if listener is not None and listener is not threading.current_thread():
+                listener.join(timeout=2.0)  # its connection goes back before the pool closes
+            if listener is None or not listener.is_alive():
+                for fd in pipe:
+                    os.close(fd)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=1.0)
 
     def _migrate(self, conn: Any) -> None:
         db = self._db(conn)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import LeaseLost, RunNotFound, StoreError
 from .base import (
@@ -276,18 +276,86 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
         ),
     ).fetchone()
     if row is None:
-        state = conn.execute(
-            "SELECT lease_epoch, status, pause_requested FROM runs WHERE id = ?", (a.run_id,)
-        ).fetchone()
-        if state is None:
-            raise RunNotFound(a.run_id)
-        if a.epoch is not None and state[0] != a.epoch:
-            raise LeaseLost(a.run_id, a.epoch)
-        raise OperatorRequest(cancel=state[1] == CANCELLING, pause=bool(state[2]))
+        _refuse(conn, a)
     return row[0], bool(row[1]), row[2], int(row[3]) - count
 
 
+def _refuse(conn: Conn, a: Append) -> NoReturn:
+    """Why the fence matched no row: no such run, a lost lease, or an operator request."""
+    state = conn.execute(
+        "SELECT lease_epoch, status, pause_requested FROM runs WHERE id = ?", (a.run_id,)
+    ).fetchone()
+    if state is None:
+        raise RunNotFound(a.run_id)
+    if a.epoch is not None and state[0] != a.epoch:
+        raise LeaseLost(a.run_id, a.epoch)
+    raise OperatorRequest(cancel=state[1] == CANCELLING, pause=bool(state[2]))
+
+
+def plain_append(a: Append) -> bool:
+    """Entries only (no status, fields, runs, blobs, event or body): the common step write."""
+    return (
+        bool(a.entries)
+        and a.status is None
+        and all(key == "updated_at" for key in a.fields)  # not stamped without a status
+        and not a.new_runs
+        and not a.blobs
+        and a.consume_event is None
+        and a.tx_body is None
+        and a.expect_status is None
+    )
+
+
+_ENTRY_ROW = (
+    "(CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT), "
+    "CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS DOUBLE PRECISION), "
+    "CAST(? AS INTEGER), CAST(? AS TEXT))"
+)
+
+
+def _append_fused(conn: Conn, a: Append) -> AppendResult:
+    """A plain append as one statement: fence, seq reservation and inserts in one CTE.
+
+    One statement is its own transaction, so a lone step write costs one round trip
+    (PostgreSQL only: SQLite has no data-modifying CTEs).
+    """
+    count = len(a.entries)
+    params: list[Any] = [count, a.run_id, a.epoch, a.epoch, int(a.stop_if_requested)]
+    for i, e in enumerate(a.entries):
+        epoch = a.epoch if a.epoch is not None else e.epoch
+        params += [i, e.position, e.kind, e.name, e.data, e.attempt, int(e.final), e.at]
+        params += [epoch, e.worker]
+    params.append(a.run_id)
+    try:
+        row = conn.execute(
+            "WITH f AS (UPDATE runs SET next_seq = next_seq + ? "
+            "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
+            "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested = 1)) "
+            "RETURNING status, pause_requested, next_seq), "
+            "e (i, position, kind, name, data, attempt, final, at, epoch, worker) AS (VALUES "
+            + ", ".join([_ENTRY_ROW] * count)
+            + "), ins AS (INSERT INTO journal (run_id, seq, position, kind, name, data, "
+            "attempt, final, at, epoch, worker) SELECT ?, f.next_seq - "
+            + str(count)
+            + " + e.i, e.position, e.kind, e.name, e.data, e.attempt, e.final, e.at, e.epoch, "
+            "e.worker FROM f, e) "
+            "SELECT status, pause_requested FROM f",
+            params,
+        ).fetchone()
+    except conn.integrity_errors as exc:
+        raise StoreError(
+            f"run {a.run_id!r}: journal position already has an outcome ({exc})"
+        ) from None
+    if row is None:
+        _refuse(conn, a)
+    return AppendResult(
+        status=row[0], cancel_requested=row[0] == CANCELLING, pause_requested=bool(row[1])
+    )
+
+
 def append(conn: Conn, a: Append) -> AppendResult:
+    if conn.fused_append and plain_append(a):
+        return _append_fused(conn, a)
     fields = dict(a.fields)
     current, pause_requested, parent_id, first_seq = _fence(conn, a, fields)
     if a.expect_status is not None and current not in a.expect_status:

@@ -49,6 +49,7 @@ class _Op:
 
     fn: Callable[[Db], Any]
     write: bool
+    single: bool = False  # one statement: alone in a batch, it needs no BEGIN/COMMIT
     future: concurrent.futures.Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
@@ -77,6 +78,7 @@ class ThreadedStore:
     url: str
     thread_name = "perdure-store"
     db_errors: tuple[type[Exception], ...] = ()
+    fused_appends = False  # a plain append is one statement (see sqlops.plain_append)
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
@@ -114,6 +116,10 @@ class ThreadedStore:
 
     def _connect(self) -> Any:
         raise NotImplementedError
+
+    def _disconnect(self, conn: Any) -> None:
+        """Give up a connection (close it, or hand it back to a pool)."""
+        conn.close()
 
     def _migrate(self, conn: Any) -> None:
         raise NotImplementedError
@@ -170,7 +176,8 @@ class ThreadedStore:
             thread.join()
         with self._inline_lock:
             if self._inline_conn is not None:
-                self._inline_conn.close()
+                with contextlib.suppress(Exception):
+                    self._disconnect(self._inline_conn)
                 self._inline_conn = None
 
     # -- the store thread ---------------------------------------------------------
@@ -184,7 +191,7 @@ class ThreadedStore:
         try:
             self._migrate(conn)
         except BaseException as exc:
-            conn.close()
+            self._disconnect(conn)
             ready.set_exception(exc)
             return
         ready.set_result(None)
@@ -212,12 +219,12 @@ class ThreadedStore:
         finally:
             if conn is not None:
                 with contextlib.suppress(Exception):
-                    conn.close()
+                    self._disconnect(conn)
 
     def _reconnect(self, old: Any) -> Any:
         """Replace a lost connection, retrying with backoff until it works or the store stops."""
         with contextlib.suppress(Exception):
-            old.close()
+            self._disconnect(old)
         delay = 0.05
         while self._thread is not None:
             try:
@@ -271,6 +278,9 @@ class ThreadedStore:
 
     def _commit(self, conn: Any, ops: list[_Op]) -> None:
         outcomes: list[tuple[_Op, Any, BaseException | None]] = []
+        if len(ops) == 1 and ops[0].single:
+            self._autocommit_one(conn, ops[0])
+            return
         try:
             self._begin(conn)
             if len(ops) == 1:  # alone in its transaction: no savepoint needed
@@ -302,6 +312,19 @@ class ThreadedStore:
         for op, value, error in outcomes:
             self._answer(op, value, error)
 
+    def _autocommit_one(self, conn: Any, op: _Op) -> None:
+        """One single-statement write, its own transaction: one round trip, no BEGIN."""
+        try:
+            value = op.fn(self._db(conn))
+        except BaseException as exc:
+            err = self._failure(conn, exc)
+            if err is exc and isinstance(exc, self.db_errors):
+                err = StoreError(f"store {self.url}: {exc}")
+            self._answer(op, None, err)
+            return
+        self.commits += 1
+        self._answer(op, value, None)
+
     def _commit_one(self, conn: Any, op: _Op) -> None:
         try:
             value = op.fn(self._db(conn))
@@ -316,12 +339,14 @@ class ThreadedStore:
 
     # -- submission ---------------------------------------------------------------
 
-    def submit(self, fn: Callable[[Db], T], *, write: bool) -> concurrent.futures.Future[T]:
+    def submit(
+        self, fn: Callable[[Db], T], *, write: bool, single: bool = False
+    ) -> concurrent.futures.Future[T]:
         """Queue `fn` for the store thread; writes are grouped into shared transactions."""
         if self._thread is None:
             self.start()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Op(fn, write, future=future))
+        self._enqueue(_Op(fn, write, single, future=future))
         return future
 
     def _enqueue(self, op: _Op) -> None:
@@ -329,7 +354,9 @@ class ThreadedStore:
             self._enqueued += 1
         self._queue.put(op)
 
-    async def _call(self, fn: Callable[[Db], T], *, write: bool, inline: bool = False) -> T:
+    async def _call(
+        self, fn: Callable[[Db], T], *, write: bool, inline: bool = False, single: bool = False
+    ) -> T:
         """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
 
         `inline` lets the caller run `fn` itself when the store thread is idle: one
@@ -338,15 +365,17 @@ class ThreadedStore:
         if self._thread is None:
             self.start()
         if inline:
-            done, value = self._try_inline(fn, write)
+            done, value = self._try_inline(fn, write, single)
             if done:
                 return value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Op(fn, write, loop=loop, waiter=waiter))
+        self._enqueue(_Op(fn, write, single, loop=loop, waiter=waiter))
         return await waiter
 
-    def _try_inline(self, fn: Callable[[Db], Any], write: bool) -> tuple[bool, Any]:
+    def _try_inline(
+        self, fn: Callable[[Db], Any], write: bool, single: bool = False
+    ) -> tuple[bool, Any]:
         """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
         completed = self._completed
         if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
@@ -357,20 +386,39 @@ class ThreadedStore:
                 conn = self._inline_conn = self._inline_connect()
                 if conn is None:
                     return False, None
-            if not write:
-                return True, fn(self._db(conn))
-            if not self._inline_begin(conn):
-                return False, None  # the database is busy: queue instead of waiting
             try:
-                value = fn(self._db(conn))
-            except BaseException:
-                conn.execute("ROLLBACK")
+                return self._inline_run(conn, fn, write, single)
+            except BaseException as exc:
+                err = self._failure(conn, exc)
+                if err is not exc:  # the connection is lost: a fresh one next time
+                    self._inline_conn = None
+                    with contextlib.suppress(Exception):
+                        self._disconnect(conn)
+                    raise err from None
                 raise
-            conn.execute("COMMIT")
-            self.commits += 1
-            return True, value
         finally:
             self._inline_lock.release()
+
+    def _inline_run(
+        self, conn: Any, fn: Callable[[Db], Any], write: bool, single: bool
+    ) -> tuple[bool, Any]:
+        if not write:
+            return True, fn(self._db(conn))
+        if single:  # one statement: its own transaction
+            value = fn(self._db(conn))
+            self.commits += 1
+            return True, value
+        if not self._inline_begin(conn):
+            return False, None  # the database is busy: queue instead of waiting
+        try:
+            value = fn(self._db(conn))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        self.commits += 1
+        return True, value
 
     # -- the Store protocol ---------------------------------------------------------
 
@@ -401,16 +449,23 @@ class ThreadedStore:
     def append_now(self, append: Append) -> AppendResult:
         """`append` from any thread, blocking it: inline if the store thread is idle."""
         fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
+        single = self._single(append)
         if append.inline_ok:
-            done, value = self._try_inline(fn, True)
+            done, value = self._try_inline(fn, True, single)
             if done:
                 return value  # type: ignore[no-any-return]
-        return self.submit(fn, write=True).result()
+        return self.submit(fn, write=True, single=single).result()
 
     async def append(self, append: Append) -> AppendResult:
         return await self._call(
-            lambda c: sqlops.append(c, append), write=True, inline=append.inline_ok
+            lambda c: sqlops.append(c, append),
+            write=True,
+            inline=append.inline_ok,
+            single=self._single(append),
         )
+
+    def _single(self, append: Append) -> bool:
+        return self.fused_appends and sqlops.plain_append(append)
 
     async def claim(
         self,

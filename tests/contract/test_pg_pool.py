@@ -1,0 +1,114 @@
+"""The PostgreSQL store draws every connection of a process from one bounded pool."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from tests_contract_support import PG_URL, drop_schema
+
+import perdure
+from perdure.store import open_store
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    drop_schema(name)
+
+
+def _connections(schema: str) -> int:
+    """Sessions the server has open for this schema's stores (by their application_name)."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (f"perdure:{schema}",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _busy_app(url: str, runs: int) -> tuple[list[str], int]:
+    """Run `runs` concurrent five-step runs on `url`, sampling the server's session count."""
+    app = perdure.App(url)
+    schema = url.rsplit("schema=", 1)[1].split("&")[0]
+
+    @app.step(name="work")
+    def work(i: int) -> int:
+        return i
+
+    @app.workflow(name="five")
+    async def five(n: int) -> int:
+        total = 0
+        for i in range(5):
+            total += await work(i)
+            await perdure.sleep(0.01)
+        return total + n
+
+    seen: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.append(_connections(schema))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample)
+
+    async def main() -> list[str]:
+        worker = app.worker(concurrency=16, poll=0.2)
+        task = asyncio.create_task(worker.run())
+        try:
+            handles = [await app.start_async(five, i, run_id=f"r{i}") for i in range(runs)]
+            return [str(await h.result_async(timeout=60)) for h in handles]
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+
+    sampler.start()
+    try:
+        results = asyncio.run(main())
+    finally:
+        done.set()
+        sampler.join()
+        app.close()
+    return results, max(seen)
+
+
+def test_a_busy_process_never_opens_more_connections_than_its_pool(schema: str) -> None:
+    """40 runs at concurrency 16 with pool_size=3: at most 3 sessions, all given back at close."""
+    results, peak = _busy_app(f"{PG_URL}?schema={schema}&pool_size=3", runs=40)
+    assert results == [str(10 + i) for i in range(40)]
+    assert 1 <= peak <= 3
+    assert _connections(schema) == 0  # close() returned and closed every connection
+
+
+def test_a_pool_of_one_still_runs_everything_by_polling(schema: str) -> None:
+    """pool_size=1 leaves no connection for LISTEN: workers poll, and runs still finish."""
+    results, peak = _busy_app(f"{PG_URL}?schema={schema}&pool_size=1", runs=5)
+    assert results == [str(10 + i) for i in range(5)]
+    assert peak == 1
+
+
+@pytest.mark.parametrize("size", ["0", "many", "-2"])
+def test_a_bad_pool_size_is_refused_in_one_line(size: str) -> None:
+    with pytest.raises(perdure.ConfigError, match=r"pool_size=.*whole number") as info:
+        open_store(f"{PG_URL}?pool_size={size}", environ={})
+    assert "\n" not in str(info.value)
+
+
+def test_an_unknown_database_is_named_at_once(schema: str) -> None:
+    """A wrong database name is a one-line ConfigError with the server's reason, not a timeout."""
+    url = PG_URL.rsplit("/", 1)[0] + f"/no_such_db_{schema}?schema={schema}"
+    store = open_store(url, environ={})
+    with pytest.raises(perdure.ConfigError, match="does not exist") as info:
+        store.start()  # type: ignore[attr-defined]
+    assert "\n" not in str(info.value)
+    assert "cannot connect to PostgreSQL" in str(info.value)
