@@ -320,3 +320,113 @@ def test_overdue_lists_runs_nobody_is_moving(store: Store) -> None:
     late = {r.id for r in run(store.overdue(300.0, 60.0))}
     assert late == {"held", "waiting-long"}
     assert {r.id for r in run(store.overdue(300.0, 5.0))} == {"held", "waiting-long", "fresh"}
+
+
+def test_a_plain_append_of_several_entries_keeps_the_sequence(store: Store) -> None:
+    """Entries-only appends (one statement on PostgreSQL) land in order, gap-free, fenced."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    epoch = claim.run.lease_epoch
+    run(store.append(Append("r1", epoch, [entry("step.intent", 0)])))
+    batch = [entry("step.outcome", 0, True, '{"v":1}'), entry("step.intent", 1)]
+    result = run(store.append(Append("r1", epoch, batch)))
+    assert (result.status, result.cancel_requested, result.pause_requested) == (
+        "running",
+        False,
+        False,
+    )
+    got = run(store.journal("r1"))
+    assert [(e.seq, e.position, e.kind, e.data, e.epoch) for e in got] == [
+        (0, 0, "step.intent", None, epoch),
+        (1, 0, "step.outcome", '{"v":1}', epoch),
+        (2, 1, "step.intent", None, epoch),
+    ]
+    with pytest.raises(perdure.RunNotFound):
+        run(store.append(Append("nope", None, [entry("run.note")])))
+
+
+def test_a_claim_says_whether_the_journal_is_empty(store: Store) -> None:
+    """A first claim of a run with nothing recorded needs no journal read; a takeover does."""
+    run(store.create_run(new("fresh")))
+    run(store.create_run(new("noted")))
+    run(store.append(Append("noted", None, [entry("run.note")])))
+    claims = {c.run.id: c for c in run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))}
+    assert claims["fresh"].empty_journal and not claims["noted"].empty_journal
+    assert claims["fresh"].run.status == "running" and claims["fresh"].run.lease_owner == "w1"
+    [taken, _] = sorted(run(store.claim("w2", 200.0, 30.0, 10, ["wf"])), key=lambda c: c.run.id)
+    assert taken.run.id == "fresh" and taken.recovered_from == "w1"
+    assert not taken.empty_journal  # the takeover itself recorded run.recovered
+    assert (
+        taken.run.recoveries == 1 and taken.run.lease_epoch == claims["fresh"].run.lease_epoch + 1
+    )
+
+
+def _batched(store: Store, appends: list[Append]) -> list[Any]:
+    """Queue `appends` while the store thread is held, so they reach it as one batch."""
+
+    async def main() -> list[Any]:
+        gate = threading.Event()
+        held = store.submit(lambda c: gate.wait(10), write=False)  # type: ignore[attr-defined]
+        tasks = [asyncio.create_task(store.append(a)) for a in appends]
+        await asyncio.sleep(0.1)  # every append is queued behind the held op
+        gate.set()
+        await asyncio.wrap_future(held)
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    return run(main())
+
+
+def _claimed(store: Store, ids: list[str]) -> dict[str, int]:
+    for run_id in ids:
+        run(store.create_run(new(run_id)))
+    return {c.run.id: c.run.lease_epoch for c in run(store.claim("w1", 100.0, 30.0, 50, ["wf"]))}
+
+
+def test_a_batch_of_step_writes_shares_one_commit(store: Store) -> None:
+    """Plain appends of eight runs queued together commit together, each in its own journal."""
+    epochs = _claimed(store, [f"r{i}" for i in range(8)])
+    before = store.commits  # type: ignore[attr-defined]
+    results = _batched(
+        store,
+        [
+            Append(rid, epoch, [entry("step.intent", 0), entry("step.outcome", 0, True, "1")])
+            for rid, epoch in epochs.items()
+        ],
+    )
+    assert [r.status for r in results] == ["running"] * 8
+    assert store.commits - before == 1  # type: ignore[attr-defined]
+    for rid in epochs:
+        assert [(e.seq, e.kind) for e in run(store.journal(rid))] == [
+            (0, "step.intent"),
+            (1, "step.outcome"),
+        ]
+
+
+def test_one_bad_write_in_a_batch_fails_alone(store: Store) -> None:
+    """A duplicate outcome and a stale epoch in a batch fail on their own; the rest land,
+    and two writes of one run keep their order."""
+    epochs = _claimed(store, ["a", "dup", "stale", "twice", "z"])
+    run(store.append(Append("dup", epochs["dup"], [entry("step.outcome", 0, True, "1")])))
+    results = _batched(
+        store,
+        [
+            Append("a", epochs["a"], [entry("step.outcome", 0, True, "1")]),
+            Append("dup", epochs["dup"], [entry("step.outcome", 0, True, "2")]),
+            Append("stale", epochs["stale"] - 1, [entry("step.outcome", 0, True, "1")]),
+            Append("twice", epochs["twice"], [entry("step.intent", 0)]),
+            Append("twice", epochs["twice"], [entry("step.outcome", 0, True, "1")]),
+            Append("z", epochs["z"], [entry("step.outcome", 0, True, "1")]),
+        ],
+    )
+    assert isinstance(results[1], perdure.StoreError) and "already has an outcome" in str(
+        results[1]
+    )
+    assert isinstance(results[2], perdure.LeaseLost)
+    assert [getattr(r, "status", None) for r in results] == [
+        "running", None, None, "running", "running", "running",
+    ]  # fmt: skip
+    assert [e.data for e in run(store.journal("dup"))] == ["1"]
+    assert run(store.journal("stale")) == []
+    assert [e.kind for e in run(store.journal("twice"))] == ["step.intent", "step.outcome"]
+    for rid in ("a", "z"):
+        assert [e.kind for e in run(store.journal(rid))] == ["step.outcome"]

@@ -81,10 +81,14 @@ def test_outage_reading_the_journal_at_claim_is_no_engine_error(
 ) -> None:
     @app.workflow(name="plain")
     async def plain() -> str:
+        await perdure.sleep(10)
         return "ok"
 
-    hits = fail_once(app.store, "journal")
     handle = app.start(plain)
+    worker.run_until_idle()  # asleep, with a journal to read when it wakes
+    assert handle.status() == "sleeping"
+    hits = fail_once(app.store, "journal")
+    clock.advance(11)
     worker.run_until_idle()
     assert hits and handle.status() == "running"
     clock.advance(worker.lease + 1)

@@ -91,7 +91,7 @@ async def execute(
     definition = app.workflows[run.workflow]
     loop = asyncio.get_running_loop()
     try:
-        entries = await app.store.journal(run.id)
+        entries = [] if claim.empty_journal else await app.store.journal(run.id)
         if claim.recovered_from is not None and await bury_if_poison(
             app,
             claim,

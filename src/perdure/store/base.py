@@ -182,6 +182,7 @@ class Claim:
 
     run: RunRow
     recovered_from: str | None  # previous lease owner if this is a takeover
+    empty_journal: bool = False  # nothing recorded yet: the worker need not read the journal
 
 
 @dataclass(slots=True)

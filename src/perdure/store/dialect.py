@@ -60,6 +60,13 @@ def _pyformat(text: str, schema: str) -> str:
     return text.replace("%", "%%").replace("?", "%s")
 
 
+@lru_cache(maxsize=1)
+def _pg_integrity_errors() -> tuple[type[Exception], ...]:
+    import psycopg
+
+    return (psycopg.errors.IntegrityError,)
+
+
 class PostgresDb(Db):
     """psycopg 3: `%s` placeholders, UniqueViolation, `FOR UPDATE SKIP LOCKED` claims."""
 
@@ -70,9 +77,7 @@ class PostgresDb(Db):
         super().__init__(conn)
         self.schema = schema
         self.channel = f"perdure_{schema}"
-        import psycopg
-
-        self.integrity_errors = (psycopg.errors.IntegrityError,)
+        self.integrity_errors = _pg_integrity_errors()
 
     def sql(self, text: str) -> str:
         return _pyformat(text, self.schema)

@@ -306,56 +306,74 @@ def plain_append(a: Append) -> bool:
     )
 
 
+_RUN_ROW = "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER))"
 _ENTRY_ROW = (
-    "(CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT), "
-    "CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS DOUBLE PRECISION), "
-    "CAST(? AS INTEGER), CAST(? AS TEXT))"
+    "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), "
+    "CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), "
+    "CAST(? AS DOUBLE PRECISION), CAST(? AS INTEGER), CAST(? AS TEXT))"
 )
 
 
-def _append_fused(conn: Conn, a: Append) -> AppendResult:
-    """A plain append as one statement: fence, seq reservation and inserts in one CTE.
+def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | Exception]:
+    """Plain appends of distinct runs as one statement: fences, seq reservations, inserts.
 
     One statement is its own transaction, so a lone step write costs one round trip
-    (PostgreSQL only: SQLite has no data-modifying CTEs).
+    and a batch of many runs' step writes one more (PostgreSQL only: SQLite has no
+    data-modifying CTEs). A run whose fence refuses gets its exception in its place;
+    a unique violation fails the whole statement (the caller retries one by one).
     """
-    count = len(a.entries)
-    params: list[Any] = [count, a.run_id, a.epoch, a.epoch, int(a.stop_if_requested)]
-    for i, e in enumerate(a.entries):
-        epoch = a.epoch if a.epoch is not None else e.epoch
-        params += [i, e.position, e.kind, e.name, e.data, e.attempt, int(e.final), e.at]
-        params += [epoch, e.worker]
-    params.append(a.run_id)
-    try:
-        row = conn.execute(
-            "WITH f AS (UPDATE runs SET next_seq = next_seq + ? "
-            "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
-            "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested = 1)) "
-            "RETURNING status, pause_requested, next_seq), "
-            "e (i, position, kind, name, data, attempt, final, at, epoch, worker) AS (VALUES "
-            + ", ".join([_ENTRY_ROW] * count)
-            + "), ins AS (INSERT INTO journal (run_id, seq, position, kind, name, data, "
-            "attempt, final, at, epoch, worker) SELECT ?, f.next_seq - "
-            + str(count)
-            + " + e.i, e.position, e.kind, e.name, e.data, e.attempt, e.final, e.at, e.epoch, "
-            "e.worker FROM f, e) "
-            "SELECT status, pause_requested FROM f",
-            params,
-        ).fetchone()
-    except conn.integrity_errors as exc:
-        raise StoreError(
-            f"run {a.run_id!r}: journal position already has an outcome ({exc})"
-        ) from None
-    if row is None:
-        _refuse(conn, a)
-    return AppendResult(
-        status=row[0], cancel_requested=row[0] == CANCELLING, pause_requested=bool(row[1])
+    params: list[Any] = []
+    for a in appends:
+        params += [a.run_id, len(a.entries), a.epoch, int(a.stop_if_requested)]
+    rows = []
+    for a in appends:
+        for i, e in enumerate(a.entries):
+            epoch = a.epoch if a.epoch is not None else e.epoch
+            params += [a.run_id, i, e.position, e.kind, e.name, e.data, e.attempt, int(e.final)]
+            params += [e.at, epoch, e.worker]
+            rows.append(_ENTRY_ROW)
+    text = (
+        "WITH v (run_id, n, epoch, stop) AS (VALUES "
+        + ", ".join([_RUN_ROW] * len(appends))
+        + "), f AS (UPDATE runs AS r SET next_seq = r.next_seq + v.n FROM v "
+        "WHERE r.id = v.run_id AND (v.epoch IS NULL OR r.lease_epoch = v.epoch) "
+        "AND NOT (v.stop = 1 AND (r.status = 'cancelling' OR r.pause_requested = 1)) "
+        "RETURNING r.id, r.status, r.pause_requested, r.next_seq - v.n AS first), "
+        "e (run_id, i, position, kind, name, data, attempt, final, at, epoch, worker) AS (VALUES "
+        + ", ".join(rows)
+        + "), ins AS (INSERT INTO journal (run_id, seq, position, kind, name, data, attempt, "
+        "final, at, epoch, worker) SELECT e.run_id, f.first + e.i, e.position, e.kind, e.name, "
+        "e.data, e.attempt, e.final, e.at, e.epoch, e.worker FROM f JOIN e ON e.run_id = f.id) "
+        "SELECT id, status, pause_requested FROM f"
     )
+    try:
+        found = {row[0]: row for row in conn.execute(text, params).fetchall()}
+    except conn.integrity_errors as exc:
+        names = ", ".join(repr(a.run_id) for a in appends)
+        raise StoreError(f"run {names}: journal position already has an outcome ({exc})") from None
+    results: list[AppendResult | Exception] = []
+    for a in appends:
+        row = found.get(a.run_id)
+        if row is None:
+            try:
+                _refuse(conn, a)
+            except Exception as exc:
+                results.append(exc)
+            continue
+        results.append(
+            AppendResult(
+                status=row[1], cancel_requested=row[1] == CANCELLING, pause_requested=bool(row[2])
+            )
+        )
+    return results
 
 
 def append(conn: Conn, a: Append) -> AppendResult:
     if conn.fused_append and plain_append(a):
-        return _append_fused(conn, a)
+        [result] = append_plain(conn, [a])
+        if isinstance(result, Exception):
+            raise result
+        return result
     fields = dict(a.fields)
     current, pause_requested, parent_id, first_seq = _fence(conn, a, fields)
     if a.expect_status is not None and current not in a.expect_status:
@@ -464,21 +482,33 @@ def claim(
         f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
         (now, now, *workflows, limit if gate.open else limit * 4 + 16),
     ).fetchall()
-    claims: list[Claim] = []
-    for run_id, status, previous, lease_until, queue, partition, started_at in rows:
-        if len(claims) == limit:
+    admitted: list[Any] = []
+    for row in rows:
+        if len(admitted) == limit:
             break
-        if not gate.admit(queue, partition, started_at is None):
-            continue
+        if gate.admit(row[4], row[5], row[6] is None):
+            admitted.append(row)
+    if not admitted:
+        return []
+    # one UPDATE for all of them (SET expressions read the row as it was before)
+    ids = [row[0] for row in admitted]
+    updated = {
+        row[0]: row
+        for row in conn.execute(
+            "UPDATE runs SET status = CASE WHEN status = 'cancelling' THEN 'cancelling' "
+            "ELSE 'running' END, lease_owner = ?, lease_until = ?, "
+            "lease_epoch = lease_epoch + 1, recoveries = recoveries + CASE WHEN status IN "
+            "('running', 'cancelling') THEN 1 ELSE 0 END, updated_at = ?, "
+            f"started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
+            f"RETURNING {_RUN_COLUMNS}, next_seq",
+            (owner, now + lease_seconds, now, now, *ids),
+        ).fetchall()
+    }
+    claims: list[Claim] = []
+    for run_id, status, previous, lease_until, *_ in admitted:
+        row = updated[run_id]
+        run = _run(row[:-1])
         takeover = status in (RUNNING, CANCELLING)
-        new_status = CANCELLING if status == CANCELLING else RUNNING
-        conn.execute(
-            "UPDATE runs SET status = ?, lease_owner = ?, lease_until = ?, "
-            "lease_epoch = lease_epoch + 1, recoveries = recoveries + ?, updated_at = ?, "
-            "started_at = COALESCE(started_at, ?) WHERE id = ?",
-            (new_status, owner, now + lease_seconds, int(takeover), now, now, run_id),
-        )
-        run = _must_get(conn, run_id)
         if takeover:
             taken: dict[str, Any] = {"from": previous, "to": owner, "epoch": run.lease_epoch}
             if lease_until == 0:  # handed back by a stopping worker, not lost in a crash
@@ -490,7 +520,13 @@ def claim(
                 [Entry(kind="run.recovered", data=data, at=now, worker=owner)],
                 run.lease_epoch,
             )
-        claims.append(Claim(run=run, recovered_from=previous if takeover else None))
+        claims.append(
+            Claim(
+                run=run,
+                recovered_from=previous if takeover else None,
+                empty_journal=row[-1] == 0 and not takeover,
+            )
+        )
     return claims
 
 

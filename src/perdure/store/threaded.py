@@ -49,7 +49,8 @@ class _Op:
 
     fn: Callable[[Db], Any]
     write: bool
-    single: bool = False  # one statement: alone in a batch, it needs no BEGIN/COMMIT
+    append: Append | None = None  # the append this op writes, if it is one
+    plain: bool = False  # a plain append, one statement: shareable, needs no BEGIN alone
     future: concurrent.futures.Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
@@ -70,6 +71,31 @@ def _deliver(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]
             waiter.set_exception(error)
         else:
             waiter.set_result(value)
+
+
+def _plain_group(ops: list[_Op]) -> list[_Op]:
+    """The batch's plain appends that may share one statement: one per run, and only of
+    runs with no other append in the batch (a run's own writes keep their order)."""
+    runs: dict[str, int] = {}
+    for op in ops:
+        if op.append is not None:
+            runs[op.append.run_id] = runs.get(op.append.run_id, 0) + 1
+    return [op for op in ops if op.plain and runs[_plain(op).run_id] == 1]
+
+
+def _plain(op: _Op) -> Append:
+    assert op.append is not None
+    return op.append
+
+
+def _outcomes(
+    group: list[_Op], results: list[AppendResult | Exception]
+) -> list[tuple[_Op, Any, BaseException | None]]:
+    """(op, value, error) for each op of a shared append statement."""
+    return [
+        (op, None, r) if isinstance(r, Exception) else (op, r, None)
+        for op, r in zip(group, results, strict=True)
+    ]
 
 
 class ThreadedStore:
@@ -278,15 +304,30 @@ class ThreadedStore:
 
     def _commit(self, conn: Any, ops: list[_Op]) -> None:
         outcomes: list[tuple[_Op, Any, BaseException | None]] = []
-        if len(ops) == 1 and ops[0].single:
+        group = _plain_group(ops) if self.fused_appends else []
+        if len(ops) == 1 and ops[0].plain:
             self._autocommit_one(conn, ops[0])
+            return
+        if len(group) == len(ops) and self._autocommit_group(conn, group):
             return
         try:
             self._begin(conn)
             if len(ops) == 1:  # alone in its transaction: no savepoint needed
                 self._commit_one(conn, ops[0])
                 return
-            for op in ops:
+            rest = ops
+            if len(group) > 1:
+                conn.execute("SAVEPOINT op")
+                try:
+                    results = sqlops.append_plain(self._db(conn), [_plain(op) for op in group])
+                except StoreError:  # a unique violation: each on its own below, to see whose
+                    conn.execute("ROLLBACK TO op")
+                else:
+                    outcomes += _outcomes(group, results)
+                    shared = {id(op) for op in group}
+                    rest = [op for op in ops if id(op) not in shared]
+                conn.execute("RELEASE op")
+            for op in rest:
                 conn.execute("SAVEPOINT op")
                 try:
                     value = op.fn(self._db(conn))
@@ -311,6 +352,25 @@ class ThreadedStore:
             return
         for op, value, error in outcomes:
             self._answer(op, value, error)
+
+    def _autocommit_group(self, conn: Any, group: list[_Op]) -> bool:
+        """Plain appends of several runs as one statement in autocommit; False to retry them
+        one by one (a unique violation failed the statement, so nothing was written)."""
+        try:
+            results = sqlops.append_plain(self._db(conn), [_plain(op) for op in group])
+        except StoreError:
+            return False
+        except BaseException as exc:
+            err = self._failure(conn, exc)
+            if err is exc and isinstance(exc, self.db_errors):
+                err = StoreError(f"store {self.url}: {exc}")
+            for op in group:
+                self._answer(op, None, err)
+            return True
+        self.commits += 1
+        for op, value, error in _outcomes(group, results):
+            self._answer(op, value, error)
+        return True
 
     def _autocommit_one(self, conn: Any, op: _Op) -> None:
         """One single-statement write, its own transaction: one round trip, no BEGIN."""
@@ -340,13 +400,13 @@ class ThreadedStore:
     # -- submission ---------------------------------------------------------------
 
     def submit(
-        self, fn: Callable[[Db], T], *, write: bool, single: bool = False
+        self, fn: Callable[[Db], T], *, write: bool, append: Append | None = None
     ) -> concurrent.futures.Future[T]:
         """Queue `fn` for the store thread; writes are grouped into shared transactions."""
         if self._thread is None:
             self.start()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue(_Op(fn, write, single, future=future))
+        self._enqueue(_Op(fn, write, append, self._plain(append), future=future))
         return future
 
     def _enqueue(self, op: _Op) -> None:
@@ -355,7 +415,12 @@ class ThreadedStore:
         self._queue.put(op)
 
     async def _call(
-        self, fn: Callable[[Db], T], *, write: bool, inline: bool = False, single: bool = False
+        self,
+        fn: Callable[[Db], T],
+        *,
+        write: bool,
+        inline: bool = False,
+        append: Append | None = None,
     ) -> T:
         """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
 
@@ -365,12 +430,12 @@ class ThreadedStore:
         if self._thread is None:
             self.start()
         if inline:
-            done, value = self._try_inline(fn, write, single)
+            done, value = self._try_inline(fn, write, self._plain(append))
             if done:
                 return value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Op(fn, write, single, loop=loop, waiter=waiter))
+        self._enqueue(_Op(fn, write, append, self._plain(append), loop=loop, waiter=waiter))
         return await waiter
 
     def _try_inline(
@@ -449,23 +514,23 @@ class ThreadedStore:
     def append_now(self, append: Append) -> AppendResult:
         """`append` from any thread, blocking it: inline if the store thread is idle."""
         fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
-        single = self._single(append)
         if append.inline_ok:
-            done, value = self._try_inline(fn, True, single)
+            done, value = self._try_inline(fn, True, self._plain(append))
             if done:
                 return value  # type: ignore[no-any-return]
-        return self.submit(fn, write=True, single=single).result()
+        return self.submit(fn, write=True, append=append).result()
 
     async def append(self, append: Append) -> AppendResult:
         return await self._call(
             lambda c: sqlops.append(c, append),
             write=True,
             inline=append.inline_ok,
-            single=self._single(append),
+            append=append,
         )
 
-    def _single(self, append: Append) -> bool:
-        return self.fused_appends and sqlops.plain_append(append)
+    def _plain(self, append: Append | None) -> bool:
+        """True for a plain append this store writes as one statement."""
+        return append is not None and self.fused_appends and sqlops.plain_append(append)
 
     async def claim(
         self,
