@@ -221,6 +221,8 @@ class Worker:
 
     async def _idle_wait(self) -> float:
         wait = self.options.poll
+        if len(self.tasks) >= self.options.concurrency:
+            return wait  # full: a finishing run wakes the loop; no timer matters until then
         wake = await self.app.store.next_wake(list(self.app.workflows))
         if wake is not None:
             wait = min(wait, max(0.0, wake - self.clock.now()) + 0.001)
