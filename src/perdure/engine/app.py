@@ -23,6 +23,7 @@ from .portal import Portal
 from .registry import StepDef, WorkflowDef, qualified_name
 from .retention import GcReport, Retention
 from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
+from .services import Service
 from .signal import Signal
 from .steps import Step
 from .worker import Worker, WorkerOptions
@@ -60,6 +61,7 @@ class App:
         self._change = Signal()
         self._opened = False
         self.queues: dict[str, QueueSpec] = {}
+        self.services: list[Service] = []  # loops every worker runs (triggers register them)
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
 
@@ -177,6 +179,22 @@ class App:
         spec = QueueSpec(name, concurrency, per_worker, count, seconds(period) or 1.0)
         self.queues[name] = spec
         return spec
+
+    # -- triggers (each lives in perdure.triggers; these are the App's entry points) ------
+
+    def inbox(self, folder: str, workflow: Workflow[..., Any] | str, **options: Any) -> Any:
+        """Start one run of `workflow` per file content dropped in `folder`
+        (see `perdure.triggers.inbox`)."""
+        from ..triggers.inbox import add_inbox
+
+        return add_inbox(self, folder, workflow, **options)
+
+    def webhook(self, name: str, workflow: Workflow[..., Any] | str, **options: Any) -> Any:
+        """Start `workflow` for each signed POST to `/hooks/{name}` on `perdure serve`
+        (see `perdure.triggers.webhooks`)."""
+        from ..triggers.webhooks import add_webhook
+
+        return add_webhook(self, name, workflow, **options)
 
     # -- store and wake-ups --------------------------------------------------------
 

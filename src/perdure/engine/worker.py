@@ -23,6 +23,7 @@ from ..store.base import CANCELLING, Claim
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
 from .runner import execute
+from .services import supervise
 
 if TYPE_CHECKING:
     from .app import App
@@ -97,6 +98,8 @@ class Worker:
         ]
         if self.options.gc_every:
             loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
+        for service in self.app.services:
+            loops.append(asyncio.create_task(supervise(service, self), name=service.name))
         stop_wait = asyncio.create_task(self.stopping.wait())
         try:
             done, _ = await asyncio.wait([*loops, stop_wait], return_when=asyncio.FIRST_COMPLETED)
