@@ -8,6 +8,7 @@ broken trigger never stops a worker from running runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,8 +43,6 @@ async def supervise(service: Service, worker: Worker) -> None:
                 exc,
                 backoff,
             )
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(worker.stopping.wait(), backoff)
-        except TimeoutError:
-            pass
         backoff = min(backoff * 2, 30.0)
