@@ -21,6 +21,9 @@ EXPECTED = [
     "ChildHandle",
     "RunRow",
     "GcReport",
+    # triggers
+    "ScheduleRow",
+    "TickRow",
     # inside a workflow
     "now",
     "uuid",

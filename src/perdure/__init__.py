@@ -30,7 +30,7 @@ from .errors import (
     SyncInAsyncError,
     WaitTimeout,
 )
-from .store.base import RunRow
+from .store.base import RunRow, ScheduleRow, TickRow
 
 __version__ = "0.1.0"
 
@@ -48,6 +48,9 @@ __all__ = [
     "ChildHandle",
     "RunRow",
     "GcReport",
+    # triggers
+    "ScheduleRow",
+    "TickRow",
     # inside a workflow
     "now",
     "uuid",

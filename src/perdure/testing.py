@@ -87,6 +87,8 @@ class TestWorker:
         worker = Worker(self.app, options)
         worker.crash_after_intent = self.crash_points
         self.worker = worker
+        await self.app.open_store()
+        await self.app.scheduler.run_pass(self.app.clock.now())  # ticks due at the test's time
         try:
             claimed = await worker.run_until_idle()
         finally:

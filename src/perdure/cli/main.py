@@ -16,6 +16,7 @@ from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from . import render
 from .loading import load_app
+from .serve import serve
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
@@ -287,3 +288,6 @@ def replay_check_cmd(ctx: click.Context) -> None:
 
 def main() -> None:
     cli(prog_name="perdure")
+
+
+cli.add_command(serve)

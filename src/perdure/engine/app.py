@@ -12,7 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError
 from ..store import open_store, resolve_url
-from ..store.base import Entry, QueueSpec, RunRow, Store
+from ..store.base import Entry, QueueSpec, RunRow, ScheduleRow, Store, TickRow
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD, inline_or_blob
 from .client import Client, encode_input
 from .clock import Clock, SystemClock
@@ -62,6 +62,11 @@ class App:
         self._opened = False
         self.queues: dict[str, QueueSpec] = {}
         self.services: list[Service] = []  # loops every worker runs (triggers register them)
+        self.on_notify: list[Callable[[], None]] = []  # also called by notify() (any thread)
+        from ..triggers.schedules import scheduler_of
+
+        self.scheduler = scheduler_of(self)  # every worker fires the store's schedules
+        self.hooks: dict[str, Any] = {}  # webhooks by name (perdure.triggers.webhooks)
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
 
@@ -182,19 +187,118 @@ class App:
 
     # -- triggers (each lives in perdure.triggers; these are the App's entry points) ------
 
-    def inbox(self, folder: str, workflow: Workflow[..., Any] | str, **options: Any) -> Any:
-        """Start one run of `workflow` per file content dropped in `folder`
-        (see `perdure.triggers.inbox`)."""
+    def inbox(
+        self,
+        folder: str,
+        workflow: Workflow[..., Any] | str,
+        *,
+        name: str | None = None,
+        pattern: str | Sequence[str] = "*",
+        recursive: bool = False,
+        stable: float | timedelta = 1.0,
+        poll: float | timedelta = 2.0,
+        force_polling: bool = False,
+    ) -> Any:
+        """Start one run of `workflow` per file content dropped in `folder`, from every
+        worker; returns the `Inbox` (options and run ids: see `perdure.triggers.inbox`)."""
         from ..triggers.inbox import add_inbox
 
-        return add_inbox(self, folder, workflow, **options)
+        return add_inbox(
+            self,
+            folder,
+            workflow,
+            name=name,
+            pattern=pattern,
+            recursive=recursive,
+            stable=stable,
+            poll=poll,
+            force_polling=force_polling,
+        )
 
-    def webhook(self, name: str, workflow: Workflow[..., Any] | str, **options: Any) -> Any:
-        """Start `workflow` for each signed POST to `/hooks/{name}` on `perdure serve`
-        (see `perdure.triggers.webhooks`)."""
+    def webhook(
+        self,
+        name: str,
+        workflow: Workflow[..., Any] | str,
+        *,
+        secret: str | None = None,
+        secret_env: str | None = None,
+        delivery_header: str = "X-Perdure-Delivery",
+        signature_header: str = "X-Perdure-Signature",
+        max_body: int = 1_048_576,
+    ) -> Any:
+        """Start `workflow` with the JSON body of each signed POST to `/hooks/{name}` on
+        `perdure serve`, one run per delivery id (see `perdure.triggers.webhooks`)."""
         from ..triggers.webhooks import add_webhook
 
-        return add_webhook(self, name, workflow, **options)
+        return add_webhook(
+            self,
+            name,
+            workflow,
+            secret=secret,
+            secret_env=secret_env,
+            delivery_header=delivery_header,
+            signature_header=signature_header,
+            max_body=max_body,
+        )
+
+    def schedule(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        catchup: str = "latest",
+        catchup_limit: int = 10,
+        overlap: str = "skip",
+        jitter: float | timedelta = 0.0,
+        grace: float | timedelta = 60.0,
+        workflow: Workflow[..., Any] | str | None = None,
+    ) -> Any:
+        """Start a workflow on a cron expression (in `tz`) or `every` N seconds, once per tick
+        across all workers; a decorator over `@app.workflow`, or a call with `workflow=`.
+
+        Args:
+            args, kwargs: the task spec every run of the schedule receives.
+            catchup: ticks later than `grace` (no worker ran them in time): `skip` them,
+                fire the `latest` one, or fire `all` (at most `catchup_limit`).
+            overlap: a tick while the previous run is unfinished: `skip` it, `queue` it,
+                `allow` both, or `cancel_previous`.
+            jitter: each tick fires up to this much later (the same delay on every worker).
+        """
+        from ..triggers.schedules import schedule_decorator
+
+        return schedule_decorator(
+            self, cron=cron, every=every, tz=tz, name=name, args=tuple(args), kwargs=kwargs,
+            catchup=catchup, catchup_limit=catchup_limit, overlap=overlap, jitter=jitter,
+            grace=grace, workflow=workflow,
+        )  # fmt: skip
+
+    def pause_schedule(self, name: str) -> ScheduleRow:
+        """Stop a schedule at once (any worker, any host); `resume_schedule` continues it."""
+        from ..triggers import schedules
+
+        return self.sync(schedules.pause(self, name), "App.pause_schedule()")  # type: ignore[no-any-return]
+
+    def resume_schedule(self, name: str) -> ScheduleRow:
+        from ..triggers import schedules
+
+        return self.sync(schedules.resume(self, name), "App.resume_schedule()")  # type: ignore[no-any-return]
+
+    def delete_schedule(self, name: str) -> None:
+        from ..triggers import schedules
+
+        self.sync(schedules.delete(self, name), "App.delete_schedule()")
+
+    def schedules(self) -> list[ScheduleRow]:
+        """Every schedule in the store (declared in code once a worker started, or added)."""
+        return self.sync(self.store.list_schedules(), "App.schedules()")  # type: ignore[no-any-return]
+
+    def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRow]:
+        """A schedule's recent ticks, newest first: fired, skipped, missed or queued, and why."""
+        return self.sync(self.store.schedule_ticks(name, limit=limit), "App.schedule_ticks()")  # type: ignore[no-any-return]
 
     # -- store and wake-ups --------------------------------------------------------
 
@@ -210,6 +314,8 @@ class App:
         """Tell in-process workers that there may be new work."""
         self._work.fire()
         self._change.fire()
+        for listener in self.on_notify:
+            listener()
 
     def notify_change(self) -> None:
         self._change.fire()

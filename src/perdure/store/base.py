@@ -230,6 +230,55 @@ class LeaseState:
     pause_requested: bool
 
 
+@dataclass(slots=True)
+class ScheduleRow:
+    """A schedule as stored: what it starts, when, its policies, and its next due tick."""
+
+    name: str
+    workflow: str
+    cron: str | None = None  # a cron expression in `tz`, or None with `every`
+    every: float | None = None  # seconds between ticks (aligned to the Unix epoch)
+    tz: str = "UTC"
+    input: str = '{"args":[],"kwargs":{}}'  # the task spec every run receives (JSON)
+    catchup: str = "latest"  # skip | latest | all
+    catchup_limit: int = 10  # `all` fires at most this many missed ticks
+    overlap: str = "skip"  # skip | queue | allow | cancel_previous
+    jitter: float = 0.0  # seconds; each tick fires within [t, t + jitter)
+    grace: float = 60.0  # a tick handled this late is still on time; later ones are missed
+    paused: bool = False
+    next_fire: float | None = None  # the first tick not handled yet
+    source: str = "code"  # code (declared in the app) | api (added by CLI or API)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(slots=True)
+class TickRow:
+    """What became of one tick: fired (run_id), skipped, missed or queued, and why."""
+
+    schedule: str
+    fire_at: float
+    status: str
+    run_id: str | None = None
+    reason: str | None = None
+    at: float = 0.0
+
+
+@dataclass(slots=True)
+class ScheduleAdvance:
+    """One scheduler step for one schedule, applied only if `next_fire` is still `expected`
+    (so among many workers exactly one handles each tick): record ticks, start runs,
+    cancel runs, move `next_fire` on."""
+
+    name: str
+    expected: float | None
+    next_fire: float | None
+    now: float
+    ticks: list[TickRow] = field(default_factory=list)
+    new_runs: list[NewRun] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)
+
+
 class Store(Protocol):
     """Where runs, journals, events and blobs live. Every method is safe across processes."""
 
@@ -273,3 +322,18 @@ class Store(Protocol):
     async def gc(
         self, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500
     ) -> GcBatch: ...
+    # schedules (perdure.triggers.schedules decides; the store keeps rows, atomically)
+    async def put_schedule(self, row: ScheduleRow, *, replace_state: bool) -> ScheduleRow: ...
+    async def get_schedule(self, name: str) -> ScheduleRow | None: ...
+    async def list_schedules(self) -> list[ScheduleRow]: ...
+    async def due_schedules(self, now: float) -> list[ScheduleRow]: ...
+    async def next_schedule_fire(self) -> float | None: ...
+    async def advance_schedule(self, advance: ScheduleAdvance) -> bool: ...
+    async def schedule_ticks(
+        self, name: str, *, statuses: Sequence[str] = (), limit: int = 50
+    ) -> list[TickRow]: ...
+    async def set_schedule_paused(
+        self, name: str, paused: bool, now: float, next_fire: float | None
+    ) -> ScheduleRow: ...
+    async def delete_schedule(self, name: str) -> bool: ...
+    async def active_runs(self, id_prefix: str) -> list[RunRow]: ...

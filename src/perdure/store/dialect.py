@@ -50,7 +50,9 @@ class Db:
         """Serialise claims that count a limited queue (SQLite's BEGIN IMMEDIATE already does)."""
 
 
-_TABLES = re.compile(r"\b(runs|journal|events|blobs|perdure_meta)\b")
+_TABLES = re.compile(
+    r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses)\b"
+)
 
 
 @lru_cache(maxsize=1024)

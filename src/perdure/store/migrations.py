@@ -85,6 +85,46 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN started_at REAL;
     CREATE INDEX runs_by_queue ON runs (queue, status)
     """,
+    # 4: schedules and their ticks (each tick fired, skipped, missed or queued, with why);
+    # pauses of whole workflows or workers (claims skip them)
+    """
+    CREATE TABLE schedules (
+        name          TEXT PRIMARY KEY,
+        workflow      TEXT NOT NULL,
+        cron          TEXT,
+        every         REAL,
+        tz            TEXT NOT NULL DEFAULT 'UTC',
+        input         TEXT NOT NULL DEFAULT '{"args":[],"kwargs":{}}',
+        catchup       TEXT NOT NULL DEFAULT 'latest',
+        catchup_limit INTEGER NOT NULL DEFAULT 10,
+        overlap       TEXT NOT NULL DEFAULT 'skip',
+        jitter        REAL NOT NULL DEFAULT 0,
+        grace         REAL NOT NULL DEFAULT 60,
+        paused        INTEGER NOT NULL DEFAULT 0,
+        next_fire     REAL,
+        source        TEXT NOT NULL DEFAULT 'code',
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL
+    );
+    CREATE INDEX schedules_due ON schedules (next_fire) WHERE paused = 0;
+    CREATE TABLE schedule_ticks (
+        schedule  TEXT NOT NULL,
+        fire_at   REAL NOT NULL,
+        status    TEXT NOT NULL,
+        run_id    TEXT,
+        reason    TEXT,
+        at        REAL NOT NULL,
+        PRIMARY KEY (schedule, fire_at)
+    );
+    CREATE INDEX schedule_ticks_queued ON schedule_ticks (schedule, fire_at)
+        WHERE status = 'queued';
+    CREATE TABLE pauses (
+        scope   TEXT NOT NULL,
+        name    TEXT NOT NULL,
+        at      REAL NOT NULL,
+        PRIMARY KEY (scope, name)
+    )
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import retention, sqlops
+from . import retention, schedule_sql, sqlops
 from .base import (
     Append,
     AppendResult,
@@ -35,6 +35,9 @@ from .base import (
     NewRun,
     QueueSpec,
     RunRow,
+    ScheduleAdvance,
+    ScheduleRow,
+    TickRow,
 )
 from .dialect import Db
 
@@ -583,3 +586,43 @@ class ThreadedStore:
         self, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500
     ) -> GcBatch:
         return await self._call(lambda c: retention.gc_batch(c, rule, after, limit), write=True)
+
+    # -- schedules ------------------------------------------------------------------------
+
+    async def put_schedule(self, row: ScheduleRow, *, replace_state: bool) -> ScheduleRow:
+        return await self._call(
+            lambda c: schedule_sql.put_schedule(c, row, replace_state), write=True
+        )
+
+    async def get_schedule(self, name: str) -> ScheduleRow | None:
+        return await self._call(lambda c: schedule_sql.get_schedule(c, name), write=False)
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        return await self._call(schedule_sql.list_schedules, write=False)
+
+    async def due_schedules(self, now: float) -> list[ScheduleRow]:
+        return await self._call(lambda c: schedule_sql.due_schedules(c, now), write=False)
+
+    async def next_schedule_fire(self) -> float | None:
+        return await self._call(schedule_sql.next_schedule_fire, write=False)
+
+    async def advance_schedule(self, advance: ScheduleAdvance) -> bool:
+        return await self._call(lambda c: schedule_sql.advance(c, advance), write=True)
+
+    async def schedule_ticks(
+        self, name: str, *, statuses: Sequence[str] = (), limit: int = 50
+    ) -> list[TickRow]:
+        return await self._call(lambda c: schedule_sql.ticks(c, name, statuses, limit), write=False)
+
+    async def set_schedule_paused(
+        self, name: str, paused: bool, now: float, next_fire: float | None
+    ) -> ScheduleRow:
+        return await self._call(
+            lambda c: schedule_sql.set_paused(c, name, paused, now, next_fire), write=True
+        )
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self._call(lambda c: schedule_sql.delete(c, name), write=True)
+
+    async def active_runs(self, id_prefix: str) -> list[RunRow]:
+        return await self._call(lambda c: schedule_sql.active_runs(c, id_prefix), write=False)

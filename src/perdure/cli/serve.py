@@ -1,0 +1,51 @@
+"""`perdure serve`: run the HTTP server (webhooks, /healthz) on uvicorn until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+
+import click
+
+from ..errors import ConfigError
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, help="Port to bind.")
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Serve POST /hooks/NAME and GET /healthz until SIGTERM/SIGINT. Starts runs; a
+    `perdure worker` executes them."""
+    try:
+        import uvicorn
+
+        from ..server import create_app
+    except ImportError as exc:
+        raise ConfigError(
+            f"perdure serve needs the server extra ({exc.name} is missing): "
+            "pip install 'perdure[server]'"
+        ) from None
+    from .main import get_app  # main imports this module to register the command
+
+    app = get_app(ctx, need_code=True)
+    for hook in app.hooks.values():
+        hook.check(app)  # a hook that cannot work stops the server before it listens
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    names = ", ".join(sorted(app.hooks)) or "none"
+    click.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(app), host=host, port=port, log_config=None))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # Before uvicorn installs its own handlers this stops it as soon as it starts; after
+        # its graceful shutdown uvicorn re-raises the signal here, and we exit 0.
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        app.close()

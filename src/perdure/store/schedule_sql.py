@@ -1,0 +1,157 @@
+"""The SQL of schedules, ticks and pauses, shared by SQLite and PostgreSQL.
+
+A scheduler step is a compare-and-set on `next_fire`: whichever worker moves it
+first records the ticks and creates their runs in the same transaction; the
+others see it moved and do nothing. A tick's run id is unique in `runs`, so
+even a step applied twice could not start a tick twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import StoreError
+from .base import TERMINAL, RunRow, ScheduleAdvance, ScheduleRow, TickRow
+from .dialect import Db
+from .sqlops import _RUN_COLUMNS, _run, cancel_tree, create_run
+
+_COLUMNS = (
+    "name, workflow, cron, every, tz, input, catchup, catchup_limit, overlap, jitter, grace, "
+    "paused, next_fire, source, created_at, updated_at"
+)
+_FIELDS = tuple(c.strip() for c in _COLUMNS.split(","))
+_DEFINITION = (
+    "workflow", "cron", "every", "tz", "input", "catchup", "catchup_limit", "overlap",
+    "jitter", "grace", "source", "updated_at",
+)  # fmt: skip
+_TICK_COLUMNS = "schedule, fire_at, status, run_id, reason, at"
+
+
+def _schedule(row: Any) -> ScheduleRow:
+    values = dict(zip(_FIELDS, tuple(row), strict=True))
+    values["paused"] = bool(values["paused"])
+    return ScheduleRow(**values)
+
+
+def _tick(row: Any) -> TickRow:
+    return TickRow(*row)
+
+
+def get_schedule(conn: Db, name: str) -> ScheduleRow | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM schedules WHERE name = ?", (name,)).fetchone()
+    return _schedule(row) if row else None
+
+
+def put_schedule(conn: Db, s: ScheduleRow, replace_state: bool) -> ScheduleRow:
+    """Insert a schedule, or update its definition; `replace_state` also resets
+    `next_fire` (the definition's timing changed), keeping `paused` either way."""
+    values = [getattr(s, f) for f in _FIELDS]
+    values[_FIELDS.index("paused")] = int(s.paused)
+    updates = [f"{c} = excluded.{c}" for c in _DEFINITION]
+    if replace_state:
+        updates.append("next_fire = excluded.next_fire")
+    conn.execute(
+        f"INSERT INTO schedules ({_COLUMNS}) VALUES ({', '.join('?' * len(_FIELDS))}) "
+        f"ON CONFLICT (name) DO UPDATE SET {', '.join(updates)}",
+        values,
+    )
+    conn.notify()  # schedulers in other processes recompute their next wake-up
+    stored = get_schedule(conn, s.name)
+    assert stored is not None
+    return stored
+
+
+def list_schedules(conn: Db) -> list[ScheduleRow]:
+    return [
+        _schedule(r)
+        for r in conn.execute(f"SELECT {_COLUMNS} FROM schedules ORDER BY name").fetchall()
+    ]
+
+
+def due_schedules(conn: Db, now: float) -> list[ScheduleRow]:
+    """Unpaused schedules with a tick due (jitter is applied by the scheduler) or queued."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM schedules WHERE paused = 0 AND (next_fire <= ? "
+        "OR name IN (SELECT schedule FROM schedule_ticks WHERE status = 'queued')) "
+        "ORDER BY next_fire",
+        (now,),
+    ).fetchall()
+    return [_schedule(r) for r in rows]
+
+
+def next_schedule_fire(conn: Db) -> float | None:
+    row = conn.execute("SELECT MIN(next_fire + jitter) FROM schedules WHERE paused = 0").fetchone()
+    return float(row[0]) if row and row[0] is not None else None
+
+
+def advance(conn: Db, a: ScheduleAdvance) -> bool:
+    """Apply one scheduler step if `next_fire` is still what the scheduler read."""
+    cur = conn.execute(
+        "UPDATE schedules SET next_fire = ?, updated_at = ? WHERE name = ? AND paused = 0 "
+        "AND (next_fire = ? OR (next_fire IS NULL AND CAST(? AS REAL) IS NULL))",
+        (a.next_fire, a.now, a.name, a.expected, a.expected),
+    )
+    if cur.rowcount != 1:
+        return False
+    for t in a.ticks:
+        conn.execute(
+            f"INSERT INTO schedule_ticks ({_TICK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (schedule, fire_at) DO UPDATE SET status = excluded.status, "
+            "run_id = excluded.run_id, reason = excluded.reason, at = excluded.at",
+            (t.schedule, t.fire_at, t.status, t.run_id, t.reason, t.at),
+        )
+    for new in a.new_runs:
+        create_run(conn, new)
+    for run_id in a.cancel:
+        cancel_tree(conn, run_id, a.now)
+    return True
+
+
+def ticks(conn: Db, name: str, statuses: Sequence[str], limit: int) -> list[TickRow]:
+    where = "schedule = ?"
+    params: list[Any] = [name]
+    if statuses:
+        where += f" AND status IN ({', '.join('?' * len(statuses))})"
+        params += list(statuses)
+    rows = conn.execute(
+        f"SELECT {_TICK_COLUMNS} FROM schedule_ticks WHERE {where} ORDER BY fire_at DESC LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    return [_tick(r) for r in rows]
+
+
+def set_paused(
+    conn: Db, name: str, paused: bool, now: float, next_fire: float | None
+) -> ScheduleRow:
+    """Pause, or resume with `next_fire` (the scheduler's first tick after now)."""
+    cur = conn.execute(
+        "UPDATE schedules SET paused = ?, updated_at = ?, "
+        "next_fire = COALESCE(?, next_fire) WHERE name = ?",
+        (int(paused), now, next_fire, name),
+    )
+    if cur.rowcount != 1:
+        raise StoreError(f"no schedule named {name!r}")
+    if not paused:
+        conn.notify()
+    stored = get_schedule(conn, name)
+    assert stored is not None
+    return stored
+
+
+def delete(conn: Db, name: str) -> bool:
+    cur = conn.execute("DELETE FROM schedules WHERE name = ?", (name,))
+    conn.execute("DELETE FROM schedule_ticks WHERE schedule = ?", (name,))
+    return cur.rowcount == 1
+
+
+def active_runs(conn: Db, id_prefix: str) -> list[RunRow]:
+    """Unfinished runs whose id starts with `id_prefix` (a range scan of the primary key)."""
+    end = id_prefix[:-1] + chr(ord(id_prefix[-1]) + 1)
+    done = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+    rows = conn.execute(
+        f"SELECT {_RUN_COLUMNS} FROM runs WHERE id >= ? AND id < ? AND status NOT IN ({done}) "
+        "ORDER BY created_at",
+        (id_prefix, end),
+    ).fetchall()
+    return [_run(r) for r in rows]

@@ -1,0 +1,523 @@
+"""Schedules: cron expressions and fixed intervals that start runs, exactly once per tick.
+
+A schedule lives in the store, not in one process: every worker runs the
+scheduler, and a tick is handled by whichever worker first moves the
+schedule's `next_fire` on (a compare-and-set in one transaction with the tick
+records and the run it starts). The tick's run id, `sched:{name}:{UTC time}`,
+is unique, so a tick can never start two runs however many workers race.
+
+Cron schedules follow the wall clock of their time zone: each local time fires
+once, a time skipped by a spring-forward fires as if the clock had not jumped
+(02:30 becomes 03:30), and a time repeated by a fall-back fires once (its
+first occurrence). Interval
+schedules tick every N seconds of real time, aligned to the Unix epoch.
+
+Nothing is silent: every tick that does not start a run is recorded with its
+reason (missed while no worker ran, skipped by a policy or a pause, queued
+behind a running one) and shown by `perdure schedules show`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..engine.signal import Signal
+from ..errors import ConfigError, StoreError
+from ..store.base import Entry, NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
+
+if TYPE_CHECKING:
+    from ..engine.app import App, Workflow
+    from ..engine.worker import Worker
+
+log = logging.getLogger("perdure.schedules")
+
+CATCHUP = ("skip", "latest", "all")
+OVERLAP = ("skip", "queue", "allow", "cancel_previous")
+ENUMERATE_LIMIT = 10_000  # ticks looked at one by one in a pass; beyond, summarised in one record
+QUEUE_LIMIT = 100  # queued ticks kept per schedule (overlap="queue"); beyond, skipped
+LONGEST_WAIT = 1.0  # seconds: a scheduler re-reads the store at least this often
+
+
+def run_id_for(name: str, fire_at: float) -> str:
+    """The run id of a tick: the schedule's name and the tick's UTC time, to the second."""
+    stamp = datetime.fromtimestamp(fire_at, UTC)
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    if stamp.microsecond:
+        text += f".{stamp.microsecond:06d}"
+    return f"sched:{name}:{text}Z"
+
+
+def _zone(tz: str, where: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"{where}: unknown time zone {tz!r} (e.g. 'UTC', 'Europe/Paris')"
+        ) from None
+
+
+def next_tick(row: ScheduleRow, after: float) -> float:
+    """The first tick of `row` strictly after `after` (a UTC timestamp)."""
+    if row.every is not None:
+        return (math.floor(after / row.every) + 1) * row.every
+    from croniter import croniter
+
+    zone = _zone(row.tz, f"schedule {row.name!r}")
+    local = datetime.fromtimestamp(after, zone).replace(tzinfo=None)
+    it = croniter(row.cron or "", local)
+    while True:  # naive wall-clock ticks; each maps to its first real occurrence
+        tick = it.get_next(datetime).replace(tzinfo=zone, fold=0).timestamp()
+        if tick > after:
+            return float(tick)
+
+
+def upcoming(row: ScheduleRow, count: int, after: float) -> list[float]:
+    """The next `count` fire times after `after` (UTC timestamps, before jitter)."""
+    out: list[float] = []
+    t = after
+    for _ in range(count):
+        t = next_tick(row, t)
+        out.append(t)
+    return out
+
+
+def jitter_of(row: ScheduleRow, fire_at: float) -> float:
+    """This tick's delay in [0, jitter): from a hash, so every worker agrees on it."""
+    if row.jitter <= 0:
+        return 0.0
+    digest = hashlib.sha256(f"{row.name}:{fire_at!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * row.jitter
+
+
+@dataclass(kw_only=True)
+class Schedule:
+    """A schedule declared in code (see `App.schedule`); stored when a worker starts."""
+
+    name: str
+    workflow: str
+    cron: str | None = None
+    every: float | None = None
+    tz: str = "UTC"
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    catchup: str = "latest"
+    catchup_limit: int = 10
+    overlap: str = "skip"
+    jitter: float = 0.0
+    grace: float = 60.0
+
+
+def validate(row: ScheduleRow) -> ScheduleRow:
+    """Check a schedule's definition; a ConfigError names what is wrong and how to fix it."""
+    where = f"schedule {row.name!r}"
+    if not row.name or any(c in row.name for c in ": \t\n"):
+        raise ConfigError(f"{where}: a name needs at least one character and no ':' or spaces")
+    if (row.cron is None) == (row.every is None):
+        raise ConfigError(f"{where}: give exactly one of cron='...' or every=seconds")
+    if row.cron is not None:
+        from croniter import croniter
+
+        if not croniter.is_valid(row.cron):
+            raise ConfigError(
+                f"{where}: {row.cron!r} is not a cron expression (e.g. '0 9 * * 1-5')"
+            )
+    if row.every is not None and not row.every > 0:
+        raise ConfigError(f"{where}: every must be a positive number of seconds")
+    _zone(row.tz, where)
+    if row.catchup not in CATCHUP:
+        raise ConfigError(f"{where}: catchup={row.catchup!r}; use one of {', '.join(CATCHUP)}")
+    if row.overlap not in OVERLAP:
+        raise ConfigError(f"{where}: overlap={row.overlap!r}; use one of {', '.join(OVERLAP)}")
+    if row.catchup_limit < 1:
+        raise ConfigError(f"{where}: catchup_limit must be at least 1")
+    if row.jitter < 0 or row.grace < 0:
+        raise ConfigError(f"{where}: jitter and grace must not be negative")
+    return row
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
+    """The stored form of a declaration: input encoded and checked against the workflow."""
+    from ..engine.client import encode_input
+    from ..engine.registry import typed_arguments
+
+    definition = app.workflows.get(s.workflow)
+    if definition is None:
+        raise ConfigError(
+            f"schedule {s.name!r}: no workflow named {s.workflow!r} is registered "
+            f"(known: {', '.join(sorted(app.workflows)) or 'none'})"
+        )
+    try:
+        definition.signature.bind(*s.args, **s.kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"schedule {s.name!r}: workflow {s.workflow!r}: {exc}") from None
+    encoded = encode_input(app, s.workflow, s.args, s.kwargs)
+    plain = json.loads(encoded)
+    typed_arguments(definition, plain["args"], plain["kwargs"], f"input of schedule {s.name!r}")
+    row = ScheduleRow(
+        name=s.name,
+        workflow=s.workflow,
+        cron=s.cron,
+        every=_seconds(s.every),
+        tz=s.tz,
+        input=encoded,
+        catchup=s.catchup,
+        catchup_limit=s.catchup_limit,
+        overlap=s.overlap,
+        jitter=s.jitter,
+        grace=s.grace,
+        source=source,
+        created_at=now,
+        updated_at=now,
+    )
+    validate(row)
+    row.next_fire = next_tick(row, now)
+    return row
+
+
+def _timing(row: ScheduleRow) -> tuple[Any, ...]:
+    return (row.cron, row.every, row.tz)
+
+
+async def save(app: App, row: ScheduleRow) -> ScheduleRow:
+    """Store a schedule; its next tick is kept unless its timing changed."""
+    current = await app.store.get_schedule(row.name)
+    if current is not None:
+        row = replace(row, created_at=current.created_at)
+    changed = current is None or _timing(current) != _timing(row)
+    return await app.store.put_schedule(row, replace_state=changed)
+
+
+# -- one scheduler step ------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    fire: list[float] = field(default_factory=list)
+    records: list[TickRow] = field(default_factory=list)
+
+
+def _due(row: ScheduleRow, now: float) -> tuple[list[float], float | None, int]:
+    """Ticks due by `now` (after jitter), the next tick not due, and how many more were
+    skipped over uncounted (beyond ENUMERATE_LIMIT)."""
+    due: list[float] = []
+    t = row.next_fire
+    while t is not None and t + jitter_of(row, t) <= now and len(due) < ENUMERATE_LIMIT:
+        due.append(t)
+        t = next_tick(row, t)
+    beyond = 0
+    if t is not None and t + jitter_of(row, t) <= now:  # a very long outage: jump ahead
+        resume = next_tick(row, now - row.grace)
+        if row.every is not None:
+            beyond = int((resume - t) / row.every)
+        t = resume
+    return due, t, beyond
+
+
+def _catchup(row: ScheduleRow, due: list[float], now: float, plan: _Plan) -> list[float]:
+    """Which due ticks may fire: all on-time ones, and the late ones the policy allows."""
+    late = [t for t in due if now - t > row.grace]
+    on_time = [t for t in due if now - t <= row.grace]
+    if row.catchup == "all":
+        allowed = late[-row.catchup_limit :]
+    elif row.catchup == "latest" and not on_time:
+        allowed = late[-1:]
+    else:
+        allowed = []
+    for t in late:
+        if t not in allowed:
+            why = f"late by {now - t:.0f}s (no worker ran it in time); catchup={row.catchup}"
+            if row.catchup == "all":
+                why += f" keeps the last {row.catchup_limit}"
+            plan.records.append(TickRow(row.name, t, "missed", reason=why, at=now))
+    return allowed + on_time
+
+
+def _overlap(
+    row: ScheduleRow,
+    candidates: list[float],
+    active: list[RunRow],
+    queued: list[TickRow],
+    now: float,
+    plan: _Plan,
+) -> list[str]:
+    """Apply the overlap policy to the ticks allowed to fire; returns runs to cancel."""
+    cancel: list[str] = []
+    busy = [r.id for r in active]
+    if row.overlap == "allow":
+        plan.fire = candidates
+    elif row.overlap == "cancel_previous":
+        if candidates:
+            cancel = busy
+            for t in candidates[:-1]:
+                plan.records.append(
+                    TickRow(row.name, t, "skipped", reason="superseded by a later tick", at=now)
+                )
+            plan.fire = candidates[-1:]
+    elif row.overlap == "skip":
+        for t in candidates:
+            if busy:
+                why = f"previous run {busy[0]} still running; overlap=skip"
+                plan.records.append(TickRow(row.name, t, "skipped", reason=why, at=now))
+            else:
+                plan.fire.append(t)
+                busy.append(run_id_for(row.name, t))
+    else:  # queue: one at a time, oldest first
+        waiting = sorted(q.fire_at for q in queued) + candidates
+        if not busy and waiting:
+            plan.fire.append(waiting.pop(0))
+        for t in waiting[:QUEUE_LIMIT]:
+            plan.records.append(
+                TickRow(row.name, t, "queued", reason="waiting for the previous run", at=now)
+            )
+        for t in waiting[QUEUE_LIMIT:]:
+            why = f"queue full ({QUEUE_LIMIT} ticks waiting); overlap=queue"
+            plan.records.append(TickRow(row.name, t, "skipped", reason=why, at=now))
+    return cancel
+
+
+def step(
+    app: App, row: ScheduleRow, now: float, active: list[RunRow], queued: list[TickRow]
+) -> ScheduleAdvance:
+    """What one scheduler pass does for a due schedule (pure: the store applies it)."""
+    due, next_fire, beyond = _due(row, now)
+    plan = _Plan()
+    if beyond:
+        first = due[-1] if due else row.next_fire or now
+        plan.records.append(
+            TickRow(
+                row.name,
+                first + (row.every or 0.0) / 2,
+                "missed",
+                reason=f"{beyond} more ticks missed during a long outage (not listed one by one)",
+                at=now,
+            )
+        )
+    candidates = _catchup(row, due, now, plan)
+    cancel = _overlap(row, candidates, active, queued, now, plan)
+    new_runs = [_new_run(app, row, t, now) for t in plan.fire]
+    for t, new in zip(plan.fire, new_runs, strict=True):
+        plan.records.append(TickRow(row.name, t, "fired", run_id=new.id, at=now))
+    return ScheduleAdvance(
+        name=row.name,
+        expected=row.next_fire,
+        next_fire=next_fire,
+        now=now,
+        ticks=plan.records,
+        new_runs=new_runs,
+        cancel=cancel,
+    )
+
+
+def _new_run(app: App, row: ScheduleRow, fire_at: float, now: float) -> NewRun:
+    definition = app.workflows[row.workflow]
+    run_id = run_id_for(row.name, fire_at)
+    origin = json.dumps({"schedule": row.name, "tick": _iso(fire_at)}, separators=(",", ":"))
+    return NewRun(
+        id=run_id,
+        workflow=row.workflow,
+        input=row.input,
+        code_version=definition.version,
+        now=now,
+        deadline_at=None if definition.deadline is None else now + definition.deadline,
+        queue=definition.queue,
+        entries=[Entry(kind="run.origin", data=origin, at=now)],
+    )
+
+
+# -- the service --------------------------------------------------------------------------------
+
+
+class Scheduler:
+    """The scheduler every worker runs: stores the app's declared schedules, then fires ticks."""
+
+    name = "perdure-scheduler"
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.declared: dict[str, Schedule] = {}
+        self.wake = Signal()
+        app.on_notify.append(self.wake.fire)  # a schedule changed, here or elsewhere
+        self._synced = False
+
+    def declare(self, schedule: Schedule) -> None:
+        if schedule.name in self.declared and self.declared[schedule.name] != schedule:
+            raise ConfigError(f"two schedules are named {schedule.name!r}; pass name=... to one")
+        self.declared[schedule.name] = schedule
+        self._synced = False  # stored at the next pass
+
+    async def sync(self, now: float) -> None:
+        """Store every declared schedule (a changed timing restarts from the next tick)."""
+        for s in self.declared.values():
+            await save(self.app, make_row(self.app, s, source="code", now=now))
+        self._synced = True
+
+    async def run_pass(self, now: float) -> int:
+        """Handle every due schedule once; returns how many runs were started."""
+        if not self._synced:
+            await self.sync(now)
+        started = 0
+        for row in await self.app.store.due_schedules(now):
+            if row.workflow not in self.app.workflows:
+                continue  # a worker that has this workflow's code will handle it
+            prefix = f"sched:{row.name}:"
+            active = await self.app.store.active_runs(prefix)
+            queued = (
+                await self.app.store.schedule_ticks(row.name, statuses=["queued"], limit=1000)
+                if row.overlap == "queue"
+                else []
+            )
+            advance = step(self.app, row, now, active, queued)
+            if not (advance.ticks or advance.cancel) and advance.next_fire == row.next_fire:
+                continue
+            if await self.app.store.advance_schedule(advance):
+                started += len(advance.new_runs)
+                for tick in advance.ticks:
+                    if tick.status != "fired":
+                        log.info("schedule %s: tick %s %s (%s)", row.name, tick.fire_at,
+                                 tick.status, tick.reason)  # fmt: skip
+        return started
+
+    async def run(self, worker: Worker) -> None:
+        self.wake.listen()
+        while not worker.stopping.is_set():
+            try:
+                await self.run_pass(worker.clock.now())
+                nxt = await self.app.store.next_schedule_fire()
+            except StoreError as exc:
+                log.warning("worker %s: scheduler pass failed (%s)", worker.id, exc)
+                nxt = None
+            wait = LONGEST_WAIT
+            if nxt is not None:
+                wait = min(wait, max(0.0, nxt - worker.clock.now()) + 0.001)
+            await self.wake.wait(wait)
+
+
+def scheduler_of(app: App) -> Scheduler:
+    """The app's scheduler, created (and registered as a worker service) on first use."""
+    found = next((s for s in app.services if isinstance(s, Scheduler)), None)
+    if found is None:
+        found = Scheduler(app)
+        app.services.append(found)
+    return found
+
+
+def schedule_decorator(
+    app: App,
+    *,
+    cron: str | None,
+    every: float | timedelta | None,
+    tz: str,
+    name: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    catchup: str,
+    catchup_limit: int,
+    overlap: str,
+    jitter: float | timedelta,
+    grace: float | timedelta,
+    workflow: Workflow[..., Any] | str | None,
+) -> Callable[[Workflow[..., Any]], Workflow[..., Any]] | Schedule:
+    """`App.schedule`: declare now when `workflow` is given, else return a decorator."""
+
+    def declare(target: Workflow[..., Any] | str) -> Schedule:
+        wf_name = target if isinstance(target, str) else target.name
+        s = Schedule(
+            name=name or wf_name,
+            workflow=wf_name,
+            cron=cron,
+            every=_seconds(every),
+            tz=tz,
+            args=tuple(args),
+            kwargs=dict(kwargs or {}),
+            catchup=catchup,
+            catchup_limit=catchup_limit,
+            overlap=overlap,
+            jitter=_seconds(jitter) or 0.0,
+            grace=_seconds(grace) or 0.0,
+        )
+        validate(
+            ScheduleRow(
+                name=s.name, workflow=s.workflow, cron=s.cron, every=s.every, tz=s.tz,
+                catchup=s.catchup, catchup_limit=s.catchup_limit, overlap=s.overlap,
+                jitter=s.jitter, grace=s.grace,
+            )
+        )  # fmt: skip
+        scheduler_of(app).declare(s)
+        return s
+
+    if workflow is not None:
+        return declare(workflow)
+
+    def decorator(target: Workflow[..., Any]) -> Workflow[..., Any]:
+        declare(target)
+        return target
+
+    return decorator
+
+
+# -- operating schedules (App methods and the CLI call these) ----------------------------------
+
+
+async def add(app: App, schedule: Schedule) -> ScheduleRow:
+    """Store a schedule made outside code (CLI, API); it lives until deleted."""
+    return await save(app, make_row(app, schedule, source="api", now=app.clock.now()))
+
+
+async def get(app: App, name: str) -> ScheduleRow:
+    row = await app.store.get_schedule(name)
+    if row is None:
+        known = ", ".join(r.name for r in await app.store.list_schedules()) or "none"
+        raise ConfigError(f"no schedule named {name!r} (known: {known})")
+    return row
+
+
+async def pause(app: App, name: str) -> ScheduleRow:
+    """Stop firing at once; ticks until `resume` are recorded as skipped then."""
+    await get(app, name)
+    return await app.store.set_schedule_paused(name, True, app.clock.now(), None)
+
+
+async def resume(app: App, name: str) -> ScheduleRow:
+    """Fire again from the next tick; the ticks passed while paused are recorded as skipped."""
+    row = await get(app, name)
+    if not row.paused:
+        return row
+    now = app.clock.now()
+    nxt = next_tick(row, now)
+    first = row.next_fire  # the first tick the pause held back
+    await app.store.set_schedule_paused(name, False, now, nxt)
+    skipped: list[float] = []
+    t = first if first is not None and first < nxt else None
+    while t is not None and t < nxt and len(skipped) < ENUMERATE_LIMIT:
+        skipped.append(t)
+        t = next_tick(row, t)
+    if skipped:
+        span = f"{_iso(skipped[0])} to {_iso(skipped[-1])}"
+        why = f"{len(skipped)} tick(s) passed while the schedule was paused ({span})"
+        tick = TickRow(name, skipped[0], "skipped", reason=why, at=now)
+        await app.store.advance_schedule(
+            ScheduleAdvance(name=name, expected=nxt, next_fire=nxt, now=now, ticks=[tick])
+        )
+    return await get(app, name)
+
+
+async def delete(app: App, name: str) -> None:
+    await get(app, name)
+    await app.store.delete_schedule(name)
+    scheduler_of(app).declared.pop(name, None)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
