@@ -216,3 +216,43 @@ def test_dead_runs_are_listed_and_resumed(env: dict[str, str]) -> None:
     assert "run.dead" in shown.output and "perdure resume d1" in shown.output
     assert run("resume", "d1").output.strip() == "pending"
     assert app.get_run("d1").status == "pending"
+
+
+def test_schedules_add_show_pause_resume_delete(env: dict[str, str]) -> None:
+    """A schedule added from the CLI fires from a worker; show lists next times and ticks."""
+    added = run("schedules", "add", "nightly", "checkout", '["o-sched"]', "--every", "60")
+    assert added.exit_code == 0, added.output
+    assert "nightly: next fire 2026-01-01 00:01:00" in added.output
+    listing = run("schedules", "ls")
+    assert "nightly" in listing.output and "every 60s" in listing.output
+    app = app_module().app
+    app.clock.advance(60)
+    TestWorker(app).run_until_idle()
+    shown = run("schedules", "show", "nightly", "--next", "2")
+    assert shown.exit_code == 0, shown.output
+    assert "sched:nightly:2026-01-01T00:01:00Z" in shown.output and "fired" in shown.output
+    assert "2026-01-01 00:02:00, 2026-01-01 00:03:00" in shown.output
+    assert run("schedules", "pause", "nightly").output.strip() == "nightly: paused"
+    app.clock.advance(120)
+    TestWorker(app).run_until_idle()
+    resumed = run("schedules", "resume", "nightly")
+    assert "next fire 2026-01-01 00:04:00" in resumed.output
+    assert "passed while the schedule was paused" in run("schedules", "show", "nightly").output
+    assert run("schedules", "delete", "nightly").output.strip() == "nightly: deleted"
+    assert run("schedules", "ls").output.strip() == "no schedules"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["schedules", "show", "nope"], "no schedule named 'nope'"),
+        (["schedules", "add", "s", "checkout", "--cron", "bad cron"], "not a cron expression"),
+        (["schedules", "add", "s", "nowhere", "--every", "5"], "no workflow named 'nowhere'"),
+        (["schedules", "add", "s", "checkout", '{"x":', "--every", "5"], "not valid JSON"),
+    ],
+)
+def test_schedule_errors_are_one_line(env: dict[str, str], args: list[str], message: str) -> None:
+    assert run("start", "checkout", '["o1"]').exit_code == 0  # creates the store
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

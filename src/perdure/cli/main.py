@@ -16,6 +16,7 @@ from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from . import render
 from .loading import load_app
+from .schedules import schedules
 from .serve import serve
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
@@ -291,3 +292,4 @@ def main() -> None:
 
 
 cli.add_command(serve)
+cli.add_command(schedules)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
-from ..store.base import Entry, RunRow
+from ..store.base import Entry, RunRow, ScheduleRow, TickRow
 
 
 def when(ts: float | None) -> str:
@@ -123,3 +123,42 @@ def replay(report: ReplayReport) -> str:
         + "\n"
         + table(rows, ("RUN", "WORKFLOW", "POS", "JOURNAL HAS", "CODE CALLS", "RUN VERSION"))
     )
+
+
+def _timing(row: ScheduleRow) -> str:
+    if row.cron is not None:
+        return f"cron '{row.cron}' {row.tz}"
+    return f"every {row.every:g}s"
+
+
+def schedules(rows: Sequence[ScheduleRow]) -> str:
+    if not rows:
+        return "no schedules"
+    body = [
+        [
+            r.name,
+            r.workflow,
+            _timing(r),
+            "paused" if r.paused else when(r.next_fire),
+            f"{r.catchup}/{r.overlap}",
+            r.source,
+        ]
+        for r in rows
+    ]
+    return table(body, ["NAME", "WORKFLOW", "WHEN", "NEXT (UTC)", "CATCHUP/OVERLAP", "FROM"])
+
+
+def schedule(row: ScheduleRow, upcoming: Sequence[float], ticks: Sequence[TickRow]) -> str:
+    lines = [
+        f"schedule  {row.name}  ({row.source})",
+        f"workflow  {row.workflow}  input {row.input}",
+        f"timing    {_timing(row)}  jitter {row.jitter:g}s  grace {row.grace:g}s",
+        f"policies  catchup={row.catchup} (limit {row.catchup_limit})  overlap={row.overlap}",
+        f"state     {'paused' if row.paused else 'active'}",
+        "next      " + (", ".join(when(t) for t in upcoming) if upcoming else "-"),
+        "",
+    ]
+    if not ticks:
+        return "\n".join([*lines, "no ticks yet"])
+    body = [[when(t.fire_at), t.status, t.run_id or "", t.reason or ""] for t in ticks]
+    return "\n".join([*lines, table(body, ["TICK (UTC)", "STATUS", "RUN", "WHY"])])

@@ -148,10 +148,27 @@ def _seconds(value: float | timedelta | None) -> float | None:
 
 
 def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
-    """The stored form of a declaration: input encoded and checked against the workflow."""
+    """The stored form of a declaration: timing checked, input encoded and type-checked."""
     from ..engine.client import encode_input
     from ..engine.registry import typed_arguments
 
+    row = validate(
+        ScheduleRow(
+            name=s.name,
+            workflow=s.workflow,
+            cron=s.cron,
+            every=_seconds(s.every),
+            tz=s.tz,
+            catchup=s.catchup,
+            catchup_limit=s.catchup_limit,
+            overlap=s.overlap,
+            jitter=s.jitter,
+            grace=s.grace,
+            source=source,
+            created_at=now,
+            updated_at=now,
+        )
+    )
     definition = app.workflows.get(s.workflow)
     if definition is None:
         raise ConfigError(
@@ -162,26 +179,9 @@ def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
         definition.signature.bind(*s.args, **s.kwargs)
     except TypeError as exc:
         raise ConfigError(f"schedule {s.name!r}: workflow {s.workflow!r}: {exc}") from None
-    encoded = encode_input(app, s.workflow, s.args, s.kwargs)
-    plain = json.loads(encoded)
+    row.input = encode_input(app, s.workflow, s.args, s.kwargs)
+    plain = json.loads(row.input)
     typed_arguments(definition, plain["args"], plain["kwargs"], f"input of schedule {s.name!r}")
-    row = ScheduleRow(
-        name=s.name,
-        workflow=s.workflow,
-        cron=s.cron,
-        every=_seconds(s.every),
-        tz=s.tz,
-        input=encoded,
-        catchup=s.catchup,
-        catchup_limit=s.catchup_limit,
-        overlap=s.overlap,
-        jitter=s.jitter,
-        grace=s.grace,
-        source=source,
-        created_at=now,
-        updated_at=now,
-    )
-    validate(row)
     row.next_fire = next_tick(row, now)
     return row
 
