@@ -430,3 +430,15 @@ def test_one_bad_write_in_a_batch_fails_alone(store: Store) -> None:
     assert [e.kind for e in run(store.journal("twice"))] == ["step.intent", "step.outcome"]
     for rid in ("a", "z"):
         assert [e.kind for e in run(store.journal(rid))] == ["step.outcome"]
+
+
+def test_an_event_with_a_key_is_kept_once(store: Store) -> None:
+    """A second delivery with the same key returns the first event's id and keeps nothing."""
+    run(store.create_run(new("r1")))
+    first = run(store.send_event("r1", "go", "1", 100.0, "k1"))
+    again = run(store.send_event("r1", "go", "2", 101.0, "k1"))
+    other = run(store.send_event("r1", "go", "3", 102.0, "k2"))
+    unkeyed = [run(store.send_event("r1", "go", "4", 103.0)) for _ in range(2)]
+    assert first == again and len({first, other, *unkeyed}) == 4
+    event = run(store.next_event("r1", "go"))
+    assert event is not None and (event.id, event.payload) == (first, "1")

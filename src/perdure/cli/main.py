@@ -269,6 +269,23 @@ def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) ->
     click.echo(get_app(ctx, existing=True).fork(run_id, from_step, new_id).id)
 
 
+@cli.command()
+@click.argument("event_type")
+@click.argument("payload", required=False)
+@click.option("--id", "event_id", required=True, help="The event's id (a redelivery is a no-op).")
+@click.option("--run", "run_id", default=None, help="Deliver to this run instead of triggers.")
+@click.pass_context
+def emit(
+    ctx: click.Context, event_type: str, payload: str | None, event_id: str, run_id: str | None
+) -> None:
+    """Ingest an event: start the runs EVENT_TYPE triggers, or deliver it to --run."""
+    app = get_app(ctx, need_code=run_id is None)
+    for rid in app.emit(
+        event_type, parse_json(payload, "PAYLOAD"), event_id=event_id, run_id=run_id
+    ):
+        click.echo(rid)
+
+
 @cli.command("effects")
 @click.pass_context
 def effects_cmd(ctx: click.Context) -> None:

@@ -276,6 +276,25 @@ class App:
             grace=grace, workflow=workflow,
         )  # fmt: skip
 
+    def on_event(self, event_type: str, *, name: str | None = None) -> Any:
+        """Decorator over `@app.workflow`: each event of `event_type` emitted with `emit`
+        starts one run (given the payload), once per event id however often it arrives."""
+        from ..triggers.events import on_event
+
+        return on_event(self, event_type, name)
+
+    def emit(
+        self, event_type: str, payload: Any = None, *, event_id: str, run_id: str | None = None
+    ) -> list[str]:
+        """Ingest an event: start the runs its type triggers (ids `event:{trigger}:{event_id}`),
+        or with `run_id` deliver it to that run's `wait_event(event_type)`. Returns run ids."""
+        from ..triggers.events import emit
+
+        done = self.sync(
+            emit(self, event_type, payload, event_id=event_id, run_id=run_id), "App.emit()"
+        )
+        return list(done.run_ids)
+
     def pause_schedule(self, name: str) -> ScheduleRow:
         """Stop a schedule at once (any worker, any host); `resume_schedule` continues it."""
         from ..triggers import schedules
@@ -414,9 +433,12 @@ class App:
     def journal(self, run_id: str) -> list[Entry]:
         return self.sync(self.client.journal(run_id), "App.journal()")  # type: ignore[no-any-return]
 
-    def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Deliver an event; a run that waits for it wakes, one that has not yet waited keeps it."""
-        self.sync(self.client.send_event(run_id, name, payload), "App.send_event()")
+    def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """Deliver an event; a run that waits for it wakes, one that has not yet waited keeps it.
+        `key` (e.g. the event's id at its source) makes a repeated delivery a no-op."""
+        self.sync(self.client.send_event(run_id, name, payload, key=key), "App.send_event()")
 
     def cancel(self, run_id: str) -> str:
         return self.sync(self.client.cancel(run_id), "App.cancel()")  # type: ignore[no-any-return]

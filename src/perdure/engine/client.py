@@ -83,6 +83,31 @@ class Client:
         partition_key: str | None = None,
     ) -> RunRow:
         """Create a run (or return the existing run with this id: idempotent start)."""
+        run, _ = await self.start_run(
+            workflow,
+            args,
+            kwargs,
+            run_id=run_id,
+            deadline=deadline,
+            queue=queue,
+            priority=priority,
+            partition_key=partition_key,
+        )
+        return run
+
+    async def start_run(
+        self,
+        workflow: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        deadline: float | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        partition_key: str | None = None,
+    ) -> tuple[RunRow, bool]:
+        """`start`, also saying whether this call created the run (False: it existed)."""
         definition = self.app.workflows.get(workflow)
         if definition is None:
             raise ConfigError(
@@ -122,7 +147,7 @@ class Client:
                 f"not {workflow!r}"
             )
         self.app.notify()
-        return run
+        return run, created
 
     async def get(self, run_id: str) -> RunRow:
         await self.app.open_store()
@@ -184,11 +209,14 @@ class Client:
         value = loads(await resolve_text(self.store, run.result))
         return from_json(value, hint, f"result of run {run_id!r}")
 
-    async def send_event(self, run_id: str, name: str, payload: Any = None) -> int:
-        """Deliver an event to a run; kept until the run's `wait_event(name)` consumes it."""
+    async def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, key: str | None = None
+    ) -> int:
+        """Deliver an event to a run; kept until the run's `wait_event(name)` consumes it.
+        With `key`, a second delivery of the same event is ignored."""
         await self.app.open_store()
         text = dumps(payload, f"event {name!r} payload")  # the store checks the run exists
-        event_id = await self.store.send_event(run_id, name, text, self.app.clock.now())
+        event_id = await self.store.send_event(run_id, name, text, self.app.clock.now(), key)
         self.app.notify()
         return event_id
 

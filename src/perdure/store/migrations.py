@@ -86,6 +86,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_by_queue ON runs (queue, status)
     """,
     # 4: schedules and their ticks (each tick fired, skipped, missed or queued, with why);
+    # an event's dedup key (the same event delivered twice reaches a run once);
     # pauses of whole workflows or workers (claims skip them)
     """
     CREATE TABLE schedules (
@@ -118,6 +119,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX schedule_ticks_queued ON schedule_ticks (schedule, fire_at)
         WHERE status = 'queued';
+    ALTER TABLE events ADD COLUMN dedup_key TEXT;
+    CREATE UNIQUE INDEX events_dedup ON events (run_id, dedup_key) WHERE dedup_key IS NOT NULL;
     CREATE TABLE pauses (
         scope   TEXT NOT NULL,
         name    TEXT NOT NULL,

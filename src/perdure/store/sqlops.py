@@ -629,7 +629,17 @@ def next_wake(conn: Conn, workflows: Sequence[str]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
-def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> int:
+def send_event(
+    conn: Conn, run_id: str, name: str, payload: str, now: float, key: str | None = None
+) -> int:
+    """Keep an event for a run and wake it if it waits for it; an event whose `key` the
+    run already has is not kept again (its id is returned)."""
+    if key is not None:
+        seen = conn.execute(
+            "SELECT id FROM events WHERE run_id = ? AND dedup_key = ?", (run_id, key)
+        ).fetchone()
+        if seen is not None:
+            return int(seen[0])
     # Wake a run waiting for this event; the write also holds the run's row, so gc cannot
     # delete the run under an event that is being delivered to it.
     row = conn.execute(
@@ -642,8 +652,9 @@ def send_event(conn: Conn, run_id: str, name: str, payload: str, now: float) -> 
     if row[0] in FINAL:  # a dead run keeps its events for when it is resumed
         raise StoreError(f"run {run_id!r} is {row[0]}; event {name!r} was not delivered")
     event_id = conn.execute(
-        "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?) RETURNING id",
-        (run_id, name, payload, now),
+        "INSERT INTO events (run_id, name, payload, sent_at, dedup_key) VALUES (?, ?, ?, ?, ?) "
+        "RETURNING id",
+        (run_id, name, payload, now, key),
     ).fetchone()[0]
     conn.notify()
     return int(event_id)

@@ -565,9 +565,11 @@ class ThreadedStore:
     async def next_wake(self, workflows: Sequence[str]) -> float | None:
         return await self._call(lambda c: sqlops.next_wake(c, workflows), write=False)
 
-    async def send_event(self, run_id: str, name: str, payload: str, now: float) -> int:
+    async def send_event(
+        self, run_id: str, name: str, payload: str, now: float, key: str | None = None
+    ) -> int:
         return await self._call(
-            lambda c: sqlops.send_event(c, run_id, name, payload, now), write=True
+            lambda c: sqlops.send_event(c, run_id, name, payload, now, key), write=True
         )
 
     async def next_event(self, run_id: str, name: str) -> EventRow | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .ids import MAX_ID, id_problem
 
 if TYPE_CHECKING:
     from ..engine.app import App, Workflow
@@ -36,7 +37,7 @@ __all__ = ["Delivery", "Webhook", "add_webhook", "check_delivery_id", "deliver",
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _HEADER = re.compile(r"[A-Za-z0-9-]+")
-MAX_DELIVERY_ID = 200
+MAX_DELIVERY_ID = MAX_ID
 
 
 def sign(secret: str | bytes, body: bytes) -> str:
@@ -50,12 +51,10 @@ def check_delivery_id(value: str | None) -> str:
 
     Usable: 1 to 200 visible ASCII characters (no spaces or control characters).
     """
-    if not value:
-        raise ValueError("missing")
-    if len(value) > MAX_DELIVERY_ID:
-        raise ValueError(f"longer than {MAX_DELIVERY_ID} characters")
-    if not all(33 <= ord(c) < 127 for c in value):
-        raise ValueError("not visible ASCII (no spaces or control characters)")
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    assert value is not None
     return value
 
 
@@ -208,10 +207,8 @@ async def deliver(app: App, hook: Webhook, delivery_id: str, payload: Any) -> De
     """
     run_id = hook.run_id(delivery_id)
     await app.open_store()
-    if await app.store.get_run(run_id) is not None:
-        return Delivery(run_id, True)
-    handle = await app.start_async(hook.workflow, payload, run_id=run_id)
-    return Delivery(handle.id, False)
+    run, created = await app.client.start_run(hook.workflow, (payload,), {}, run_id=run_id)
+    return Delivery(run.id, not created)
 
 
 def _check_workflow(app: App, hook: str, workflow: str, *, required: bool) -> None:
