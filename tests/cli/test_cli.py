@@ -256,3 +256,16 @@ def test_schedule_errors_are_one_line(env: dict[str, str], args: list[str], mess
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_pause_and_resume_a_whole_workflow(env: dict[str, str]) -> None:
+    assert run("start", "checkout", '["o9"]', "--id", "w1").exit_code == 0
+    assert run("pause", "--workflow", "checkout").output.strip() == "workflow checkout: paused"
+    again = run("pause", "--workflow", "checkout").output.strip()
+    assert again == "workflow checkout: paused (already)"
+    app = app_module().app
+    assert TestWorker(app).run_until_idle() == 0  # nothing of a paused workflow is claimed
+    assert run("resume", "--workflow", "checkout").output.strip() == "workflow checkout: resumed"
+    assert TestWorker(app).run_until_idle() == 1
+    both = CliRunner().invoke(cli, ["pause", "w1", "--workflow", "checkout"])
+    assert both.exit_code == 2 and "name one RUN" in both.output

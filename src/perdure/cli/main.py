@@ -203,20 +203,45 @@ def cancel(ctx: click.Context, run_id: str) -> None:
     click.echo(get_app(ctx, existing=True).cancel(run_id))
 
 
-@cli.command()
-@click.argument("run_id")
-@click.pass_context
-def pause(ctx: click.Context, run_id: str) -> None:
-    """Pause a run (at once if parked, at the next step if running)."""
-    click.echo(get_app(ctx, existing=True).pause(run_id))
+def _whole(
+    ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None, on: bool
+) -> str | None:
+    """Pause or resume a whole workflow or worker; None when a single run was named."""
+    named = [x for x in (run_id, workflow, worker) if x]
+    if len(named) != 1:
+        raise PerdureError("name one RUN, or --workflow NAME, or --worker ID_OR_HOST")
+    if run_id:
+        return None
+    app = get_app(ctx, existing=True)
+    scope, name = ("workflow", workflow) if workflow else ("worker", worker)
+    assert name is not None
+    changed = app.sync(app.client.set_pause(scope, name, on), "pause")
+    verb = "paused" if on else "resumed"
+    return f"{scope} {name}: {verb}" + ("" if changed else " (already)")
 
 
 @cli.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
+@click.option("--workflow", default=None, help="Pause every run of this workflow.")
+@click.option("--worker", default=None, help="Pause a worker (its id) or all of a host's.")
 @click.pass_context
-def resume(ctx: click.Context, run_id: str) -> None:
-    """Resume a paused run from where it was, or replay a dead one again (after a fix)."""
-    click.echo(get_app(ctx, existing=True).resume(run_id))
+def pause(ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None) -> None:
+    """Pause a run, a workflow or a worker (at once if parked, at the next step if running)."""
+    whole = _whole(ctx, run_id, workflow, worker, True)
+    click.echo(whole if whole is not None else get_app(ctx, existing=True).pause(run_id or ""))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--workflow", default=None, help="Resume a paused workflow.")
+@click.option("--worker", default=None, help="Resume a paused worker or host.")
+@click.pass_context
+def resume(
+    ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None
+) -> None:
+    """Resume a paused run, workflow or worker where it was (a dead run replays again)."""
+    whole = _whole(ctx, run_id, workflow, worker, False)
+    click.echo(whole if whole is not None else get_app(ctx, existing=True).resume(run_id or ""))
 
 
 @cli.command()

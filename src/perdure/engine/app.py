@@ -449,6 +449,26 @@ class App:
     def resume(self, run_id: str) -> str:
         return self.sync(self.client.resume(run_id), "App.resume()")  # type: ignore[no-any-return]
 
+    def pause_workflow(self, name: str) -> bool:
+        """Pause every run of a workflow at once, parked or running (see `Client.set_pause`);
+        False if it was already paused."""
+        return self.sync(self.client.set_pause("workflow", name, True), "App.pause_workflow()")  # type: ignore[no-any-return]
+
+    def resume_workflow(self, name: str) -> bool:
+        return self.sync(self.client.set_pause("workflow", name, False), "App.resume_workflow()")  # type: ignore[no-any-return]
+
+    def pause_worker(self, worker: str) -> bool:
+        """Stop a worker (by id, or every worker of a host) claiming and running runs; its
+        runs stop at their next step and go back to the store until `resume_worker`."""
+        return self.sync(self.client.set_pause("worker", worker, True), "App.pause_worker()")  # type: ignore[no-any-return]
+
+    def resume_worker(self, worker: str) -> bool:
+        return self.sync(self.client.set_pause("worker", worker, False), "App.resume_worker()")  # type: ignore[no-any-return]
+
+    def pauses(self) -> list[tuple[str, str, float]]:
+        """What is paused as a whole: (scope workflow|worker, name, since)."""
+        return self.sync(self.store.list_pauses(), "App.pauses()")  # type: ignore[no-any-return]
+
     def resolve(
         self,
         run_id: str,

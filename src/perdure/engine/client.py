@@ -220,6 +220,29 @@ class Client:
         self.app.notify()
         return event_id
 
+    async def set_pause(self, scope: str, name: str, paused: bool) -> bool:
+        """Pause or resume a whole workflow or worker (id, or host for all its workers).
+
+        Paused: its runs are not claimed, whatever their state (a sleeping or waiting
+        run keeps its timer or event for later), and running ones stop at their next
+        step and are handed back, keeping their state. Resumed: they go on where they
+        were. Runs held in this process are reached at once, others at their worker's
+        next heartbeat (at most a second while busy).
+        """
+        if not name:
+            raise ConfigError(f"pause: name the {scope}")
+        await self.app.open_store()
+        changed = await self.store.set_pause(scope, name, paused, self.app.clock.now())
+        if paused:
+            for ctx in list(self.app.active.values()):
+                host = (ctx.worker_id or "").split(":", 1)[0]
+                if (scope == "workflow" and ctx.run.workflow == name) or (
+                    scope == "worker" and name in (ctx.worker_id, host)
+                ):
+                    ctx.hold_requested = True
+        self.app.notify()
+        return changed
+
     async def cancel(self, run_id: str) -> str:
         """Cancel a run and its children: at once if parked, at the next boundary if running."""
         run = await self.get(run_id)

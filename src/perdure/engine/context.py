@@ -123,6 +123,7 @@ class RunContext:
         self.cancel_signalled = False
         self.task: asyncio.Task[Any] | None = None
         self.pause_requested = run.pause_requested
+        self.hold_requested = False  # its workflow or worker was paused: hand the run back
         self.lost = False
         self.closed = False
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
@@ -202,6 +203,9 @@ class RunContext:
             raise RunSuspended("cancel")
         if self.pause_requested:
             raise await self.suspend("paused", "paused")
+        if self.hold_requested:  # keep the run's state; its lease is released by the worker
+            await self.flush()
+            raise WorkerStopping()
         deadline = self.run.deadline_at
         if deadline is not None and self.now() >= deadline:
             raise DeadlineExceeded(f"run {self.run_id!r} passed its deadline")

@@ -9,7 +9,14 @@ import logging
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LeaseLost, PayloadError, RunSuspended, StoreUnavailable, WorkerStopping
+from ..errors import (
+    LeaseLost,
+    PayloadError,
+    RunSuspended,
+    StoreError,
+    StoreUnavailable,
+    WorkerStopping,
+)
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from .client import resolve_text
@@ -151,7 +158,8 @@ async def execute(
                 raise
             await finish_cancel(ctx)
         except WorkerStopping:
-            pass
+            if ctx.hold_requested and not ctx.lost:  # paused workflow or worker: hand it back
+                await release_held(app, ctx, worker_id)
         except StoreUnavailable as exc:  # e.g. reading the input's blob: stop, never fail
             raise ctx._unreachable(exc) from None
         except Exception as exc:
@@ -167,6 +175,14 @@ async def execute(
         if app.active.get(run.id) is ctx:
             del app.active[run.id]
         app.notify_change()
+
+
+async def release_held(app: App, ctx: RunContext, worker_id: str) -> None:
+    """Release the lease of a run stopped by a pause, so it resumes as soon as it is lifted."""
+    try:
+        await app.store.release(worker_id, [ctx.run_id])
+    except StoreError as exc:  # the lease will expire instead
+        log.warning("worker %s: could not release paused run %s (%s)", worker_id, ctx.run_id, exc)
 
 
 async def fail(ctx: RunContext, exc: BaseException) -> None:

@@ -253,6 +253,7 @@ class Worker:
                 task.cancel()
                 continue
             ctx.pause_requested = state.pause_requested
+            ctx.hold_requested = ctx.hold_requested or state.hold
             if state.status == CANCELLING:
                 ctx.request_cancel()
 

@@ -228,6 +228,7 @@ class LeaseState:
     run_id: str
     status: str
     pause_requested: bool
+    hold: bool = False  # its workflow or this worker is paused: stop at the next step, release
 
 
 @dataclass(slots=True)
@@ -313,6 +314,8 @@ class Store(Protocol):
         self, owner: str, run_ids: Sequence[str], lease_until: float
     ) -> list[LeaseState]: ...
     async def release(self, owner: str, run_ids: Sequence[str]) -> None: ...
+    async def set_pause(self, scope: str, name: str, paused: bool, now: float) -> bool: ...
+    async def list_pauses(self) -> list[tuple[str, str, float]]: ...
     async def next_wake(self, workflows: Sequence[str]) -> float | None: ...
     async def send_event(
         self, run_id: str, name: str, payload: str, now: float, key: str | None = None

@@ -473,12 +473,13 @@ def claim(
     runs hold no slot. Limited queues are locked first, so concurrent claimers on
     any host count the same running runs.
     """
-    if not workflows:
+    if not workflows or _worker_paused(conn, owner):
         return []
     gate = _QueueGate(conn, now, queues, held or {})
     rows = conn.execute(
         f"SELECT id, status, lease_owner, lease_until, queue, partition_key, started_at "
         f"FROM runs WHERE {_RUNNABLE} AND workflow IN ({_in(workflows)}) "
+        "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow') "
         f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
         (now, now, *workflows, limit if gate.open else limit * 4 + 16),
     ).fetchall()
@@ -600,7 +601,47 @@ def heartbeat(
             (lease_until, owner, *chunk),
         ).fetchall()
         states.extend(LeaseState(r[0], r[1], bool(r[2])) for r in rows)
+    if states:
+        stopped = _worker_paused(conn, owner)
+        rows = conn.execute("SELECT name FROM pauses WHERE scope = 'workflow'").fetchall()
+        paused = {r[0] for r in rows}
+        if stopped or paused:
+            ids = [s.run_id for s in states]
+            workflows = dict(
+                conn.execute(
+                    f"SELECT id, workflow FROM runs WHERE id IN ({_in(ids)})", ids
+                ).fetchall()
+            )
+            for state in states:
+                state.hold = stopped or workflows.get(state.run_id) in paused
     return states
+
+
+def _worker_paused(conn: Conn, owner: str) -> bool:
+    """Is this worker paused, by its id or by its host (ids are host:pid:random)?"""
+    host = owner.split(":", 1)[0]
+    row = conn.execute(
+        "SELECT 1 FROM pauses WHERE scope = 'worker' AND name IN (?, ?)", (owner, host)
+    ).fetchone()
+    return row is not None
+
+
+def set_pause(conn: Conn, scope: str, name: str, paused: bool, now: float) -> bool:
+    """Pause or resume a workflow or a worker (id or host) everywhere; False if no change."""
+    if paused:
+        cur = conn.execute(
+            "INSERT INTO pauses (scope, name, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            (scope, name, now),
+        )
+    else:
+        cur = conn.execute("DELETE FROM pauses WHERE scope = ? AND name = ?", (scope, name))
+        conn.notify()  # held runs are claimable again
+    return cur.rowcount == 1
+
+
+def list_pauses(conn: Conn) -> list[tuple[str, str, float]]:
+    rows = conn.execute("SELECT scope, name, at FROM pauses ORDER BY scope, name").fetchall()
+    return [(r[0], r[1], float(r[2])) for r in rows]
 
 
 def release(conn: Conn, owner: str, run_ids: Sequence[str]) -> None:
