@@ -66,6 +66,9 @@ class App:
         from ..triggers.schedules import scheduler_of
 
         self.scheduler = scheduler_of(self)  # every worker fires the store's schedules
+        from ..triggers.plans import register as register_plans
+
+        register_plans(self)  # every worker can run plans
         self.hooks: dict[str, Any] = {}  # webhooks by name (perdure.triggers.webhooks)
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
@@ -294,6 +297,21 @@ class App:
             emit(self, event_type, payload, event_id=event_id, run_id=run_id), "App.emit()"
         )
         return list(done.run_ids)
+
+    def plan(
+        self,
+        name: str,
+        batches: Sequence[Sequence[Any]],
+        *,
+        check: Workflow[..., Any] | str | None = None,
+        on_failure: str = "stop",
+    ) -> RunHandle:
+        """Start the plan run `plan:{name}`: each batch's runs (items `(workflow, args,
+        kwargs)`, a dict, or a workflow) start once the previous batch finished and its
+        `check(index, results)` returned true; `on_failure`: `stop` or `continue`."""
+        from ..triggers import plans
+
+        return plans.start(self, name, batches, check=check, on_failure=on_failure)
 
     def pause_schedule(self, name: str) -> ScheduleRow:
         """Stop a schedule at once (any worker, any host); `resume_schedule` continues it."""
