@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError
 from ..store import open_store, resolve_url
@@ -27,6 +27,10 @@ from .services import Service
 from .signal import Signal
 from .steps import Step
 from .worker import Worker, WorkerOptions
+
+if TYPE_CHECKING:
+    from ..triggers.inbox import Inbox
+    from ..triggers.webhooks import Webhook
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -201,7 +205,7 @@ class App:
         stable: float | timedelta = 1.0,
         poll: float | timedelta = 2.0,
         force_polling: bool = False,
-    ) -> Any:
+    ) -> Inbox:
         """Start one run of `workflow` per file content dropped in `folder`, from every
         worker; returns the `Inbox` (options and run ids: see `perdure.triggers.inbox`)."""
         from ..triggers.inbox import add_inbox
@@ -228,7 +232,7 @@ class App:
         delivery_header: str = "X-Perdure-Delivery",
         signature_header: str = "X-Perdure-Signature",
         max_body: int = 1_048_576,
-    ) -> Any:
+    ) -> Webhook:
         """Start `workflow` with the JSON body of each signed POST to `/hooks/{name}` on
         `perdure serve`, one run per delivery id (see `perdure.triggers.webhooks`)."""
         from ..triggers.webhooks import add_webhook
