@@ -408,3 +408,15 @@ def test_delay_never_shrinks_without_jitter(initial: float, backoff: float, atte
     """Without jitter the next delay is never shorter than the previous one."""
     policy = perdure.Retry(initial=initial, backoff=backoff, max_delay=1e6, jitter=0)
     assert policy.delay(attempt + 1) >= policy.delay(attempt)
+
+
+def test_a_delay_asked_for_by_the_error_is_honoured() -> None:
+    """An error with `retry_after` (a provider's 429) waits at least that long, never less."""
+
+    class Limited(Exception):
+        retry_after = 7.5
+
+    policy = perdure.Retry(initial=1.0, jitter=0.0)
+    assert policy.delay(1, error=Limited()) == 7.5
+    assert policy.delay(4, error=Limited()) == 8.0  # the backoff is longer: it wins
+    assert policy.delay(1, error=ValueError()) == 1.0

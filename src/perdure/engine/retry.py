@@ -50,12 +50,22 @@ class Retry:
             return False
         return isinstance(error, self.retry_on)
 
-    def delay(self, attempt: int, rng: _random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt `attempt` (1-based)."""
+    def delay(
+        self,
+        attempt: int,
+        rng: _random.Random | None = None,
+        error: BaseException | None = None,
+    ) -> float:
+        """Seconds to wait after failed attempt `attempt` (1-based); at least the
+        `retry_after` seconds an error asks for (e.g. a model provider's 429)."""
         base = (seconds(self.initial) or 0.0) * self.backoff ** (attempt - 1)
         base = min(base, seconds(self.max_delay) or base)
         spread = base * self.jitter
-        return max(0.0, base + (rng or _random).uniform(-spread, spread))
+        wait = max(0.0, base + (rng or _random).uniform(-spread, spread))
+        asked = getattr(error, "retry_after", None)
+        if isinstance(asked, int | float) and asked > wait:
+            wait = float(asked)
+        return wait
 
 
 NO_RETRY = Retry(max_attempts=1)

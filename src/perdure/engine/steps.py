@@ -218,7 +218,7 @@ async def _settle(
         if not isinstance(outcome, BaseException):
             return outcome
         if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
-            retry_at = ctx.now() + step.retry.delay(attempt)
+            retry_at = ctx.now() + step.retry.delay(attempt, error=outcome)
             entry = ctx.entry(
                 "step.attempt_failed",
                 step.name,

@@ -1,0 +1,1 @@
+"""Model providers: scripted (deterministic), openai (any compatible server), anthropic."""
