@@ -37,14 +37,20 @@ def test_a_step_applies_once_and_only_from_the_state_it_read(store: Store) -> No
 
 
 def test_definition_updates_keep_or_reset_state(store: Store) -> None:
-    run(store.put_schedule(_row(60.0), replace_state=True))
+    """The same timing stored again (another worker starting) keeps the next tick; a new
+    timing, or a forced reset, replaces it; pausing survives both."""
+    run(store.put_schedule(_row(60.0), replace_state=False))
     run(store.set_schedule_paused("s", True, 5.0, None))
     kept = run(store.put_schedule(_row(999.0), replace_state=False))
-    assert (kept.next_fire, kept.paused) == (60.0, True)
-    reset = run(store.put_schedule(_row(999.0), replace_state=True))
-    assert (reset.next_fire, reset.paused) == (999.0, True)
+    assert (kept.next_fire, kept.paused, kept.created_at) == (60.0, True, 1.0)
+    retimed = _row(999.0)
+    retimed.every = 30.0
+    moved = run(store.put_schedule(retimed, replace_state=False))
+    assert (moved.next_fire, moved.paused) == (999.0, True)
+    reset = run(store.put_schedule(_row(555.0), replace_state=True))
+    assert (reset.next_fire, reset.paused) == (555.0, True)
     assert run(store.due_schedules(10_000.0)) == []  # paused
-    resumed = run(store.set_schedule_paused("s", False, 6.0, 1200.0))
+    resumed = run(store.set_schedule_paused("s", False, 6.0, 1200.0))  # (from 555)
     assert resumed.next_fire == 1200.0
     assert [r.name for r in run(store.due_schedules(1200.0))] == ["s"]
     assert run(store.next_schedule_fire()) == 1200.0

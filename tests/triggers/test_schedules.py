@@ -307,3 +307,37 @@ def test_a_schedule_with_ill_typed_input_is_refused_when_stored(
     with pytest.raises(perdure.PerdureError, match="typed"):
         worker.run_until_idle()
     assert app.schedules() == []
+
+
+def test_workers_storing_the_same_schedule_at_once_never_lose_or_repeat_a_tick(
+    db_url: str,
+) -> None:
+    """Storing a declaration again (another worker starting, its clock a little off) keeps
+    the next tick wherever the first worker left it."""
+    clocks = [TestClock(datetime(2026, 1, 1, tzinfo=UTC)) for _ in range(2)]
+    apps = [perdure.App(db_url, clock=c) for c in clocks]
+    try:
+        for a in apps:
+
+            @a.schedule(every=1, overlap="allow")
+            @a.workflow(name="beat")
+            async def beat() -> None:
+                return None
+
+        first, second = apps
+        clocks[0].advance(0.5)
+        first.sync(first.scheduler.run_pass(clocks[0].now()), "pass")  # stores: next 00:00:01
+        clocks[1].advance(1.2)  # a second worker, a little later: must not skip 00:00:01
+        assert second.sync(second.scheduler.run_pass(clocks[1].now()), "pass") == 1
+        assert fired(first, "beat") == [run_id_for("beat", utc(2026, 1, 1, 0, 0, 1))]
+        clocks[0].advance(0.5)  # the first worker, behind: must not fire 00:00:01 again
+        third = perdure.App(db_url, clock=clocks[0])
+        third.schedule(every=1, overlap="allow", workflow=third.workflow(name="beat")(beat))
+        assert third.sync(third.scheduler.run_pass(clocks[0].now()), "pass") == 0
+        assert first.schedules()[0].next_fire == utc(2026, 1, 1, 0, 0, 2)
+        [tick] = first.schedule_ticks("beat")
+        assert tick.at == utc(2026, 1, 1, 0, 0, 1) + 0.2  # recorded once, by the second worker
+        third.close()
+    finally:
+        for a in apps:
+            a.close()

@@ -44,17 +44,26 @@ def get_schedule(conn: Db, name: str) -> ScheduleRow | None:
 
 
 def put_schedule(conn: Db, s: ScheduleRow, replace_state: bool) -> ScheduleRow:
-    """Insert a schedule, or update its definition; `replace_state` also resets
-    `next_fire` (the definition's timing changed), keeping `paused` either way."""
+    """Insert a schedule, or update its definition keeping `paused`; `next_fire` is reset
+    only if the stored timing differs (decided in the statement, so workers storing the
+    same declaration at once never move a tick another already handled) or if
+    `replace_state` forces it."""
     values = [getattr(s, f) for f in _FIELDS]
     values[_FIELDS.index("paused")] = int(s.paused)
     updates = [f"{c} = excluded.{c}" for c in _DEFINITION]
-    if replace_state:
-        updates.append("next_fire = excluded.next_fire")
+    same_timing = (
+        "COALESCE(schedules.cron, '') = COALESCE(excluded.cron, '') "
+        "AND COALESCE(schedules.every, -1) = COALESCE(excluded.every, -1) "
+        "AND schedules.tz = excluded.tz"
+    )
+    updates.append(
+        f"next_fire = CASE WHEN CAST(? AS INTEGER) = 0 AND {same_timing} "
+        "THEN schedules.next_fire ELSE excluded.next_fire END"
+    )
     conn.execute(
         f"INSERT INTO schedules ({_COLUMNS}) VALUES ({', '.join('?' * len(_FIELDS))}) "
         f"ON CONFLICT (name) DO UPDATE SET {', '.join(updates)}",
-        values,
+        (*values, int(replace_state)),
     )
     conn.notify()  # schedulers in other processes recompute their next wake-up
     stored = get_schedule(conn, s.name)

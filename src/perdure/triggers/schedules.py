@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -186,17 +186,10 @@ def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
     return row
 
 
-def _timing(row: ScheduleRow) -> tuple[Any, ...]:
-    return (row.cron, row.every, row.tz)
-
-
 async def save(app: App, row: ScheduleRow) -> ScheduleRow:
-    """Store a schedule; its next tick is kept unless its timing changed."""
-    current = await app.store.get_schedule(row.name)
-    if current is not None:
-        row = replace(row, created_at=current.created_at)
-    changed = current is None or _timing(current) != _timing(row)
-    return await app.store.put_schedule(row, replace_state=changed)
+    """Store a schedule; its next tick is kept unless its timing changed (the store decides,
+    atomically: many workers store the same declaration at start)."""
+    return await app.store.put_schedule(row, replace_state=False)
 
 
 # -- one scheduler step ------------------------------------------------------------------------
