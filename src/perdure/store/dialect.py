@@ -25,6 +25,7 @@ class Db:
     """A DB-API connection and its dialect (the SQLite one by default)."""
 
     integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+    dialect = "sqlite"
     claim_lock = ""  # appended to the claim SELECT: PostgreSQL skips rows other workers lock
     fused_append = False  # a plain append as one data-modifying CTE (PostgreSQL)
 
@@ -51,7 +52,8 @@ class Db:
 
 
 _TABLES = re.compile(
-    r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses)\b"
+    r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses|agent_usage|"
+    r"agent_budgets|agent_memory|agent_notes)\b"
 )
 
 
@@ -72,6 +74,7 @@ def _pg_integrity_errors() -> tuple[type[Exception], ...]:
 class PostgresDb(Db):
     """psycopg 3: `%s` placeholders, UniqueViolation, `FOR UPDATE SKIP LOCKED` claims."""
 
+    dialect = "postgres"
     claim_lock = " FOR UPDATE SKIP LOCKED"
     fused_append = True
 

@@ -128,6 +128,50 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, name)
     )
     """,
+    # 5: agents: model usage per call (budgets, `perdure usage`), budgets, long-term memory
+    # with full-text search (FTS5 on SQLite, a tsvector on PostgreSQL), progress notes
+    """
+    CREATE TABLE agent_usage (
+        run_id        TEXT NOT NULL,
+        position      INTEGER NOT NULL,
+        agent         TEXT NOT NULL,
+        model         TEXT NOT NULL,
+        input_tokens  INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cost          REAL NOT NULL,
+        at            REAL NOT NULL,
+        PRIMARY KEY (run_id, position)
+    );
+    CREATE INDEX agent_usage_by_agent ON agent_usage (agent, at);
+    CREATE TABLE agent_budgets (
+        agent           TEXT PRIMARY KEY,
+        tokens_per_hour INTEGER,
+        tokens_per_day  INTEGER,
+        cost_per_hour   REAL,
+        cost_per_day    REAL,
+        updated_at      REAL NOT NULL
+    );
+    CREATE TABLE agent_memory (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent   TEXT NOT NULL,
+        text    TEXT NOT NULL,
+        tags    TEXT NOT NULL DEFAULT '',
+        run_id  TEXT,
+        at      REAL NOT NULL
+    );
+    CREATE INDEX agent_memory_by_agent ON agent_memory (agent, id);
+    /*sqlite*/ CREATE VIRTUAL TABLE agent_memory_fts
+        USING fts5(text, tags, agent UNINDEXED, memory_id UNINDEXED);
+    /*postgres*/ ALTER TABLE agent_memory ADD COLUMN tsv tsvector
+        GENERATED ALWAYS AS (to_tsvector('simple', text || ' ' || tags)) STORED;
+    /*postgres*/ CREATE INDEX agent_memory_search ON agent_memory USING gin (tsv);
+    CREATE TABLE agent_notes (
+        agent   TEXT PRIMARY KEY,
+        notes   TEXT NOT NULL,
+        run_id  TEXT,
+        at      REAL NOT NULL
+    )
+    """,
 ]
 
 LATEST = len(MIGRATIONS)
@@ -145,7 +189,12 @@ def recorded_version(db: Db, where: str) -> int:
     return version
 
 
-def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: script) -> int:
+def apply(
+    db: Db,
+    where: str,
+    translate: Callable[[str], str] = lambda script: script,
+    dialect: str = "sqlite",
+) -> int:
     """Bring the schema `db` reaches up to LATEST inside the caller's transaction.
 
     Returns the version found. Raises SchemaVersionError, changing nothing, if the
@@ -155,11 +204,21 @@ def apply(db: Db, where: str, translate: Callable[[str], str] = lambda script: s
     version = recorded_version(db, where)
     for script in MIGRATIONS[version:]:
         for statement in translate(script).split(";"):
-            if statement.strip():
-                db.execute(statement)
+            text = _for_dialect(statement.strip(), dialect)
+            if text:
+                db.execute(text)
     db.execute(
         "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         (str(LATEST),),
     )
     return version
+
+
+def _for_dialect(statement: str, dialect: str) -> str:
+    """A statement marked `/*sqlite*/` or `/*postgres*/` runs on that database only."""
+    for name in ("sqlite", "postgres"):
+        tag = f"/*{name}*/"
+        if statement.startswith(tag):
+            return statement[len(tag) :].strip() if name == dialect else ""
+    return statement

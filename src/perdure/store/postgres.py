@@ -244,7 +244,9 @@ class PostgresStore(ThreadedStore):
             # one migrator at a time per schema, whichever host it runs on
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            migrations.apply(db, f"{self.url} (schema {self.schema})", for_postgres)
+            migrations.apply(
+                db, f"{self.url} (schema {self.schema})", for_postgres, dialect="postgres"
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

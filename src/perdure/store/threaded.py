@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import retention, schedule_sql, sqlops
+from . import agent_sql, retention, schedule_sql, sqlops
+from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
     Append,
     AppendResult,
@@ -634,3 +635,39 @@ class ThreadedStore:
 
     async def active_runs(self, id_prefix: str) -> list[RunRow]:
         return await self._call(lambda c: schedule_sql.active_runs(c, id_prefix), write=False)
+
+    # -- agents ---------------------------------------------------------------------------
+
+    async def record_usage(self, row: UsageRow) -> bool:
+        return await self._call(lambda c: agent_sql.record_usage(c, row), write=True)
+
+    async def spent(self, agent: str, since: float) -> tuple[int, float]:
+        return await self._call(lambda c: agent_sql.spent(c, agent, since), write=False)
+
+    async def run_spent(self, run_id: str) -> tuple[int, float]:
+        return await self._call(lambda c: agent_sql.run_spent(c, run_id), write=False)
+
+    async def usage(self, agent: str | None, since: float) -> list[UsageRow]:
+        return await self._call(lambda c: agent_sql.usage(c, agent, since), write=False)
+
+    async def get_budget(self, agent: str) -> Budget | None:
+        return await self._call(lambda c: agent_sql.get_budget(c, agent), write=False)
+
+    async def put_budget(self, budget: Budget, now: float) -> None:
+        await self._call(lambda c: agent_sql.put_budget(c, budget, now), write=True)
+
+    async def remember(
+        self, agent: str, text: str, tags: str, run_id: str | None, now: float
+    ) -> int:
+        return await self._call(
+            lambda c: agent_sql.remember(c, agent, text, tags, run_id, now), write=True
+        )
+
+    async def recall(self, agent: str, query: str, limit: int) -> list[MemoryRow]:
+        return await self._call(lambda c: agent_sql.recall(c, agent, query, limit), write=False)
+
+    async def get_notes(self, agent: str) -> str:
+        return await self._call(lambda c: agent_sql.get_notes(c, agent), write=False)
+
+    async def put_notes(self, agent: str, notes: str, run_id: str | None, now: float) -> None:
+        await self._call(lambda c: agent_sql.put_notes(c, agent, notes, run_id, now), write=True)
