@@ -240,7 +240,11 @@ class ThreadedStore:
                         self._queue.put(None)
                         break
                     batch.append(nxt)
-                self._run_batch(conn, batch)
+                try:
+                    self._run_batch(conn, batch)
+                except Exception as exc:  # a bug must fail the batch, never the store thread
+                    log.exception("store %s: a batch failed", self.url)
+                    self._fail_batch(batch, exc)
                 self._completed += len(batch)
                 if self._broken(conn):
                     conn = self._reconnect(conn)
@@ -250,6 +254,21 @@ class ThreadedStore:
             if conn is not None:
                 with contextlib.suppress(Exception):
                     self._disconnect(conn)
+
+    def _fail_batch(self, batch: list[_Op], exc: Exception) -> None:
+        """Answer every op of a batch that raised unexpectedly that it failed."""
+        error = StoreError(f"store {self.url}: internal error ({type(exc).__name__}: {exc})")
+        self._answers = {}
+        for op in batch:
+            if op.future is not None:
+                if not op.future.done():
+                    op.future.set_exception(error)
+            elif op.loop is not None and op.waiter is not None:
+                self._answers.setdefault(op.loop, []).append((op.waiter, None, error))
+        answers, self._answers = self._answers, {}
+        for loop, items in answers.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_deliver, items)
 
     def _reconnect(self, old: Any) -> Any:
         """Replace a lost connection, retrying with backoff until it works or the store stops."""
