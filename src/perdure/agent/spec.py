@@ -1,0 +1,258 @@
+"""The agent's task spec: a TOML file read into checked pydantic models.
+
+An error names the file, the line and the field (`spec.toml:12: limits.max_iterations:
+Input should be greater than 0`), so `perdure validate` points at what to fix.
+Relative paths in the spec are relative to the spec's folder.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import ConfigError
+
+Provider = Literal["scripted", "local", "openai", "anthropic"]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Price(_Strict):
+    """Per million tokens, in the spec's currency."""
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class ModelSpec(_Strict):
+    """One model tier: who serves it and what it costs."""
+
+    provider: Provider
+    model: str = ""
+    base_url: str | None = None
+    api_key_env: str | None = None  # the variable holding the key (never the key itself)
+    context_tokens: int = Field(4096, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    stream: bool = False
+    price: Price = Price()
+    script: str | None = None  # scripted: a JSON/JSONL file of responses
+
+
+class Routing(_Strict):
+    """Which tier answers: `default`, and `strong` after this many failed iterations."""
+
+    default: str = "fast"
+    escalate_after_failures: int | None = Field(None, gt=0)
+
+
+class McpServerSpec(_Strict):
+    name: str
+    command: str | None = None
+    args: list[str] = []
+    url: str | None = None
+    effect: Literal["once", "keyed", "idempotent", "read"] = "once"
+    grant: list[str] = ["*"]
+
+
+class ToolsSpec(_Strict):
+    """Deny by default: only `grant`ed tools are offered, within these boundaries."""
+
+    grant: list[str] = []
+    read_paths: list[str] = []
+    write_paths: list[str] = []
+    commands: list[str] = []
+    hosts: list[str] = []
+    approval: list[str] = []  # tools needing a human's approval per call ("*": all destructive)
+    mcp: list[McpServerSpec] = []
+
+
+class Acceptance(_Strict):
+    """When the run is done: a shell command exiting 0, or a Python `module:function`."""
+
+    command: str | None = None
+    python: str | None = None
+    timeout: float = Field(60.0, gt=0)
+
+
+class Limits(_Strict):
+    max_iterations: int = Field(20, gt=0)
+    deadline: str | None = None  # e.g. "30m", "2h"
+    max_tokens_per_call: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)  # per run
+    max_cost: float | None = Field(None, gt=0)  # per run
+    repeat_failures: int = Field(3, gt=0)  # the same failing tool call this often stops the loop
+
+    @field_validator("deadline")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            duration(value)
+        return value
+
+
+class BudgetSpec(_Strict):
+    """Spending across all runs of the agent, per rolling hour/day (None: unlimited)."""
+
+    tokens_per_hour: int | None = Field(None, gt=0)
+    tokens_per_day: int | None = Field(None, gt=0)
+    cost_per_hour: float | None = Field(None, gt=0)
+    cost_per_day: float | None = Field(None, gt=0)
+
+
+class TriggerSpec(_Strict):
+    """What starts runs of the agent (at most one kind)."""
+
+    inbox: str | None = None
+    pattern: str = "*"
+    stable: float = Field(1.0, ge=0)
+    cron: str | None = None
+    every: float | None = Field(None, gt=0)
+    tz: str = "UTC"
+    event: str | None = None
+    webhook: str | None = None
+    secret_env: str | None = None
+
+
+class MemorySpec(_Strict):
+    enabled: bool = True
+    recall_limit: int = Field(5, gt=0)
+
+
+class WorkspaceSpec(_Strict):
+    """A git working directory: PROGRESS.md kept there, each finished iteration committed."""
+
+    path: str
+    git: bool = True
+
+
+class AgentSpec(_Strict):
+    """A whole agent: its goal, models, tools and limits; see README "The agent spec"."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    goal: str
+    instructions: str = ""
+    models: dict[str, ModelSpec]
+    routing: Routing = Routing()
+    tools: ToolsSpec = ToolsSpec()
+    acceptance: Acceptance = Acceptance()
+    limits: Limits = Limits()
+    budget: BudgetSpec = BudgetSpec()
+    trigger: TriggerSpec | None = None
+    memory: MemorySpec = MemorySpec()
+    workspace: WorkspaceSpec | None = None
+
+    # not in the file: where it came from, to resolve relative paths
+    folder: Path = Field(default=Path("."), exclude=True)
+
+    def path(self, relative: str) -> Path:
+        """A path of the spec, relative to the spec's folder."""
+        return (self.folder / relative).resolve()
+
+    def tier(self, name: str) -> ModelSpec:
+        return self.models[name]
+
+
+def duration(text: str) -> float:
+    """Seconds in "90s", "30m", "2h", "1d"."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration like 90s, 30m, 2h or 1d")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    return float(match.group(1)) * unit
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The line where the field at `loc` is written (or its table starts), if found."""
+    lines = text.splitlines()
+    keys = [str(k) for k in loc if not isinstance(k, int)]
+    section_line = 0
+    for depth in range(len(keys) - 1, 0, -1):  # the deepest [table] header present
+        header = re.compile(r"^\s*\[+\s*" + re.escape(".".join(keys[:depth])) + r"\s*\]+\s*$")
+        for i, line in enumerate(lines):
+            if header.match(line):
+                section_line = i + 1
+                break
+        if section_line:
+            break
+    if keys:
+        key = re.compile(r"^\s*" + re.escape(keys[-1]) + r"\s*=")
+        for i in range(section_line, len(lines)):
+            if key.match(lines[i]):
+                return i + 1
+    return section_line or None
+
+
+def load_spec(path: str | Path) -> AgentSpec:
+    """Read and check a spec file; ConfigError with file:line: field: message otherwise."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the spec ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    try:
+        spec = AgentSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            field = ".".join(str(k) for k in loc) or "(top)"
+            line = _line_of(text, loc)
+            where = f"{file}:{line}" if line else str(file)
+            problems.append(f"{where}: {field}: {error['msg']}")
+        raise ConfigError("; ".join(problems)) from None
+    spec.folder = file.resolve().parent
+    _check_references(spec, file, text)
+    return spec
+
+
+def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
+    """Cross-field rules pydantic cannot see: tiers exist, one trigger kind, one acceptance."""
+
+    def fail(loc: tuple[str, ...], message: str) -> ConfigError:
+        line = _line_of(text, loc)
+        where = f"{file}:{line}" if line else str(file)
+        return ConfigError(f"{where}: {'.'.join(loc)}: {message}")
+
+    if not spec.models:
+        raise fail(("models",), "define at least one model tier, e.g. [models.fast]")
+    for field_loc, tier in ((("routing", "default"), spec.routing.default),):
+        if tier not in spec.models:
+            raise fail(field_loc, f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")
+    if spec.routing.escalate_after_failures is not None and "strong" not in spec.models:
+        raise fail(("routing", "escalate_after_failures"), "needs a [models.strong] tier")
+    for name, model in spec.models.items():
+        if model.script is not None and not spec.path(model.script).is_file():
+            raise fail(("models", name, "script"), f"no file {model.script!r}")
+        if model.provider in ("openai", "anthropic") and not model.model:
+            raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
+    acceptance = spec.acceptance
+    if acceptance.command is not None and acceptance.python is not None:
+        raise fail(("acceptance", "python"), "give command or python, not both")
+    if acceptance.python is not None and ":" not in acceptance.python:
+        raise fail(("acceptance", "python"), "write it as module:function")
+    trigger = spec.trigger
+    if trigger is not None:
+        kinds = [k for k in ("inbox", "cron", "every", "event", "webhook") if getattr(trigger, k)]
+        if len(kinds) > 1 and set(kinds) != {"cron"}:
+            raise fail(("trigger", kinds[1]), f"one trigger kind per agent (also {kinds[0]})")
+        if trigger.webhook and not trigger.secret_env:
+            raise fail(("trigger", "webhook"), 'a webhook needs secret_env = "VARIABLE"')
+
+
+def deadline_seconds(spec: AgentSpec) -> float | None:
+    return None if spec.limits.deadline is None else duration(spec.limits.deadline)
