@@ -1,0 +1,270 @@
+"""The anthropic provider: the Messages API through the official SDK, with tools and streaming.
+
+    model = AnthropicModel("claude-sonnet-4-5")                      # ANTHROPIC_API_KEY
+    model = AnthropicModel("claude-sonnet-4-5", stream=True, max_tokens=4096)
+
+System messages go to `system=`; tool results go back as `tool_result` blocks in
+a user turn, consecutive ones merged into one turn, as the API wants. The SDK
+never retries (`max_retries=0`): 429 (with Retry-After), 408, 409, 5xx, 529
+overloaded and connection errors become `ModelRetryable`, 401/403
+`ModelAuthError` naming ANTHROPIC_API_KEY, anything else `ModelError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from ...errors import ConfigError, PerdureError
+from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+from .base import ModelAuthError, ModelError, ModelRetryable
+from .openai import INSTALL_HINT, one_line, resolve_key, retry_after_seconds, server_message
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import ContentBlockParam, MessageParam, ToolParam
+    from anthropic.types import Message as AnthropicMessage
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+# Error types a stream may report after its 200 status; they are worth another attempt.
+RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class AnthropicModel:
+    """Claude models through the Messages API, with tool use."""
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "ANTHROPIC_API_KEY",
+        stream: bool = False,
+        max_tokens: int = 1024,
+        timeout: float = 120.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Args:
+            model: the model asked when a request names none.
+            base_url: else ANTHROPIC_BASE_URL, else Anthropic's.
+            api_key: else the variable `api_key_env`; unneeded with a base URL.
+            api_key_env: the variable holding the key, named when the server refuses it.
+            stream: ask for a streamed reply and assemble it (same ModelResponse).
+            max_tokens: the reply limit when a request sets none (the API requires one).
+            timeout: seconds one call may take.
+            env: where the settings are read (default: the process environment).
+
+        Raises:
+            ConfigError: the anthropic SDK is missing, or no key is set for Anthropic itself.
+        """
+        try:
+            import anthropic  # noqa: F401  (fail now, with the install hint, not at the first call)
+        except ImportError as exc:
+            raise ConfigError(
+                f"the anthropic provider needs the anthropic SDK: {INSTALL_HINT}"
+            ) from exc
+        env = os.environ if env is None else env
+        self.model = model
+        self.base_url = (base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL).rstrip("/")
+        self._key, self._key_source = resolve_key(
+            api_key,
+            api_key_env,
+            env,
+            local=self.base_url != ANTHROPIC_URL,
+            url_env="ANTHROPIC_BASE_URL",
+        )
+        self.stream = stream
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        # An SDK client holds connections bound to the event loop that opened them.
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, anthropic.AsyncAnthropic
+        ]
+        self._clients = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One Messages call (streamed if asked), as a provider-neutral response.
+
+        Raises:
+            ModelRetryable: 429 (with `retry_after`), 408, 409, 5xx, 529, connection, timeout.
+            ModelAuthError: 401/403; the message names the key and the server.
+            ModelError: any other refusal.
+        """
+        import anthropic
+
+        model = request.model or self.model
+        if not model:
+            raise ModelError("anthropic: no model named (pass model= or set it in the request)")
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        messages = to_anthropic_messages(request.messages)
+        tools = [to_anthropic_tool(t) for t in request.tools]
+        max_tokens = request.max_tokens or self.max_tokens
+        # The SDK no longer offers `temperature`; servers that still take it find it in the body.
+        extra = None if request.temperature is None else {"temperature": request.temperature}
+        client = self._client()
+        try:
+            if not self.stream:
+                reply = await client.messages.create(
+                    model=model,
+                    max_tokens=max_tokens,
+                    messages=messages,
+                    system=system or anthropic.omit,
+                    tools=tools or anthropic.omit,
+                    extra_body=extra,
+                )
+                return from_anthropic(reply)
+            # The SDK's stream folds text and tool-input JSON deltas into the final message.
+            async with client.messages.stream(
+                model=model,
+                max_tokens=max_tokens,
+                messages=messages,
+                system=system or anthropic.omit,
+                tools=tools or anthropic.omit,
+                extra_body=extra,
+            ) as stream:
+                return from_anthropic(await stream.get_final_message())
+        except anthropic.AnthropicError as exc:
+            raise self._translate(exc) from exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client of the running event loop."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        import anthropic
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = anthropic.AsyncAnthropic(
+                api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+            )
+            self._clients[loop] = client
+        return client
+
+    def _translate(self, exc: anthropic.AnthropicError) -> PerdureError:
+        """The perdure error for an SDK error: retryable, an auth problem, or final."""
+        import anthropic
+
+        where = f"anthropic {self.base_url}"
+        if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+            return ModelRetryable(f"{where}: {one_line(exc.message)}")
+        if not isinstance(exc, anthropic.APIStatusError):
+            return ModelError(f"{where}: {one_line(str(exc))}")
+        status, said = exc.status_code, server_message(exc.body, exc.message)
+        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+            verb = "rejected" if status == 401 else "not permitted"
+            return ModelAuthError(f"{self._key_source} {verb} by {self.base_url}: {status} {said}")
+        if status in (408, 409, 429) or status >= 500 or error_type(exc.body) in RETRYABLE_TYPES:
+            after = retry_after_seconds(exc.response.headers)
+            return ModelRetryable(f"{where}: {status} {said}", retry_after=after)
+        return ModelError(f"{where}: {status} {said}")
+
+
+def error_type(body: object) -> str | None:
+    """The `error.type` of an Anthropic error body (`{"type": "error", "error": {...}}`)."""
+    inner = body.get("error") if isinstance(body, dict) else None
+    kind = inner.get("type") if isinstance(inner, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
+    """The transcript as alternating user/assistant turns (system messages go elsewhere).
+
+    A tool message becomes a `tool_result` block in a user turn; a turn of the same
+    role as the one before it joins that turn, so parallel tool results travel together.
+    """
+    turns: list[tuple[Literal["user", "assistant"], list[ContentBlockParam]]] = []
+    for message in messages:
+        blocks: list[ContentBlockParam] = []
+        role: Literal["user", "assistant"] = "user"
+        if message.role == "system":
+            continue
+        if message.role == "tool":
+            if not message.tool_call_id:
+                raise ModelError("anthropic: a tool message must name the tool_call_id it answers")
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id,
+                    "content": message.content,
+                }
+            )
+        else:
+            # The API refuses empty text blocks.
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            if message.role == "assistant":
+                role = "assistant"
+                for call in message.tool_calls:
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": call.id,
+                            "name": call.name,
+                            "input": call.arguments,
+                        }
+                    )
+        if not blocks:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    out: list[MessageParam] = []
+    for role, blocks in turns:
+        only = blocks[0]
+        content: str | list[ContentBlockParam] = blocks
+        if len(blocks) == 1 and only["type"] == "text":
+            content = only["text"]
+        if role == "user":
+            out.append({"role": "user", "content": content})
+        else:
+            out.append({"role": "assistant", "content": content})
+    return out
+
+
+def to_anthropic_tool(tool: ToolSpec) -> ToolParam:
+    """A ToolSpec as a Messages API tool."""
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+
+
+def from_anthropic(reply: AnthropicMessage) -> ModelResponse:
+    """A Messages API reply as a provider-neutral response (cache reads count as input)."""
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    for block in reply.content:
+        if block.type == "text":
+            text.append(block.text)
+        elif block.type == "tool_use":
+            arguments: Any = block.input
+            calls.append(
+                ToolCall(
+                    id=block.id,
+                    name=block.name,
+                    arguments=dict(arguments) if isinstance(arguments, dict) else {},
+                )
+            )
+    usage = reply.usage
+    input_tokens = (
+        usage.input_tokens
+        + (usage.cache_creation_input_tokens or 0)
+        + (usage.cache_read_input_tokens or 0)
+    )
+    return ModelResponse(
+        message=Message(role="assistant", content="".join(text), tool_calls=calls),
+        usage=Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens),
+        model=reply.model,
+        stop_reason=reply.stop_reason or "",
+    )
