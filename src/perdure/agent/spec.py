@@ -136,6 +136,15 @@ class WorkspaceSpec(_Strict):
     git: bool = True
 
 
+class OutputSpec(_Strict):
+    """Where a run's final answer is written when the model answers in text (no tool call):
+    `path` and `template` may use {stem}, {name} (of the task's file), {source}, {time},
+    {answer}, {run_id}."""
+
+    path: str
+    template: str = "{answer}\n\n---\nsource: {source}\nwritten: {time} by run {run_id}\n"
+
+
 class AgentSpec(_Strict):
     """A whole agent: its goal, models, tools and limits; see README "The agent spec"."""
 
@@ -151,6 +160,7 @@ class AgentSpec(_Strict):
     trigger: TriggerSpec | None = None
     memory: MemorySpec = MemorySpec()
     workspace: WorkspaceSpec | None = None
+    output: OutputSpec | None = None
 
     # not in the file: where it came from, to resolve relative paths
     folder: Path = Field(default=Path("."), exclude=True)
@@ -236,7 +246,8 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
     if spec.routing.escalate_after_failures is not None and "strong" not in spec.models:
         raise fail(("routing", "escalate_after_failures"), "needs a [models.strong] tier")
     for name, model in spec.models.items():
-        if model.script is not None and not spec.path(model.script).is_file():
+        builtin = (model.script or "").startswith("builtin:")
+        if model.script is not None and not builtin and not spec.path(model.script).is_file():
             raise fail(("models", name, "script"), f"no file {model.script!r}")
         if model.provider in ("openai", "anthropic") and not model.model:
             raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')

@@ -53,11 +53,15 @@ class ScriptedModel:
         responses: Iterable[Reply] | str | os.PathLike[str] | None = None,
         *,
         responder: Responder | None = None,
+        follow_transcript: bool = False,
     ) -> None:
         """Args:
             responses: the replies in order, or the path of a JSON file (a list of
                 replies, or `{"responses": [...]}`) or a JSONL file (one reply a line).
             responder: answers every call after the scripted replies are used up.
+            follow_transcript: pick reply N for a transcript holding N assistant turns,
+                not the Nth call: a run resumed in a new process (whose earlier calls are
+                replayed from its journal, not made again) gets the reply it would have.
 
         Raises:
             ConfigError: the file is missing or is not a script.
@@ -67,6 +71,7 @@ class ScriptedModel:
         else:
             self.script = [_to_response(r, f"reply {i + 1}") for i, r in enumerate(responses or [])]
         self.responder = responder
+        self.follow_transcript = follow_transcript
         self.calls = 0
         self.tokens = 0
         self.requests: list[ModelRequest] = []
@@ -87,9 +92,12 @@ class ScriptedModel:
         Raises:
             ModelError: the script is used up and there is no responder.
         """
-        if self.calls < len(self.script):
+        index = self.calls
+        if self.follow_transcript:
+            index = sum(1 for m in request.messages if m.role == "assistant")
+        if index < len(self.script):
             # A copy, so a caller that edits its response cannot change the script.
-            response = copy.deepcopy(self.script[self.calls])
+            response = copy.deepcopy(self.script[index])
         elif self.responder is not None:
             response = _to_response(self.responder(request), "responder reply")
         else:

@@ -1,0 +1,491 @@
+"""The agent loop: an ordinary durable workflow whose model calls and tool calls are steps.
+
+context -> budget check -> model step -> tool steps -> completion check -> repeat.
+A model call is a `keyed` step (its request fingerprint, response and usage are
+journaled, so replay returns the recorded response and spends nothing); each
+tool call is a step with the tool's own effect, so recovery follows that
+effect's rule (a `once` tool cut short parks the run, never runs twice). A call
+outside the boundary is refused by a recorded step and shown to the model as an
+error. The run completes only when the acceptance check holds; hitting a limit
+fails it with the last evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shlex
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import perdure
+
+from ..engine.effects import Effect
+from ..errors import PerdureError, WaitTimeout
+from ..store.agent_sql import Budget, UsageRow
+from .messages import Message, ModelRequest, ModelResponse, ToolCall
+from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
+from .spec import AgentSpec, deadline_seconds
+from .tools.base import Memory, Tool
+from .tools.boundary import Boundary
+from .tools.builtins import builtin_tools, gate_event
+from .tools.registry import ERROR, REFUSED, Refusal, Toolbox
+
+TOOL_EFFECTS: tuple[Effect, ...] = ("once", "keyed", "idempotent", "read")
+
+if TYPE_CHECKING:
+    from ..engine.app import App, Workflow
+
+log = logging.getLogger("perdure.agent")
+
+BUDGET_EVENT = "perdure.budget"  # sent to an agent's waiting runs when its budget is raised
+BUDGET_RECHECK = 300.0  # seconds a run over budget waits before it checks the window again
+COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
+KEEP_TURNS = 6  # recent messages kept verbatim when compacting
+MAX_FILE_CHARS = 6000  # of a task's file put in the transcript
+
+
+class AgentFailed(PerdureError):
+    """The agent stopped without meeting its acceptance: a limit, a loop guard, a failure."""
+
+
+def _estimate_tokens(messages: list[Message]) -> int:
+    """A rough count (4 characters a token), enough to decide when to compact."""
+    chars = sum(
+        len(m.content) + len(json.dumps([c.arguments for c in m.tool_calls])) for m in messages
+    )
+    return chars // 4 + 4 * len(messages)
+
+
+class StoreMemory:
+    """Long-term memory of one agent in the store, written with the run that wrote it."""
+
+    def __init__(self, app: App, agent: str, run_id: str | None) -> None:
+        self.app, self.agent, self.run_id = app, agent, run_id
+
+    async def remember(self, text: str, tags: list[str]) -> str:
+        found = await self.app.store.recall(self.agent, text, 20)
+        for row in found:  # idempotent: the same note again (e.g. after a crash) is not kept twice
+            if row.text == text and row.tags == " ".join(tags):
+                return str(row.id)
+        now = self.app.clock.now()
+        return str(
+            await self.app.store.remember(self.agent, text, " ".join(tags), self.run_id, now)
+        )
+
+    async def recall(self, query: str, limit: int) -> list[dict[str, Any]]:
+        rows = await self.app.store.recall(self.agent, query, limit)
+        return [{"text": r.text, "tags": r.tags, "run_id": r.run_id} for r in rows]
+
+
+@dataclass
+class _Steps:
+    """The agent's durable steps, each registered on the App under the agent's name."""
+
+    model: Any
+    tools: dict[Effect, Any]
+    refuse: Any
+    file: Any
+    context: Any
+    budget: Any
+    accept: Any
+    output: Any
+    notes: Any
+
+
+class Agent:
+    """An agent spec made runnable on an App: its workflow `agent:{name}` and its steps.
+
+    Args:
+        providers: model providers by tier (default: built from the spec on first use).
+        tools: extra tools (e.g. from MCP servers), offered only if the spec grants them.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        spec: AgentSpec,
+        *,
+        providers: dict[str, ModelProvider] | None = None,
+        tools: list[Tool] | None = None,
+    ) -> None:
+        self.app = app
+        self.spec = spec
+        self.name = f"agent:{spec.name}"
+        self.providers: dict[str, ModelProvider] = dict(providers or {})
+        t = spec.tools
+        self.boundary = Boundary(
+            read_paths=[spec.path(p) for p in t.read_paths],
+            write_paths=[spec.path(p) for p in t.write_paths],
+            commands=t.commands,
+            hosts=t.hosts,
+            granted=t.grant,
+            approval_required=t.approval,
+        )  # relative paths the model gives start at the first read root
+        self.toolbox = Toolbox([*builtin_tools(), *(tools or [])], self.boundary)
+        self.workflow = self._register()
+
+    # -- providers --------------------------------------------------------------------
+
+    def provider(self, tier: str) -> ModelProvider:
+        if tier not in self.providers:
+            from .models import provider_for
+
+            self.providers[tier] = provider_for(self.spec, tier)
+        return self.providers[tier]
+
+    # -- steps and the workflow ---------------------------------------------------------
+
+    def _register(self) -> Workflow[..., Any]:
+        app, spec, name = self.app, self.spec, self.name
+        model_retry = perdure.Retry(
+            max_attempts=6, initial=1.0, max_delay=60.0, retry_on=(ModelRetryable,),
+            no_retry_on=(ModelError, ModelAuthError),
+        )  # fmt: skip
+
+        @app.step(name=f"{name}.model", effect="keyed", retry=model_retry)
+        async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
+            req = ModelRequest.from_dict(request)
+            response = await self.provider(tier).complete(req)
+            info = perdure.current_step()
+            tier_spec = spec.tier(tier)
+            cost = tier_spec.price.cost(response.usage.input_tokens, response.usage.output_tokens)
+            await app.store.record_usage(
+                UsageRow(
+                    info.run_id, info.position, spec.name, req.model or tier,
+                    response.usage.input_tokens, response.usage.output_tokens, cost,
+                    app.clock.now(),
+                )
+            )  # fmt: skip
+            return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost}
+
+        def make_tool_step(effect: Effect) -> Any:
+            @app.step(name=f"{name}.tool.{effect}", effect=effect)
+            async def tool_call(call: dict[str, Any]) -> str:
+                prepared = self.toolbox.prepare(ToolCall(**call))
+                if isinstance(prepared, Refusal):
+                    return prepared.text
+                memory: Memory | None = None
+                if spec.memory.enabled:
+                    memory = StoreMemory(app, spec.name, perdure.current_step().run_id)
+                return await self.toolbox.execute(
+                    prepared, self.toolbox.context(call["id"], memory)
+                )
+
+            return tool_call
+
+        tool_steps = {e: make_tool_step(e) for e in TOOL_EFFECTS}
+
+        @app.step(name=f"{name}.refuse", effect="read")
+        def refuse(call: dict[str, Any], reason: str) -> str:
+            return reason  # recorded: the journal shows what was refused and why
+
+        @app.step(name=f"{name}.file", effect="read")
+        def read_task_file(path: str) -> str:
+            real = self.boundary.resolve_read(path)
+            return real.read_text(encoding="utf-8", errors="replace")[:MAX_FILE_CHARS]
+
+        @app.step(name=f"{name}.context", effect="read")
+        async def read_context(query: str) -> dict[str, Any]:
+            notes = await app.store.get_notes(spec.name)
+            memories: list[str] = []
+            if spec.memory.enabled:
+                rows = await app.store.recall(spec.name, query, spec.memory.recall_limit)
+                memories = [r.text for r in rows]
+            return {"notes": notes, "memories": memories}
+
+        @app.step(name=f"{name}.budget", effect="read")
+        async def check_budget() -> dict[str, Any]:
+            return await self._budget_verdict()
+
+        @app.step(name=f"{name}.accept", effect="read")
+        async def accept(context: dict[str, Any]) -> dict[str, Any]:
+            return await asyncio.to_thread(self._acceptance, context)
+
+        @app.step(name=f"{name}.output", effect="idempotent")
+        def write_output(path: str, text: str) -> str:
+            real = self.boundary.resolve_write(path)
+            real.parent.mkdir(parents=True, exist_ok=True)
+            real.write_text(text, encoding="utf-8")
+            return str(real)
+
+        @app.step(name=f"{name}.notes", effect="idempotent")
+        async def write_notes(notes: str) -> None:
+            run_id = perdure.current_step().run_id
+            await app.store.put_notes(spec.name, notes, run_id, app.clock.now())
+            if spec.workspace is not None:
+                await asyncio.to_thread(self._commit_workspace, notes, run_id)
+
+        self.steps = _Steps(
+            model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
+            context=read_context, budget=check_budget, accept=accept, output=write_output,
+            notes=write_notes,
+        )  # fmt: skip
+
+        @app.workflow(name=name, deadline=deadline_seconds(spec))
+        async def agent_run(task: dict[str, Any]) -> dict[str, Any]:
+            return await self._loop(task)
+
+        return agent_run
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def _loop(self, task: dict[str, Any]) -> dict[str, Any]:
+        steps = self.steps
+        model_call, read_context = steps.model, steps.context
+        spec, limits = self.spec, self.spec.limits
+        file = task.get("file")
+        query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
+        context = await read_context(query)
+        messages = [Message("system", self._system(context)), Message("user", "")]
+        user = [str(task["prompt"])] if task.get("prompt") else []
+        if file:
+            content = await steps.file(str(file))
+            user.append(f"File {Path(str(file)).name}:\n---\n{content}\n---")
+        messages[1].content = "\n\n".join(user) or spec.goal
+        failures: Counter[str] = Counter()
+        failed_iterations = 0
+        tokens, cost = 0, 0.0
+        evidence = "not checked yet"
+        for iteration in range(1, limits.max_iterations + 1):
+            await self._within_budget()
+            tier = self._route(failed_iterations)
+            if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
+                messages = await self._compact(messages, tier)
+            request = ModelRequest(
+                model=spec.tier(tier).model,
+                messages=messages,
+                tools=self.toolbox.offered(),
+                max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
+                temperature=spec.tier(tier).temperature,
+            )
+            raw = await model_call(tier, request.to_dict())
+            reply = ModelResponse.from_dict(raw)
+            tokens += reply.usage.total
+            cost += float(raw.get("cost", 0.0))
+            messages.append(reply.message)
+            if limits.max_tokens is not None and tokens > limits.max_tokens:
+                raise AgentFailed(f"token limit {limits.max_tokens} reached ({tokens}); "
+                                  f"last evidence: {evidence}")  # fmt: skip
+            if limits.max_cost is not None and cost > limits.max_cost:
+                raise AgentFailed(f"cost limit {limits.max_cost} reached ({cost:.4f}); "
+                                  f"last evidence: {evidence}")  # fmt: skip
+            finishing = not reply.message.tool_calls
+            summary = reply.message.content
+            iteration_failed = False
+            for call in reply.message.tool_calls:
+                result = await self._call_tool(call)
+                messages.append(Message("tool", result, tool_call_id=call.id, name=call.name))
+                tool = self.toolbox.tools.get(call.name)
+                if tool is not None and tool.finish and not result.startswith(REFUSED):
+                    finishing, summary = True, result
+                if result.startswith((REFUSED, ERROR)):
+                    iteration_failed = True
+                    key = f"{call.name}({json.dumps(call.arguments, sort_keys=True)})"
+                    failures[key] += 1
+                    if failures[key] >= limits.repeat_failures:
+                        raise AgentFailed(
+                            f"the same failing call {key} repeated {failures[key]} times: "
+                            f"{result[:300]}"
+                        )
+            failed_iterations += int(iteration_failed)
+            if finishing:
+                done, evidence = await self._complete(task, reply, summary)
+                if done:
+                    await steps.notes(self._notes(context["notes"], task, "done", evidence))
+                    return {"status": "done", "evidence": evidence, "iterations": iteration,
+                            "tokens": tokens, "cost": round(cost, 6),
+                            "answer": reply.message.content}  # fmt: skip
+                messages.append(Message("user", f"Not done yet: {evidence}. Continue."))
+        await steps.notes(self._notes(context["notes"], task, "failed", evidence))
+        raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
+                          f"last evidence: {evidence}")  # fmt: skip
+
+    def _system(self, context: dict[str, Any]) -> str:
+        parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}"]
+        if context["notes"]:
+            parts.append(f"Progress notes from earlier runs:\n{context['notes']}")
+        if context["memories"]:
+            parts.append(
+                "Things you remembered:\n" + "\n".join(f"- {m}" for m in context["memories"])
+            )
+        return "\n\n".join(p for p in parts if p)
+
+    def _route(self, failed_iterations: int) -> str:
+        routing = self.spec.routing
+        after = routing.escalate_after_failures
+        if after is not None and failed_iterations >= after:
+            return "strong"
+        return routing.default
+
+    async def _within_budget(self) -> None:
+        """Wait (durably, holding no slot) while the agent's budget window is spent."""
+        while True:
+            verdict = await self.steps.budget()
+            if verdict["ok"]:
+                return
+            log.info("agent %s: %s", self.spec.name, verdict["reason"])
+            with contextlib.suppress(WaitTimeout):
+                await perdure.wait_event(BUDGET_EVENT, timeout=verdict["wait"])
+
+    async def _budget_verdict(self) -> dict[str, Any]:
+        stored = await self.app.store.get_budget(self.spec.name)
+        b = self.spec.budget
+        budget = stored or Budget(self.spec.name, b.tokens_per_hour, b.tokens_per_day,
+                                  b.cost_per_hour, b.cost_per_day)  # fmt: skip
+        now = self.app.clock.now()
+        for window, seconds, token_limit, cost_limit in (
+            ("hour", 3600.0, budget.tokens_per_hour, budget.cost_per_hour),
+            ("day", 86400.0, budget.tokens_per_day, budget.cost_per_day),
+        ):
+            if token_limit is None and cost_limit is None:
+                continue
+            used_tokens, used_cost = await self.app.store.spent(self.spec.name, now - seconds)
+            if token_limit is not None and used_tokens >= token_limit:
+                reason = f"budget spent: {used_tokens} of {token_limit} tokens this {window}"
+                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, seconds)}
+            if cost_limit is not None and used_cost >= cost_limit:
+                reason = f"budget spent: {used_cost:.4f} of {cost_limit} this {window}"
+                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, seconds)}
+        return {"ok": True, "reason": "", "wait": 0.0}
+
+    async def _compact(self, messages: list[Message], tier: str) -> list[Message]:
+        """Summarise older turns into a note; a tool call and its result stay together."""
+        head, rest = messages[:2], messages[2:]
+        cut = max(0, len(rest) - KEEP_TURNS)
+        while cut > 0 and rest[cut].role == "tool":  # never keep a result without its call
+            cut -= 1
+        old, recent = rest[:cut], rest[cut:]
+        if not old:
+            return messages
+        transcript = "\n".join(f"{m.role}: {m.content[:500]}" for m in old)
+        instruction = "Summarise this work log in a few lines: facts, results, what is left."
+        request = ModelRequest(
+            model=self.spec.tier(tier).model,
+            messages=[Message("system", instruction), Message("user", transcript)],
+            max_tokens=300,
+        )
+        answer = await self.steps.model(tier, request.to_dict())
+        note = ModelResponse.from_dict(answer).message.content
+        return [*head, Message("user", f"Notes on the work so far: {note}"), *recent]
+
+    async def _call_tool(self, call: ToolCall) -> str:
+        """Refuse (recorded), wait for a human, or run the call as a step with its effect."""
+        prepared = self.toolbox.prepare(call)
+        as_dict = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if isinstance(prepared, Refusal):
+            return str(await self.steps.refuse(as_dict, prepared.text))
+        if prepared.tool.gate:  # ask_human: wait durably for the answer
+            answer = await perdure.wait_event(gate_event(call.id))
+            return answer if isinstance(answer, str) else json.dumps({"answer": answer})
+        if self.toolbox.needs_approval(prepared):
+            verdict = await perdure.wait_event(f"approve:{call.id}")
+            approved = verdict is True or (isinstance(verdict, dict) and verdict.get("approve"))
+            if not approved:
+                why = verdict.get("comment", "") if isinstance(verdict, dict) else ""
+                denied = f"{REFUSED}a human denied this call {why}".strip()
+                return str(await self.steps.refuse(as_dict, denied))
+        return str(await self.steps.tools[prepared.effect](as_dict))
+
+    async def _complete(
+        self, task: dict[str, Any], reply: ModelResponse, summary: str
+    ) -> tuple[bool, str]:
+        """Write the answer where the spec says, then run the acceptance check."""
+        output = self.spec.output
+        written = ""
+        fields = self._fields(task, reply.message.content)
+        if output is not None and not reply.message.tool_calls:
+            path = str(self.spec.path(output.path.format(**fields)))
+            text = output.template.format(**fields)
+            written = await self.steps.output(path, text)
+        context = {"fields": fields, "written": written, "answer": summary}
+        verdict = await self.steps.accept(context)
+        return bool(verdict["done"]), str(verdict["evidence"])
+
+    def _fields(self, task: dict[str, Any], answer: str) -> dict[str, str]:
+        """What output paths, templates and acceptance commands may use (in the workflow:
+        the time is durable, the same on replay)."""
+        from ..engine.context import require
+
+        file = Path(str(task.get("file") or "task"))
+        return {
+            "stem": file.stem,
+            "name": file.name,
+            "source": str(task.get("file") or task.get("prompt") or self.spec.goal)[:200],
+            "time": perdure.now().astimezone(UTC).isoformat(timespec="seconds"),
+            "answer": answer.strip(),
+            "run_id": require("agent").run_id,
+        }
+
+    def _acceptance(self, context: dict[str, Any]) -> dict[str, Any]:
+        """The spec's acceptance, run as a step; no acceptance: the answer or output suffices."""
+        acc = self.spec.acceptance
+        if acc.command is not None:
+            command = acc.command.format(**context["fields"])
+            try:
+                done = subprocess.run(
+                    shlex.split(command), cwd=self.spec.folder, capture_output=True, text=True,
+                    timeout=acc.timeout, check=False,
+                )  # fmt: skip
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return {"done": False, "evidence": f"acceptance {command!r} could not run: {exc}"}
+            out = (done.stdout + done.stderr).strip()[-500:]
+            return {"done": done.returncode == 0,
+                    "evidence": f"`{command}` exited {done.returncode}" + (f": {out}" if out else "")}  # fmt: skip # noqa: E501
+        if acc.python is not None:
+            import importlib
+
+            module, _, attr = acc.python.partition(":")
+            check = getattr(importlib.import_module(module), attr)
+            done, evidence = check(context)
+            return {"done": bool(done), "evidence": str(evidence)}
+        if context.get("written"):
+            return {"done": True, "evidence": f"answer written to {context['written']}"}
+        answer = str(context.get("answer") or "")
+        return {"done": bool(answer), "evidence": f"the model answered: {answer[:200]}"}
+
+    def _notes(self, previous: str, task: dict[str, Any], status: str, evidence: str) -> str:
+        what = task.get("file") or task.get("prompt") or self.spec.goal
+        line = f"- {perdure.now().isoformat(timespec='seconds')} {status}: {what}: {evidence}"
+        lines = [x for x in previous.splitlines() if x.strip()][-49:]
+        return "\n".join([*lines, line])
+
+    def _commit_workspace(self, notes: str, run_id: str) -> None:
+        """PROGRESS.md in the workspace, committed if anything changed (idempotent)."""
+        assert self.spec.workspace is not None
+        root = self.spec.path(self.spec.workspace.path)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "PROGRESS.md").write_text(f"# {self.spec.name}: progress\n\n{notes}\n")
+        if not self.spec.workspace.git:
+            return
+
+        def git(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  check=False)  # fmt: skip
+
+        if not (root / ".git").exists():
+            git("init", "-q")
+        git("add", "-A")
+        if git("diff", "--cached", "--quiet").returncode != 0:
+            git("-c", "user.name=perdure", "-c", "user.email=perdure@localhost",
+                "commit", "-q", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+
+
+async def raise_budget(app: App, agent: str, budget: Budget) -> int:
+    """Store a new budget and wake the agent's runs waiting for one; returns how many."""
+    await app.store.put_budget(budget, app.clock.now())
+    woken = 0
+    waiting = await app.store.list_runs(
+        statuses=["waiting"], workflow=f"agent:{agent}", limit=10**4
+    )
+    for run in waiting:
+        if run.waiting_for == f"event:{BUDGET_EVENT}":
+            await app.client.send_event(run.id, BUDGET_EVENT, None)
+            woken += 1
+    return woken

@@ -1,0 +1,58 @@
+"""From a spec's model tier to a provider: scripted, local (SmolLM2 on llama.cpp), openai,
+anthropic. Keys come from the environment variable the spec names, never from the spec."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..errors import ConfigError
+from .messages import Message, ModelRequest, ModelResponse
+from .providers.base import ModelProvider
+from .spec import AgentSpec
+
+
+def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
+    """The provider serving `tier` of `spec` (a local model is started on first use)."""
+    model = spec.tier(tier)
+    from .providers.registry import make_provider
+
+    if model.provider == "scripted":
+        if model.script == "builtin:extractive":
+            from .providers.scripted import ScriptedModel
+
+            return ScriptedModel(responder=extractive_summary)
+        if model.script is None:
+            raise ConfigError(f'model tier {tier!r}: a scripted model needs script = "file"')
+        return make_provider(
+            "scripted", responses=str(spec.path(model.script)), follow_transcript=True
+        )
+    if model.provider == "local":
+        from .local_model import ensure_local_model
+
+        local = ensure_local_model()
+        return make_provider(
+            "openai", model=model.model or local.model, base_url=local.base_url, api_key="local"
+        )
+    options: dict[str, Any] = {"model": model.model, "stream": model.stream}
+    if model.base_url:
+        options["base_url"] = model.base_url
+    if model.api_key_env is not None:
+        if not os.environ.get(model.api_key_env):
+            raise ConfigError(
+                f"model tier {tier!r}: the environment variable {model.api_key_env} is not set"
+            )
+        options["api_key_env"] = model.api_key_env
+    return make_provider(model.provider, **options)
+
+
+def extractive_summary(request: ModelRequest) -> ModelResponse:
+    """The deterministic scripted summariser (`script = "builtin:extractive"`): the first
+    sentences of the task's text, so demos and tests run without any model."""
+    text = request.messages[-1].content if request.messages else ""
+    body = text.split("---", 2)[1] if text.count("---") >= 2 else text
+    words = " ".join(body.split())
+    sentences = re.split(r"(?<=[.!?])\s+", words)
+    summary = " ".join(sentences[:2])[:400] or "(empty file)"
+    return ModelResponse(message=Message("assistant", f"Summary: {summary}"))

@@ -1,0 +1,185 @@
+"""The agent loop on a driven clock with the scripted model: tools, boundaries, completion,
+limits, budgets, usage, memory and crash recovery that never re-bills a model call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import perdure
+from perdure.agent.loop import Agent, raise_budget
+from perdure.agent.providers.scripted import ScriptedModel
+from perdure.agent.spec import load_spec
+from perdure.store.agent_sql import Budget
+from perdure.testing import SimulatedCrash, TestWorker
+
+SPEC = """
+name = "helper"
+goal = "Do the task"
+instructions = "Use tools."
+
+[models.fast]
+provider = "scripted"
+context_tokens = 100000
+price = {{ input_per_mtok = 1000, output_per_mtok = 2000 }}
+
+[tools]
+grant = ["read_file", "write_file", "finish", "remember", "recall"]
+read_paths = ["data"]
+write_paths = ["out"]
+
+[limits]
+max_iterations = {iterations}
+repeat_failures = 2
+{extra}
+"""
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def make(
+    app: perdure.App, tmp_path: Path, replies: list[Any], *, iterations: int = 6, extra: str = ""
+) -> tuple[Agent, ScriptedModel]:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "data" / "in.txt").write_text("alpha beta")
+    path = tmp_path / "agent.toml"
+    path.write_text(SPEC.format(iterations=iterations, extra=extra))
+    model = ScriptedModel(replies)
+    return Agent(app, load_spec(path), providers={"fast": model}), model
+
+
+def test_tools_run_and_finish_needs_the_acceptance(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, model = make(
+        app, tmp_path,
+        [
+            call("read_file", path="in.txt"),
+            call("write_file", path=str(tmp_path / "out" / "res.txt"), content="ALPHA BETA"),
+            call("finish", summary="copied in upper case"),
+        ],
+        extra=f'[acceptance]\ncommand = "test -s {tmp_path}/out/res.txt"',
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "copy in.txt in upper case"})
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    assert result["status"] == "done" and "exited 0" in result["evidence"]
+    assert (tmp_path / "out" / "res.txt").read_text() == "ALPHA BETA"
+    assert model.calls == 3 and result["tokens"] == model.tokens
+    tool_turns = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert tool_turns[0].content == "alpha beta"  # the tool's result went back, paired by id
+    [asked] = [m for m in model.requests[1].messages if m.role == "assistant"]
+    assert tool_turns[0].tool_call_id == asked.tool_calls[0].id
+    usage = app.sync(app.store.usage("helper", 0.0), "usage")
+    assert len(usage) == 3 and sum(u.input_tokens + u.output_tokens for u in usage) == model.tokens
+    assert result["cost"] == pytest.approx(sum(u.cost for u in usage)) and result["cost"] > 0
+
+
+def test_a_call_outside_the_boundary_is_refused_journaled_and_shown_to_the_model(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("do not read")
+    agent, model = make(
+        app, tmp_path,
+        [call("read_file", path="../secret.txt"), call("run_command", argv=["touch", "x"]),
+         call("finish", summary="gave up")],
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "read the secret"})
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["status"] == "done"
+    answers = [m.content for m in model.requests[2].messages if m.role == "tool"]
+    assert answers[0].startswith("refused: ") and "do not read" not in answers[0]
+    assert answers[1] == "refused: tool 'run_command' is not granted"
+    offered = {t.name for t in model.requests[0].tools}
+    assert offered == {"read_file", "write_file", "finish", "remember", "recall"}
+    refusals = [e for e in app.journal(handle.id) if e.name == "agent:helper.refuse" and e.final]
+    assert len(refusals) == 2 and not (tmp_path / "x").exists()
+
+
+def test_the_same_failing_call_stops_the_loop(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, _ = make(app, tmp_path, [call("read_file", path="../etc/passwd")] * 3)
+    handle = app.start(agent.workflow, {"prompt": "x"})
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match="repeated 2 times"):
+        handle.result(timeout=5)
+
+
+def test_iterations_are_limited_and_the_last_evidence_is_given(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, _ = make(
+        app, tmp_path, ["not yet", "still not"], iterations=2,
+        extra='[acceptance]\ncommand = "false"',
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "x"})
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match=r"2 iterations .*`false` exited 1"):
+        handle.result(timeout=5)
+
+
+def test_a_spent_budget_parks_the_run_until_it_is_raised(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, model = make(app, tmp_path, ["first", "second"], extra="[budget]\ntokens_per_day = 1")
+    first = app.start(agent.workflow, {"prompt": "one"}, run_id="one")
+    worker.run_until_idle()
+    assert first.result(timeout=5)["status"] == "done"  # nothing spent yet: it may run
+    second = app.start(agent.workflow, {"prompt": "two"}, run_id="two")
+    worker.run_until_idle()
+    assert second.status() == "waiting" and model.calls == 1
+    reason = [e for e in app.journal("two") if e.name == "agent:helper.budget" and e.final]
+    assert "budget spent" in json.loads(reason[-1].data or "{}")["value"]["reason"]
+    woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "raise")
+    assert woken == 1
+    worker.run_until_idle()
+    assert second.result(timeout=5)["answer"] == "second" and model.calls == 2
+
+
+def test_a_crash_after_a_tool_resumes_without_calling_the_model_again(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The worker dies right after a `once` tool's intent: recovery parks that call (never
+    repeated), the operator resolves it, and the model is not called again for turns
+    already journaled: replay spends zero tokens."""
+    agent, model = make(
+        app, tmp_path,
+        [call("write_file", path=str(tmp_path / "out" / "a.txt"), content="A"),
+         call("finish", summary="ok")],
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "write a"})
+    worker.crash_after_intent("agent:helper.tool.idempotent")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    calls, tokens = model.calls, model.tokens
+    assert calls == 1
+    app.clock.advance(worker.lease + 1)  # type: ignore[attr-defined]
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["status"] == "done"
+    assert model.calls == calls + 1  # only the turn after the tool; the first was replayed
+    assert (tmp_path / "out" / "a.txt").read_text() == "A"
+    assert model.tokens > tokens
+
+
+def test_memory_is_kept_across_runs_of_the_agent(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, model = make(
+        app, tmp_path,
+        [call("remember", text="the client is ACME", tags=["client"]), "noted",
+         "I recall ACME"],
+    )  # fmt: skip
+    app.start(agent.workflow, {"prompt": "note the client"}, run_id="m1")
+    worker.run_until_idle()
+    app.start(agent.workflow, {"prompt": "who is the client"}, run_id="m2")
+    worker.run_until_idle()
+    system = model.requests[-1].messages[0].content
+    assert "the client is ACME" in system and "done" in system  # memory and progress notes
