@@ -229,8 +229,10 @@ class Agent:
         )  # fmt: skip
 
         @app.workflow(name=name, deadline=deadline_seconds(spec))
-        async def agent_run(task: dict[str, Any]) -> dict[str, Any]:
-            return await self._loop(task)
+        async def agent_run(task: dict[str, Any] | str) -> dict[str, Any]:
+            """One run of the agent; `task` is {"prompt": ..., "file": ...}, or a file path
+            (from an inbox trigger)."""
+            return await self._loop({"file": task} if isinstance(task, str) else task)
 
         return agent_run
 

@@ -15,6 +15,7 @@ from ..engine.app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from . import render
+from .agent import COMMANDS as AGENT_COMMANDS
 from .loading import load_app
 from .schedules import schedules
 from .serve import serve
@@ -335,3 +336,5 @@ def main() -> None:
 
 cli.add_command(serve)
 cli.add_command(schedules)
+for command in AGENT_COMMANDS:
+    cli.add_command(command)

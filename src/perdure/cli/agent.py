@@ -1,0 +1,168 @@
+"""`perdure validate | run | agent | usage | budget`: agents from their TOML spec."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
+from ..agent.spec import AgentSpec, duration, load_spec
+from ..errors import PerdureError
+from . import render
+
+MODEL_HELP = "Serve the default tier with this model (scripted: deterministic, no model)."
+
+
+def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
+    from ..agent.loop import Agent
+    from .main import get_app
+
+    spec = with_model(load_spec(spec_path), model)
+    app = get_app(ctx)
+    return app, Agent(app, spec)
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC")
+def validate(spec_path: str) -> None:
+    """Check an agent spec; errors name the file, line and field."""
+    spec = load_spec(spec_path)
+    click.echo(f"{spec_path}: ok: {_describe(spec)}")
+
+
+def _describe(spec: AgentSpec) -> str:
+    tiers = ", ".join(f"{name}={m.provider}" for name, m in spec.models.items())
+    tools = ", ".join(spec.tools.grant) or "none"
+    trigger = "none"
+    if spec.trigger is not None:
+        t = spec.trigger
+        trigger = next(
+            (f"{k} {getattr(t, k)}" for k in ("inbox", "cron", "every", "event", "webhook")
+             if getattr(t, k)), "none",
+        )  # fmt: skip
+    return f"agent {spec.name}; models {tiers}; tools {tools}; trigger {trigger}"
+
+
+@click.command("run")
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--prompt", default=None, help="The task, in words (default: the spec's goal).")
+@click.option("--file", "file", default=None, help="A file for the agent to work on.")
+@click.option("--id", "run_id", default=None, help="Run id (an existing id is a no-op).")
+@click.option("--model", type=click.Choice(MODEL_CHOICES), default="spec", help=MODEL_HELP)
+@click.option("--wait", is_flag=True, help="Work the run in this process until it ends.")
+@click.pass_context
+def run_spec(
+    ctx: click.Context,
+    spec_path: str,
+    prompt: str | None,
+    file: str | None,
+    run_id: str | None,
+    model: str,
+    wait: bool,
+) -> None:
+    """Start one run of the agent SPEC (with --wait, also work it here to the end)."""
+    app, agent = _agent(ctx, spec_path, model)
+    task: dict[str, Any] = {"prompt": prompt or agent.spec.goal}
+    if file:
+        task["file"] = file
+    handle = app.start(agent.workflow, task, run_id=run_id)
+    click.echo(handle.id)
+    if not wait:
+        return
+
+    async def work() -> Any:
+        worker = app.worker(concurrency=4, poll=0.2)
+        runner = asyncio.create_task(worker.run())
+        try:
+            return await handle.result_async(timeout=None)
+        finally:
+            worker.stop()
+            await runner
+
+    result = asyncio.run(work())
+    click.echo(json.dumps(result, indent=2))
+
+
+@click.command("agent")
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--model", type=click.Choice(MODEL_CHOICES), default="spec", help=MODEL_HELP)
+@click.option("--concurrency", default=4, show_default=True, help="Runs worked at once.")
+@click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
+@click.pass_context
+def agent_cmd(
+    ctx: click.Context, spec_path: str, model: str, concurrency: int, poll: float
+) -> None:
+    """Serve the agent's trigger and work its runs until SIGTERM (drains, then stops)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app, agent = _agent(ctx, spec_path, model)
+    served = attach_trigger(app, agent)
+    click.echo(f"perdure agent {agent.spec.name}: {served}; store {app.url}", err=True)
+    app.run_worker(concurrency=concurrency, poll=poll)
+
+
+@click.command()
+@click.option("--agent", default=None, help="Only this agent.")
+@click.option("--since", default="7d", show_default=True, help="How far back: 90m, 24h, 7d.")
+@click.option("--by", type=click.Choice(["run", "agent", "day"]), default="day", show_default=True)
+@click.pass_context
+def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
+    """Tokens and cost of model calls, per run, agent or day."""
+    from .main import get_app
+
+    try:
+        seconds = duration(since)
+    except ValueError as exc:
+        raise PerdureError(f"--since: {exc}") from None
+    app = get_app(ctx, existing=True)
+    rows = app.sync(app.store.usage(agent, time.time() - seconds), "usage")
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for u in rows:
+        day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
+        key = {"run": (u.agent, u.run_id), "agent": (u.agent,), "day": (day, u.agent)}[by]
+        total = groups.setdefault(key, [0, 0, 0, 0.0])
+        total[0] += 1
+        total[1] += u.input_tokens
+        total[2] += u.output_tokens
+        total[3] += u.cost
+    header = {"run": ["AGENT", "RUN"], "agent": ["AGENT"], "day": ["DAY", "AGENT"]}[by]
+    body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
+            for k, v in sorted(groups.items())]  # fmt: skip
+    if not body:
+        click.echo("no model calls recorded")
+        return
+    click.echo(render.table(body, [*header, "CALLS", "IN", "OUT", "COST"]))
+
+
+@click.command()
+@click.argument("agent")
+@click.option("--tokens-per-hour", type=int, default=None)
+@click.option("--tokens-per-day", type=int, default=None)
+@click.option("--cost-per-hour", type=float, default=None)
+@click.option("--cost-per-day", type=float, default=None)
+@click.pass_context
+def budget(
+    ctx: click.Context,
+    agent: str,
+    tokens_per_hour: int | None,
+    tokens_per_day: int | None,
+    cost_per_hour: float | None,
+    cost_per_day: float | None,
+) -> None:
+    """Set AGENT's budget (unset limits: none); runs waiting for budget continue if it allows."""
+    from ..agent.loop import raise_budget
+    from ..store.agent_sql import Budget
+    from .main import get_app
+
+    app = get_app(ctx, existing=True)
+    limits = Budget(agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day)
+    woken = app.sync(raise_budget(app, agent, limits), "budget")
+    click.echo(f"{agent}: budget set; {woken} waiting run(s) woken")
+
+
+COMMANDS = (validate, run_spec, agent_cmd, usage, budget)
