@@ -27,7 +27,8 @@ context_tokens = 100000
 price = {{ input_per_mtok = 1000, output_per_mtok = 2000 }}
 
 [tools]
-grant = ["read_file", "write_file", "finish", "remember", "recall"]
+grant = ["read_file", "write_file", "finish", "remember", "recall"{grant}]
+approval = {approval}
 read_paths = ["data"]
 write_paths = ["out"]
 
@@ -43,13 +44,23 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def make(
-    app: perdure.App, tmp_path: Path, replies: list[Any], *, iterations: int = 6, extra: str = ""
+    app: perdure.App,
+    tmp_path: Path,
+    replies: list[Any],
+    *,
+    iterations: int = 6,
+    extra: str = "",
+    grant: tuple[str, ...] = (),
+    approval: tuple[str, ...] = (),
 ) -> tuple[Agent, ScriptedModel]:
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "out").mkdir(exist_ok=True)
     (tmp_path / "data" / "in.txt").write_text("alpha beta")
     path = tmp_path / "agent.toml"
-    path.write_text(SPEC.format(iterations=iterations, extra=extra))
+    more = "".join(f', "{g}"' for g in grant)
+    path.write_text(
+        SPEC.format(iterations=iterations, extra=extra, grant=more, approval=json.dumps(approval))
+    )
     model = ScriptedModel(replies)
     return Agent(app, load_spec(path), providers={"fast": model}), model
 
@@ -183,3 +194,85 @@ def test_memory_is_kept_across_runs_of_the_agent(
     worker.run_until_idle()
     system = model.requests[-1].messages[0].content
     assert "the client is ACME" in system and "done" in system  # memory and progress notes
+
+
+def test_a_destructive_call_waits_for_approval_and_a_denial_is_shown(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    target = tmp_path / "out" / "w.txt"
+    agent, model = make(
+        app, tmp_path,
+        [call("write_file", path=str(target), content="1"),
+         call("write_file", path=str(target), content="2"), call("finish", summary="ok")],
+        approval=("write_file",),
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "write"}, run_id="ap")
+    worker.run_until_idle()
+    assert handle.status() == "waiting" and not target.exists()  # nothing runs before a yes
+    first = model.script[0].message.tool_calls[0].id
+    app.send_event("ap", f"approve:{first}", {"approve": True})
+    worker.run_until_idle()
+    assert target.read_text() == "1" and handle.status() == "waiting"
+    second = model.script[1].message.tool_calls[0].id
+    app.send_event("ap", f"approve:{second}", {"approve": False, "comment": "not now"})
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["status"] == "done" and target.read_text() == "1"
+    denied = [m.content for m in model.requests[-1].messages if m.role == "tool"][-1]
+    assert denied == "refused: a human denied this call not now"
+
+
+def test_ask_human_is_a_durable_wait_for_the_answer(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, model = make(
+        app, tmp_path, [call("ask_human", question="Which colour?"), "blue it is"],
+        grant=("ask_human",),
+    )  # fmt: skip
+    assert "ask_human" in {t.name for t in agent.toolbox.offered()}
+    handle = app.start(agent.workflow, {"prompt": "pick"}, run_id="ask")
+    worker.run_until_idle()
+    assert handle.status() == "waiting"
+    call_id = model.script[0].message.tool_calls[0].id
+    app.send_event("ask", f"human:{call_id}", "blue")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["answer"] == "blue it is"
+    assert [m.content for m in model.requests[1].messages if m.role == "tool"] == ["blue"]
+
+
+def test_a_long_transcript_is_compacted_without_splitting_a_call_from_its_result(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "big.txt").write_text("x" * 3000)
+    replies: list[Any] = [call("read_file", path="big.txt") for _ in range(4)]
+    replies += ["the notes", call("finish", summary="done")]
+    agent, model = make(app, tmp_path, replies, iterations=8)
+    agent.spec.models["fast"].context_tokens = 2000
+    agent.spec.limits.repeat_failures = 99
+    handle = app.start(agent.workflow, {"prompt": "read a lot"})
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["status"] == "done"
+    summary_requests = [r for r in model.requests if r.messages[0].content.startswith("Summarise")]
+    assert summary_requests, "the transcript was never compacted"
+    after = model.requests[model.requests.index(summary_requests[0]) + 1]
+    assert any(m.content.startswith("Notes on the work so far: ") for m in after.messages)
+    for i, m in enumerate(after.messages):  # every tool result follows its call
+        if m.role == "tool":
+            calls = [c.id for prev in after.messages[:i] for c in prev.tool_calls]
+            assert m.tool_call_id in calls
+
+
+def test_a_workspace_gets_progress_notes_committed_once_per_change(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    agent, _ = make(app, tmp_path, ["one", "two"], extra='[workspace]\npath = "ws"')
+    for run_id in ("w1", "w2"):
+        app.start(agent.workflow, {"prompt": run_id}, run_id=run_id)
+        worker.run_until_idle()
+    import subprocess
+
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=tmp_path / "ws", capture_output=True,
+                         text=True, check=True).stdout.split("\n")  # fmt: skip
+    assert [line for line in log if line] == ["helper: run w2", "helper: run w1"]
+    progress = (tmp_path / "ws" / "PROGRESS.md").read_text()
+    assert "done: w1" in progress and "done: w2" in progress

@@ -120,16 +120,34 @@ class Agent:
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
         t = spec.tools
+        for folder in t.write_paths:  # the agent's own output folders: created if missing
+            spec.path(folder).mkdir(parents=True, exist_ok=True)
         self.boundary = Boundary(
             read_paths=[spec.path(p) for p in t.read_paths],
             write_paths=[spec.path(p) for p in t.write_paths],
             commands=t.commands,
             hosts=t.hosts,
-            granted=t.grant,
+            granted=[*t.grant, *(f"{m.name}__{g}" for m in t.mcp for g in m.grant)],
             approval_required=t.approval,
         )  # relative paths the model gives start at the first read root
-        self.toolbox = Toolbox([*builtin_tools(), *(tools or [])], self.boundary)
+        extra = [*(tools or []), *self._mcp_tools()]
+        self.toolbox = Toolbox([*builtin_tools(), *extra], self.boundary)
         self.workflow = self._register()
+
+    def _mcp_tools(self) -> list[Tool]:
+        """The tools of the spec's MCP servers (listed now; each call opens its session)."""
+        if not self.spec.tools.mcp:
+            return []
+        from .tools.mcp import McpServer, mcp_tools
+
+        found: list[Tool] = []
+        for server in self.spec.tools.mcp:
+            mcp = McpServer(
+                server.name, command=server.command, args=tuple(server.args), url=server.url,
+                effect=server.effect, cwd=str(self.spec.folder),
+            )  # fmt: skip
+            found += self.app.sync(mcp_tools(mcp), f"MCP server {server.name!r}")
+        return found
 
     # -- providers --------------------------------------------------------------------
 
