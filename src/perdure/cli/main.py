@@ -19,6 +19,7 @@ from .agent import COMMANDS as AGENT_COMMANDS
 from .loading import load_app
 from .schedules import schedules
 from .serve import serve
+from .tokens import token
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
@@ -336,5 +337,6 @@ def main() -> None:
 
 cli.add_command(serve)
 cli.add_command(schedules)
+cli.add_command(token)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

@@ -172,6 +172,26 @@ MIGRATIONS: list[str] = [
         at      REAL NOT NULL
     )
     """,
+    # 6: access control: API tokens (stored hashed) and the append-only audit log
+    """
+    CREATE TABLE api_tokens (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        hash        TEXT NOT NULL UNIQUE,
+        scopes      TEXT NOT NULL,
+        created_at  REAL NOT NULL,
+        revoked_at  REAL
+    );
+    CREATE TABLE audit_log (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        at       REAL NOT NULL,
+        actor    TEXT NOT NULL,
+        action   TEXT NOT NULL,
+        target   TEXT NOT NULL,
+        detail   TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX audit_by_target ON audit_log (target, id)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

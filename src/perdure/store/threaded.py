@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import agent_sql, retention, schedule_sql, sqlops
+from . import access_sql, agent_sql, retention, schedule_sql, sqlops
+from .access_sql import AuditRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
     Append,
@@ -690,3 +691,33 @@ class ThreadedStore:
 
     async def put_notes(self, agent: str, notes: str, run_id: str | None, now: float) -> None:
         await self._call(lambda c: agent_sql.put_notes(c, agent, notes, run_id, now), write=True)
+
+    # -- access control -------------------------------------------------------------------
+
+    async def add_token(
+        self, token_id: str, name: str, digest: str, scopes: str, now: float
+    ) -> None:
+        await self._call(
+            lambda c: access_sql.add_token(c, token_id, name, digest, scopes, now), write=True
+        )
+
+    async def find_token(self, digest: str) -> TokenRow | None:
+        return await self._call(lambda c: access_sql.find_token(c, digest), write=False)
+
+    async def list_tokens(self) -> list[TokenRow]:
+        return await self._call(access_sql.list_tokens, write=False)
+
+    async def revoke_token(self, token_id: str, now: float) -> bool:
+        return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def audit(self, at: float, actor: str, action: str, target: str, detail: str) -> int:
+        return await self._call(
+            lambda c: access_sql.audit(c, at, actor, action, target, detail), write=True
+        )
+
+    async def audit_log(
+        self, target: str | None = None, limit: int = 100, before: int | None = None
+    ) -> list[AuditRow]:
+        return await self._call(
+            lambda c: access_sql.audit_log(c, target, limit, before), write=False
+        )

@@ -1,0 +1,56 @@
+"""`perdure token create | ls | revoke`: bearer tokens for the HTTP API, dashboard and MCP."""
+
+from __future__ import annotations
+
+import click
+
+from ..server.access import SCOPES, create_token, record
+from . import render
+
+
+@click.group("token")
+def token() -> None:
+    """API tokens (shown once; only their hash is stored)."""
+
+
+@token.command("create")
+@click.argument("name")
+@click.option("--scope", "scopes", multiple=True, type=click.Choice(SCOPES), required=True,
+              help="read, operate, approve or admin (repeatable).")  # fmt: skip
+@click.pass_context
+def create(ctx: click.Context, name: str, scopes: tuple[str, ...]) -> None:
+    """Create a token for NAME (a person or a program); prints it once."""
+    from .main import get_app
+
+    app = get_app(ctx)
+    token_id, secret = app.sync(create_token(app, name, scopes), "token create")
+    click.echo(f"token {token_id} for {name} ({' '.join(scopes)}); keep it, it is not shown again:")
+    click.echo(secret)
+
+
+@token.command("ls")
+@click.pass_context
+def list_tokens(ctx: click.Context) -> None:
+    """Every token: id, name, scopes, when created or revoked (never the token)."""
+    from .main import get_app
+
+    app = get_app(ctx, existing=True)
+    rows = app.sync(app.store.list_tokens(), "token ls")
+    body = [[r.id, r.name, r.scopes, render.when(r.created_at), render.when(r.revoked_at)]
+            for r in rows]  # fmt: skip
+    click.echo(render.table(body, ["ID", "NAME", "SCOPES", "CREATED", "REVOKED"]) if body
+               else "no tokens")  # fmt: skip
+
+
+@token.command("revoke")
+@click.argument("token_id")
+@click.pass_context
+def revoke(ctx: click.Context, token_id: str) -> None:
+    """Revoke a token at once."""
+    from .main import get_app
+
+    app = get_app(ctx, existing=True)
+    done = app.sync(app.store.revoke_token(token_id, app.clock.now()), "token revoke")
+    if done:
+        app.sync(record(app, "admin:cli", "token.revoke", f"token:{token_id}", {}), "audit")
+    click.echo(f"{token_id}: revoked" if done else f"{token_id}: no such active token")

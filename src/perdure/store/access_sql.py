@@ -1,0 +1,91 @@
+"""The SQL of access control: API tokens (only their hash is stored) and the audit log.
+
+The audit log is append-only: perdure has no statement that updates or deletes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dialect import Db
+
+
+@dataclass(slots=True)
+class TokenRow:
+    """An API token as stored: its id, a name, its scopes; never the token itself."""
+
+    id: str
+    name: str
+    scopes: str  # space-separated: read operate approve admin
+    created_at: float
+    revoked_at: float | None = None
+
+
+@dataclass(slots=True)
+class AuditRow:
+    """Who did what to which run, schedule or agent, when, with any comment."""
+
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str  # JSON
+
+
+def add_token(conn: Db, token_id: str, name: str, digest: str, scopes: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO api_tokens (id, name, hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)",
+        (token_id, name, digest, scopes, now),
+    )
+
+
+def find_token(conn: Db, digest: str) -> TokenRow | None:
+    row = conn.execute(
+        "SELECT id, name, scopes, created_at, revoked_at FROM api_tokens "
+        "WHERE hash = ? AND revoked_at IS NULL",
+        (digest,),
+    ).fetchone()
+    return TokenRow(*row) if row else None
+
+
+def list_tokens(conn: Db) -> list[TokenRow]:
+    rows = conn.execute(
+        "SELECT id, name, scopes, created_at, revoked_at FROM api_tokens ORDER BY created_at"
+    ).fetchall()
+    return [TokenRow(*r) for r in rows]
+
+
+def revoke_token(conn: Db, token_id: str, now: float) -> bool:
+    cur = conn.execute(
+        "UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+        (now, token_id),
+    )
+    return cur.rowcount == 1
+
+
+def audit(conn: Db, at: float, actor: str, action: str, target: str, detail: str) -> int:
+    row = conn.execute(
+        "INSERT INTO audit_log (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?) "
+        "RETURNING id",
+        (at, actor, action, target, detail),
+    ).fetchone()
+    return int(row[0])
+
+
+def audit_log(conn: Db, target: str | None, limit: int, before: int | None) -> list[AuditRow]:
+    where: list[str] = []
+    params: list[str | int] = []
+    if target is not None:
+        where.append("target = ?")
+        params.append(target)
+    if before is not None:
+        where.append("id < ?")
+        params.append(before)
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    rows = conn.execute(
+        f"SELECT id, at, actor, action, target, detail FROM audit_log {clause}"
+        "ORDER BY id DESC LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    return [AuditRow(*r) for r in rows]
