@@ -57,17 +57,6 @@ WORKFLOW = f"agent:{AGENT}"
 HOLD = 1.0  # seconds each tool waits before and after its effect
 LEASE = 2.0
 KEY_ENV = "FAKE_KEY"
-# A product bug this test finds (the only failure it turns into xfail, and only when the
-# journal at the kill shows it): see the report of the test's commit.
-REBILL = (
-    "product bug REBILL: a model call answered in under SLOW_STEP (50 ms) has its outcome "
-    "only buffered (engine/steps.py `_attempt`: a non-once outcome is committed at once only "
-    "when the step was slower), and nothing commits it before the next keyed/idempotent/read "
-    "tool step executes; a worker killed during that tool loses the model's answer, so "
-    "recovery asks the model again and spends its tokens again (the store's usage keeps "
-    "the first call only, so budgets under-count the spend)"
-)
-
 SPEC = """
 name = "{agent}"
 goal = "Record one effect with the tool the task names, then finish."
@@ -519,7 +508,6 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
 
         # -- every crashed run against its reference and its effect's rule -------------------
         problems: list[str] = []
-        rebilled: list[str] = []  # the known product bug REBILL (below), nothing else
         for case in cases:
             if case.group == "ref":
                 continue
@@ -536,31 +524,18 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                 )
             if normalised(f["result"], run) != normalised(ref["result"], f"ref-{case.effect}"):
                 problems.append(f"{where}: result {f['result']} != reference {ref['result']}")
-            billed = sum(sum(usage_of(t)) for t in f["turns"])
-            if (
-                case.model_at_kill == "no"
-                and f["turns"] == [0, *ref["turns"]]
-                and f["tokens"] == billed
-                and f["stored_tokens"] == ref["tokens"]
-            ):
-                rebilled.append(
-                    f"{where}: the model's turn-0 answer was not journaled when the worker "
-                    f"died in the tool; recovery asked turns {f['turns']} (reference "
-                    f"{ref['turns']}), the model billed {f['tokens']} tokens (reference "
-                    f"{ref['tokens']}), the store recorded {f['stored_tokens']}"
+            # replay spends zero tokens: a model answer is committed before any tool runs
+            if f["turns"] != ref["turns"]:
+                problems.append(
+                    f"{where}: the model was asked turns {f['turns']} (reference "
+                    f"{ref['turns']}); its answer was journaled at the kill: "
+                    f"{case.model_at_kill}"
                 )
-            else:
-                if f["turns"] != ref["turns"]:
-                    problems.append(
-                        f"{where}: the model was asked turns {f['turns']} (reference "
-                        f"{ref['turns']}); its answer was journaled at the kill: "
-                        f"{case.model_at_kill}"
-                    )
-                if f["tokens"] != ref["tokens"] or f["stored_tokens"] != f["tokens"]:
-                    problems.append(
-                        f"{where}: tokens reported by the model {f['tokens']}, recorded in the "
-                        f"store {f['stored_tokens']}, reference {ref['tokens']}"
-                    )
+            if f["tokens"] != ref["tokens"] or f["stored_tokens"] != f["tokens"]:
+                problems.append(
+                    f"{where}: tokens reported by the model {f['tokens']}, recorded in the "
+                    f"store {f['stored_tokens']}, reference {ref['tokens']}"
+                )
             if f["model_outcomes"] != len(ref["turns"]):
                 problems.append(f"{where}: {f['model_outcomes']} model outcomes journaled")
             done, keys = f["ledger"], {x.split(":", 2)[2] for x in f["ledger"]}
@@ -585,9 +560,7 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                         f"{where}: {len(done)} effects (expected {expected}), parked "
                         f"{case.parked} times: {done}"
                     )
-        assert not problems, "\n".join(problems + rebilled)
-        if rebilled:
-            pytest.xfail(f"{REBILL}:\n" + "\n".join(rebilled))
+        assert not problems, "\n".join(problems)
     finally:
         workers.reap()
         for app in apps.values():

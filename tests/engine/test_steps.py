@@ -278,3 +278,39 @@ def test_start_with_wrong_arguments_rejected(app: perdure.App) -> None:
 
     with pytest.raises(perdure.ConfigError):
         app.start(wf, 1, 2)
+
+
+def test_commit_true_commits_a_rerunnable_outcome_before_the_next_step(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A keyed step's outcome may wait in the buffer (recovery could re-run it); with
+    commit=True it is in the store before the next step runs (a billed call is never
+    bought twice)."""
+    seen: list[list[str]] = []
+
+    @app.step(name="pay", effect="keyed", commit=True)
+    def pay() -> int:
+        return 1
+
+    @app.step(name="cheap", effect="keyed")
+    def cheap() -> int:
+        return 2
+
+    @app.step(name="look", effect="read")
+    def look() -> None:
+        run_id = perdure.current_step().run_id
+        seen.append([e.name for e in app.journal(run_id) if e.kind == "step.outcome"])
+
+    @app.workflow(name="buying")
+    async def buying() -> int:
+        total = await pay()
+        await look()
+        total += await cheap()
+        await look()
+        return total
+
+    handle = app.start(buying)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == 3
+    assert "pay" in seen[0]
+    assert "cheap" not in seen[1]  # a plain keyed outcome waits for the next critical write

@@ -167,7 +167,9 @@ class Agent:
             no_retry_on=(ModelError, ModelAuthError),
         )  # fmt: skip
 
-        @app.step(name=f"{name}.model", effect="keyed", retry=model_retry)
+        # commit=True: a model call's answer is committed before any tool runs, so a crash
+        # never buys the same turn twice (keyed alone would let recovery call again)
+        @app.step(name=f"{name}.model", effect="keyed", retry=model_retry, commit=True)
         async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
             req = ModelRequest.from_dict(request)
             response = await self.provider(tier).complete(req)

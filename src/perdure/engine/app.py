@@ -89,6 +89,7 @@ class App:
         effect: Effect = "once",
         retry: Retry | None = None,
         timeout: float | timedelta | None = None,
+        commit: bool = False,
     ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
     def step(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
@@ -100,11 +101,14 @@ class App:
         effect: Effect = "once",
         retry: Retry | None = None,
         timeout: float | timedelta | None = None,
+        commit: bool = False,
     ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
         """Register a step. `effect` says what recovery may do (default `once`: never repeat).
 
         `retry` defaults to 3 attempts for read/idempotent/keyed/transactional and to
-        a single attempt for `once`; `timeout` bounds each attempt.
+        a single attempt for `once`; `timeout` bounds each attempt. `commit=True` commits
+        the outcome before the workflow goes on even when recovery could re-run the step
+        (an expensive result, such as a billed model call, is then never bought twice).
         """
 
         def wrap(func: Callable[P, R]) -> Step[P, R]:
@@ -116,7 +120,7 @@ class App:
                     "and must be plain (sync) functions"
                 )
             policy = retry or (NO_RETRY if kind == "once" else DEFAULT_RETRY)
-            definition = StepDef(step_name, func, kind, policy, seconds(timeout))
+            definition = StepDef(step_name, func, kind, policy, seconds(timeout), commit)
             if step_name in self.steps and self.steps[step_name].fn is not func:
                 raise ConfigError(f"two steps are named {step_name!r}; pass name=... to one")
             self.steps[step_name] = definition

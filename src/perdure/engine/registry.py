@@ -30,12 +30,19 @@ class StepDef:
     effect: Effect
     retry: Retry
     timeout: float | None
+    commit: bool = False  # commit the outcome before the workflow goes on (see App.step)
     is_async: bool = field(init=False)
     return_hint: Any = field(init=False)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.return_hint = _hints(self.fn).get("return")
+
+    @property
+    def precious(self) -> bool:
+        """Its outcome is committed before the next step runs: a `once` step's (losing it
+        would park the run), or a `commit=True` step's (re-running it is costly)."""
+        return self.effect == "once" or self.commit
 
     @property
     def recovery(self) -> str:

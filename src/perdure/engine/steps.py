@@ -133,7 +133,7 @@ def _run_direct(
         final=True,
         data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
     )
-    ctx.buffer_entry(entry, precious=step.effect == "once")
+    ctx.buffer_entry(entry, precious=step.precious)
     if elapsed > SLOW_STEP:
         ctx.call(ctx.flush())
     return from_json(data, step.return_hint, where)
@@ -243,7 +243,7 @@ async def _settle(
             final=True,
             data={"error": record},
         )
-        ctx.buffer_entry(final_entry, precious=step.effect == "once")
+        ctx.buffer_entry(final_entry, precious=step.precious)
         if ctx.needs_flush():
             await ctx.flush()
         raise recorded_error(step.name, record, attempt) from outcome
@@ -313,7 +313,7 @@ async def _attempt(
         final=True,
         data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
     )
-    ctx.buffer_entry(entry, precious=step.effect == "once")
+    ctx.buffer_entry(entry, precious=step.precious)
     if elapsed > SLOW_STEP or ctx.needs_flush():
         await ctx.flush()
     return from_json(data, step.return_hint, where)
