@@ -1,0 +1,220 @@
+"""Observer hooks: what the engine tells logs, metrics and tracing, with no-op defaults.
+
+The engine calls the functions here where runs and steps execute; they do
+nothing until an observer is installed (`perdure.observe` installs them), so
+the engine depends on no logging, metrics or tracing package. An observer that
+raises is logged and skipped: a hook can never break a run.
+
+    run_started / run_finished      one execution of a run by one worker (lease epoch)
+    run_recovered                   a worker took over the expired lease of another
+    step_started / step_finished    one attempt of a step that executes (never a replay)
+    step_retry                      an attempt failed and another is scheduled
+    step_recovered                  replay found a step cut between intent and outcome
+    lease_lost                      a worker learnt that its lease was taken over
+    schedule_tick, model_usage      from triggers and agents, which sit above the engine
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .context import RunContext, StepInfo
+    from .registry import StepDef
+
+log = logging.getLogger("perdure.hooks")
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One execution of a run; `outcome` and `seconds` are set when it ends."""
+
+    run_id: str
+    workflow: str
+    worker: str
+    epoch: int
+    queue: str = "default"
+    recovered_from: str | None = None
+    outcome: str = ""  # completed | failed | cancelled | suspended | released | lost | stopped
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One attempt of a step; `outcome` (ok | error), `seconds` and `error` when it ends."""
+
+    run_id: str
+    workflow: str
+    worker: str
+    epoch: int
+    name: str
+    position: int
+    attempt: int
+    effect: str
+    outcome: str = ""
+    seconds: float = 0.0
+    error: str | None = None  # the exception's type name
+    delay: float = 0.0  # step_retry: seconds until the next attempt
+    action: str = ""  # step_recovered: rerun | needs_attention
+
+
+class Observer:
+    """Override the events you need; every method of the base does nothing."""
+
+    def run_started(self, event: RunEvent) -> None: ...
+    def run_finished(self, event: RunEvent) -> None: ...
+    def run_recovered(self, run_id: str, worker: str, previous: str) -> None: ...
+    def step_started(self, event: StepEvent) -> None: ...
+    def step_finished(self, event: StepEvent) -> None: ...
+    def step_retry(self, event: StepEvent) -> None: ...
+    def step_recovered(self, event: StepEvent) -> None: ...
+    def lease_lost(self, run_id: str, worker: str, how: str) -> None: ...
+    def schedule_tick(self, schedule: str, status: str) -> None: ...
+    def model_usage(
+        self, agent: str, model: str, input_tokens: int, output_tokens: int, cost: float
+    ) -> None: ...
+
+
+_observers: tuple[Observer, ...] = ()
+
+
+def install(observer: Observer) -> None:
+    """Add an observer for this process (once; installing it again does nothing)."""
+    global _observers
+    if observer not in _observers:
+        _observers = (*_observers, observer)
+
+
+def uninstall(observer: Observer) -> None:
+    global _observers
+    _observers = tuple(o for o in _observers if o is not observer)
+
+
+def installed() -> tuple[Observer, ...]:
+    return _observers
+
+
+def _emit(method: str, *args: Any) -> None:
+    for observer in _observers:
+        try:
+            getattr(observer, method)(*args)
+        except Exception as exc:  # an observer must never break a run
+            log.warning("observer %s failed in %s: %r", type(observer).__name__, method, exc)
+
+
+# -- called by the engine ------------------------------------------------------------------
+
+
+def _run(ctx: RunContext, **more: Any) -> RunEvent:
+    run = ctx.run
+    return RunEvent(run.id, run.workflow, ctx.worker_id, ctx.epoch, run.queue, **more)
+
+
+def run_started(ctx: RunContext, recovered_from: str | None) -> float:
+    """A worker starts executing a claimed run; returns the start time for `run_finished`."""
+    if _observers:
+        _emit("run_started", _run(ctx, recovered_from=recovered_from))
+    return time.monotonic()
+
+
+def run_finished(ctx: RunContext, outcome: str, started: float) -> None:
+    if _observers:
+        if ctx.lost and outcome in ("stopped", "crashed"):
+            outcome = "lost"
+        _emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
+
+
+def run_recovered(run_id: str, worker: str, previous: str) -> None:
+    if _observers:
+        _emit("run_recovered", run_id, worker, previous)
+
+
+def _step(
+    ctx: RunContext, name: str, pos: int, attempt: int, effect: str, **more: Any
+) -> StepEvent:
+    run = ctx.run
+    return StepEvent(
+        run.id, run.workflow, ctx.worker_id, ctx.epoch, name, pos, attempt, effect, **more
+    )
+
+
+def step_started(ctx: RunContext, info: StepInfo) -> None:
+    if _observers:
+        _emit("step_started", _step(ctx, info.name, info.position, info.attempt, info.effect))
+
+
+def step_finished(
+    ctx: RunContext, info: StepInfo, started: float, error: BaseException | None = None
+) -> None:
+    """An attempt ended: `error` is what it raised (None: it returned)."""
+    if _observers:
+        event = _step(
+            ctx, info.name, info.position, info.attempt, info.effect,
+            outcome="ok" if error is None else "error",
+            seconds=time.monotonic() - started,
+            error=None if error is None else type(error).__name__,
+        )  # fmt: skip
+        _emit("step_finished", event)
+
+
+def step_retry(
+    ctx: RunContext, step: StepDef, pos: int, attempt: int, delay: float, error: BaseException
+) -> None:
+    if _observers:
+        event = _step(
+            ctx, step.name, pos, attempt, step.effect, outcome="error", delay=delay,
+            error=type(error).__name__,
+        )  # fmt: skip
+        _emit("step_retry", event)
+
+
+def step_recovered(ctx: RunContext, step: StepDef, pos: int, attempt: int, action: str) -> None:
+    if _observers:
+        _emit("step_recovered", _step(ctx, step.name, pos, attempt, step.effect, action=action))
+
+
+def lease_lost(run_id: str, worker: str, how: str) -> None:
+    if _observers:
+        _emit("lease_lost", run_id, worker, how)
+
+
+# -- called by triggers and agents ----------------------------------------------------------
+
+
+def schedule_tick(schedule: str, status: str) -> None:
+    """A tick was recorded: fired, missed, skipped or queued."""
+    if _observers:
+        _emit("schedule_tick", schedule, status)
+
+
+def model_usage(agent: str, model: str, input_tokens: int, output_tokens: int, cost: float) -> None:
+    """A model call executed (a replayed one spent nothing and is not reported)."""
+    if _observers:
+        _emit("model_usage", agent, model, input_tokens, output_tokens, cost)
+
+
+# -- read by log processors ------------------------------------------------------------------
+
+
+def log_fields() -> dict[str, Any]:
+    """The run (and step) the calling code executes for: run_id, workflow, worker, epoch, and
+    inside a step step, position, attempt. Empty outside a run."""
+    from .context import current
+    from .steps import _step_info
+
+    ctx = current()
+    if ctx is None:
+        return {}
+    fields: dict[str, Any] = {
+        "run_id": ctx.run_id,
+        "workflow": ctx.run.workflow,
+        "worker": ctx.worker_id,
+        "epoch": ctx.epoch,
+    }
+    info = _step_info.get()
+    if info is not None and info.run_id == ctx.run_id:
+        fields.update(step=info.name, position=info.position, attempt=info.attempt)
+    return fields

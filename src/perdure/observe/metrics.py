@@ -1,0 +1,213 @@
+"""Prometheus metrics: runs by state (read from the store when scraped) and what workers do.
+
+    perdure_runs{status}                         runs in each state, from the store
+    perdure_runs_executing                       runs this process executes now
+    perdure_run_executions_total{outcome}        executions ended: completed, failed, suspended...
+    perdure_step_seconds{step,effect,outcome}    step attempts (histogram; replays not counted)
+    perdure_step_retries_total{step}             failed attempts that will be retried
+    perdure_recoveries_total{effect,action}      steps found cut between intent and outcome
+    perdure_lease_takeovers_total                runs claimed from a worker whose lease expired
+    perdure_leases_lost_total                    leases this process learnt it had lost
+    perdure_schedule_ticks_total{status}         ticks fired, missed, skipped or queued
+    perdure_model_tokens_total{agent,direction}  model tokens spent, input and output
+    perdure_model_cost_total{agent}              model cost (in the spec's price unit)
+
+Labels stay few: step names come from code, never from run ids. A `perdure
+serve` process reports `perdure_runs` (every worker's runs); a worker's own
+counters are scraped from its `--metrics-port`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..engine import hooks
+from ..engine.hooks import RunEvent, StepEvent
+from ..errors import ConfigError, PerdureError
+from ..store.base import ALL_STATUSES
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from ..engine.app import App
+
+log = logging.getLogger("perdure.metrics")
+
+# seconds: from a cached read to a slow model call or a long tool run
+STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
+MISSING = "metrics need prometheus-client: pip install 'perdure[observe]'"
+
+
+class RunsCollector:
+    """`perdure_runs{status}`, counted by the store at each scrape (from a thread of its own)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def describe(self) -> list[Metric]:
+        return []  # no read of the store when registered
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            counts = self.app.sync(self.app.store.count_runs(), "perdure_runs")
+        except PerdureError as exc:  # the store is away: say so, without runs figures
+            log.warning("metrics: cannot count runs (%s)", exc)
+            up = 0.0
+        else:
+            up = 1.0
+            runs = GaugeMetricFamily("perdure_runs", "Runs in each state.", labels=["status"])
+            for status in (*ALL_STATUSES, *sorted(set(counts) - set(ALL_STATUSES))):
+                runs.add_metric([status], float(counts.get(status, 0)))
+            yield runs
+        yield GaugeMetricFamily("perdure_store_up", "1 if the store answered.", value=up)
+
+
+class Metrics(hooks.Observer):
+    """The metric families on one registry, fed by the engine's hooks once installed."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.executing = Gauge("perdure_runs_executing", "Runs this process executes.", registry=r)
+        self.executions = Counter(
+            "perdure_run_executions", "Run executions ended, by outcome.", ["outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.step_seconds = Histogram(
+            "perdure_step_seconds", "Step attempts and their duration.",
+            ["step", "effect", "outcome"], buckets=STEP_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "perdure_step_retries", "Failed step attempts that will be retried.", ["step"],
+            registry=r,
+        )  # fmt: skip
+        self.recoveries = Counter(
+            "perdure_recoveries", "Steps found cut between intent and outcome, and what "
+            "recovery did (rerun or needs_attention).", ["effect", "action"], registry=r,
+        )  # fmt: skip
+        self.takeovers = Counter(
+            "perdure_lease_takeovers", "Runs claimed from a worker whose lease expired.",
+            registry=r,
+        )  # fmt: skip
+        self.leases_lost = Counter(
+            "perdure_leases_lost", "Leases this process learnt were taken over.", registry=r
+        )
+        self.ticks = Counter(
+            "perdure_schedule_ticks", "Schedule ticks by what became of them.", ["status"],
+            registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "perdure_model_tokens", "Model tokens spent.", ["agent", "direction"], registry=r
+        )
+        self.cost = Counter("perdure_model_cost", "Model cost spent.", ["agent"], registry=r)
+        self._watched: set[int] = set()
+        self._lock = threading.Lock()
+
+    def watch(self, app: App) -> None:
+        """Report `perdure_runs` of `app`'s store (once per app)."""
+        with self._lock:
+            if id(app) in self._watched:
+                return
+            self._watched.add(id(app))
+        self.registry.register(RunsCollector(app))
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes (reads the store: call it off the event loop)."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def run_started(self, event: RunEvent) -> None:
+        self.executing.inc()
+
+    def run_finished(self, event: RunEvent) -> None:
+        self.executing.dec()
+        self.executions.labels(event.outcome).inc()
+
+    def run_recovered(self, run_id: str, worker: str, previous: str) -> None:
+        self.takeovers.inc()
+
+    def step_finished(self, event: StepEvent) -> None:
+        self.step_seconds.labels(event.name, event.effect, event.outcome).observe(event.seconds)
+
+    def step_retry(self, event: StepEvent) -> None:
+        self.retries.labels(event.name).inc()
+
+    def step_recovered(self, event: StepEvent) -> None:
+        self.recoveries.labels(event.effect, event.action).inc()
+
+    def lease_lost(self, run_id: str, worker: str, how: str) -> None:
+        self.leases_lost.inc()
+
+    def schedule_tick(self, schedule: str, status: str) -> None:
+        self.ticks.labels(status).inc()
+
+    def model_usage(
+        self, agent: str, model: str, input_tokens: int, output_tokens: int, cost: float
+    ) -> None:
+        self.tokens.labels(agent, "input").inc(input_tokens)
+        self.tokens.labels(agent, "output").inc(output_tokens)
+        self.cost.labels(agent).inc(cost)
+
+
+_default: Metrics | None = None
+_default_lock = threading.Lock()
+
+
+def install_metrics(app: App | None = None) -> Metrics:
+    """The process's metrics, created and hooked into the engine on first use.
+
+    Raises:
+        ConfigError: prometheus-client (the `observe` extra) is not installed.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            try:
+                _default = Metrics()
+            except ImportError:
+                raise ConfigError(MISSING) from None
+            hooks.install(_default)
+    if app is not None:
+        _default.watch(app)
+    return _default
+
+
+def serve_metrics(app: App, port: int, host: str = "0.0.0.0") -> Metrics:
+    """Expose this process's metrics on http://host:port/metrics (a thread of its own)."""
+    metrics = install_metrics(app)
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-port {port}: cannot listen ({exc.strerror})") from None
+    return metrics
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """GET /metrics: the Prometheus text format (503 with a hint without the extra)."""
+    from starlette.responses import PlainTextResponse, Response
+
+    app: Any = request.app.state.perdure
+    try:
+        metrics = install_metrics(app)
+    except ConfigError as exc:
+        return PlainTextResponse(str(exc) + "\n", status_code=503)
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    body = await asyncio.to_thread(metrics.exposition)  # the runs collector reads the store
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

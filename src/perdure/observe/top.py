@@ -1,0 +1,169 @@
+"""`perdure top`'s view: workers (from their leases), queues and running runs, as rich tables.
+
+Read from the store only, so it shows every worker on every host: a worker is
+known by the leases it holds (an idle worker holds none and is not shown), and
+a run's current step is the last position its journal holds (steps whose
+entries are still buffered by their worker show a moment later).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..store.base import CANCELLING, PENDING, RUNNING
+
+if TYPE_CHECKING:
+    from ..engine.app import App
+    from ..store.base import QueueSpec, RunRow
+
+SCAN_LIMIT = 10_000  # running and pending runs read per frame
+
+
+@dataclass(frozen=True)
+class WorkerLine:
+    id: str
+    runs: int
+    lease_left: float  # seconds until its newest lease expires (negative: expired)
+
+
+@dataclass(frozen=True)
+class QueueLine:
+    name: str
+    running: int
+    pending: int
+    limits: str
+
+
+@dataclass(frozen=True)
+class RunLine:
+    id: str
+    workflow: str
+    queue: str
+    worker: str
+    age: float
+    step: str
+
+
+@dataclass
+class Snapshot:
+    """One frame: what the store says at `now`."""
+
+    now: float
+    counts: dict[str, int]
+    workers: list[WorkerLine] = field(default_factory=list)
+    queues: list[QueueLine] = field(default_factory=list)
+    runs: list[RunLine] = field(default_factory=list)
+    more_runs: int = 0  # running runs not listed
+
+
+def _limits(spec: QueueSpec | None) -> str:
+    if spec is None:
+        return "-"
+    parts = []
+    if spec.concurrency is not None:
+        parts.append(f"{spec.concurrency} at once")
+    if spec.per_worker is not None:
+        parts.append(f"{spec.per_worker} per worker")
+    if spec.rate is not None:
+        parts.append(f"{spec.rate}/{spec.period:g}s")
+    return ", ".join(parts) or "-"
+
+
+async def _current_step(app: App, run: RunRow) -> str:
+    """The step at the journal's last position: `name #position` (and its attempt if > 1)."""
+    entries = await app.store.journal(run.id)
+    last = next((e for e in reversed(entries) if e.position is not None), None)
+    if last is None:
+        return "-"
+    text = f"{last.name or last.kind} #{last.position}"
+    if last.attempt > 1:
+        text += f" (attempt {last.attempt})"
+    return text if not last.final else text + " done"
+
+
+async def snapshot(app: App, *, limit: int = 30) -> Snapshot:
+    """Read one frame from `app`'s store; at most `limit` running runs are listed."""
+    await app.open_store()
+    now = app.clock.now()
+    counts = await app.store.count_runs()
+    running = await app.store.list_runs(statuses=[RUNNING, CANCELLING], limit=SCAN_LIMIT)
+    pending = await app.store.list_runs(statuses=[PENDING], limit=SCAN_LIMIT)
+    frame = Snapshot(now=now, counts=counts)
+    held: dict[str, list[RunRow]] = {}
+    for run in running:
+        if run.lease_owner:
+            held.setdefault(run.lease_owner, []).append(run)
+    frame.workers = sorted(
+        (
+            WorkerLine(owner, len(runs), max(r.lease_until or now for r in runs) - now)
+            for owner, runs in held.items()
+        ),
+        key=lambda w: w.id,
+    )
+    names = sorted({r.queue for r in running} | {r.queue for r in pending} | set(app.queues))
+    frame.queues = [
+        QueueLine(
+            name,
+            sum(r.queue == name for r in running),
+            sum(r.queue == name for r in pending),
+            _limits(app.queues.get(name)),
+        )
+        for name in names
+    ]
+    oldest = sorted(running, key=lambda r: r.started_at or r.created_at)
+    for run in oldest[:limit]:
+        frame.runs.append(
+            RunLine(
+                run.id, run.workflow, run.queue, run.lease_owner or "-",
+                now - (run.started_at or run.created_at), await _current_step(app, run),
+            )
+        )  # fmt: skip
+    frame.more_runs = max(0, len(running) - limit)
+    return frame
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def render(frame: Snapshot, title: str = "perdure") -> Any:
+    """The frame as a rich renderable (needs rich, the `observe` extra)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    states = "  ".join(f"{k} {v}" for k, v in sorted(frame.counts.items()) if v) or "no runs"
+    header = Text.assemble((title, "bold"), "  ", states)
+
+    workers = Table(title="workers", title_justify="left", expand=False)
+    for name in ("WORKER", "RUNS", "LEASE"):
+        workers.add_column(name, no_wrap=True)
+    for w in frame.workers:
+        lease = f"expires in {_ago(w.lease_left)}" if w.lease_left >= 0 else (
+            f"expired {_ago(-w.lease_left)} ago"
+        )  # fmt: skip
+        workers.add_row(w.id, str(w.runs), Text(lease, style="red" if w.lease_left < 0 else ""))
+    if not frame.workers:
+        workers.add_row("(no worker holds a run)", "", "")
+
+    queues = Table(title="queues", title_justify="left")
+    for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):
+        queues.add_column(name, no_wrap=True)
+    for q in frame.queues:
+        queues.add_row(q.name, str(q.running), str(q.pending), q.limits)
+
+    runs = Table(title="running", title_justify="left")
+    for name in ("RUN", "WORKFLOW", "QUEUE", "WORKER", "AGE", "STEP"):
+        runs.add_column(name, no_wrap=True, overflow="ellipsis")
+    for r in frame.runs:
+        runs.add_row(r.id, r.workflow, r.queue, r.worker, _ago(r.age), r.step)
+    parts: list[Any] = [header, workers, queues, runs]
+    if frame.more_runs:
+        parts.append(Text(f"... and {frame.more_runs} more running"))
+    return Group(*parts)
