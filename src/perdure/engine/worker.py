@@ -296,12 +296,12 @@ class Worker:
         for _ in range(max_rounds):
             started = await self.claim_once()
             total += started
+            if not started and not self.tasks:
+                return total  # nothing running could still make work runnable
             if self.tasks:
                 await asyncio.wait(list(self.tasks.values()), return_when=asyncio.FIRST_COMPLETED)
             if self.crashed is not None:
                 if self.tasks:
                     await asyncio.wait(list(self.tasks.values()))
                 raise self.crashed
-            if not started and not self.tasks:
-                return total
         return total
