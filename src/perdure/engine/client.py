@@ -75,24 +75,11 @@ class Client:
         workflow: str,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
-        *,
-        run_id: str | None = None,
-        deadline: float | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        partition_key: str | None = None,
+        **options: Any,
     ) -> RunRow:
-        """Create a run (or return the existing run with this id: idempotent start)."""
-        run, _ = await self.start_run(
-            workflow,
-            args,
-            kwargs,
-            run_id=run_id,
-            deadline=deadline,
-            queue=queue,
-            priority=priority,
-            partition_key=partition_key,
-        )
+        """Create a run (or return the existing run with this id: idempotent start);
+        `options` as for `start_run`."""
+        run, _ = await self.start_run(workflow, args, kwargs, **options)
         return run
 
     async def start_run(
