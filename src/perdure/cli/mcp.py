@@ -1,0 +1,124 @@
+"""`perdure mcp`: serve the app's workflows and agents as MCP tools that run as MCP tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+from ..agent.serve import MODEL_CHOICES
+from ..errors import ConfigError
+
+
+@click.command("mcp")
+@click.option(
+    "--http",
+    "over_http",
+    is_flag=True,
+    help="Streamable HTTP (bearer tokens from `perdure token create`) instead of stdio.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (--http).")
+@click.option("--port", default=8765, show_default=True, help="Port to bind (--http).")
+@click.option("--path", default="/mcp", show_default=True, help="Endpoint path (--http).")
+@click.option(
+    "--worker",
+    "with_worker",
+    is_flag=True,
+    help="Also run workflows in this process (default: a `perdure worker` runs them).",
+)
+@click.option("--concurrency", default=8, show_default=True, help="Runs the --worker runs at once.")
+@click.option(
+    "--agent",
+    "agent_specs",
+    multiple=True,
+    metavar="SPEC",
+    help="Also serve the agent of this TOML spec (repeatable).",
+)
+@click.option(
+    "--model",
+    type=click.Choice(MODEL_CHOICES),
+    default="spec",
+    help="Serve the agents' default tier with this model.",
+)
+@click.option(
+    "--workflow",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    help="Expose only these workflows (repeatable; default: all).",
+)
+@click.option("--builtin", is_flag=True, help="Also expose perdure's own workflows (perdure.plan).")
+@click.option(
+    "--call-wait",
+    default=60.0,
+    show_default=True,
+    help="Seconds a plain (not task) tools/call waits for its run's result.",
+)
+@click.option(
+    "--result-wait",
+    default=300.0,
+    show_default=True,
+    help="Seconds tasks/result blocks at most before asking the client to retry.",
+)
+@click.pass_context
+def mcp_cmd(
+    ctx: click.Context,
+    over_http: bool,
+    host: str,
+    port: int,
+    path: str,
+    with_worker: bool,
+    concurrency: int,
+    agent_specs: tuple[str, ...],
+    model: str,
+    only: tuple[str, ...],
+    builtin: bool,
+    call_wait: float,
+    result_wait: float,
+) -> None:
+    """Serve workflows and agents as MCP tools (stdio, or Streamable HTTP with --http).
+
+    A task-augmented tools/call starts a durable run whose id is the task id
+    (tasks/get, tasks/result, tasks/list, tasks/cancel); a gate the run reaches
+    is put to the client as an elicitation. Tasks survive the server: reconnect
+    to any server on the same store.
+    """  # fmt: skip
+    try:
+        from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
+    except ImportError as exc:
+        raise ConfigError(
+            f"perdure mcp needs the mcp extra ({exc.name} is missing): pip install 'perdure[mcp]'"
+        ) from None
+    from ..agent.loop import Agent
+    from ..agent.serve import with_model
+    from ..agent.spec import load_spec
+    from ..engine.worker import WorkerOptions
+    from .main import get_app  # main imports this module to register the command
+
+    # stderr only: over stdio, standard output is the protocol
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    app = get_app(ctx)
+    descriptions: dict[str, str] = {}
+    for spec_path in agent_specs:
+        agent = Agent(app, with_model(load_spec(spec_path), model))
+        descriptions[agent.name] = agent.spec.goal.strip()
+    tools = workflow_tools(app.workflows, only=only, builtin=builtin, descriptions=descriptions)
+    if not tools:
+        raise ConfigError("no tools to serve: pass --app module:attribute and/or --agent SPEC")
+    options = McpOptions(call_wait=call_wait, result_wait=result_wait)
+    worker = WorkerOptions(concurrency=concurrency) if with_worker else None
+    server = PerdureMcp(app, tools, options, http=over_http)
+    names = ", ".join(sorted(tools))
+    runs = "runs workflows here" if with_worker else "a `perdure worker` runs them"
+    try:
+        if over_http:
+            click.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
+                       f"{runs}", err=True)  # fmt: skip
+            asyncio.run(serve_http(server, host, port, path=path, worker=worker))
+        else:
+            click.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
+            asyncio.run(serve_stdio(server, worker))
+    finally:
+        app.close()

@@ -1,0 +1,460 @@
+"""The MCP server: workflows and agents as tools whose calls are perdure runs, as MCP tasks.
+
+Built on the official SDK's low-level `Server` (mcp 1.x), with the task methods
+of the MCP specification 2025-11-25 registered as its request handlers over the
+store, not over the SDK's in-memory task store, so a task outlives the process:
+
+- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`.
+- `tools/call` with `task`: starts the run `mcp:<uuid>` (its id is the task id) and
+  returns `CreateTaskResult` at once. Without `task`: starts the run and waits for
+  its result (at most `call_wait` seconds; after that the result says the run goes
+  on, with its id, and `isError`).
+- `tasks/get`: the run as a task (status mapping: `perdure.server.mcp.tasks`).
+- `tasks/result`: blocks until the run is completed, failed or cancelled (at most
+  `result_wait` seconds, then a -32001 error: ask again) and returns what
+  `tools/call` would have (`isError` for failed and cancelled), with the
+  `io.modelcontextprotocol/related-task` metadata. While it blocks, a gate the run
+  waits at is put to the client as an `elicitation/create` on this request's
+  stream (the task's side channel, with the related-task metadata); the answer is
+  delivered with `operations.decide` / `operations.answer` as the client's principal.
+- `tasks/list`: the runs started through MCP, newest first, cursor-paginated.
+- `tasks/cancel`: cancels the run (and its children); -32602 if it already ended.
+- `notifications/tasks/status`: sent while a session is connected, for the tasks it
+  created or asked about, whenever their status or message changes (store polled
+  every `poll` seconds).
+
+Who acts: over Streamable HTTP, the holder of the bearer token (its scopes
+apply: `read` to look, `operate` to call and cancel, `approve` to answer gates);
+over stdio the local client, as `mcp:<client name>` with read, operate, approve.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp.types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import McpError
+from mcp.shared.experimental.tasks.helpers import RELATED_TASK_METADATA_KEY
+from mcp.shared.message import ServerMessageMetadata
+
+from ...errors import PerdureError, StoreError
+from ...store.base import CANCELLING, FINAL, RunRow
+from ..access import Principal, record
+from ..operations import Forbidden, answer, decide, operate, require
+from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
+from .tools import WorkflowTool
+
+if TYPE_CHECKING:
+    from ...engine.app import App
+
+log = logging.getLogger("perdure.mcp")
+
+LOCAL_SCOPES = frozenset({"read", "operate", "approve"})  # the stdio client: the local user
+REQUEST_TIMEOUT = -32001  # tasks/result gave up waiting (the code the SDKs use for timeouts)
+_TERMINAL = (types.TASK_STATUS_COMPLETED, types.TASK_STATUS_FAILED, types.TASK_STATUS_CANCELLED)
+
+
+@dataclass
+class McpOptions:
+    """How the MCP server waits and pages.
+
+    Args:
+        call_wait: seconds a plain (not task-augmented) tools/call waits for the result.
+        result_wait: seconds tasks/result blocks at most before answering -32001.
+        poll: seconds between store reads of a followed run; also the pollInterval hint.
+        page_size: tasks per tasks/list page.
+        list_limit: tasks/list looks at this many of the most recent runs.
+        cancel_wait: seconds tasks/cancel waits for a running run to stop.
+    """
+
+    call_wait: float = 60.0
+    result_wait: float = 300.0
+    poll: float = 0.5
+    page_size: int = 50
+    list_limit: int = 10_000
+    cancel_wait: float = 5.0
+
+
+@dataclass
+class SessionState:
+    """One client session: its SDK session and the tasks it follows (for status notifications)."""
+
+    session: ServerSession | None = None
+    watched: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+    def watch(self, task: types.Task) -> None:
+        if task.status not in _TERMINAL and task.taskId not in self.watched:
+            self.watched[task.taskId] = (task.status, task.statusMessage)
+
+
+class _TaskServer(Server[SessionState, Any]):
+    """The low-level Server, declaring the tasks capability of spec 2025-11-25 (list,
+    cancel, task-augmented tools/call) for handlers registered directly, not through
+    the SDK's deprecated in-memory `experimental.enable_tasks()`."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions,
+        experimental_capabilities: dict[str, dict[str, Any]],
+    ) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(notification_options, experimental_capabilities)
+        capabilities.tasks = types.ServerTasksCapability(
+            list=types.TasksListCapability(),
+            cancel=types.TasksCancelCapability(),
+            requests=types.ServerTasksRequestsCapability(
+                tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+            ),
+        )
+        return capabilities
+
+
+def _error(code: int, message: str) -> McpError:
+    return McpError(types.ErrorData(code=code, message=message))
+
+
+Handler = Callable[[Any], Awaitable[types.ServerResult]]
+
+
+class PerdureMcp:
+    """The MCP server for an App's tools; `server` is the SDK Server to run on a transport.
+
+    Args:
+        http: requests come over Streamable HTTP and must carry a bearer token's principal.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        tools: dict[str, WorkflowTool],
+        options: McpOptions | None = None,
+        *,
+        http: bool = False,
+    ) -> None:
+        self.app = app
+        self.tools = tools
+        self.options = options or McpOptions()
+        self.http = http
+        self._asking: set[str] = set()  # gates being put to a client by this process
+        try:
+            perdure_version = version("perdure")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            perdure_version = "0"
+        self.server = _TaskServer(
+            "perdure",
+            perdure_version,
+            instructions=(
+                "Each tool starts a durable perdure run. Call tools as tasks (tasks/get, "
+                "tasks/result) to follow a run across reconnects and server restarts."
+            ),
+            lifespan=self._lifespan,
+        )
+        handlers: dict[type, Handler] = {
+            types.ListToolsRequest: self._list_tools,
+            types.CallToolRequest: self._call_tool,
+            types.GetTaskRequest: self._get_task,
+            types.GetTaskPayloadRequest: self._task_result,
+            types.ListTasksRequest: self._list_tasks,
+            types.CancelTaskRequest: self._cancel_task,
+        }
+        for kind, handler in handlers.items():
+            self.server.request_handlers[kind] = _translated(handler)
+
+    @property
+    def poll_ms(self) -> int:
+        return max(1, int(self.options.poll * 1000))
+
+    # -- sessions and status notifications ------------------------------------------
+
+    @asynccontextmanager
+    async def _lifespan(self, _server: Server[SessionState, Any]) -> AsyncIterator[SessionState]:
+        """Per session (stdio: the process; HTTP: each Mcp-Session-Id): its state and watcher."""
+        await self.app.open_store()
+        state = SessionState()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch, state)
+            try:
+                yield state
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _watch(self, state: SessionState) -> None:
+        """Send notifications/tasks/status when a followed task's status or message changes."""
+        while True:
+            await anyio.sleep(self.options.poll)
+            session = state.session
+            if session is None or not state.watched:
+                continue
+            for task_id, last in list(state.watched.items()):
+                try:
+                    run = await self.app.store.get_run(task_id)
+                    if run is None:  # deleted (retention)
+                        state.watched.pop(task_id, None)
+                        continue
+                    task = await task_of(self.app, run, self.poll_ms)
+                except PerdureError as exc:  # the store is away: try again next time
+                    log.warning("mcp: reading task %s failed: %s", task_id, exc)
+                    continue
+                if (task.status, task.statusMessage) == last:
+                    continue
+                if task.status in _TERMINAL:
+                    state.watched.pop(task_id, None)
+                else:
+                    state.watched[task_id] = (task.status, task.statusMessage)
+                note = types.TaskStatusNotification(
+                    params=types.TaskStatusNotificationParams(**task.model_dump())
+                )
+                try:
+                    await session.send_notification(types.ServerNotification(note))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # the client went away
+
+    def _context(self) -> tuple[Principal, SessionState, ServerSession, types.RequestId]:
+        """Who asks, their session state, the SDK session and the request id."""
+        ctx = self.server.request_context
+        state = ctx.lifespan_context
+        state.session = ctx.session
+        request = ctx.request
+        user = getattr(request, "scope", {}).get("user") if request is not None else None
+        if isinstance(user, AuthenticatedUser):
+            token = user.access_token
+            who = Principal(token.client_id, frozenset(token.scopes))
+        elif self.http:
+            raise _error(types.INVALID_REQUEST, "a bearer token is required")
+        else:
+            params = ctx.session.client_params
+            name = params.clientInfo.name if params is not None else "client"
+            who = Principal(f"mcp:{name}", LOCAL_SCOPES)
+        return who, state, ctx.session, ctx.request_id
+
+    # -- tools ----------------------------------------------------------------------
+
+    async def _list_tools(self, req: types.ListToolsRequest) -> types.ServerResult:
+        who, *_ = self._context()
+        require(who, "read", "listing tools")
+        tools = [t.tool for t in self.tools.values()]
+        return types.ServerResult(types.ListToolsResult(tools=tools))
+
+    async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
+        who, state, session, request_id = self._context()
+        tool = self.tools.get(req.params.name)
+        if tool is None:
+            raise _error(types.INVALID_PARAMS, f"unknown tool {req.params.name!r}")
+        require(who, "operate", f"calling tool {tool.name!r}")
+        as_task = req.params.task is not None
+        run_id = TASK_PREFIX + uuid.uuid4().hex
+        try:
+            args, kwargs = tool.arguments(req.params.arguments or {})
+            run, _ = await self.app.client.start_run(tool.workflow, args, kwargs, run_id=run_id)
+        except PerdureError as exc:  # bad arguments: nothing was recorded
+            if as_task:
+                raise _error(types.INVALID_PARAMS, str(exc)) from None
+            return types.ServerResult(_text_error(str(exc)))
+        await record(self.app, who.name, "run.start", f"run:{run.id}",
+                     {"workflow": tool.workflow, "via": "mcp", "task": as_task})  # fmt: skip
+        if as_task:
+            task = await task_of(self.app, run, self.poll_ms)
+            state.watch(task)
+            return types.ServerResult(types.CreateTaskResult(task=task))
+        run = await self._follow(run.id, who, session, request_id, self.options.call_wait, False)
+        if run.status in FINAL:
+            return types.ServerResult(await tool_result(self.app, run))
+        waited = f"{self.options.call_wait:g}s"
+        result = _text_error(
+            f"run {run.id} is still {run.status} after {waited} and goes on; follow it as "
+            f"task {run.id} (tasks/get, tasks/result) or call the tool as a task"
+        )
+        result.structuredContent = {"run_id": run.id, "status": run.status}
+        return types.ServerResult(result)
+
+    # -- tasks ----------------------------------------------------------------------
+
+    async def _run(self, task_id: str) -> RunRow:
+        run = await self.app.store.get_run(task_id)
+        if run is None:
+            raise _error(types.INVALID_PARAMS, f"Task not found: {task_id}")
+        return run
+
+    async def _get_task(self, req: types.GetTaskRequest) -> types.ServerResult:
+        who, state, *_ = self._context()
+        require(who, "read", "reading a task")
+        task = await task_of(self.app, await self._run(req.params.taskId), self.poll_ms)
+        state.watch(task)
+        return types.ServerResult(types.GetTaskResult(**task.model_dump()))
+
+    async def _task_result(self, req: types.GetTaskPayloadRequest) -> types.ServerResult:
+        who, state, session, request_id = self._context()
+        require(who, "read", "reading a task's result")
+        task_id = req.params.taskId
+        state.watch(await task_of(self.app, await self._run(task_id), self.poll_ms))
+        run = await self._follow(task_id, who, session, request_id, self.options.result_wait, True)
+        if run.status not in FINAL:
+            raise _error(
+                REQUEST_TIMEOUT,
+                f"task {task_id} is still {run.status} after {self.options.result_wait:g}s; "
+                "poll tasks/get and ask tasks/result again",
+            )
+        data = (await tool_result(self.app, run)).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        data["_meta"] = {**data.get("_meta", {}), RELATED_TASK_METADATA_KEY: {"taskId": task_id}}
+        return types.ServerResult(types.GetTaskPayloadResult.model_validate(data))
+
+    async def _list_tasks(self, req: types.ListTasksRequest) -> types.ServerResult:
+        who, *_ = self._context()
+        require(who, "read", "listing tasks")
+        cursor = req.params.cursor if req.params is not None else None
+        after = _decode_cursor(cursor) if cursor else None
+        runs = await self.app.store.list_runs(limit=self.options.list_limit)
+        keyed = sorted(((-r.created_at, r.id), r) for r in runs if r.id.startswith(TASK_PREFIX))
+        if after is not None:
+            keyed = [(k, r) for k, r in keyed if k > after]
+        page = keyed[: self.options.page_size]
+        tasks = [await task_of(self.app, r, self.poll_ms) for _, r in page]
+        following = _encode_cursor(page[-1][0]) if len(keyed) > len(page) else None
+        return types.ServerResult(types.ListTasksResult(tasks=tasks, nextCursor=following))
+
+    async def _cancel_task(self, req: types.CancelTaskRequest) -> types.ServerResult:
+        who, *_ = self._context()
+        task_id = req.params.taskId
+        run = await self._run(task_id)
+        if run.status in FINAL:
+            raise _error(types.INVALID_PARAMS, f"task {task_id} already ended ({run.status})")
+        await operate(self.app, who, "cancel", task_id, comment="tasks/cancel over MCP")
+        # a run held by a worker elsewhere stops at its next step (its heartbeat: ≤ 1 s)
+        with anyio.move_on_after(self.options.cancel_wait):
+            while (run := await self._run(task_id)).status == CANCELLING:
+                await self.app.wait_change(self.options.poll)
+        task = await task_of(self.app, run, self.poll_ms)
+        return types.ServerResult(types.CancelTaskResult(**task.model_dump()))
+
+    # -- following a run, and its gates -----------------------------------------------
+
+    async def _follow(
+        self,
+        run_id: str,
+        who: Principal,
+        session: ServerSession,
+        request_id: types.RequestId,
+        wait: float,
+        related_task: bool,
+    ) -> RunRow:
+        """Wait (at most `wait` seconds) for the run to end, putting each gate it reaches to
+        the client once, on this request's stream; returns the run as last seen."""
+        deadline = anyio.current_time() + wait
+        asked: set[str] = set()
+        while True:
+            run = await self._run(run_id)
+            remaining = deadline - anyio.current_time()
+            if run.status in FINAL or remaining <= 0:
+                return run
+            gate = await gate_of(self.app, run)
+            key = f"{run.id}\n{run.waiting_for}"
+            if gate and key not in (asked | self._asking) and _can_elicit(session, who):
+                asked.add(key)
+                self._asking.add(key)
+                try:
+                    await self._ask(gate, run, who, session, request_id, related_task, remaining)
+                finally:
+                    self._asking.discard(key)
+                continue
+            await self.app.wait_change(min(self.options.poll, remaining))
+
+    async def _ask(
+        self,
+        gate: GateQuestion,
+        run: RunRow,
+        who: Principal,
+        session: ServerSession,
+        request_id: types.RequestId,
+        related_task: bool,
+        timeout: float,
+    ) -> None:
+        """Put a gate to the client (elicitation/create) and deliver the answer to the run.
+
+        An approval accepted with approve=false, or declined, denies the call; a
+        question is answered only by an accepted answer. A cancelled (dismissed) form
+        leaves the gate open for anyone else (`perdure send`, another client)."""
+        params: dict[str, Any] = {"message": gate.message, "requestedSchema": gate.schema()}
+        if related_task:
+            params["_meta"] = {RELATED_TASK_METADATA_KEY: {"taskId": run.id}}
+        request = types.ServerRequest(
+            types.ElicitRequest(params=types.ElicitRequestFormParams.model_validate(params))
+        )
+        try:
+            reply = await session.send_request(
+                request,
+                types.ElicitResult,
+                request_read_timeout_seconds=timedelta(seconds=max(timeout, 1.0)),
+                metadata=ServerMessageMetadata(related_request_id=request_id),
+            )
+        except McpError as exc:  # the client failed or took too long: leave the gate open
+            log.info("mcp: elicitation for run %s got no answer: %s", run.id, exc.error.message)
+            return
+        content = reply.content or {}
+        comment = str(content.get("comment") or "")
+        try:
+            if gate.kind == "approval" and reply.action in ("accept", "decline"):
+                approve = reply.action == "accept" and content.get("approve") is True
+                if reply.action == "decline" and not comment:
+                    comment = f"declined by {who.name}"
+                await decide(self.app, who, run.id, gate.call_id, approve, comment)
+            elif gate.kind == "question" and reply.action == "accept" and "answer" in content:
+                await answer(self.app, who, run.id, gate.call_id, str(content["answer"]))
+        except PerdureError as exc:  # answered meanwhile elsewhere
+            log.info("mcp: answer for run %s not delivered: %s", run.id, exc)
+
+
+def _can_elicit(session: ServerSession, who: Principal) -> bool:
+    params = session.client_params
+    return (
+        who.allows("approve") and params is not None and params.capabilities.elicitation is not None
+    )
+
+
+def _text_error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
+
+
+def _translated(handler: Handler) -> Handler:
+    """Refusals as JSON-RPC errors: scopes -32600, the store -32603, other perdure errors
+    (bad ids, arguments, states) -32602; McpErrors as they are."""
+
+    async def handle(req: Any) -> types.ServerResult:
+        try:
+            return await handler(req)
+        except Forbidden as exc:
+            raise _error(types.INVALID_REQUEST, str(exc)) from None
+        except McpError:
+            raise
+        except StoreError as exc:  # not the request's fault: the store is away or busy
+            raise _error(types.INTERNAL_ERROR, str(exc)) from None
+        except PerdureError as exc:
+            raise _error(types.INVALID_PARAMS, str(exc)) from None
+
+    return handle
+
+
+def _encode_cursor(key: tuple[float, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        created, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return float(created), str(run_id)
+    except (ValueError, TypeError, binascii.Error):
+        raise _error(types.INVALID_PARAMS, f"invalid cursor {cursor!r}") from None

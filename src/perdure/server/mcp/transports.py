@@ -1,0 +1,173 @@
+"""Running the MCP server: over stdio or Streamable HTTP (bearer tokens), with an optional worker.
+
+Over stdio the protocol owns the process's standard output: it is written to a
+private copy of it, and file descriptor 1 then points at standard error, so a
+workflow that prints (or a subprocess it starts) cannot corrupt the stream.
+Over HTTP every request needs `Authorization: Bearer <token>` from `perdure
+token create` (401 without one); a session can only be used with the token that
+opened it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from io import TextIOWrapper
+from types import FrameType
+from typing import TYPE_CHECKING, cast
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.provider import AccessToken
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+
+from ...engine.worker import Worker, WorkerOptions
+from ..access import authenticate
+
+if TYPE_CHECKING:
+    from ...engine.app import App
+    from .server import PerdureMcp
+
+STDIN_LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message a line
+
+
+class StoreTokens:
+    """The SDK's TokenVerifier over perdure's tokens (hashed in the store, with scopes)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        who = await authenticate(self.app, f"Bearer {token}")
+        if who is None:
+            return None
+        return AccessToken(
+            token=token,
+            client_id=who.name,
+            scopes=sorted(who.scopes),
+            subject=hashlib.sha256(token.encode()).hexdigest()[:16],  # tells same-name tokens apart
+        )
+
+
+def http_app(mcp: PerdureMcp, path: str = "/mcp") -> Starlette:
+    """The ASGI application: the MCP endpoint at `path`, behind bearer-token authentication."""
+    manager = StreamableHTTPSessionManager(app=mcp.server, stateless=False)
+
+    async def endpoint(scope: dict[str, object], receive: object, send: object) -> None:
+        await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(
+        routes=[Route(path, endpoint=RequireAuthMiddleware(endpoint, required_scopes=[]))],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreTokens(mcp.app)))
+        ],
+        lifespan=lifespan,
+    )
+
+
+async def _with_worker(
+    app: App, options: WorkerOptions | None
+) -> tuple[Worker | None, asyncio.Task[None] | None]:
+    if options is None:
+        return None, None
+    worker = app.worker(options)
+    return worker, asyncio.create_task(worker.run(), name="perdure-mcp-worker")
+
+
+async def _stop(worker: Worker | None, runner: asyncio.Task[None] | None) -> None:
+    if worker is not None and runner is not None:
+        worker.stop()
+        await runner
+
+
+class _StdinLines:
+    """Standard input as async lines read by the event loop, so SIGTERM can cancel the read
+    (the SDK reads stdin on a thread, which nothing interrupts until a line arrives)."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
+
+
+async def _stdin() -> anyio.AsyncFile[str] | None:
+    """Stdin as `_StdinLines` when it is a pipe (as MCP clients start servers), else None
+    (the SDK's own reader)."""
+    reader = asyncio.StreamReader(limit=STDIN_LINE_LIMIT)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    except (ValueError, OSError):  # a regular file or a closed stdin
+        return None
+    return cast("anyio.AsyncFile[str]", _StdinLines(reader))
+
+
+async def serve_stdio(mcp: PerdureMcp, worker: WorkerOptions | None = None) -> None:
+    """Serve one client over stdin/stdout until it disconnects or SIGTERM/SIGINT; with
+    `worker`, also run workflows in this process (drained and released on the way out)."""
+    protocol = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # from now on anything written to fd 1 goes to stderr
+    stdout = anyio.wrap_file(TextIOWrapper(protocol, encoding="utf-8", write_through=True))
+    loop = asyncio.get_running_loop()
+    running, runner = await _with_worker(mcp.app, worker)
+    try:
+        with anyio.CancelScope() as scope:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, scope.cancel)
+            async with stdio_server(stdin=await _stdin(), stdout=stdout) as (read, write):
+                await mcp.server.run(read, write, mcp.server.create_initialization_options())
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await _stop(running, runner)
+
+
+async def serve_http(
+    mcp: PerdureMcp,
+    host: str,
+    port: int,
+    *,
+    path: str = "/mcp",
+    worker: WorkerOptions | None = None,
+) -> None:
+    """Serve Streamable HTTP at http://host:port/path until SIGTERM/SIGINT; with `worker`,
+    also run workflows in this process."""
+    import uvicorn
+
+    config = uvicorn.Config(http_app(mcp, path), host=host, port=port, log_config=None)
+    server = uvicorn.Server(config)
+    running, runner = await _with_worker(mcp.app, worker)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # uvicorn captures signals while it serves and raises them again here when done
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        await _stop(running, runner)
