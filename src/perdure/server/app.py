@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..engine.app import App
+from .dashboard import dashboard_routes
 from .hooks import receive_hook
 
 
@@ -22,6 +23,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/hooks/{name}", receive_hook, methods=["POST"]),
+        *dashboard_routes(),
     ]
 
 

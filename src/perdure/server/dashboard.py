@@ -1,0 +1,672 @@
+"""The dashboard `perdure serve` shows under /ui: runs, a run's journal, approvals, schedules,
+agents, workers and the audit log, refreshed live over server-sent events (/ui/stream).
+
+Sign-in: a person pastes a token (`perdure token create`) once; it is kept in an HttpOnly,
+SameSite=Strict cookie and checked on every request like a bearer header, so every page
+and action needs the scope the HTTP API would (read to look, approve for gates, operate
+for runs, admin for schedules). Every form POSTs a CSRF token that must equal the value
+of a second SameSite=Strict cookie (double submit). Secrets are redacted from all output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..engine.app import App
+from ..engine.client import resolve_text
+from ..engine.inspection import explain
+from ..errors import ConfigError, PerdureError, RunNotFound
+from ..store.base import ALL_STATUSES, FINAL, Entry, RunRow
+from ..triggers import schedules
+from . import operations
+from .access import Principal, authenticate, record
+from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
+from .redact import Redactor
+
+HERE = Path(__file__).resolve().parent
+templates = Jinja2Templates(directory=HERE / "templates")
+SESSION_COOKIE = "perdure_session"
+CSRF_COOKIE = "perdure_csrf"
+FLASH_COOKIE = "perdure_flash"
+COOKIE_PATH = "/ui"
+SESSION_SECONDS = 12 * 3600
+PAGE = 50  # rows per page of runs and audit entries
+MAX_FORM = 64 * 1024
+MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
+STREAM_SECONDS = 600.0  # one SSE connection lasts this long; the browser then reconnects
+STREAM_POLL = 1.0  # seconds between checks for changes made by other processes
+MAX_STREAMS = 100  # open event streams per server; more are refused with 503
+_open_streams = 0
+HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",  # no clickjacking of approve buttons
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'"
+    ),
+}
+
+
+def when(ts: float | None) -> str:
+    """A UTC timestamp as `2025-01-31 09:00:00Z` ('-' for none)."""
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def ago(ts: float | None, now: float) -> str:
+    """`ts` relative to `now`: `42s ago`, `in 3m`, `2d ago`."""
+    if not ts:
+        return "-"
+    delta = now - ts
+    size = abs(delta)
+    for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60)):
+        if size >= seconds:
+            text = f"{int(size // seconds)}{unit}"
+            break
+    else:
+        text = f"{int(size)}s"
+    return f"{text} ago" if delta >= 0 else f"in {text}"
+
+
+templates.env.filters["when"] = when
+templates.env.globals["ago"] = ago
+
+
+# -- sign-in, CSRF, rendering ------------------------------------------------------------
+
+
+async def principal(app: App, request: Request) -> Principal | None:
+    """Who the session cookie's token belongs to, or None (no cookie, unknown, revoked)."""
+    token = request.cookies.get(SESSION_COOKIE)
+    return await authenticate(app, f"Bearer {token}") if token else None
+
+
+def local_path(target: str | None, default: str = "/ui/runs") -> str:
+    """`target` if it is a path of this dashboard (never another site), else `default`."""
+    if target and target.startswith("/ui/") and "//" not in target and "\\" not in target:
+        return target
+    return default
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """The urlencoded form of a POST (first value of each field)."""
+    body = await request.body()
+    if len(body) > MAX_FORM:
+        return {}
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
+
+
+def csrf_ok(request: Request, form: dict[str, str]) -> bool:
+    """The form's token equals the CSRF cookie (which another site can neither read nor set)."""
+    cookie, sent = request.cookies.get(CSRF_COOKIE, ""), form.get("csrf", "")
+    return bool(cookie) and secrets.compare_digest(cookie.encode(), sent.encode())
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
+    secure = request.url.scheme == "https"
+    response.set_cookie(
+        name, value, max_age=age, path=COOKIE_PATH, httponly=True, samesite="strict", secure=secure
+    )
+
+
+async def render(
+    request: Request, who: Principal | None, name: str, status: int = 200, **context: Any
+) -> Response:
+    """Render template `name` for `who`, with the CSRF token and any flash message; every
+    secret the redactor knows is hidden from the whole page."""
+    app: App = request.app.state.perdure
+    csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(24)
+    flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
+    gates = 0
+    if who is not None:
+        waiting = await app.store.list_runs(statuses=["waiting"], limit=10_000)
+        prefixes = (APPROVE_PREFIX, QUESTION_PREFIX)
+        gates = sum(1 for r in waiting if (r.waiting_for or "").startswith(prefixes))
+    can = {s: bool(who and who.allows(s)) for s in ("read", "operate", "approve", "admin")}
+    html = templates.env.get_template(name).render(
+        who=who, can=can, csrf=csrf, flash=flash, gates=gates, path=request.url.path,
+        now=app.clock.now(), **context,
+    )  # fmt: skip
+    response = HTMLResponse(Redactor().page(html), status_code=status, headers=HEADERS)
+    if csrf != request.cookies.get(CSRF_COOKIE):
+        set_cookie(request, response, CSRF_COOKIE, csrf, SESSION_SECONDS)
+    if flash:
+        response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
+    return response
+
+
+def back(request: Request, target: str, message: str) -> Response:
+    """303 to `target` (a GET), showing `message` there once."""
+    response = RedirectResponse(target, status_code=303, headers=HEADERS)
+    set_cookie(request, response, FLASH_COOKIE, quote(message[:300]), 60)
+    return response
+
+
+async def refusal(request: Request, who: Principal | None, exc: PerdureError) -> Response:
+    """The page for an action that could not be done, with the status that says why."""
+    status = 409  # the run (or schedule) is not in a state that allows it
+    if isinstance(exc, Forbidden):
+        status = 403
+    elif isinstance(exc, RunNotFound):
+        status = 404
+    elif isinstance(exc, ConfigError):
+        status = 400
+    return await render(request, who, "message.html", status, title=str(status), message=str(exc))
+
+
+Page = Callable[[Request, App, Principal], Awaitable[Response]]
+Action = Callable[[Request, App, Principal, dict[str, str]], Awaitable[Response]]
+
+
+def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A GET page: signed-in readers only (others are sent to the login page)."""
+
+    async def endpoint(request: Request) -> Response:
+        app: App = request.app.state.perdure
+        await app.open_store()
+        who = await principal(app, request)
+        if who is None:
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            login = "/ui/login?" + urlencode({"next": local_path(target)})
+            return RedirectResponse(login, status_code=303, headers=HEADERS)
+        try:
+            require(who, "read", "viewing the dashboard")
+            return await handler(request, app, who)
+        except PerdureError as exc:
+            return await refusal(request, who, exc)
+
+    return endpoint
+
+
+def action(handler: Action) -> Callable[[Request], Awaitable[Response]]:
+    """A form POST: 401 without a session, 403 without the CSRF token; the handler checks
+    its own scope (through `operations`, which also writes the audit log)."""
+
+    async def endpoint(request: Request) -> Response:
+        app: App = request.app.state.perdure
+        await app.open_store()
+        who = await principal(app, request)
+        if who is None:
+            message = "Your session ended or the token was revoked: sign in again."
+            return await render(request, None, "message.html", 401, title="401", message=message)
+        form = await read_form(request)
+        if not csrf_ok(request, form):
+            message = "The form is stale or came from another site (CSRF check failed): reload."
+            return await render(request, who, "message.html", 403, title="403", message=message)
+        try:
+            return await handler(request, app, who, form)
+        except PerdureError as exc:
+            return await refusal(request, who, exc)
+
+    return endpoint
+
+
+# -- sign-in -------------------------------------------------------------------------------
+
+
+async def login_page(request: Request) -> Response:
+    app: App = request.app.state.perdure
+    await app.open_store()
+    target = local_path(request.query_params.get("next"))
+    return await render(request, None, "login.html", target=target, error="")
+
+
+async def login(request: Request) -> Response:
+    app: App = request.app.state.perdure
+    await app.open_store()
+    form = await read_form(request)
+    target = local_path(form.get("next"))
+    if not csrf_ok(request, form):
+        error = "The sign-in form was stale (CSRF check failed): try again."
+        return await render(request, None, "login.html", 403, target=target, error=error)
+    token = form.get("token", "").strip()
+    who = await authenticate(app, f"Bearer {token}") if token else None
+    if who is None:
+        error = "That token is not valid (unknown, revoked or mistyped)."
+        return await render(request, None, "login.html", 401, target=target, error=error)
+    response = RedirectResponse(target, status_code=303, headers=HEADERS)
+    set_cookie(request, response, SESSION_COOKIE, token, SESSION_SECONDS)
+    set_cookie(request, response, CSRF_COOKIE, secrets.token_hex(24), SESSION_SECONDS)
+    return response
+
+
+@action
+async def logout(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
+    response = RedirectResponse("/ui/login", status_code=303, headers=HEADERS)
+    for name in (SESSION_COOKIE, CSRF_COOKIE):
+        response.delete_cookie(name, path=COOKIE_PATH)
+    return response
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+@page
+async def runs_page(request: Request, app: App, who: Principal) -> Response:
+    """Runs, newest first: filter by status chips and workflow, search ids, page through."""
+    query = request.query_params
+    statuses = [s for s in query.getlist("status") if s in ALL_STATUSES]
+    workflow = query.get("workflow") or None
+    search = query.get("q", "").strip()
+    number = max(int(query.get("page", "1")) if query.get("page", "1").isdigit() else 1, 1)
+    start = (number - 1) * PAGE
+    wanted = 10_000 if search else start + PAGE + 1
+    rows = await app.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
+    if search:
+        rows = [r for r in rows if search.lower() in r.id.lower()]
+    shown = rows[start : start + PAGE]
+    counts = await app.store.count_runs()
+    names = sorted(set(app.workflows) | {r.workflow for r in shown} | {workflow or ""} - {""})
+
+    def link(**change: Any) -> str:
+        params: dict[str, Any] = {"status": statuses, "workflow": workflow or "", "q": search}
+        params.update(change)
+        kept = {k: v for k, v in params.items() if v not in ("", [], None)}
+        return "/ui/runs?" + urlencode(kept, doseq=True)
+
+    chips = [
+        (s, counts.get(s, 0), s in statuses,
+         link(status=[x for x in statuses if x != s] if s in statuses else [*statuses, s]))
+        for s in ALL_STATUSES
+        if counts.get(s) or s in statuses
+    ]  # fmt: skip
+    return await render(
+        request, who, "runs.html", runs=shown, chips=chips, workflows=names, workflow=workflow,
+        statuses=statuses, search=search, number=number, total=sum(counts.values()),
+        newer=link(page=number - 1) if number > 1 else "",
+        older=link(page=number + 1) if len(rows) > start + PAGE else "",
+        clear=link(status=[]),
+    )  # fmt: skip
+
+
+@dataclass(slots=True)
+class TimelineRow:
+    """One journal entry as the run page shows it."""
+
+    seq: int
+    at: float
+    position: int | None
+    kind: str
+    name: str
+    effect: str
+    attempt: int
+    ms: float | None
+    tokens: int | None
+    cost: float | None
+    summary: str
+    data: str
+    state: str = ""
+    recovery: str = ""
+
+
+def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) -> list[TimelineRow]:
+    """The journal with each entry's effect, timing, usage and (on the last entry of each
+    position) what recovery would do there now."""
+    reports = {r.position: r for r in explain(app, run, entries)}
+    last = {e.position: e.seq for e in entries if e.position is not None}
+    rows: list[TimelineRow] = []
+    for entry in entries:
+        data = _json(entry.data)
+        data = redactor.value(data)
+        value = data.get("value") if isinstance(data, dict) else None
+        usage = value.get("usage") if isinstance(value, dict) else None
+        tokens = cost = None
+        if isinstance(usage, dict) and entry.kind == "step.outcome":
+            tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+            cost = float(value.get("cost") or 0.0) if isinstance(value, dict) else None
+        ms = data.get("ms") if isinstance(data, dict) else None
+        report = reports.get(entry.position) if entry.position is not None else None
+        row = TimelineRow(
+            entry.seq, entry.at, entry.position, entry.kind, entry.name,
+            report.effect if report else "", entry.attempt,
+            float(ms) if isinstance(ms, int | float) else None, tokens, cost,
+            _summary(data), _pretty(data),
+        )  # fmt: skip
+        if report is not None and last.get(report.position) == entry.seq:
+            row.state, row.recovery = report.state, report.recovery
+        rows.append(row)
+    return rows
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _summary(data: Any) -> str:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        error = data["error"]
+        return f"{error.get('type', 'error')}: {error.get('message', '')}"[:200]
+    if isinstance(data, dict) and {"type", "message"} <= data.keys():
+        return f"{data['type']}: {data['message']}"[:200]
+    if isinstance(data, dict) and "value" in data:
+        data = data["value"]
+    return "" if data is None else json.dumps(data, default=str)[:200]
+
+
+def _pretty(data: Any) -> str:
+    return "" if data is None else json.dumps(data, indent=2, default=str)[:10_000]
+
+
+@page
+async def run_page(request: Request, app: App, who: Principal) -> Response:
+    """One run: its state, error and traceback, journal timeline, and audit entries."""
+    run = await app.client.get(request.path_params["run_id"])
+    entries = await app.store.journal(run.id)
+    for entry in entries:
+        entry.data = await resolve_text(app.store, entry.data)
+    redactor = Redactor()
+    rows = timeline(app, run, entries, redactor)
+    error = redactor.value(_json(run.error)) if run.error else None
+    if error is not None and not isinstance(error, dict):
+        error = {"message": str(error)}
+    result = redactor.value(_json(await resolve_text(app.store, run.result)))
+    arguments = redactor.value(_json(await resolve_text(app.store, run.input)))
+    audit = await app.store.audit_log(target=f"run:{run.id}", limit=100)
+    tokens, cost = await app.store.run_spent(run.id)
+    children = await app.store.list_runs(parent_id=run.id, limit=200)
+    waiting = run.waiting_for or ""
+    gate = run.status == "waiting" and waiting.startswith((APPROVE_PREFIX, QUESTION_PREFIX))
+    actions = {
+        "cancel": run.status not in FINAL,
+        "pause": run.status in ("pending", "running", "sleeping", "waiting")
+        and not run.pause_requested,
+        "resume": run.status in ("paused", "dead") or run.pause_requested,
+    }
+    return await render(
+        request, who, "run.html", run=run, rows=rows[-MAX_ENTRIES:], hidden=len(rows) > MAX_ENTRIES,
+        error=error, result=_pretty(result), arguments=_pretty(arguments),
+        audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
+        children=children, gate=gate, actions=actions, final=run.status in FINAL,
+    )  # fmt: skip
+
+
+@action
+async def run_action(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
+    """cancel | pause | resume a run, or retry | fail one of its needs_attention steps."""
+    run_id, verb = form.get("run_id", ""), form.get("action", "")
+    target = f"/ui/runs/{quote(run_id, safe='')}"
+    comment = form.get("comment", "")
+    if verb in ("retry", "fail"):
+        step = int(form["step"]) if form.get("step", "").isdigit() else -1
+        options = {"step": step, verb: True}
+        status = await operations.operate(app, who, "resolve", run_id, comment, **options)
+        return back(request, target, f"Step {step}: {verb} requested; the run is {status}.")
+    if verb not in ("cancel", "pause", "resume"):
+        raise PerdureError(f"unknown action {verb!r}")
+    status = await operations.operate(app, who, verb, run_id, comment)
+    return back(request, target, f"{verb.capitalize()}: the run is now {status}.")
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+
+@page
+async def approvals_page(request: Request, app: App, who: Principal) -> Response:
+    """Runs waiting for a person: tool calls to approve or deny, questions to answer."""
+    redactor = Redactor()
+    gates = [
+        (gate, _pretty(redactor.value(gate.arguments)))
+        for gate in await operations.pending_gates(app)
+    ]
+    decided = [
+        (a, redactor.value(_json(a.detail)))
+        for a in await app.store.audit_log(limit=200)
+        if a.action.startswith("gate.")
+    ][:20]
+    return await render(request, who, "approvals.html", pending=gates, decided=decided)
+
+
+@action
+async def decide(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
+    run_id, call_id = form.get("run_id", ""), form.get("call_id", "")
+    verdict = form.get("decision", "")
+    if verdict not in ("approve", "deny"):
+        raise PerdureError(f"decision {verdict!r}: use approve or deny")
+    comment = form.get("comment", "").strip()
+    await operations.decide(app, who, run_id, call_id, verdict == "approve", comment)
+    done = "approved" if verdict == "approve" else "denied"
+    return back(request, "/ui/approvals", f"Call {call_id} of run {run_id} {done}.")
+
+
+@action
+async def answer(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
+    run_id, call_id = form.get("run_id", ""), form.get("call_id", "")
+    await operations.answer(app, who, run_id, call_id, form.get("answer", ""))
+    return back(request, "/ui/approvals", f"Question {call_id} of run {run_id} answered.")
+
+
+# -- schedules, agents, workers, audit --------------------------------------------------------
+
+
+@page
+async def schedules_page(request: Request, app: App, who: Principal) -> Response:
+    """Every stored schedule: timing, next fire times, the last fire, missed or skipped ticks."""
+    now = app.clock.now()
+    shown = []
+    for row in await app.store.list_schedules():
+        coming = [] if row.paused else schedules.upcoming(row, 3, now)
+        if row.next_fire is not None and not row.paused and row.next_fire <= now:
+            coming = [row.next_fire, *coming[:2]]  # due: the next worker pass fires it
+        missed = await app.store.schedule_ticks(row.name, statuses=("missed", "skipped"), limit=5)
+        fired = await app.store.schedule_ticks(row.name, statuses=("fired",), limit=1)
+        timing = f"cron {row.cron} ({row.tz})" if row.cron else f"every {row.every:g}s"
+        shown.append((row, timing, coming, fired[0] if fired else None, missed))
+    return await render(request, who, "schedules.html", schedules=shown)
+
+
+@action
+async def schedule_action(
+    request: Request, app: App, who: Principal, form: dict[str, str]
+) -> Response:
+    name, verb = form.get("name", ""), form.get("action", "")
+    require(who, "admin", f"{verb or 'changing'} a schedule")
+    if verb == "pause":
+        await schedules.pause(app, name)
+    elif verb == "resume":
+        await schedules.resume(app, name)
+    else:
+        raise PerdureError(f"unknown action {verb!r}")
+    await record(app, who.name, f"schedule.{verb}", f"schedule:{name}", {})
+    return back(request, "/ui/schedules", f"Schedule {name}: {verb}d.")
+
+
+def usage_bars(days: list[tuple[str, int, float]]) -> dict[str, Any]:
+    """Geometry of an inline SVG bar chart of tokens per day (no JavaScript)."""
+    top = max((tokens for _, tokens, _ in days), default=0) or 1
+    width, height = 28, 120
+    bars = []
+    for i, (day, tokens, cost) in enumerate(days):
+        h = round(tokens / top * (height - 30))  # room for the value above the top bar
+        bars.append({"x": i * width + 4, "y": height - 14 - h, "h": h, "w": width - 8,
+                     "day": day, "label": day[5:], "tokens": tokens, "cost": cost})  # fmt: skip
+    return {"width": len(days) * width + 8, "height": height, "bars": bars, "top": top}
+
+
+@page
+async def agents_page(request: Request, app: App, who: Principal) -> Response:
+    """Per agent: spent against budget this hour and day, and tokens per day (14 days)."""
+    now = app.clock.now()
+    since = (now // 86400 - 13) * 86400
+    usage = await app.store.usage(None, since)
+    names = sorted(
+        {u.agent for u in usage}
+        | {w.removeprefix("agent:") for w in app.workflows if w.startswith("agent:")}
+    )
+    agents = []
+    for name in names:
+        budget = await app.store.get_budget(name)
+        gauges = []
+        for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
+            tokens, cost = await app.store.spent(name, now - seconds)
+            token_limit = getattr(budget, f"tokens_per_{window}", None) if budget else None
+            cost_limit = getattr(budget, f"cost_per_{window}", None) if budget else None
+            gauges.append(_gauge(f"tokens this {window}", tokens, token_limit, "{:,.0f}"))
+            gauges.append(_gauge(f"cost this {window}", cost, cost_limit, "{:.4f}"))
+        per_day: dict[str, list[float]] = {}
+        for i in range(14):
+            per_day[datetime.fromtimestamp(since + i * 86400, UTC).strftime("%Y-%m-%d")] = [0, 0.0]
+        for u in usage:
+            if u.agent == name:
+                day = per_day.setdefault(
+                    datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d"), [0, 0.0]
+                )
+                day[0] += u.input_tokens + u.output_tokens
+                day[1] += u.cost
+        days = [(day, int(t), c) for day, (t, c) in sorted(per_day.items())]
+        agents.append({"name": name, "gauges": gauges, "chart": usage_bars(days)})
+    return await render(request, who, "agents.html", agents=agents)
+
+
+def _gauge(label: str, used: float, limit: float | None, fmt: str) -> dict[str, Any]:
+    share = min(used / limit, 1.0) if limit else 0.0
+    level = "over" if limit and used >= limit else "high" if share >= 0.8 else "ok"
+    return {
+        "label": label, "used": fmt.format(used), "limit": fmt.format(limit) if limit else "",
+        "width": round(share * 200), "percent": round(share * 100), "level": level,
+    }  # fmt: skip
+
+
+@page
+async def workers_page(request: Request, app: App, who: Principal) -> Response:
+    """Workers seen through the leases they hold: runs held, lease expiry; what is paused."""
+    now = app.clock.now()
+    held = await app.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
+    owners: dict[str, list[RunRow]] = {}
+    for run in held:
+        owners.setdefault(run.lease_owner or "(unclaimed)", []).append(run)
+    workers = [
+        {
+            "id": owner,
+            "runs": sorted(runs, key=lambda r: r.id),
+            "until": max((r.lease_until or 0.0) for r in runs),
+            "expired": all((r.lease_until or 0.0) < now for r in runs),
+        }
+        for owner, runs in sorted(owners.items())
+    ]
+    pauses = await app.store.list_pauses()
+    return await render(request, who, "workers.html", workers=workers, pauses=pauses)
+
+
+@page
+async def audit_page(request: Request, app: App, who: Principal) -> Response:
+    """The audit log, newest first: who did what to which run, schedule or token, and when."""
+    before_text = request.query_params.get("before", "")
+    before = int(before_text) if before_text.isdigit() else None
+    target = request.query_params.get("target") or None
+    rows = await app.store.audit_log(target=target, limit=PAGE + 1, before=before)
+    redactor = Redactor()
+    shown = [(a, redactor.value(_json(a.detail))) for a in rows[:PAGE]]
+    older = ""
+    if len(rows) > PAGE:
+        older = "/ui/audit?" + urlencode({"before": rows[PAGE - 1].id, "target": target or ""})
+    return await render(request, who, "audit.html", entries=shown, older=older, target=target)
+
+
+# -- live updates ---------------------------------------------------------------------------
+
+
+async def digest(app: App, run_id: str | None) -> str:
+    """A short fingerprint of what the pages show; it changes when a run or the log does."""
+    counts = await app.store.count_runs()
+    recent = await app.store.list_runs(limit=50)
+    audit = await app.store.audit_log(limit=1)
+    parts: list[Any] = [
+        sorted(counts.items()),
+        [(r.id, r.status, r.updated_at) for r in recent],
+        audit[0].id if audit else 0,
+    ]
+    if run_id:
+        run = await app.store.get_run(run_id)
+        if run is not None:
+            moving = run.status not in FINAL and run.status != "waiting"
+            size = len(await app.store.journal(run_id)) if moving else 0
+            parts.append((run.status, run.updated_at, run.lease_owner, size))
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+async def stream(request: Request) -> Response:
+    """Server-sent events: `change` whenever the digest moves (the page then re-fetches its
+    live parts); a comment every 15 s keeps proxies from closing an idle connection."""
+    app: App = request.app.state.perdure
+    await app.open_store()
+    who = await principal(app, request)
+    if who is None or not who.allows("read"):
+        return Response("sign in first\n", status_code=401, media_type="text/plain")
+    if _open_streams >= MAX_STREAMS:
+        return Response("too many open streams\n", status_code=503, media_type="text/plain")
+    run_id = request.query_params.get("run") or None
+
+    async def events() -> AsyncIterator[str]:
+        global _open_streams
+        _open_streams += 1
+        try:
+            yield "retry: 2000\n\n"
+            started = last_sent = time.monotonic()
+            last = ""
+            while time.monotonic() - started < STREAM_SECONDS:
+                current = await digest(app, run_id)
+                if current != last:
+                    last, last_sent = current, time.monotonic()
+                    yield f"event: change\ndata: {current}\n\n"
+                elif time.monotonic() - last_sent > 15:
+                    last_sent = time.monotonic()
+                    yield ": ping\n\n"
+                await app.wait_change(STREAM_POLL)
+        finally:
+            _open_streams -= 1
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/ui/runs", status_code=303)
+
+
+def dashboard_routes() -> list[BaseRoute]:
+    """The dashboard's routes: `/` and `/ui` lead to the runs list."""
+    return [
+        Route("/", home, methods=["GET"]),
+        Route("/ui", home, methods=["GET"]),
+        Route("/ui/", home, methods=["GET"]),
+        Route("/ui/login", login_page, methods=["GET"]),
+        Route("/ui/login", login, methods=["POST"]),
+        Route("/ui/logout", logout, methods=["POST"]),
+        Route("/ui/runs", runs_page, methods=["GET"]),
+        Route("/ui/runs/act", run_action, methods=["POST"]),
+        Route("/ui/runs/{run_id:path}", run_page, methods=["GET"]),
+        Route("/ui/approvals", approvals_page, methods=["GET"]),
+        Route("/ui/approvals/decide", decide, methods=["POST"]),
+        Route("/ui/approvals/answer", answer, methods=["POST"]),
+        Route("/ui/schedules", schedules_page, methods=["GET"]),
+        Route("/ui/schedules/act", schedule_action, methods=["POST"]),
+        Route("/ui/agents", agents_page, methods=["GET"]),
+        Route("/ui/workers", workers_page, methods=["GET"]),
+        Route("/ui/audit", audit_page, methods=["GET"]),
+        Route("/ui/stream", stream, methods=["GET"]),
+        Mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static"),
+    ]

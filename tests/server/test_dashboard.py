@@ -1,0 +1,426 @@
+"""The dashboard under /ui: sign-in, scopes and CSRF on every action, what each page shows,
+live-update events, and secrets kept out of the pages."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from datetime import timedelta
+from html import unescape
+from typing import Any
+
+import pytest
+
+import perdure
+from perdure.server import create_app, dashboard
+from perdure.server.access import create_token
+from perdure.server.redact import Redactor
+from perdure.store.agent_sql import Budget, UsageRow
+from perdure.testing import TestClock, TestWorker
+
+with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
+    warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
+    from starlette.testclient import TestClient
+
+PAGES = [
+    "/ui/runs",
+    "/ui/runs/gate-1",
+    "/ui/approvals",
+    "/ui/schedules",
+    "/ui/agents",
+    "/ui/workers",
+    "/ui/audit",
+]
+PROVIDER_KEY = "sk-proj-Zr4nd0mKeyValue1234"
+ENV_SECRET = "hunter2-is-the-db-password"
+LEAKED_TOKEN = "pdr_NotARealTokenButShaped0123456789"
+
+
+def register(app: perdure.App) -> None:
+    """Workflows: `gated` waits at approve:c1, `asking` at a question, `leaky` fails with
+    secrets in its data and error, `quick` completes."""
+
+    @app.step(effect="read", name="fetch")
+    def fetch(x: str) -> dict[str, Any]:
+        return {
+            "got": x,
+            "headers": {"Authorization": "Basic dXNlcjpwYXNzd29yZA=="},
+            "note": f"used {PROVIDER_KEY}, {LEAKED_TOKEN} and {ENV_SECRET}",
+        }
+
+    @app.step(name="explode")
+    def explode(x: str) -> str:
+        raise RuntimeError(f"refused: Authorization: Bearer {LEAKED_TOKEN} key {PROVIDER_KEY}")
+
+    @app.workflow(name="gated")
+    async def gated(x: str) -> str:
+        await fetch(x)
+        verdict = await perdure.wait_event("approve:c1")
+        return f"went on with {verdict}"
+
+    @app.workflow(name="asking")
+    async def asking(x: str) -> str:
+        return str(await perdure.wait_event("human:q1"))
+
+    @app.workflow(name="leaky")
+    async def leaky(x: str) -> str:
+        await fetch(x)
+        return await explode(x)
+
+    @app.workflow(name="quick")
+    def quick(n: int) -> int:
+        return n * 2
+
+    app.schedule(every=timedelta(hours=1), workflow="quick", args=[1], name="hourly",
+                 catchup="skip")  # fmt: skip
+
+
+def token(app: perdure.App, *scopes: str, name: str = "ana") -> str:
+    """A new token with `scopes`."""
+    _, value = app.sync(create_token(app, name, list(scopes)), "token")
+    return value
+
+
+def sign_in(client: TestClient, value: str) -> str:
+    """Sign `client` in with token `value`; returns the CSRF token its forms carry."""
+    client.get("/ui/login")
+    csrf = client.cookies.get(dashboard.CSRF_COOKIE)
+    assert csrf
+    response = client.post(
+        "/ui/login", data={"token": value, "csrf": csrf, "next": "/ui/runs"}, follow_redirects=False
+    )
+    assert response.status_code == 303, response.text
+    fresh = client.cookies.get(dashboard.CSRF_COOKIE)
+    assert fresh and fresh != csrf  # a new CSRF token for the new session
+    return fresh
+
+
+def text_of(html: str) -> str:
+    """The visible text of a page, tags removed and whitespace collapsed."""
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+@pytest.fixture
+def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
+    """The server for `app` with a run at a gate, a question, a failed run, a completed run,
+    a schedule with missed ticks, an agent's usage and budget."""
+    register(app)
+    app.start("gated", "g", run_id="gate-1")
+    app.start("asking", "q", run_id="ask-1")
+    app.start("leaky", "l", run_id="leak-1")
+    app.start("quick", 21, run_id="quick-1")
+    worker = TestWorker(app)
+    worker.run_until_idle()  # also stores the schedule
+    clock.advance(timedelta(hours=3, minutes=30))
+    worker.run_until_idle()  # the schedule's ticks are late: skipped, with the reason
+    now = clock.now()
+    app.sync(app.store.put_budget(Budget("helper", tokens_per_day=1000), now), "budget")
+    for i, tokens in enumerate((300, 450)):
+        usage = UsageRow("quick-1", i, "helper", "m", tokens, 0, 0.01, now - 129600 * i)
+        app.sync(app.store.record_usage(usage), "usage")
+    with TestClient(create_app(app)) as client:
+        yield client
+
+
+def test_every_page_renders_what_it_is_for_with_a_read_token(
+    app: perdure.App, server: TestClient
+) -> None:
+    """A read token sees each page, each showing its own content."""
+    sign_in(server, token(app, "read"))
+    expected = {
+        "/ui/runs": ["gate-1", "leak-1", "quick-1", "waiting", "failed", "completed"],
+        "/ui/runs/gate-1": ["Timeline", "fetch", "step.outcome", "event:approve:c1", "read"],
+        "/ui/approvals": ["gate-1", "c1", "ask-1", "q1", "no approve scope"],
+        "/ui/schedules": ["hourly", "every 3600s", "2026-01-01 04:00:00Z", "skipped"],
+        "/ui/agents": ["helper", "tokens this day", "300 of 1,000 (30%)", "no limit"],
+        "/ui/workers": ["No worker holds a run right now", "Paused"],
+        "/ui/audit": ["token.create", "admin:cli", "token:"],
+    }
+    for path, words in expected.items():
+        response = server.get(path)
+        assert response.status_code == 200, (path, response.text[:500])
+        shown = text_of(response.text)
+        for word in words:
+            assert word in shown, (path, word)
+        assert "Sign out" in shown and "ana (read)" in shown
+    chart = server.get("/ui/agents").text
+    assert len(re.findall(r'<rect class="bar"', chart)) == 14  # one bar per day
+    heights = sorted(int(h) for h in re.findall(r'class="bar"[^>]*height="(\d+)"', chart))
+    assert heights[-2:] == [60, 90]  # 300 and 450 tokens, scaled to the highest day
+
+
+def test_pages_send_a_visitor_without_a_valid_session_to_the_login_page(
+    app: perdure.App, server: TestClient
+) -> None:
+    """No cookie, or a cookie with an unknown token: every page redirects to the login page,
+    which comes back to the page asked for; actions and the event stream answer 401."""
+    for path in PAGES:
+        response = server.get(path, follow_redirects=False)
+        assert response.status_code == 303, path
+        assert response.headers["location"].startswith("/ui/login?next=%2Fui%2F"), path
+    server.cookies.set(dashboard.SESSION_COOKIE, "pdr_unknown_token_value", path="/ui")
+    assert server.get("/ui/runs", follow_redirects=False).status_code == 303
+    server.get("/ui/login")
+    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    form = {"csrf": csrf, "run_id": "gate-1", "call_id": "c1", "decision": "approve"}
+    assert server.post("/ui/approvals/decide", data=form).status_code == 401
+    assert server.get("/ui/stream").status_code == 401
+    assert app.get_run("gate-1").status == "waiting"
+    home = server.get("/", follow_redirects=False)
+    assert (home.status_code, home.headers["location"]) == (303, "/ui/runs")
+
+
+def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_cookie(
+    app: perdure.App, server: TestClient
+) -> None:
+    """A wrong token answers 401 and sets no session; a right one is set HttpOnly,
+    SameSite=Strict, for /ui only, and the page asked for opens."""
+    server.get("/ui/login")
+    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    wrong = server.post("/ui/login", data={"token": "pdr_wrong", "csrf": csrf})
+    assert wrong.status_code == 401 and "not valid" in wrong.text
+    assert dashboard.SESSION_COOKIE not in server.cookies
+    value = token(app, "read")
+    right = server.post(
+        "/ui/login",
+        data={"token": value, "csrf": csrf, "next": "/ui/approvals"},
+        follow_redirects=False,
+    )
+    assert (right.status_code, right.headers["location"]) == (303, "/ui/approvals")
+    [session] = [c for c in right.headers.get_list("set-cookie") if "perdure_session=" in c]
+    assert value in session
+    assert {"httponly", "samesite=strict", "path=/ui"} <= {
+        part.strip().lower() for part in session.split(";")
+    }
+    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    elsewhere = server.post(
+        "/ui/login", data={"token": value, "csrf": csrf, "next": "https://evil.example/"}
+    )
+    assert elsewhere.url.path == "/ui/runs"  # never sent to another site after sign-in
+    assert value not in server.get("/ui/runs").text
+    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    out = server.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (out.status_code, out.headers["location"]) == (303, "/ui/login")
+    assert server.get("/ui/runs", follow_redirects=False).status_code == 303  # signed out
+
+
+def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestClient) -> None:
+    """An approve POST with a valid CSRF token but a read token answers 403; the run still
+    waits and nothing is recorded as decided."""
+    csrf = sign_in(server, token(app, "read"))
+    form = {"csrf": csrf, "run_id": "gate-1", "call_id": "c1", "decision": "approve"}
+    refused = server.post("/ui/approvals/decide", data=form)
+    assert refused.status_code == 403
+    assert "needs the 'approve' scope" in text_of(refused.text)
+    assert app.get_run("gate-1").status == "waiting"
+    assert [r.action for r in app.sync(app.store.audit_log(), "log")] == ["token.create"]
+    assert 'value="approve"' not in server.get("/ui/approvals").text  # no buttons shown either
+
+
+def test_a_form_without_the_csrf_token_is_refused(app: perdure.App, server: TestClient) -> None:
+    """An approve token's POST with no or a wrong CSRF token answers 403 and changes nothing;
+    the same form with the token approves and the run continues."""
+    csrf = sign_in(server, token(app, "approve"))
+    form = {"run_id": "gate-1", "call_id": "c1", "decision": "approve", "comment": "fine"}
+    assert server.post("/ui/approvals/decide", data=form).status_code == 403
+    wrong = server.post("/ui/approvals/decide", data={**form, "csrf": "0" * 48})
+    assert wrong.status_code == 403 and "CSRF" in wrong.text
+    assert app.get_run("gate-1").status == "waiting"
+    done = server.post("/ui/approvals/decide", data={**form, "csrf": csrf})
+    assert done.status_code == 200 and done.url.path == "/ui/approvals"
+    assert "Call c1 of run gate-1 approved." in text_of(done.text)
+    TestWorker(app).run_until_idle()
+    assert app.handle("gate-1").result(timeout=5) == (
+        "went on with {'approve': True, 'comment': 'fine'}"
+    )
+    [decision, _] = app.sync(app.store.audit_log(), "log")
+    assert (decision.actor, decision.action) == ("ana", "gate.approve")
+    assert decision.target == "run:gate-1"
+    run_page = text_of(server.get("/ui/runs/gate-1").text)
+    assert "completed" in run_page and "gate.approve" in run_page and "fine" in run_page
+
+
+def test_a_question_is_answered_from_the_approvals_page(
+    app: perdure.App, server: TestClient
+) -> None:
+    """The answer reaches the waiting run as the event's payload."""
+    csrf = sign_in(server, token(app, "approve"))
+    form = {"csrf": csrf, "run_id": "ask-1", "call_id": "q1", "answer": "blue"}
+    assert server.post("/ui/approvals/answer", data=form).status_code == 200
+    TestWorker(app).run_until_idle()
+    assert app.handle("ask-1").result(timeout=5) == "blue"
+    again = server.post("/ui/approvals/answer", data=form)
+    assert again.status_code == 409 and "not waiting at that gate" in again.text
+
+
+def test_run_buttons_need_the_operate_scope(app: perdure.App, server: TestClient) -> None:
+    """Cancel from an approve token answers 403; from an operate token it cancels the run
+    and the run page shows who did it."""
+    csrf = sign_in(server, token(app, "approve"))
+    form = {"csrf": csrf, "run_id": "ask-1", "action": "cancel"}
+    assert 'value="cancel"' not in server.get("/ui/runs/ask-1").text
+    assert server.post("/ui/runs/act", data=form).status_code == 403
+    assert app.get_run("ask-1").status == "waiting"
+    csrf = sign_in(server, token(app, "operate", name="olga"))
+    assert 'value="cancel"' in server.get("/ui/runs/ask-1").text
+    done = server.post("/ui/runs/act", data={**form, "csrf": csrf})
+    assert done.status_code == 200 and done.url.path == "/ui/runs/ask-1"
+    assert app.get_run("ask-1").status == "cancelled"
+    shown = text_of(done.text)
+    assert "Cancel: the run is now cancelled." in shown and "olga run.cancel" in shown
+    missing = server.get("/ui/runs/no-such-run")
+    assert missing.status_code == 404 and "no-such-run" in missing.text
+
+
+def test_schedules_are_paused_and_resumed_by_admins_only(
+    app: perdure.App, server: TestClient
+) -> None:
+    """An operate token cannot pause a schedule (403); an admin's pause stops it and is
+    audited."""
+    csrf = sign_in(server, token(app, "operate"))
+    form = {"csrf": csrf, "name": "hourly", "action": "pause"}
+    assert server.post("/ui/schedules/act", data=form).status_code == 403
+    assert not app.schedules()[0].paused
+    csrf = sign_in(server, token(app, "admin", name="root"))
+    done = server.post("/ui/schedules/act", data={**form, "csrf": csrf})
+    assert done.status_code == 200 and "none while paused" in text_of(done.text)
+    assert app.schedules()[0].paused
+    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "schedule.pause"
+
+
+def test_runs_list_filters_by_status_and_workflow_searches_ids_and_pages(
+    app: perdure.App, server: TestClient
+) -> None:
+    """Status chips, the workflow filter and the id search narrow the list; 50 runs a page."""
+    sign_in(server, token(app, "read"))
+    for i in range(dashboard.PAGE):
+        app.start("quick", i, run_id=f"bulk-{i:03d}")
+
+    def ids(url: str) -> set[str]:
+        return set(re.findall(r'href="/ui/runs/([^"?]+)"', server.get(url).text))
+
+    assert ids("/ui/runs?status=failed") == {"leak-1"}
+    assert ids("/ui/runs?status=failed&status=waiting") == {"leak-1", "gate-1", "ask-1"}
+    assert ids("/ui/runs?workflow=asking") == {"ask-1"}
+    assert ids("/ui/runs?q=GATE") == {"gate-1"}
+    first, second = ids("/ui/runs"), ids("/ui/runs?page=2")
+    assert len(first) == dashboard.PAGE and not first & second
+    assert len(first | second) == dashboard.PAGE + 4
+    assert "older →" in server.get("/ui/runs").text
+    assert "older →" not in server.get("/ui/runs?page=2").text
+
+
+def test_secrets_are_redacted_on_the_run_page(
+    app: perdure.App, server: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokens, provider keys, Authorization values and secret env values in a run's journal
+    and error never reach the page; the rest of the data does."""
+    monkeypatch.setenv("BILLING_DB_PASSWORD", ENV_SECRET)
+    sign_in(server, token(app, "read"))
+    page = server.get("/ui/runs/leak-1").text
+    for secret in (PROVIDER_KEY, ENV_SECRET, LEAKED_TOKEN, "dXNlcjpwYXNzd29yZA=="):
+        assert secret not in page, secret
+    shown = text_of(page)
+    assert "RuntimeError" in shown and "Traceback (most recent call last)" in shown
+    assert "Authorization: ***" in shown and "pdr_***" in shown and "sk-***" in shown
+    assert '"got": "l"' in shown  # the data itself is shown
+    raw = "".join(e.data or "" for e in app.journal("leak-1"))
+    assert all(s in raw for s in (PROVIDER_KEY, LEAKED_TOKEN, ENV_SECRET))  # they were there
+
+
+def test_the_redactor_masks_secret_fields_and_leaves_markup_alone() -> None:
+    """JSON fields named like secrets are masked whole; the page pass keeps HTML entities."""
+    redactor = Redactor(env={"X_API_KEY": "abc&def<ghi"})
+    value = redactor.value({"api_key": "k", "password": "p", "idempotency_key": "run:3"})
+    assert value == {"api_key": "***", "password": "***", "idempotency_key": "run:3"}
+    assert redactor.text("Authorization: Token abc123") == "Authorization: ***"
+    page = "<p>Bearer &#34;x&#34; abc&amp;def&lt;ghi sk-abcdefgh1234</p>"
+    assert redactor.page(page) == "<p>Bearer &#34;x&#34; *** sk-***</p>"
+
+
+def test_the_event_stream_announces_changes(
+    app: perdure.App, server: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/ui/stream sends a `change` event with the current fingerprint, which moves when a
+    run's status does."""
+    monkeypatch.setattr(dashboard, "STREAM_SECONDS", 0.2)
+    monkeypatch.setattr(dashboard, "STREAM_POLL", 0.05)
+    sign_in(server, token(app, "read"))
+    first = server.get("/ui/stream?run=gate-1")
+    assert first.status_code == 200
+    assert first.headers["content-type"].startswith("text/event-stream")
+    [before] = re.findall(r"event: change\ndata: (\w+)", first.text)
+    app.send_event("gate-1", "approve:c1", {"approve": True})
+    TestWorker(app).run_until_idle()
+    [after] = re.findall(r"event: change\ndata: (\w+)", server.get("/ui/stream?run=gate-1").text)
+    assert before != after
+
+
+def test_pages_forbid_framing_and_scripts_from_elsewhere(
+    app: perdure.App, server: TestClient
+) -> None:
+    """Every page is sent with headers that stop clickjacking and foreign scripts."""
+    sign_in(server, token(app, "read"))
+    response = server.get("/ui/approvals")
+    assert response.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    css = server.get("/ui/static/perdure.css")
+    assert css.status_code == 200 and ".status" in css.text
+
+
+def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """After a crash between a `once` step's intent and its outcome the run page says the
+    run needs attention and what recovery does; an operator's retry sends it back to work."""
+    from perdure.testing import SimulatedCrash
+
+    sent: list[str] = []
+
+    @app.step(name="send_mail")
+    def send_mail(to: str) -> str:
+        sent.append(to)
+        return f"mailed {to}"
+
+    @app.workflow(name="mailer")
+    def mailer(to: str) -> str:
+        return send_mail(to)
+
+    app.start("mailer", "ana@example.org", run_id="mail-1")
+    dying = TestWorker(app)
+    dying.crash_after_intent("send_mail")
+    with pytest.raises(SimulatedCrash):
+        dying.run_until_idle()
+    clock.advance(dying.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert app.get_run("mail-1").status == "needs_attention" and sent == []
+    csrf = sign_in(server, token(app, "operate"))
+    shown = text_of(server.get("/ui/runs/mail-1").text)
+    assert "needs_attention : none until an operator resolves" in shown
+    assert "Retry step" in shown and "Fail step" in shown
+    form = {"csrf": csrf, "run_id": "mail-1", "action": "retry", "step": "0"}
+    done = server.post("/ui/runs/act", data=form)
+    assert done.status_code == 200 and "Step 0: retry requested" in text_of(done.text)
+    TestWorker(app).run_until_idle()
+    assert app.handle("mail-1").result(timeout=5) == "mailed ana@example.org"
+    assert sent == ["ana@example.org"]
+    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "run.resolve"
+
+
+def test_the_workers_page_shows_leases_and_pauses(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """A run claimed by a worker appears under that worker with its lease expiry; a paused
+    workflow is listed."""
+    app.start("quick", 5, run_id="held-1")
+    claims = app.sync(app.store.claim("host-a:4242", clock.now(), 30.0, 10, ["quick"]), "claim")
+    assert [c.run.id for c in claims] == ["held-1"]
+    app.pause_workflow("asking")
+    sign_in(server, token(app, "read"))
+    shown = text_of(server.get("/ui/workers").text)
+    assert "host-a:4242 1 2026-01-01 03:30:30Z (in 30s) held-1" in shown
+    assert "workflow asking" in shown
+    clock.advance(60)
+    assert "(expired 30s ago)" in text_of(server.get("/ui/workers").text)
