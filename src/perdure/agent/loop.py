@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import perdure
 
+from ..engine import hooks
 from ..engine.effects import Effect
 from ..errors import PerdureError, WaitTimeout
 from ..store.agent_sql import Budget, UsageRow
@@ -183,6 +184,8 @@ class Agent:
                     app.clock.now(),
                 )
             )  # fmt: skip
+            hooks.model_usage(spec.name, req.model or tier, response.usage.input_tokens,
+                              response.usage.output_tokens, cost)  # fmt: skip
             return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost}
 
         def make_tool_step(effect: Effect) -> Any:

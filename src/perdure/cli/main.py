@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import sys
 from typing import Any
@@ -17,10 +16,10 @@ from ..errors import PerdureError
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .loading import load_app
-from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
 from .tokens import token
+from .top import top
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
@@ -85,6 +84,7 @@ def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = Fal
 @click.option(
     "--gc-every", default=300.0, show_default=True, help="Seconds between gc passes (0: off)."
 )
+@click.option("--metrics-port", type=int, default=None, help="Serve /metrics on this port.")
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -94,10 +94,17 @@ def worker(
     grace: float,
     max_recoveries: int,
     gc_every: float,
+    metrics_port: int | None,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT (then drain and release leases)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from ..observe import instrument
+
     app = get_app(ctx, need_code=True)
+    instrument(app)
+    if metrics_port is not None:
+        from ..observe.metrics import serve_metrics
+
+        serve_metrics(app, metrics_port)
     click.echo(f"perdure worker: {len(app.workflows)} workflow(s) on {app.url}", err=True)
     app.run_worker(
         concurrency=concurrency,
@@ -339,6 +346,6 @@ def main() -> None:
 cli.add_command(serve)
 cli.add_command(schedules)
 cli.add_command(token)
-cli.add_command(mcp_cmd)
+cli.add_command(top)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

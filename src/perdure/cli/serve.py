@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 from types import FrameType
 
@@ -32,7 +31,9 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     app = get_app(ctx, need_code=True)
     for hook in app.hooks.values():
         hook.check(app)  # a hook that cannot work stops the server before it listens
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from ..observe import instrument
+
+    instrument(app)
     names = ", ".join(sorted(app.hooks)) or "none"
     click.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     server = uvicorn.Server(uvicorn.Config(create_app(app), host=host, port=port, log_config=None))

@@ -41,6 +41,7 @@ from ..store.base import (
     Store,
 )
 from ..store.blobs import inline_or_blob
+from . import hooks
 from .codec import dumps, loads
 
 if TYPE_CHECKING:
@@ -380,6 +381,7 @@ class RunContext:
 
     def _lost(self, append: Append) -> WorkerStopping:
         self.lost = True
+        hooks.lease_lost(self.run_id, self.worker_id, "write refused")
         log.warning(
             "worker %s: write for run %s refused: lease epoch %d was taken over; "
             "%d entr(ies) dropped",

@@ -19,6 +19,7 @@ from ..errors import (
 )
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
+from . import hooks
 from .client import resolve_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
@@ -126,9 +127,11 @@ async def execute(
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
     app.active[run.id] = ctx  # newest holder in this process, for operator calls
+    started, outcome = hooks.run_started(ctx, claim.recovered_from), "stopped"
     try:
         if run.status == "cancelling":
             await finish_cancel(ctx)
+            outcome = "cancelled"
             return
         try:
             if run.deadline_at is not None and clock.now() >= run.deadline_at:
@@ -150,20 +153,26 @@ async def execute(
                 status=COMPLETED,
                 fields={"result": text, "lease_owner": None, "lease_until": None, "wake_at": None},
             )
+            outcome = "completed"
         except RunSuspended as signal:
+            outcome = "suspended"
             if signal.reason == "cancel":
                 await finish_cancel(ctx)
+                outcome = "cancelled"
         except asyncio.CancelledError:
             if not ctx.cancel_requested:
                 raise
             await finish_cancel(ctx)
+            outcome = "cancelled"
         except WorkerStopping:
             if ctx.hold_requested and not ctx.lost:  # paused workflow or worker: hand it back
                 await release_held(app, ctx, worker_id)
+                outcome = "released"
         except StoreUnavailable as exc:  # e.g. reading the input's blob: stop, never fail
             raise ctx._unreachable(exc) from None
         except Exception as exc:
             await fail(ctx, ctx.diverged or exc)
+            outcome = "failed"
     except WorkerStopping:
         pass
     except (StoreUnavailable, LeaseLost) as exc:  # met while finishing a cancel
@@ -171,6 +180,7 @@ async def execute(
         log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
         ctx.closed = True
+        hooks.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)
         if app.active.get(run.id) is ctx:
             del app.active[run.id]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreError
 from ..store.base import CANCELLING, Claim
+from . import hooks
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
 from .runner import execute
@@ -169,6 +170,7 @@ class Worker:
         self.claimed += 1
         if claim.recovered_from:
             log.info("worker %s recovers run %s from %s", self.id, run_id, claim.recovered_from)
+            hooks.run_recovered(run_id, self.id, claim.recovered_from)
         task = asyncio.create_task(
             execute(
                 self.app,
@@ -249,6 +251,7 @@ class Worker:
                 continue
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
+                hooks.lease_lost(run_id, self.id, "heartbeat")
                 ctx.lost = True
                 task.cancel()
                 continue

@@ -110,11 +110,13 @@ def configure_logging(
     Calling it again replaces what the previous call installed.
     """
     stream = stream or sys.stderr
-    if json is None:
+    asked = json
+    if asked is None:
         wanted = os.environ.get("PERDURE_LOG_FORMAT", "").strip().lower()
         if wanted not in ("", "json", "console"):
             raise ConfigError(f"PERDURE_LOG_FORMAT={wanted!r}: use json or console")
-        json = wanted == "json" if wanted else not _isatty(stream)
+        asked = {"json": True, "console": False}.get(wanted)
+    json = not _isatty(stream) if asked is None else asked
     level = level or os.environ.get("PERDURE_LOG_LEVEL", "INFO").upper()
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
@@ -124,7 +126,7 @@ def configure_logging(
     try:
         import structlog
     except ImportError:
-        if json:
+        if asked:
             raise ConfigError("JSON logs need structlog: pip install 'perdure[observe]'") from None
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
         root.addHandler(handler)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -186,16 +187,21 @@ def install_metrics(app: App | None = None) -> Metrics:
     return _default
 
 
-def serve_metrics(app: App, port: int, host: str = "0.0.0.0") -> Metrics:
-    """Expose this process's metrics on http://host:port/metrics (a thread of its own)."""
+def serve_metrics(app: App, port: int, host: str | None = None) -> Any:
+    """Serve this process's metrics at http://host:port/metrics from a thread of its own;
+    returns the server (`.shutdown()` stops it).
+
+    `host` defaults to `PERDURE_METRICS_HOST`, else 127.0.0.1 (0.0.0.0: every interface).
+    """
     metrics = install_metrics(app)
     from prometheus_client import start_http_server
 
+    host = host or os.environ.get("PERDURE_METRICS_HOST", "127.0.0.1")
     try:
-        start_http_server(port, addr=host, registry=metrics.registry)
+        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
     except OSError as exc:
-        raise ConfigError(f"--metrics-port {port}: cannot listen ({exc.strerror})") from None
-    return metrics
+        raise ConfigError(f"metrics on {host}:{port}: cannot listen ({exc.strerror})") from None
+    return server
 
 
 async def metrics_endpoint(request: Request) -> Response:

@@ -134,6 +134,7 @@ def _ago(seconds: float) -> str:
 
 def render(frame: Snapshot, title: str = "perdure") -> Any:
     """The frame as a rich renderable (needs rich, the `observe` extra)."""
+    from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -141,7 +142,7 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     states = "  ".join(f"{k} {v}" for k, v in sorted(frame.counts.items()) if v) or "no runs"
     header = Text.assemble((title, "bold"), "  ", states)
 
-    workers = Table(title="workers", title_justify="left", expand=False)
+    workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("WORKER", "RUNS", "LEASE"):
         workers.add_column(name, no_wrap=True)
     for w in frame.workers:
@@ -152,13 +153,13 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     if not frame.workers:
         workers.add_row("(no worker holds a run)", "", "")
 
-    queues = Table(title="queues", title_justify="left")
+    queues = Table(title="queues", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):
         queues.add_column(name, no_wrap=True)
     for q in frame.queues:
         queues.add_row(q.name, str(q.running), str(q.pending), q.limits)
 
-    runs = Table(title="running", title_justify="left")
+    runs = Table(title="running", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("RUN", "WORKFLOW", "QUEUE", "WORKER", "AGE", "STEP"):
         runs.add_column(name, no_wrap=True, overflow="ellipsis")
     for r in frame.runs:

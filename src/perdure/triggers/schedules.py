@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..engine import hooks
 from ..engine.signal import Signal
 from ..errors import ConfigError, StoreError
 from ..store.base import Entry, NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
@@ -376,7 +377,10 @@ class Scheduler:
                 continue
             if await self.app.store.advance_schedule(advance):
                 started += len(advance.new_runs)
+                was_queued = {q.fire_at for q in queued}  # counted when first queued
                 for tick in advance.ticks:
+                    if not (tick.status == "queued" and tick.fire_at in was_queued):
+                        hooks.schedule_tick(row.name, tick.status)
                     if tick.status != "fired":
                         log.info("schedule %s: tick %s %s (%s)", row.name, tick.fire_at,
                                  tick.status, tick.reason)  # fmt: skip

@@ -1,0 +1,49 @@
+"""Fixtures: observers installed for one test only, logs captured as lines, fresh metrics."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from perdure.engine import hooks
+from perdure.observe import metrics as metrics_module
+from perdure.observe.logs import configure_logging
+from perdure.observe.metrics import Metrics
+
+
+@pytest.fixture(autouse=True)
+def no_observers() -> Iterator[None]:
+    """Every observer a test installs is gone after it, and so is its logging setup."""
+    before = hooks.installed()
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    for observer in hooks.installed():
+        if observer not in before:
+            hooks.uninstall(observer)
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def log_lines() -> io.StringIO:
+    """Logs of this test as JSON lines, DEBUG and up."""
+    stream = io.StringIO()
+    configure_logging(json=True, level="DEBUG", stream=stream)
+    return stream
+
+
+@pytest.fixture
+def metrics(monkeypatch: pytest.MonkeyPatch) -> Metrics:
+    """This process's metrics, fresh for this test (and what /metrics serves)."""
+    fresh = Metrics()
+    monkeypatch.setattr(metrics_module, "_default", fresh)
+    hooks.install(fresh)
+    return fresh

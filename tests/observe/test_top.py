@@ -1,0 +1,98 @@
+"""`perdure top`: workers from their leases, queues with their limits, running runs with their
+current step, from the store alone."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import perdure
+from perdure.cli.main import cli
+from perdure.observe.top import render, snapshot
+from perdure.testing import SimulatedCrash, TestWorker
+
+
+def running_store(app: perdure.App) -> tuple[str, str]:
+    """A run held by a worker that died inside step `charge` (still `running`, its lease not
+    yet expired) and a pending run in queue `mail`; returns (run id, worker id)."""
+    app.queue("mail", concurrency=2, rate=(10, 60))
+
+    @app.step(name="lookup", effect="read")
+    def lookup() -> int:
+        return 1
+
+    @app.step(name="charge", effect="keyed")
+    def charge(n: int) -> int:
+        return n
+
+    @app.workflow(name="pay")
+    def pay() -> int:
+        return charge(lookup())
+
+    @app.workflow(name="notify", queue="mail")
+    def notify() -> None:
+        return None
+
+    handle = app.start(pay, run_id="pay-7")
+    dying = TestWorker(app, lease=30.0)
+    dying.crash_after_intent("charge")
+    with pytest.raises(SimulatedCrash):
+        dying.run_until_idle()
+    app.start(notify, run_id="notify-1")
+    assert dying.worker is not None and handle.status() == "running"
+    return handle.id, dying.worker.id
+
+
+def text_of(renderable: object) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_a_frame_shows_workers_queues_and_running_runs(app: perdure.App) -> None:
+    """The holder of a lease is a worker; each queue counts its running and pending runs and
+    shows its declared limits; a running run shows its workflow, worker and current step."""
+    run_id, worker_id = running_store(app)
+    frame = app.sync(snapshot(app), "top")
+    assert [(w.id, w.runs) for w in frame.workers] == [(worker_id, 1)]
+    assert 0 < frame.workers[0].lease_left <= 30
+    assert [(q.name, q.running, q.pending, q.limits) for q in frame.queues] == [
+        ("default", 1, 0, "-"),
+        ("mail", 0, 1, "2 at once, 10/60s"),
+    ]
+    [run] = frame.runs
+    assert (run.id, run.workflow, run.worker, run.step) == (run_id, "pay", worker_id, "charge #1")
+    text = text_of(render(frame))
+    assert re.search(rf"{re.escape(worker_id)}\s+1\s+expires in \d+s", text)
+    assert re.search(r"mail\s+0\s+1\s+2 at once, 10/60s", text)
+    assert re.search(rf"{run_id}\s+pay\s+default\s+{re.escape(worker_id)}\s+\d+s\s+charge #1", text)
+    assert "pending 1" in text and "running 1" in text
+
+
+def test_perdure_top_once_prints_one_frame(app: perdure.App, db_url: str) -> None:
+    """`perdure top --once` reads any store and prints one frame: the worker, the queues,
+    the running run; a store that does not exist is one clear error."""
+    run_id, worker_id = running_store(app)
+    result = CliRunner().invoke(cli, ["--db", db_url, "top", "--once"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert worker_id in out and "expired" in out  # the real clock is past the test clock's lease
+    assert re.search(r"default\s+1\s+0", out) and re.search(r"mail\s+0\s+1", out)
+    assert re.search(rf"{run_id}\s+pay\s+default\s+{re.escape(worker_id)}", out)
+    assert "charge #1" in out
+    missing = CliRunner().invoke(cli, ["--db", "sqlite:////nonexistent/x.db", "top", "--once"])
+    assert missing.exit_code == 2 and "no perdure store" in missing.output
+
+
+def test_without_rich_top_says_what_to_install(
+    app: perdure.App, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the observe extra, `perdure top` is one line naming the extra, exit 2."""
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    result = CliRunner().invoke(cli, ["--db", db_url, "top", "--once"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: perdure top needs rich: pip install 'perdure[observe]'"
