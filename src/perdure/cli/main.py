@@ -16,6 +16,7 @@ from ..errors import PerdureError
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .loading import load_app
+from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
 from .tokens import token
@@ -346,6 +347,7 @@ def main() -> None:
 cli.add_command(serve)
 cli.add_command(schedules)
 cli.add_command(token)
+cli.add_command(mcp_cmd)
 cli.add_command(top)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..engine.app import App
-from .api import api_routes
+from ..observe.metrics import metrics_endpoint
 from .dashboard import dashboard_routes
 from .hooks import receive_hook
 
@@ -24,7 +24,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/hooks/{name}", receive_hook, methods=["POST"]),
-        *api_routes(),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         *dashboard_routes(),
     ]
 
