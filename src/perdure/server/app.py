@@ -10,6 +10,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..engine.app import App
 from ..observe.metrics import metrics_endpoint
+from .api import api_routes
 from .dashboard import dashboard_routes
 from .hooks import receive_hook
 
@@ -25,6 +26,7 @@ def routes() -> list[BaseRoute]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/hooks/{name}", receive_hook, methods=["POST"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *api_routes(),
         *dashboard_routes(),
     ]
 

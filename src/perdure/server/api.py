@@ -1,0 +1,602 @@
+"""The `/api/v1` endpoints of `perdure serve`, one table (`ENDPOINTS`) for routes and OpenAPI.
+
+Every endpoint but `/readyz` and the OpenAPI document needs `Authorization:
+Bearer <token>` (401 without a valid one) whose scopes allow the endpoint's
+scope (403 otherwise): `read` to look, `operate` to start and steer runs,
+`approve` to answer gates, `admin` for schedules and budgets. Operator actions
+are done through `server.operations` or recorded with `access.record`, so the
+audit log holds every one. Errors are JSON `{"error": ..., "field": ...}`:
+400/422 bad input (naming the field), 404 unknown, 409 wrong state, 413 body
+over 1 MiB, 503 store unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ..engine.app import App
+from ..engine.client import resolve_text
+from ..engine.inspection import explain
+from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
+from ..store.base import RunRow, ScheduleRow
+from ..triggers import schedules as sched
+from . import sse
+from .access import Principal, authenticate, record
+from .operations import Forbidden, decide, operate, pending_gates, require
+from .operations import answer as answer_gate
+from .validation import (
+    Answer,
+    BadInput,
+    Body,
+    Comment,
+    Fork,
+    PutBudget,
+    PutSchedule,
+    Resolve,
+    SendEvent,
+    SetPause,
+    StartRun,
+    encode_cursor,
+    id_cursor,
+    journal_after,
+    parse_body,
+    query_choice,
+    query_float,
+    query_int,
+    query_statuses,
+    query_text,
+    run_cursor,
+    runs_page,
+    text_param,
+)
+
+log = logging.getLogger("perdure.server")
+
+PREFIX = "/api/v1"
+READY_TIMEOUT = 5.0  # seconds the store has to answer /readyz
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter, for the OpenAPI document (path parameters come from the path)."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+    required: bool = False
+
+
+@dataclass
+class Call:
+    """One request as a handler sees it: the app, who asks, the request, its parsed body."""
+
+    app: App
+    who: Principal | None
+    request: Request
+    body: Any = None
+
+    @property
+    def actor(self) -> Principal:
+        assert self.who is not None  # handlers of endpoints with a scope only
+        return self.who
+
+    def path(self, name: str) -> str:
+        value = text_param(self.request.path_params[name], name, required=True)
+        assert value is not None
+        return value
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One operation: its route, the scope it needs (None: public) and what it documents."""
+
+    method: str
+    path: str
+    handler: Handler
+    scope: str | None
+    summary: str
+    body: type[Body] | None = None
+    params: tuple[Param, ...] = ()
+    returns: str = ""  # a schema of openapi.SCHEMAS for the success response
+    status: int = 200
+    errors: tuple[int, ...] = ()
+
+
+# -- what responses look like ---------------------------------------------------------------
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def run_summary(run: RunRow) -> dict[str, Any]:
+    return {
+        "id": run.id, "workflow": run.workflow, "status": run.status,
+        "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
+        "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
+        "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
+        "partition_key": run.partition_key, "pause_requested": run.pause_requested,
+        "recoveries": run.recoveries, "code_version": run.code_version,
+        "error": _json(run.error),
+    }  # fmt: skip
+
+
+async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
+    return {
+        **run_summary(run),
+        "input": _json(await resolve_text(app.store, run.input)),
+        "result": _json(await resolve_text(app.store, run.result)),
+        "lease_owner": run.lease_owner,
+        "lease_until": run.lease_until,
+        "lease_epoch": run.lease_epoch,
+    }
+
+
+def schedule_json(row: ScheduleRow) -> dict[str, Any]:
+    return {**dataclasses.asdict(row), "input": _json(row.input)}
+
+
+# -- health and runs ----------------------------------------------------------------------------
+
+
+async def _probe(app: App) -> None:
+    await app.open_store()
+    await app.store.list_runs(limit=1)
+
+
+async def readyz(call: Call) -> Any:
+    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not."""
+    try:
+        await asyncio.wait_for(_probe(call.app), READY_TIMEOUT)
+    except Exception as exc:  # whatever stops the store answering means "not ready"
+        log.warning("readyz: the store cannot be reached: %s", exc)
+        return JSONResponse({"ready": False, "error": "the store cannot be reached"}, 503)
+    return {"ready": True}
+
+
+async def list_runs(call: Call) -> Any:
+    request = call.request
+    statuses = query_statuses(request)
+    workflow = query_text(request, "workflow")
+    limit = query_int(request, "limit", 50, 1, 500)
+    after = run_cursor(request)
+    await call.app.open_store()
+    rows, following = await runs_page(call.app.store, statuses, workflow, after, limit)
+    cursor = None if following is None else encode_cursor(list(following))
+    return {"runs": [run_summary(r) for r in rows], "next_cursor": cursor}
+
+
+async def start_run(call: Call) -> Any:
+    body: StartRun = call.body
+    run, created = await call.app.client.start_run(
+        body.workflow, body.args, body.kwargs, run_id=body.id, deadline=body.deadline,
+        queue=body.queue, priority=body.priority, partition_key=body.partition_key,
+    )  # fmt: skip
+    detail = {"workflow": body.workflow, "created": created}
+    await record(call.app, call.actor.name, "run.start", f"run:{run.id}", detail)
+    answer = {"run": await run_detail(call.app, run), "created": created}
+    return JSONResponse(answer, status_code=201 if created else 200)
+
+
+async def get_run(call: Call) -> Any:
+    return await run_detail(call.app, await call.app.client.get(call.path("run_id")))
+
+
+async def journal(call: Call) -> Any:
+    run = await call.app.client.get(call.path("run_id"))
+    after = query_int(call.request, "after", -1, -1, 2**53)
+    limit = query_int(call.request, "limit", 1000, 1, 5000)
+    entries = await journal_after(call.app.store, run.id, after, limit + 1)
+    more = len(entries) > limit
+    entries = entries[:limit]
+    return {
+        "run_id": run.id,
+        "status": run.status,
+        "entries": [sse.entry_json(e) for e in entries],
+        "next_after": entries[-1].seq if more else None,
+    }
+
+
+async def explain_run(call: Call) -> Any:
+    run = await call.app.client.get(call.path("run_id"))
+    steps = explain(call.app, run, await call.app.store.journal(run.id))
+    return {"run_id": run.id, "status": run.status, "steps": [dataclasses.asdict(s) for s in steps]}
+
+
+def _run_action(action: str) -> Handler:
+    async def act(call: Call) -> Any:
+        run_id = call.path("run_id")
+        comment = call.body.comment
+        status = await operate(call.app, call.actor, action, run_id, comment)
+        return {"run_id": run_id, "status": status}
+
+    act.__name__ = f"{action}_run"
+    return act
+
+
+async def resolve_run(call: Call) -> Any:
+    body: Resolve = call.body
+    given = [name for name in ("value", "retry", "fail") if name in body.model_fields_set]
+    chosen = [n for n in given if n == "value" or getattr(body, n)]
+    if len(chosen) != 1:
+        raise BadInput(422, "value, retry, fail: give exactly one", "value")
+    run_id = call.path("run_id")
+    status = await operate(
+        call.app, call.actor, "resolve", run_id, body.comment,
+        step=body.step, value=body.value, retry=body.retry or None, fail=body.fail or None,
+    )  # fmt: skip
+    return {"run_id": run_id, "status": status}
+
+
+async def fork_run(call: Call) -> Any:
+    body: Fork = call.body
+    run_id = call.path("run_id")
+    new_id = await operate(
+        call.app, call.actor, "fork", run_id, body.comment, from_step=body.from_step,
+        new_id=body.id,
+    )  # fmt: skip
+    run = await call.app.client.get(new_id)
+    return JSONResponse({"run": await run_detail(call.app, run), "forked_from": run_id}, 201)
+
+
+async def send_event(call: Call) -> Any:
+    body: SendEvent = call.body
+    run_id = call.path("run_id")
+    await call.app.client.get(run_id)  # 404 for an unknown run, before anything is kept
+    event_id = await call.app.client.send_event(run_id, body.name, body.payload, key=body.key)
+    detail = {"event": body.name, "key": body.key, "event_id": event_id}
+    await record(call.app, call.actor.name, "run.event", f"run:{run_id}", detail)
+    return {"run_id": run_id, "event_id": event_id}
+
+
+async def stream(call: Call) -> Any:
+    run_id = query_text(call.request, "run", required=True)
+    assert run_id is not None
+    after = query_int(call.request, "after", -1, -1, 2**53)
+    last = call.request.headers.get("last-event-id")  # a reconnecting EventSource says this
+    if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
+        after = max(after, int(last))
+    await call.app.client.get(run_id)
+    return sse.response(call.request, call.app, run_id, after)
+
+
+# -- gates ----------------------------------------------------------------------------------
+
+
+async def list_gates(call: Call) -> Any:
+    return {"gates": [dataclasses.asdict(g) for g in await pending_gates(call.app)]}
+
+
+def _decision(approve: bool) -> Handler:
+    async def act(call: Call) -> Any:
+        run_id, call_id = call.path("run_id"), call.path("call_id")
+        await decide(call.app, call.actor, run_id, call_id, approve, call.body.comment)
+        return {"run_id": run_id, "call_id": call_id, "decision": "approve" if approve else "deny"}
+
+    act.__name__ = "approve_gate" if approve else "deny_gate"
+    return act
+
+
+async def answer(call: Call) -> Any:
+    run_id, call_id = call.path("run_id"), call.path("call_id")
+    await answer_gate(call.app, call.actor, run_id, call_id, call.body.text)
+    return {"run_id": run_id, "call_id": call_id, "decision": "answer"}
+
+
+# -- schedules, pauses, usage, budgets, audit ----------------------------------------------
+
+
+async def _schedule(call: Call) -> ScheduleRow:
+    name = call.path("name")
+    await call.app.open_store()
+    row = await call.app.store.get_schedule(name)
+    if row is None:
+        raise BadInput(404, f"no schedule named {name!r}", "name")
+    return row
+
+
+async def list_schedules(call: Call) -> Any:
+    await call.app.open_store()
+    return {"schedules": [schedule_json(r) for r in await call.app.store.list_schedules()]}
+
+
+async def get_schedule(call: Call) -> Any:
+    row = await _schedule(call)
+    count = query_int(call.request, "next", 5, 0, 100)
+    limit = query_int(call.request, "ticks", 20, 0, 500)
+    after = max(call.app.clock.now(), (row.next_fire or 0.0) - 1e-6)
+    upcoming = [] if row.paused or count == 0 else sched.upcoming(row, count, after)
+    ticks = await call.app.store.schedule_ticks(row.name, limit=limit) if limit else []
+    return {
+        "schedule": schedule_json(row),
+        "upcoming": upcoming,
+        "ticks": [dataclasses.asdict(t) for t in ticks],
+    }
+
+
+async def put_schedule(call: Call) -> Any:
+    body: PutSchedule = call.body
+    name = call.path("name")
+    fields = body.model_dump()
+    args, kwargs = fields.pop("args"), fields.pop("kwargs")
+    schedule = sched.Schedule(name=name, args=tuple(args), kwargs=kwargs, **fields)
+    await call.app.open_store()
+    row = await sched.add(call.app, schedule)
+    await record(call.app, call.actor.name, "schedule.put", f"schedule:{name}", body.model_dump())
+    return schedule_json(row)
+
+
+async def delete_schedule(call: Call) -> Any:
+    row = await _schedule(call)
+    await sched.delete(call.app, row.name)
+    await record(call.app, call.actor.name, "schedule.delete", f"schedule:{row.name}", {})
+    return {"deleted": row.name}
+
+
+def _schedule_action(paused: bool) -> Handler:
+    async def act(call: Call) -> Any:
+        row = await _schedule(call)
+        if paused:
+            row = await sched.pause(call.app, row.name)
+        else:
+            row = await sched.resume(call.app, row.name)
+        action = "schedule.pause" if paused else "schedule.resume"
+        await record(call.app, call.actor.name, action, f"schedule:{row.name}", {})
+        return schedule_json(row)
+
+    act.__name__ = "pause_schedule" if paused else "resume_schedule"
+    return act
+
+
+async def list_pauses(call: Call) -> Any:
+    await call.app.open_store()
+    rows = await call.app.store.list_pauses()
+    return {"pauses": [{"scope": s, "name": n, "since": t} for s, n, t in rows]}
+
+
+async def set_pause(call: Call) -> Any:
+    body: SetPause = call.body
+    changed = await call.app.client.set_pause(body.scope, body.name, body.paused)
+    action = f"{body.scope}.{'pause' if body.paused else 'resume'}"
+    detail = {"comment": body.comment, "changed": changed}
+    await record(call.app, call.actor.name, action, f"{body.scope}:{body.name}", detail)
+    return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
+
+
+USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
+
+
+async def usage(call: Call) -> Any:
+    agent = query_text(call.request, "agent")
+    since = query_float(call.request, "since", call.app.clock.now() - 7 * 86400)
+    by = query_choice(call.request, "by", tuple(USAGE_KEYS), "agent")
+    await call.app.open_store()
+    totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+    for u in await call.app.store.usage(agent, since):
+        day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
+        values = {"agent": u.agent, "run_id": u.run_id, "day": day}
+        total = totals[tuple(values[k] for k in USAGE_KEYS[by])]
+        for i, n in enumerate((1, u.input_tokens, u.output_tokens, u.cost)):
+            total[i] += n
+    groups = [
+        {**dict(zip(USAGE_KEYS[by], key, strict=True)), "calls": int(t[0]),
+         "input_tokens": int(t[1]), "output_tokens": int(t[2]), "cost": t[3]}
+        for key, t in sorted(totals.items())
+    ]  # fmt: skip
+    return {"by": by, "since": since, "groups": groups}
+
+
+async def _budget_json(app: App, agent: str) -> dict[str, Any]:
+    budget = await app.store.get_budget(agent)
+    now = app.clock.now()
+    spent = {}
+    for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
+        tokens, cost = await app.store.spent(agent, now - seconds)
+        spent[window] = {"tokens": tokens, "cost": cost}
+    limits = None if budget is None else dataclasses.asdict(budget)
+    if limits is not None:
+        del limits["agent"]
+    return {"agent": agent, "budget": limits, "spent": spent}
+
+
+async def get_budget(call: Call) -> Any:
+    await call.app.open_store()
+    return await _budget_json(call.app, call.path("agent"))
+
+
+async def put_budget(call: Call) -> Any:
+    from ..agent.loop import raise_budget  # the agent layer, only when a budget changes
+    from ..store.agent_sql import Budget
+
+    body: PutBudget = call.body
+    agent = call.path("agent")
+    await call.app.open_store()
+    woken = await raise_budget(call.app, agent, Budget(agent, **body.model_dump()))
+    await record(call.app, call.actor.name, "budget.set", f"agent:{agent}", body.model_dump())
+    return {**await _budget_json(call.app, agent), "woken": woken}
+
+
+async def audit(call: Call) -> Any:
+    target = query_text(call.request, "target")
+    limit = query_int(call.request, "limit", 50, 1, 500)
+    before = id_cursor(call.request)
+    await call.app.open_store()
+    rows = await call.app.store.audit_log(target=target, limit=limit + 1, before=before)
+    page = rows[:limit]
+    entries = [{**dataclasses.asdict(r), "detail": _json(r.detail)} for r in page]
+    cursor = encode_cursor(page[-1].id) if len(rows) > limit else None
+    return {"entries": entries, "next_cursor": cursor}
+
+
+async def openapi(call: Call) -> Any:
+    from .openapi import document
+
+    return document()
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+_STATUS = Param("status", {"type": "string"}, "run states, comma-separated (or repeated)")
+_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)")
+_CURSOR = Param("cursor", {"type": "string"}, "`next_cursor` of the previous page")
+_AFTER = Param("after", {"type": "integer", "minimum": -1}, "only entries with a greater seq")
+R = f"{PREFIX}/runs/{{run_id}}"
+G = f"{PREFIX}/gates/{{run_id}}/{{call_id}}"
+S = f"{PREFIX}/schedules/{{name}}"
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("GET", "/readyz", readyz, None, "Readiness: the store answers a query",
+             returns="Ready", errors=(503,)),
+    Endpoint("GET", f"{PREFIX}/openapi.json", openapi, None, "This document", returns="Any"),
+    Endpoint("GET", f"{PREFIX}/runs", list_runs, "read", "List runs, newest first",
+             params=(_STATUS, Param("workflow", {"type": "string"}, "workflow name"), _LIMIT,
+                     _CURSOR), returns="RunPage"),
+    Endpoint("POST", f"{PREFIX}/runs", start_run, "operate",
+             "Start a run (201), or find the run `id` names (200)", body=StartRun,
+             returns="Started", status=201, errors=(409,)),
+    Endpoint("GET", R, get_run, "read", "A run: status, input, result, error",
+             returns="Run", errors=(404,)),
+    Endpoint("GET", f"{R}/journal", journal, "read", "A run's journal, in order",
+             params=(_AFTER, Param("limit", {"type": "integer", "minimum": 1, "maximum": 5000},
+                                   "entries (1000)")), returns="Journal", errors=(404,)),
+    Endpoint("GET", f"{R}/explain", explain_run, "read",
+             "Per step: what happened and what recovery would do now", returns="Explanation",
+             errors=(404,)),
+    Endpoint("POST", f"{R}/cancel", _run_action("cancel"), "operate",
+             "Cancel a run and its children", body=Comment, returns="Status", errors=(404,)),
+    Endpoint("POST", f"{R}/pause", _run_action("pause"), "operate", "Pause a run",
+             body=Comment, returns="Status", errors=(404, 409)),
+    Endpoint("POST", f"{R}/resume", _run_action("resume"), "operate",
+             "Resume a paused run, or replay a dead one", body=Comment, returns="Status",
+             errors=(404, 409)),
+    Endpoint("POST", f"{R}/resolve", resolve_run, "operate",
+             "Settle a needs_attention step: a value, retry, or fail the run", body=Resolve,
+             returns="Status", errors=(404, 409)),
+    Endpoint("POST", f"{R}/fork", fork_run, "operate",
+             "Retry from a step: a new run reusing the first `from_step` positions",
+             body=Fork, returns="Forked", status=201, errors=(404, 409)),
+    Endpoint("POST", f"{R}/events", send_event, "operate",
+             "Deliver an event to the run's wait_event(name)", body=SendEvent,
+             returns="EventSent", status=202, errors=(404,)),
+    Endpoint("GET", f"{PREFIX}/events/stream", stream, "read",
+             "Server-Sent Events: a run's status changes and new journal entries",
+             params=(Param("run", {"type": "string"}, "the run's id", required=True), _AFTER),
+             returns="Stream", errors=(404, 503)),
+    Endpoint("GET", f"{PREFIX}/gates", list_gates, "read",
+             "Runs waiting for a person: approvals and questions", returns="Gates"),
+    Endpoint("POST", f"{G}/approve", _decision(True), "approve", "Approve a gated tool call",
+             body=Comment, returns="Decision", errors=(404, 409)),
+    Endpoint("POST", f"{G}/deny", _decision(False), "approve", "Deny a gated tool call",
+             body=Comment, returns="Decision", errors=(404, 409)),
+    Endpoint("POST", f"{G}/answer", answer, "approve", "Answer an agent's question",
+             body=Answer, returns="Decision", errors=(404, 409)),
+    Endpoint("GET", f"{PREFIX}/schedules", list_schedules, "read", "Every schedule",
+             returns="Schedules"),
+    Endpoint("GET", S, get_schedule, "read", "A schedule, its next fire times and recent ticks",
+             params=(Param("next", {"type": "integer", "minimum": 0, "maximum": 100},
+                           "upcoming fire times (5)"),
+                     Param("ticks", {"type": "integer", "minimum": 0, "maximum": 500},
+                           "recent ticks (20)")), returns="ScheduleDetail", errors=(404,)),
+    Endpoint("PUT", S, put_schedule, "admin", "Store (add or replace) a schedule",
+             body=PutSchedule, returns="Schedule"),
+    Endpoint("DELETE", S, delete_schedule, "admin", "Delete a schedule", returns="Deleted",
+             errors=(404,)),
+    Endpoint("POST", f"{S}/pause", _schedule_action(True), "admin", "Pause a schedule",
+             returns="Schedule", errors=(404,)),
+    Endpoint("POST", f"{S}/resume", _schedule_action(False), "admin",
+             "Resume a schedule from its next tick", returns="Schedule", errors=(404,)),
+    Endpoint("GET", f"{PREFIX}/pauses", list_pauses, "read",
+             "Workflows and workers paused as a whole", returns="Pauses"),
+    Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",
+             "Pause or resume a whole workflow or worker", body=SetPause, returns="Paused"),
+    Endpoint("GET", f"{PREFIX}/usage", usage, "read", "Model tokens and cost, grouped",
+             params=(Param("agent", {"type": "string"}, "one agent only"),
+                     Param("since", {"type": "number"}, "Unix time (default: 7 days ago)"),
+                     Param("by", {"enum": list(USAGE_KEYS)}, "group by (agent)")),
+             returns="Usage"),
+    Endpoint("GET", f"{PREFIX}/budgets/{{agent}}", get_budget, "read",
+             "An agent's stored budget and what it spent this hour and day", returns="Budget"),
+    Endpoint("PUT", f"{PREFIX}/budgets/{{agent}}", put_budget, "admin",
+             "Set an agent's budget; its runs waiting for budget continue if it allows",
+             body=PutBudget, returns="BudgetSet"),
+    Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
+             params=(Param("target", {"type": "string"}, "e.g. run:ID"), _LIMIT, _CURSOR),
+             returns="AuditPage"),
+)  # fmt: skip
+
+
+# -- dispatch -------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+    body: dict[str, Any] = {"error": message}
+    if field is not None:
+        body["field"] = field
+    return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
+    app: App = request.app.state.perdure
+    who = None
+    if endpoint.scope is not None:
+        try:
+            await app.open_store()
+        except PerdureError as exc:
+            raise StoreUnavailable(f"cannot open the store: {exc}") from None
+        who = await authenticate(app, request.headers.get("authorization"))
+        if who is None:
+            return _error(401, "a valid `Authorization: Bearer <token>` header is required "
+                          "(perdure token create)", **{"WWW-Authenticate": "Bearer"})  # fmt: skip
+        require(who, endpoint.scope, f"{endpoint.method} {endpoint.path}")
+    body = await parse_body(request, endpoint.body) if endpoint.body is not None else None
+    result = await endpoint.handler(Call(app, who, request, body))
+    if isinstance(result, Response):
+        return result
+    return JSONResponse(result, status_code=endpoint.status)
+
+
+def _route(endpoint: Endpoint) -> Route:
+    async def handle(request: Request) -> Response:
+        try:
+            return await _dispatch(endpoint, request)
+        except BadInput as bad:
+            return _error(bad.status, bad.message, bad.field)
+        except Forbidden as exc:
+            return _error(403, str(exc))
+        except RunNotFound as exc:
+            return _error(404, str(exc))
+        except StoreUnavailable as exc:
+            log.warning("%s %s: %s", request.method, endpoint.path, exc)
+            return _error(503, "the store cannot be reached; try again later")
+        except (ConfigError, PayloadError) as exc:
+            return _error(400, str(exc))
+        except PerdureError as exc:  # the run is not in a state that allows this
+            return _error(409, str(exc))
+
+    handle.__name__ = endpoint.handler.__name__
+    return Route(endpoint.path, handle, methods=[endpoint.method])
+
+
+def api_routes() -> list[BaseRoute]:
+    """The routes of `ENDPOINTS` (`/api/v1/...` and `/readyz`), for `server.app.routes()`."""
+    return [_route(e) for e in ENDPOINTS]

@@ -1,0 +1,140 @@
+"""`GET /api/v1/events/stream?run=ID`: a run's status changes and new journal entries as SSE.
+
+Each connection reads the store every `POLL` seconds, sooner when this process
+changes something (`App.notify`): first the journal entries it has not sent
+(`event: journal`, `id:` their sequence number, so a reconnecting client's
+`Last-Event-ID` resumes after them), then the run's status when it changed
+(`event: status`). A comment line goes out after `HEARTBEAT` seconds of silence.
+The stream ends with `event: end` once the run is finished and everything was
+sent, after `MAX_AGE` seconds (the client reconnects), or when the client leaves.
+At most `MAX_STREAMS` streams are open per server; more are refused with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..store.base import FINAL, Entry, RunRow
+from .validation import journal_after
+
+if TYPE_CHECKING:
+    from ..engine.app import App
+
+POLL = 0.5  # seconds between reads of the store
+HEARTBEAT = 15.0  # seconds of silence before a comment line keeps proxies from closing
+MAX_AGE = 3600.0  # seconds a stream lasts; the client reconnects with Last-Event-ID
+MAX_STREAMS = 100  # open streams per server
+BATCH = 500  # journal entries read per poll
+MIN_GAP = 0.05  # seconds between reads however often this process notifies
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """A journal entry as the API shows it (`data` decoded from its JSON text)."""
+    try:
+        data = None if entry.data is None else json.loads(entry.data)
+    except ValueError:
+        data = entry.data
+    return {
+        "seq": entry.seq,
+        "kind": entry.kind,
+        "name": entry.name,
+        "position": entry.position,
+        "attempt": entry.attempt,
+        "final": entry.final,
+        "at": entry.at,
+        "data": data,
+    }
+
+
+def _frame(event: str, data: Any, event_id: int | None = None) -> str:
+    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id is not None else "")
+    return f"{head}data: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+def _status(run: RunRow) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "status": run.status,
+        "updated_at": run.updated_at,
+        "waiting_for": run.waiting_for,
+    }
+
+
+async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]:
+    """The stream's text, frame by frame, until the run is done, MAX_AGE passes or cancelled."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def listener() -> None:  # called from any thread by App.notify
+        with contextlib.suppress(RuntimeError):  # the loop closed: the stream is over
+            loop.call_soon_threadsafe(wake.set)
+
+    app.on_notify.append(listener)
+    try:
+        started = last_sent = loop.time()
+        shown: tuple[str, str | None] | None = None
+        yield "retry: 2000\n\n"
+        while True:
+            wake.clear()
+            entries = await journal_after(app.store, run_id, after, BATCH)
+            run = await app.store.get_run(run_id)
+            if run is None:  # deleted (gc) while watched
+                yield _frame("end", {"run_id": run_id, "status": None})
+                return
+            sent = bool(entries)
+            for entry in entries:
+                yield _frame("journal", entry_json(entry), entry.seq)
+                after = entry.seq
+            if (run.status, run.waiting_for) != shown:
+                shown = (run.status, run.waiting_for)
+                yield _frame("status", _status(run))
+                sent = True
+            now = loop.time()
+            if sent:
+                last_sent = now
+            if len(entries) == BATCH:
+                continue  # more to send at once
+            if run.status in FINAL:
+                yield _frame("end", {"run_id": run_id, "status": run.status})
+                return
+            if now - started >= MAX_AGE:
+                return
+            if now - last_sent >= HEARTBEAT:
+                yield ": heartbeat\n\n"
+                last_sent = now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), POLL)
+                await asyncio.sleep(MIN_GAP)  # woken early: many changes still cost one read
+    finally:
+        app.on_notify.remove(listener)
+
+
+async def _counted(request: Request, stream: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+    state = request.app.state
+    state.sse_streams = getattr(state, "sse_streams", 0) + 1  # counted once it streams
+    try:
+        async with contextlib.aclosing(stream):
+            async for frame in stream:
+                yield frame
+    finally:
+        state.sse_streams -= 1
+
+
+def response(request: Request, app: App, run_id: str, after: int) -> Response:
+    """The streaming response for one client (503 if MAX_STREAMS are already open)."""
+    state = request.app.state
+    open_now: int = getattr(state, "sse_streams", 0)
+    if open_now >= MAX_STREAMS:
+        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if request.method == "HEAD":
+        return Response(media_type="text/event-stream", headers=headers)
+    body = _counted(request, events(app, run_id, after))
+    return StreamingResponse(body, media_type="text/event-stream", headers=headers)

@@ -1,0 +1,82 @@
+"""schemathesis against a live `perdure serve` API: no input the committed OpenAPI document
+(docs/openapi.json) allows, or breaks, gets a 5xx answer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+import uvicorn
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+import perdure
+from perdure.server import create_app, sse
+from perdure.server.access import create_token
+
+DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+schema = schemathesis.openapi.from_path(DOCUMENT)  # the same as served: see test_openapi.py
+
+
+@contextmanager
+def live_server(app: perdure.App) -> Iterator[str]:
+    """`create_app(app)` on uvicorn in a thread, on a free port of 127.0.0.1; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        create_app(app), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A live server on a fresh SQLite store with one workflow: (its URL, an admin token)."""
+    folder: Path = tmp_path_factory.mktemp("api")
+    app = perdure.App(f"sqlite:///{folder}/api.db")
+
+    @app.workflow(name="echo")
+    def echo(x: Any = None) -> Any:
+        return x
+
+    _, token = app.sync(create_token(app, "fuzzer", ["admin"]), "token")
+    app.start(echo, 1, run_id="r-1")
+    previous = sse.MAX_AGE
+    sse.MAX_AGE = 1.0  # a stream of a run nobody finishes ends soon
+    try:
+        with live_server(app) as url:
+            yield url, token
+    finally:
+        sse.MAX_AGE = previous
+        app.close()
+
+
+@schema.parametrize()
+@settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+def test_no_input_gets_a_server_error(case: Any, served: tuple[str, str]) -> None:
+    """Every operation answers generated (valid and invalid) input without a 5xx."""
+    url, token = served
+    case.call_and_validate(
+        base_url=url,
+        headers={"Authorization": f"Bearer {token}"},
+        checks=[not_a_server_error],
+        timeout=15,
+    )
