@@ -1,4 +1,4 @@
-"""`perdure serve`: run the HTTP server (webhooks, /healthz) on uvicorn until SIGTERM."""
+"""`perdure serve`: the HTTP server (API, dashboard, webhooks, /metrics, health) on uvicorn."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from ..errors import ConfigError
 @click.option("--port", default=8000, show_default=True, help="Port to bind.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Serve POST /hooks/NAME and GET /healthz until SIGTERM/SIGINT. Starts runs; a
-    `perdure worker` executes them."""
+    """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics,
+    /healthz and /readyz until SIGTERM/SIGINT. It starts runs; a `perdure worker` executes
+    them. Binds 127.0.0.1 unless told otherwise."""
     try:
         import uvicorn
 
