@@ -50,6 +50,7 @@ BUDGET_RECHECK = 300.0  # seconds a run over budget waits before it checks the w
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_CHARS = 6000  # of a task's file put in the transcript
+NOTES_IN_CONTEXT = 5  # lines of progress notes put in the system prompt
 
 
 class AgentFailed(PerdureError):
@@ -334,8 +335,9 @@ class Agent:
 
     def _system(self, context: dict[str, Any]) -> str:
         parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}"]
-        if context["notes"]:
-            parts.append(f"Progress notes from earlier runs:\n{context['notes']}")
+        if context["notes"]:  # the most recent lines: enough to go on, little to echo
+            recent = "\n".join(context["notes"].splitlines()[-NOTES_IN_CONTEXT:])
+            parts.append(f"Progress notes from earlier runs:\n{recent}")
         if context["memories"]:
             parts.append(
                 "Things you remembered:\n" + "\n".join(f"- {m}" for m in context["memories"])
