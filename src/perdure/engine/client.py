@@ -32,7 +32,7 @@ from ..store.base import (
 )
 from ..store.blobs import blob_ref, inline_or_blob
 from .codec import dumps, from_json, loads
-from .registry import typed_arguments
+from .registry import WorkflowDef, typed_arguments
 
 if TYPE_CHECKING:
     from .app import App
@@ -58,6 +58,30 @@ async def run_outcome_json(store: Store, run: RunRow) -> str:
 
 def encode_input(app: App, workflow: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     return dumps({"args": list(args), "kwargs": kwargs}, f"input of workflow {workflow!r}")
+
+
+def checked_input(
+    app: App, workflow: str, args: Sequence[Any], kwargs: dict[str, Any], where: str = ""
+) -> tuple[WorkflowDef, str]:
+    """The workflow and its input as JSON, refused now (before anything is recorded) if the
+    workflow is unknown or the arguments do not fit it; `where` prefixes the message."""
+    prefix = f"{where}: " if where else ""
+    definition = app.workflows.get(workflow)
+    if definition is None:
+        raise ConfigError(
+            f"{prefix}no workflow named {workflow!r} is registered "
+            f"(known: {', '.join(sorted(app.workflows)) or 'none'})"
+        )
+    try:
+        definition.signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{prefix}workflow {workflow!r}: {exc}") from None
+    encoded = encode_input(app, workflow, args, kwargs)
+    plain = json.loads(encoded)
+    typed_arguments(
+        definition, plain["args"], plain["kwargs"], f"input of {where or f'workflow {workflow!r}'}"
+    )
+    return definition, encoded
 
 
 class Client:
@@ -95,21 +119,7 @@ class Client:
         partition_key: str | None = None,
     ) -> tuple[RunRow, bool]:
         """`start`, also saying whether this call created the run (False: it existed)."""
-        definition = self.app.workflows.get(workflow)
-        if definition is None:
-            raise ConfigError(
-                f"no workflow named {workflow!r} is registered "
-                f"(known: {', '.join(sorted(self.app.workflows)) or 'none'})"
-            )
-        try:
-            definition.signature.bind(*args, **(kwargs or {}))
-        except TypeError as exc:
-            raise ConfigError(f"workflow {workflow!r}: {exc}") from None
-        encoded = encode_input(self.app, workflow, args, kwargs or {})
-        plain = json.loads(encoded)  # refuse ill-typed input now, before anything is recorded
-        typed_arguments(
-            definition, plain["args"], plain["kwargs"], f"input of workflow {workflow!r}"
-        )
+        definition, encoded = checked_input(self.app, workflow, args, kwargs or {})
         await self.app.open_store()
         text, blob = inline_or_blob(encoded, self.app.blob_threshold)
         now = self.app.clock.now()

@@ -150,8 +150,7 @@ def _seconds(value: float | timedelta | None) -> float | None:
 
 def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
     """The stored form of a declaration: timing checked, input encoded and type-checked."""
-    from ..engine.client import encode_input
-    from ..engine.registry import typed_arguments
+    from ..engine.client import checked_input
 
     row = validate(
         ScheduleRow(
@@ -170,19 +169,7 @@ def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
             updated_at=now,
         )
     )
-    definition = app.workflows.get(s.workflow)
-    if definition is None:
-        raise ConfigError(
-            f"schedule {s.name!r}: no workflow named {s.workflow!r} is registered "
-            f"(known: {', '.join(sorted(app.workflows)) or 'none'})"
-        )
-    try:
-        definition.signature.bind(*s.args, **s.kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"schedule {s.name!r}: workflow {s.workflow!r}: {exc}") from None
-    row.input = encode_input(app, s.workflow, s.args, s.kwargs)
-    plain = json.loads(row.input)
-    typed_arguments(definition, plain["args"], plain["kwargs"], f"input of schedule {s.name!r}")
+    _, row.input = checked_input(app, s.workflow, s.args, s.kwargs, f"schedule {s.name!r}")
     row.next_fire = next_tick(row, now)
     return row
 
