@@ -328,8 +328,10 @@ class Scheduler:
     def __init__(self, app: App) -> None:
         self.app = app
         self.declared: dict[str, Schedule] = {}
+        # Woken by this process's schedule changes only (declare, pause, resume): every
+        # store notification (each run finishing) would cost every worker a pass. Others'
+        # changes are seen at the next re-read, at most LONGEST_WAIT later.
         self.wake = Signal()
-        app.on_notify.append(self.wake.fire)  # a schedule changed, here or elsewhere
         self._synced = False
 
     def declare(self, schedule: Schedule) -> None:
@@ -337,6 +339,7 @@ class Scheduler:
             raise ConfigError(f"two schedules are named {schedule.name!r}; pass name=... to one")
         self.declared[schedule.name] = schedule
         self._synced = False  # stored at the next pass
+        self.wake.fire()
 
     async def sync(self, now: float) -> None:
         """Store every declared schedule (a changed timing restarts from the next tick)."""
@@ -456,7 +459,9 @@ def schedule_decorator(
 
 async def add(app: App, schedule: Schedule) -> ScheduleRow:
     """Store a schedule made outside code (CLI, API); it lives until deleted."""
-    return await save(app, make_row(app, schedule, source="api", now=app.clock.now()))
+    row = await save(app, make_row(app, schedule, source="api", now=app.clock.now()))
+    scheduler_of(app).wake.fire()
+    return row
 
 
 async def get(app: App, name: str) -> ScheduleRow:
@@ -470,7 +475,8 @@ async def get(app: App, name: str) -> ScheduleRow:
 async def pause(app: App, name: str) -> ScheduleRow:
     """Stop firing at once; ticks until `resume` are recorded as skipped then."""
     await get(app, name)
-    return await app.store.set_schedule_paused(name, True, app.clock.now(), None)
+    return await app.store.set_schedule_paused(name, True, app.clock.now(), None)  # at once:
+    # a scheduler reads only unpaused schedules
 
 
 async def resume(app: App, name: str) -> ScheduleRow:
@@ -494,6 +500,7 @@ async def resume(app: App, name: str) -> ScheduleRow:
         await app.store.advance_schedule(
             ScheduleAdvance(name=name, expected=nxt, next_fire=nxt, now=now, ticks=[tick])
         )
+    scheduler_of(app).wake.fire()
     return await get(app, name)
 
 
