@@ -122,6 +122,8 @@ def test_the_same_failing_call_stops_the_loop(
     worker.run_until_idle()
     with pytest.raises(perdure.RunFailed, match="repeated 2 times"):
         handle.result(timeout=5)
+    notes = app.sync(app.store.get_notes("helper"), "notes")
+    assert " failed: x: the same failing call read_file" in notes  # a failed run leaves notes
 
 
 def test_iterations_are_limited_and_the_last_evidence_is_given(

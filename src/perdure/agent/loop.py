@@ -269,69 +269,72 @@ class Agent:
         file = task.get("file")
         query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
         context = await read_context(query)
-        messages = [Message("system", self._system(context)), Message("user", "")]
-        user = [str(task["prompt"])] if task.get("prompt") else []
-        if file:
-            content = await steps.file(str(file))
-            user.append(f"File {Path(str(file)).name}:\n---\n{content}\n---")
-        messages[1].content = "\n\n".join(user) or spec.goal
-        failures: Counter[str] = Counter()
-        failed_iterations = 0
-        tokens, cost = 0, 0.0
-        evidence = "not checked yet"
-        for iteration in range(1, limits.max_iterations + 1):
-            await self._within_budget()
-            tier = self._route(failed_iterations)
-            if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
-                messages = await self._compact(messages, tier)
-            request = ModelRequest(
-                model=spec.tier(tier).model,
-                messages=messages,
-                tools=self.toolbox.offered(),
-                max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
-                temperature=spec.tier(tier).temperature,
-            )
-            raw = await model_call(tier, request.to_dict())
-            reply = ModelResponse.from_dict(raw)
-            tokens += reply.usage.total
-            cost += float(raw.get("cost", 0.0))
-            messages.append(reply.message)
-            if limits.max_tokens is not None and tokens > limits.max_tokens:
-                raise AgentFailed(f"token limit {limits.max_tokens} reached ({tokens}); "
-                                  f"last evidence: {evidence}")  # fmt: skip
-            if limits.max_cost is not None and cost > limits.max_cost:
-                raise AgentFailed(f"cost limit {limits.max_cost} reached ({cost:.4f}); "
-                                  f"last evidence: {evidence}")  # fmt: skip
-            finishing = not reply.message.tool_calls
-            summary = reply.message.content
-            iteration_failed = False
-            for call in reply.message.tool_calls:
-                result = await self._call_tool(call)
-                messages.append(Message("tool", result, tool_call_id=call.id, name=call.name))
-                tool = self.toolbox.tools.get(call.name)
-                if tool is not None and tool.finish and not result.startswith(REFUSED):
-                    finishing, summary = True, result
-                if result.startswith((REFUSED, ERROR)):
-                    iteration_failed = True
-                    key = f"{call.name}({json.dumps(call.arguments, sort_keys=True)})"
-                    failures[key] += 1
-                    if failures[key] >= limits.repeat_failures:
-                        raise AgentFailed(
-                            f"the same failing call {key} repeated {failures[key]} times: "
-                            f"{result[:300]}"
-                        )
-            failed_iterations += int(iteration_failed)
-            if finishing:
-                done, evidence = await self._complete(task, reply, summary)
-                if done:
-                    await steps.notes(self._notes(context["notes"], task, "done", evidence))
-                    return {"status": "done", "evidence": evidence, "iterations": iteration,
-                            "tokens": tokens, "cost": round(cost, 6),
-                            "answer": reply.message.content}  # fmt: skip
-                messages.append(Message("user", f"Not done yet: {evidence}. Continue."))
-        await steps.notes(self._notes(context["notes"], task, "failed", evidence))
-        raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
-                          f"last evidence: {evidence}")  # fmt: skip
+        try:
+            messages = [Message("system", self._system(context)), Message("user", "")]
+            user = [str(task["prompt"])] if task.get("prompt") else []
+            if file:
+                content = await steps.file(str(file))
+                user.append(f"File {Path(str(file)).name}:\n---\n{content}\n---")
+            messages[1].content = "\n\n".join(user) or spec.goal
+            failures: Counter[str] = Counter()
+            failed_iterations = 0
+            tokens, cost = 0, 0.0
+            evidence = "not checked yet"
+            for iteration in range(1, limits.max_iterations + 1):
+                await self._within_budget()
+                tier = self._route(failed_iterations)
+                if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
+                    messages = await self._compact(messages, tier)
+                request = ModelRequest(
+                    model=spec.tier(tier).model,
+                    messages=messages,
+                    tools=self.toolbox.offered(),
+                    max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
+                    temperature=spec.tier(tier).temperature,
+                )
+                raw = await model_call(tier, request.to_dict())
+                reply = ModelResponse.from_dict(raw)
+                tokens += reply.usage.total
+                cost += float(raw.get("cost", 0.0))
+                messages.append(reply.message)
+                if limits.max_tokens is not None and tokens > limits.max_tokens:
+                    raise AgentFailed(f"token limit {limits.max_tokens} reached ({tokens}); "
+                                      f"last evidence: {evidence}")  # fmt: skip
+                if limits.max_cost is not None and cost > limits.max_cost:
+                    raise AgentFailed(f"cost limit {limits.max_cost} reached ({cost:.4f}); "
+                                      f"last evidence: {evidence}")  # fmt: skip
+                finishing = not reply.message.tool_calls
+                summary = reply.message.content
+                iteration_failed = False
+                for call in reply.message.tool_calls:
+                    result = await self._call_tool(call)
+                    messages.append(Message("tool", result, tool_call_id=call.id, name=call.name))
+                    tool = self.toolbox.tools.get(call.name)
+                    if tool is not None and tool.finish and not result.startswith(REFUSED):
+                        finishing, summary = True, result
+                    if result.startswith((REFUSED, ERROR)):
+                        iteration_failed = True
+                        key = f"{call.name}({json.dumps(call.arguments, sort_keys=True)})"
+                        failures[key] += 1
+                        if failures[key] >= limits.repeat_failures:
+                            raise AgentFailed(
+                                f"the same failing call {key} repeated {failures[key]} times: "
+                                f"{result[:300]}"
+                            )
+                failed_iterations += int(iteration_failed)
+                if finishing:
+                    done, evidence = await self._complete(task, reply, summary)
+                    if done:
+                        await steps.notes(self._notes(context["notes"], task, "done", evidence))
+                        return {"status": "done", "evidence": evidence, "iterations": iteration,
+                                "tokens": tokens, "cost": round(cost, 6),
+                                "answer": reply.message.content}  # fmt: skip
+                    messages.append(Message("user", f"Not done yet: {evidence}. Continue."))
+            raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
+                              f"last evidence: {evidence}")  # fmt: skip
+        except AgentFailed as failed:  # a run ends by writing its progress notes, failed or not
+            await steps.notes(self._notes(context["notes"], task, "failed", str(failed)))
+            raise
 
     def _system(self, context: dict[str, Any]) -> str:
         parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}"]
