@@ -96,3 +96,21 @@ def test_without_rich_top_says_what_to_install(
     result = CliRunner().invoke(cli, ["--db", db_url, "top", "--once"])
     assert result.exit_code == 2
     assert result.output.strip() == "error: perdure top needs rich: pip install 'perdure[observe]'"
+
+
+def test_an_idle_worker_shows_from_the_registry_with_its_heartbeat(app: perdure.App) -> None:
+    """A worker holding no run still appears (from the worker registry), with how long ago it
+    last said it was alive; a stopped one does not."""
+    from perdure.observe.top import snapshot
+    from perdure.store.workers_sql import WorkerRow
+
+    now = app.clock.now()
+    idle = WorkerRow("box:7:aaa", "box", 7, now - 100, now - 4, 8, 0)
+    gone = WorkerRow("box:8:bbb", "box", 8, now - 100, now - 50, 8, 0)
+    app.sync(app.store.worker_beat(idle), "beat")
+    app.sync(app.store.worker_beat(gone), "beat")
+    app.sync(app.store.worker_stopped("box:8:bbb", now - 40), "stop")
+    frame = app.sync(snapshot(app), "top")
+    [line] = frame.workers
+    assert (line.id, line.runs, line.lease_left) == ("box:7:aaa", 0, None)
+    assert line.heartbeat_ago == 4

@@ -21,6 +21,7 @@ from .schedules import schedules
 from .serve import serve
 from .tokens import token
 from .top import top
+from .workers import workers
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
@@ -347,6 +348,7 @@ def main() -> None:
 cli.add_command(serve)
 cli.add_command(schedules)
 cli.add_command(token)
+cli.add_command(workers)
 cli.add_command(mcp_cmd)
 cli.add_command(top)
 for command in AGENT_COMMANDS:

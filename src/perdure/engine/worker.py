@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("perdure.worker")
+PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
 
 
 def make_worker_id() -> str:
@@ -96,6 +97,7 @@ class Worker:
         loops = [
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
+            asyncio.create_task(self._presence_loop(), name="perdure-presence"),
         ]
         if self.options.gc_every:
             loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
@@ -268,6 +270,29 @@ class Worker:
                 await self.heartbeat_once()
             except StoreError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+
+    async def _presence_loop(self) -> None:
+        """Tell the store this worker exists and is alive (idle or not), every PRESENCE
+        seconds at most; on the way out, that it stopped."""
+        from ..store.workers_sql import WorkerRow
+
+        host, pid, _ = self.id.split(":", 2)
+        every = min(self.options.lease / 3, PRESENCE)
+        started = self.clock.now()
+        try:
+            while not self.stopping.is_set():
+                row = WorkerRow(self.id, host, int(pid), started, self.clock.now(),
+                                self.options.concurrency, len(self.tasks))  # fmt: skip
+                try:
+                    await self.app.store.worker_beat(row)
+                except StoreError as exc:
+                    log.warning("worker %s: presence not recorded (%s)", self.id, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), every)
+        finally:
+            if self.crashed is None:  # a (simulated) crash writes nothing more, like kill -9
+                with contextlib.suppress(StoreError, asyncio.CancelledError):
+                    await self.app.store.worker_stopped(self.id, self.clock.now())
 
     # -- retention ---------------------------------------------------------------------
 

@@ -24,7 +24,8 @@ SCAN_LIMIT = 10_000  # running and pending runs read per frame
 class WorkerLine:
     id: str
     runs: int
-    lease_left: float  # seconds until its newest lease expires (negative: expired)
+    lease_left: float | None  # seconds until its newest lease expires (negative: expired)
+    heartbeat_ago: float | None = None  # seconds since it last told the registry it is alive
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,13 @@ async def snapshot(app: App, *, limit: int = 30) -> Snapshot:
     for run in running:
         if run.lease_owner:
             held.setdefault(run.lease_owner, []).append(run)
-    frame.workers = sorted(
-        (
-            WorkerLine(owner, len(runs), max(r.lease_until or now for r in runs) - now)
-            for owner, runs in held.items()
-        ),
-        key=lambda w: w.id,
-    )
+    alive = {w.id: w for w in await app.store.list_workers(now - 3600) if w.stopped_at is None}
+    for owner in sorted(set(held) | set(alive)):  # idle workers too, from the registry
+        runs = held.get(owner, [])
+        lease = max(r.lease_until or now for r in runs) - now if runs else None
+        beat = alive.get(owner)
+        ago = None if beat is None else now - beat.heartbeat_at
+        frame.workers.append(WorkerLine(owner, len(runs), lease, ago))
     names = sorted({r.queue for r in running} | {r.queue for r in pending} | set(app.queues))
     frame.queues = [
         QueueLine(
@@ -143,15 +144,19 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     header = Text.assemble((title, "bold"), "  ", states)
 
     workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("WORKER", "RUNS", "LEASE"):
+    for name in ("WORKER", "RUNS", "LEASE", "HEARTBEAT"):
         workers.add_column(name, no_wrap=True)
     for w in frame.workers:
-        lease = f"expires in {_ago(w.lease_left)}" if w.lease_left >= 0 else (
-            f"expired {_ago(-w.lease_left)} ago"
-        )  # fmt: skip
-        workers.add_row(w.id, str(w.runs), Text(lease, style="red" if w.lease_left < 0 else ""))
+        if w.lease_left is None:
+            lease = Text("-")
+        elif w.lease_left >= 0:
+            lease = Text(f"expires in {_ago(w.lease_left)}")
+        else:
+            lease = Text(f"expired {_ago(-w.lease_left)} ago", style="red")
+        beat = "-" if w.heartbeat_ago is None else f"{_ago(w.heartbeat_ago)} ago"
+        workers.add_row(w.id, str(w.runs), lease, beat)
     if not frame.workers:
-        workers.add_row("(no worker holds a run)", "", "")
+        workers.add_row("(no worker seen)", "", "", "")
 
     queues = Table(title="queues", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):

@@ -192,6 +192,20 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX audit_by_target ON audit_log (target, id)
     """,
+    # 7: workers say who and where they are (host, pid) and that they are alive, busy or idle
+    """
+    CREATE TABLE workers (
+        id            TEXT PRIMARY KEY,
+        host          TEXT NOT NULL,
+        pid           INTEGER NOT NULL,
+        started_at    REAL NOT NULL,
+        heartbeat_at  REAL NOT NULL,
+        concurrency   INTEGER NOT NULL,
+        running       INTEGER NOT NULL DEFAULT 0,
+        stopped_at    REAL
+    );
+    CREATE INDEX workers_by_heartbeat ON workers (heartbeat_at)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops
+from . import access_sql, agent_sql, retention, schedule_sql, sqlops, workers_sql
 from .access_sql import AuditRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
@@ -42,6 +42,7 @@ from .base import (
     TickRow,
 )
 from .dialect import Db
+from .workers_sql import WorkerRow
 
 log = logging.getLogger("perdure.store")
 T = TypeVar("T")
@@ -691,6 +692,17 @@ class ThreadedStore:
 
     async def put_notes(self, agent: str, notes: str, run_id: str | None, now: float) -> None:
         await self._call(lambda c: agent_sql.put_notes(c, agent, notes, run_id, now), write=True)
+
+    # -- the worker registry ------------------------------------------------------------
+
+    async def worker_beat(self, row: WorkerRow) -> None:
+        await self._call(lambda c: workers_sql.beat(c, row), write=True)
+
+    async def worker_stopped(self, worker_id: str, now: float) -> None:
+        await self._call(lambda c: workers_sql.stopped(c, worker_id, now), write=True)
+
+    async def list_workers(self, since: float) -> list[WorkerRow]:
+        return await self._call(lambda c: workers_sql.list_workers(c, since), write=False)
 
     # -- access control -------------------------------------------------------------------
 

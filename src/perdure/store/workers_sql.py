@@ -1,0 +1,50 @@
+"""The SQL of the worker registry: each worker's host, pid, start, last sign of life, load.
+
+Leases say which worker holds which run; this says which workers exist at all,
+idle ones included, so an operator sees a worker that died (its heartbeat stops)
+before any run of it is found stuck.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dialect import Db
+
+
+@dataclass(slots=True)
+class WorkerRow:
+    """A worker as last reported: where it runs, since when, how busy, when last alive."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    concurrency: int
+    running: int
+    stopped_at: float | None = None
+
+
+def beat(conn: Db, w: WorkerRow) -> None:
+    """Register a worker, or record that it is alive and how many runs it holds."""
+    conn.execute(
+        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL",
+        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.running),
+    )
+
+
+def stopped(conn: Db, worker_id: str, now: float) -> None:
+    conn.execute("UPDATE workers SET stopped_at = ?, running = 0 WHERE id = ?", (now, worker_id))
+
+
+def list_workers(conn: Db, since: float) -> list[WorkerRow]:
+    """Workers alive or stopped since `since` (older rows are history), newest first."""
+    rows = conn.execute(
+        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at "
+        "FROM workers WHERE heartbeat_at >= ? OR stopped_at >= ? ORDER BY started_at DESC",
+        (since, since),
+    ).fetchall()
+    return [WorkerRow(*r) for r in rows]
