@@ -1,0 +1,24 @@
+"""The worker registry on every store: a beat registers or refreshes, stopping is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+
+from perdure.store.base import Store
+from perdure.store.workers_sql import WorkerRow
+
+
+def test_beats_refresh_and_stops_are_kept(store: Store) -> None:
+    async def main() -> list[WorkerRow]:
+        await store.worker_beat(WorkerRow("h:1:a", "h", 1, 10.0, 10.0, 4, 0))
+        await store.worker_beat(WorkerRow("h:1:a", "h", 1, 99.0, 20.0, 4, 3))  # refresh
+        await store.worker_beat(WorkerRow("h:2:b", "h", 2, 10.0, 12.0, 8, 1))
+        await store.worker_stopped("h:2:b", 15.0)
+        await store.worker_beat(WorkerRow("old:3:c", "old", 3, 1.0, 2.0, 1, 0))
+        return await store.list_workers(since=10.0)
+
+    rows = {w.id: w for w in asyncio.run(main())}
+    assert set(rows) == {"h:1:a", "h:2:b"}  # "old" last lived before `since`
+    a = rows["h:1:a"]
+    assert (a.started_at, a.heartbeat_at, a.running, a.stopped_at) == (10.0, 20.0, 3, None)
+    assert (rows["h:2:b"].stopped_at, rows["h:2:b"].running) == (15.0, 0)
