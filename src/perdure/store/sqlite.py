@@ -45,6 +45,25 @@ class SQLiteStore(ThreadedStore):
                 raise ConfigError(f"cannot create store folder {parent!r}: {exc}") from None
 
     def _connect(self) -> sqlite3.Connection:
+        """Open the file, check it is ours, set WAL; retried while another process holds a
+        lock SQLite does not wait for itself (switching a new file to WAL while another
+        process migrates it answers "locked" at once)."""
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.01
+        while True:
+            try:
+                return self._open_once()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise ConfigError(
+                        f"{self.path!r} is not a perdure SQLite store: {exc}"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"SQLite store {self.path!r} stayed locked: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _open_once(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
@@ -58,6 +77,9 @@ class SQLiteStore(ThreadedStore):
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.OperationalError:
+            conn.close()
+            raise  # locked or busy: the caller retries
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise ConfigError(f"{self.path!r} is not a perdure SQLite store: {exc}") from None
