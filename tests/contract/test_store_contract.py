@@ -442,3 +442,22 @@ def test_an_event_with_a_key_is_kept_once(store: Store) -> None:
     assert first == again and len({first, other, *unkeyed}) == 4
     event = run(store.next_event("r1", "go"))
     assert event is not None and (event.id, event.payload) == (first, "1")
+
+
+def test_runs_and_journals_page_by_keyset(store: Store) -> None:
+    """list_runs(after=) walks newest first, ties by id, each run once; journal(after, limit)
+    returns the entries after a seq."""
+    for i, at in enumerate([100.0, 200.0, 200.0, 200.0, 300.0]):
+        run(store.create_run(new(f"r{i}", now=at)))
+    seen: list[str] = []
+    after = None
+    while True:
+        page = run(store.list_runs(limit=2, after=after))
+        if not page:
+            break
+        seen += [r.id for r in page]
+        after = (page[-1].created_at, page[-1].id)
+    assert seen == ["r4", "r1", "r2", "r3", "r0"]
+    run(store.append(Append("r0", None, [entry("run.note", data=str(i)) for i in range(5)])))
+    assert [e.seq for e in run(store.journal("r0", after=1, limit=2))] == [2, 3]
+    assert [e.seq for e in run(store.journal("r0", after=2))] == [3, 4]

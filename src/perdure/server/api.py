@@ -50,7 +50,6 @@ from .validation import (
     StartRun,
     encode_cursor,
     id_cursor,
-    journal_after,
     parse_body,
     query_choice,
     query_float,
@@ -206,7 +205,7 @@ async def journal(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     after = query_int(call.request, "after", -1, -1, 2**53)
     limit = query_int(call.request, "limit", 1000, 1, 5000)
-    entries = await journal_after(call.app.store, run.id, after, limit + 1)
+    entries = await call.app.store.journal(run.id, after=after, limit=limit + 1)
     more = len(entries) > limit
     entries = entries[:limit]
     return {

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..store.base import FINAL, Entry, RunRow
-from .validation import journal_after
 
 if TYPE_CHECKING:
     from ..engine.app import App
@@ -83,7 +82,7 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
         yield "retry: 2000\n\n"
         while True:
             wake.clear()
-            entries = await journal_after(app.store, run_id, after, BATCH)
+            entries = await app.store.journal(run_id, after=after, limit=BATCH)
             run = await app.store.get_run(run_id)
             if run is None:  # deleted (gc) while watched
                 yield _frame("end", {"run_id": run_id, "status": None})

@@ -18,10 +18,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
-from ..store.base import ALL_STATUSES, Entry, RunRow, Store
-from ..store.dialect import Db
-from ..store.sqlops import _RUN_COLUMNS, _run
-from ..store.threaded import ThreadedStore
+from ..store.base import ALL_STATUSES, RunRow, Store
 from .hooks import Refused, read_body
 
 MAX_BODY = 1_048_576  # bytes of request body, refused with 413 beyond
@@ -292,28 +289,6 @@ def id_cursor(request: Request) -> int | None:
     raise BadInput(400, "cursor: not a cursor this API gave out", "cursor")
 
 
-def _runs_page_sql(
-    db: Db, statuses: Sequence[str], workflow: str | None, after: tuple[float, str] | None, n: int
-) -> list[RunRow]:
-    where: list[str] = []
-    params: list[Any] = []
-    if statuses:
-        where.append(f"status IN ({','.join('?' * len(statuses))})")
-        params.extend(statuses)
-    if workflow:
-        where.append("workflow = ?")
-        params.append(workflow)
-    if after is not None:
-        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        params.extend([after[0], after[0], after[1]])
-    clause = f"WHERE {' AND '.join(where)} " if where else ""
-    rows = db.execute(
-        f"SELECT {_RUN_COLUMNS} FROM runs {clause}ORDER BY created_at DESC, id DESC LIMIT ?",
-        (*params, n),
-    ).fetchall()
-    return [_run(r) for r in rows]
-
-
 async def runs_page(
     store: Store,
     statuses: Sequence[str],
@@ -322,35 +297,8 @@ async def runs_page(
     limit: int,
 ) -> tuple[list[RunRow], tuple[float, str] | None]:
     """Up to `limit` runs after the cursor, newest first, and the next cursor (None: last)."""
-    if isinstance(store, ThreadedStore):
-        rows = await store._call(
-            lambda db: _runs_page_sql(db, statuses, workflow, after, limit + 1), write=False
-        )
-    else:  # a store without SQL: a bounded over-fetch, ordered and cut here
-        found = await store.list_runs(statuses=statuses, workflow=workflow, limit=10_000)
-        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        rows = [r for r in found if after is None or (r.created_at, r.id) < after][: limit + 1]
+    rows = await store.list_runs(statuses=statuses, workflow=workflow, limit=limit + 1, after=after)
     if len(rows) <= limit:
         return rows, None
     last = rows[limit - 1]
     return rows[:limit], (last.created_at, last.id)
-
-
-def _journal_sql(db: Db, run_id: str, after: int, n: int) -> list[Entry]:
-    rows = db.execute(
-        "SELECT seq, position, kind, name, data, attempt, final, at, epoch, worker "
-        "FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (run_id, after, n),
-    ).fetchall()
-    return [
-        Entry(kind=r[2], name=r[3], position=r[1], data=r[4], attempt=r[5], final=bool(r[6]),
-              at=r[7], seq=r[0], epoch=r[8], worker=r[9])
-        for r in rows
-    ]  # fmt: skip
-
-
-async def journal_after(store: Store, run_id: str, after: int, limit: int) -> list[Entry]:
-    """At most `limit` journal entries of a run with a sequence number above `after`."""
-    if isinstance(store, ThreadedStore):
-        return await store._call(lambda db: _journal_sql(db, run_id, after, limit), write=False)
-    return [e for e in await store.journal(run_id) if e.seq > after][:limit]

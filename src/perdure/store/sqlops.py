@@ -94,7 +94,9 @@ def list_runs(
     workflow: str | None,
     parent_id: str | None,
     limit: int,
+    after: tuple[float, str] | None = None,
 ) -> list[RunRow]:
+    """Newest first (ties by id); `after` = (created_at, id) of the last run of a page."""
     where: list[str] = []
     params: list[Any] = []
     if statuses:
@@ -106,6 +108,9 @@ def list_runs(
     if parent_id:
         where.append("parent_id = ?")
         params.append(parent_id)
+    if after is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id > ?))")
+        params.extend([after[0], after[0], after[1]])
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     params.append(limit)
     rows = conn.execute(
@@ -119,11 +124,13 @@ def count_runs(conn: Conn) -> dict[str, int]:
     return {r[0]: r[1] for r in rows}
 
 
-def journal(conn: Conn, run_id: str) -> list[Entry]:
+def journal(conn: Conn, run_id: str, after: int = -1, limit: int = -1) -> list[Entry]:
+    """A run's entries with seq above `after`, in order; at most `limit` (-1: all)."""
+    bounded = " LIMIT ?" if limit >= 0 else ""
     rows = conn.execute(
         "SELECT seq, position, kind, name, data, attempt, final, at, epoch, worker "
-        "FROM journal WHERE run_id = ? ORDER BY seq",
-        (run_id,),
+        f"FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq{bounded}",
+        (run_id, after, limit) if limit >= 0 else (run_id, after),
     ).fetchall()
     return [
         Entry(

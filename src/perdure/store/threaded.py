@@ -525,16 +525,18 @@ class ThreadedStore:
         workflow: str | None = None,
         parent_id: str | None = None,
         limit: int = 100,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRow]:
         return await self._call(
-            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit), write=False
+            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit, after),
+            write=False,
         )
 
     async def count_runs(self) -> dict[str, int]:
         return await self._call(sqlops.count_runs, write=False)
 
-    async def journal(self, run_id: str) -> list[Entry]:
-        return await self._call(lambda c: sqlops.journal(c, run_id), write=False)
+    async def journal(self, run_id: str, after: int = -1, limit: int = -1) -> list[Entry]:
+        return await self._call(lambda c: sqlops.journal(c, run_id, after, limit), write=False)
 
     def append_now(self, append: Append) -> AppendResult:
         """`append` from any thread, blocking it: inline if the store thread is idle."""
