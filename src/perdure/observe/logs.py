@@ -29,11 +29,11 @@ from .tracing import trace_id_hex
 MASK = "***"
 SECRET_NAME = re.compile(r"_(KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 MIN_SECRET = 8  # shorter values ("1", "true") would mask ordinary words
-_BUILTIN = [
-    (re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"), r"\1" + MASK),
+TOKEN_SHAPED = [  # perdure's API tokens and `sk-` provider keys, wherever they appear
     (re.compile(r"\bpdr_[A-Za-z0-9_\-]{6,}"), "pdr_" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + MASK),
 ]
+_BUILTIN = [(re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"), r"\1" + MASK), *TOKEN_SHAPED]
 
 
 class Redactor:

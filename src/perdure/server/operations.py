@@ -58,15 +58,16 @@ async def pending_gates(app: App, limit: int = 200) -> list[Gate]:
             kind, call_id = "question", waiting[len(QUESTION_PREFIX) :]
         else:
             continue
-        tool, arguments = await _tool_call(app, run.id, call_id)
+        tool, arguments = await gate_call(app, run.id, call_id)
         gates.append(Gate(run.id, run.workflow, kind, call_id, tool, arguments, run.updated_at))
         if len(gates) >= limit:
             break
     return gates
 
 
-async def _tool_call(app: App, run_id: str, call_id: str) -> tuple[str, dict[str, Any]]:
-    """The tool name and arguments of `call_id`, from the model's journaled reply."""
+async def gate_call(app: App, run_id: str, call_id: str) -> tuple[str, dict[str, Any]]:
+    """The tool name and arguments a gate waits on (`call_id`), from the model's journaled
+    reply; ("", {}) if none is found."""
     for entry in reversed(await app.client.journal(run_id)):
         if entry.kind != "step.outcome" or not entry.data or call_id not in entry.data:
             continue

@@ -8,7 +8,7 @@ import html
 import re
 from typing import Any
 
-from ..observe.logs import MASK
+from ..observe.logs import MASK, TOKEN_SHAPED
 from ..observe.logs import Redactor as LogRedactor
 
 AUTHORIZATION = re.compile(
@@ -22,10 +22,6 @@ SECRET_FIELD = re.compile(
     r"secret|password|client[_-]?secret|[a-z_]*_(secret|password))$",
     re.IGNORECASE,
 )
-TOKEN_SHAPED = [
-    (re.compile(r"\bpdr_[A-Za-z0-9_\-]{6,}"), "pdr_" + MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + MASK),
-]
 
 
 class Redactor(LogRedactor):

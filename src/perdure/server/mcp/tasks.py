@@ -44,7 +44,7 @@ from ...store.base import (
     WAITING,
     RunRow,
 )
-from ..operations import APPROVE_PREFIX, QUESTION_PREFIX, _tool_call
+from ..operations import APPROVE_PREFIX, QUESTION_PREFIX, gate_call
 
 if TYPE_CHECKING:
     from ...engine.app import App
@@ -97,14 +97,14 @@ async def gate_of(app: App, run: RunRow) -> GateQuestion | None:
         return None
     if waiting.startswith(APPROVE_PREFIX):
         call_id = waiting[len(APPROVE_PREFIX) :]
-        tool, arguments = await _tool_call(app, run.id, call_id)
+        tool, arguments = await gate_call(app, run.id, call_id)
         shown = json.dumps(arguments, sort_keys=True)
         shown = shown if len(shown) <= 400 else shown[:400] + "…"
         message = f"Approve the call {tool or 'tool'}({shown}) of run {run.id}?"
         return GateQuestion("approval", call_id, tool, arguments, message)
     if waiting.startswith(QUESTION_PREFIX):
         call_id = waiting[len(QUESTION_PREFIX) :]
-        tool, arguments = await _tool_call(app, run.id, call_id)
+        tool, arguments = await gate_call(app, run.id, call_id)
         question = str(arguments.get("question") or f"Run {run.id} asks for an answer.")
         return GateQuestion("question", call_id, tool, arguments, question)
     return None
