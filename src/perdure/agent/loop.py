@@ -500,7 +500,7 @@ class Agent:
             if not verdict["ok"]:
                 return False, str(verdict["evidence"])
         written = ""
-        fields = self._fields(attempt.task, text, attempt.tier)
+        fields = self._fields(attempt.task, text, attempt.tier, attempt.reply.model)
         if output is not None and not attempt.reply.message.tool_calls:
             path = str(self.spec.path(output.path.format(**fields)))
             written = await self.steps.output(path, output.template.format(**fields))
@@ -511,13 +511,16 @@ class Agent:
         checked = await self.steps.accept(context)
         return bool(checked["done"]), str(checked["evidence"])
 
-    def _fields(self, task: dict[str, Any], answer: str, tier: str) -> dict[str, str]:
+    def _fields(
+        self, task: dict[str, Any], answer: str, tier: str = "", served: str = ""
+    ) -> dict[str, str]:
         """What output paths, templates and acceptance commands may use (in the workflow:
         the time is durable, the same on replay)."""
         from ..engine.context import require
 
         file = Path(str(task.get("file") or "task"))
-        model = self.spec.tier(tier)
+        model = self.spec.tier(tier or self.spec.routing.default)
+        served = served or model.model or model.script or "default"
         return {
             "stem": file.stem,
             "name": file.name,
@@ -526,7 +529,7 @@ class Agent:
             "answer": answer.strip(),
             "run_id": require("agent").run_id,
             "tier": tier,
-            "model": f"{model.provider}:{model.model or model.script or 'default'}",
+            "model": f"{model.provider}:{served}",
         }
 
     def _acceptance(self, context: dict[str, Any]) -> dict[str, Any]:
