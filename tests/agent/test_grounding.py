@@ -38,7 +38,7 @@ def test_invented_dates_numbers_and_names_are_named() -> None:
 
 
 def test_a_month_is_grounded_by_a_date_in_that_month_written_any_way() -> None:
-    """"March" is supported by 2026-03-14, not by a date in April."""
+    """ "March" is supported by 2026-03-14, not by a date in April."""
     assert unsupported("It shipped in March.", "Shipped 2026-03-14.") == []
     assert unsupported("It shipped in March.", "Shipped 2026-04-14.") == ["March"]
 
