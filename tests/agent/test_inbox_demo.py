@@ -56,3 +56,23 @@ def test_the_inbox_demo_summarises_each_file_once_across_a_kill(tmp_path: Path, 
         assert outcome.model_calls == {names[0]: 1, names[1]: 1}
     print(f"\ndemo ({model}): tiers {outcome.tiers}; model calls {outcome.model_calls}; "
           f"recovered {outcome.recovered}")  # fmt: skip
+
+
+def test_the_demo_stops_at_once_when_its_worker_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker that exits at start-up ends the demo in one line, with its log's last lines."""
+    import subprocess
+
+    demo = _demo()
+
+    def dying_worker(workdir: Path, model: str, log: Path) -> subprocess.Popen[bytes]:
+        out = open(log, "ab")  # noqa: SIM115 - the worker's log
+        code = "import sys; print('ModuleNotFoundError: no module named starlette'); sys.exit(3)"
+        return subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out)
+
+    monkeypatch.setattr(demo, "start_worker", dying_worker)
+    with pytest.raises(SystemExit) as stopped:
+        demo.run_demo("scripted", tmp_path / "demo", timeout=120.0)
+    assert "the worker exited with code 3" in str(stopped.value)
+    assert "no module named starlette" in capsys.readouterr().err
