@@ -10,6 +10,7 @@ Shell setups and checks are functions of the sandbox the block runs in.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -131,13 +132,23 @@ handle = app.start(top_up, "ana")
 TestWorker(app).run_until_idle()
 assert handle.result(timeout=5) == [5, 15], handle.status()
 """,
-    # A worker stores both schedules; the cron one fires on a weekday at 09:00 Paris time.
+    # A worker stores both schedules: on a Friday at 12:01 UTC the cron one next fires on
+    # Monday at 09:00 Paris time with its args, the `every=` one at 12:05 (epoch-aligned).
     "schedules-stored": """
-from perdure.testing import TestWorker
+import json
+from datetime import UTC, datetime
+from perdure.testing import TestClock, TestWorker
 
+app.clock = TestClock(datetime(2026, 3, 6, 12, 1, tzinfo=UTC))
 TestWorker(app).run_until_idle()
 stored = {s.name: s for s in app.schedules()}
-assert {"digest", "poll_inbox"} <= set(stored), sorted(stored)
+assert sorted(stored) == ["digest", "poll_inbox"], sorted(stored)
+digest, poll = stored["digest"], stored["poll_inbox"]
+assert (digest.cron, digest.tz, json.loads(digest.input)["args"]) == (
+    "0 9 * * 1-5", "Europe/Paris", ["daily"]), digest
+assert digest.next_fire == datetime(2026, 3, 9, 8, 0, tzinfo=UTC).timestamp(), digest
+assert (poll.every, poll.overlap) == (300, "skip"), poll
+assert poll.next_fire == datetime(2026, 3, 6, 12, 5, tzinfo=UTC).timestamp(), poll
 """,
     # The event starts `thank` once, however often it is emitted; the waiting run gets True.
     "events-delivered": """
@@ -162,9 +173,9 @@ async def drop_and_wait() -> list[str]:
         await asyncio.sleep(0.3)
         Path("incoming/notes.txt").write_text("not a pdf")
         Path("incoming/report.pdf").write_bytes(b"%PDF-1.4 report")
-        limit = time.monotonic() + 30
+        limit = time.monotonic() + 60
         while not (done := await app.client.list_runs(statuses=["completed"])):
-            assert time.monotonic() < limit, "no inbox run completed within 30 s"
+            assert time.monotonic() < limit, "no inbox run completed within 60 s"
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
         return [r.id for r in await app.client.list_runs()]
@@ -233,13 +244,14 @@ def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer == {"run_id": "hook:push:push-1", "duplicate": False}, answer
     sandbox.background("perdure --app shop:app worker", line=0)
-    limit = time.monotonic() + 30
+    limit = time.monotonic() + 60
     while True:
-        listed = sandbox.run("perdure ls --status completed").stdout
-        if "hook:push:push-1" in listed:
+        shown = sandbox.run("perdure show hook:push:push-1")
+        assert shown.returncode == 0, shown.stderr
+        if re.search(r"^status\s+completed$", shown.stdout, re.MULTILINE):
             return
-        assert time.monotonic() < limit, f"hook:push:push-1 did not complete: {listed!r}"
-        time.sleep(0.2)
+        assert time.monotonic() < limit, f"hook:push:push-1 did not complete:\n{shown.stdout}"
+        time.sleep(0.3)
 
 
 SHELL_SETUPS: dict[str, Callable[[Sandbox], None]] = {"serve": serve}
