@@ -38,6 +38,7 @@ PY_TIMEOUT = 120.0
 CMD_TIMEOUT = 60.0
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 20.0
+SETTLE = 0.3
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Sandbox:
 
     def background(self, command: str, *, line: int, ready_port: int | None = None) -> None:
         """Start a long-running command and wait until it is ready: its port answers, or
-        (without a port) it has written its first line."""
+        (without a port) it has written its first line; and it still runs SETTLE s later."""
         log = self.path / f"background-{len(self.backgrounds)}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -122,6 +123,10 @@ class Sandbox:
                 pytest.fail(f"{where(line)}`{command}` not ready in {READY_TIMEOUT:.0f} s:\n"
                             f"{log.read_text()}")  # fmt: skip
             time.sleep(0.05)
+        time.sleep(SETTLE)
+        if proc.poll() is not None:  # its first line was its last: an error
+            pytest.fail(f"{where(line)}`{command}` exited {proc.returncode} before it was "
+                        f"ready:\n{log.read_text()}")  # fmt: skip
 
     @staticmethod
     def _ready(job: Background, port: int | None) -> bool:

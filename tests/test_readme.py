@@ -1,7 +1,7 @@
 """Every fenced code block of README.md is executed or checked here, so none can rot.
 
 Each block is one test case, named by the heading it sits under and its line
-(`a-first-workflow:L37`). What is done with it depends on its language:
+(`a-first-workflow:L39`). What is done with it depends on its language:
 
 - ```python: run for real in a subprocess (the venv's python), in a fresh temp
   directory with a fresh SQLite store (PERDURE_DB), compiled under README.md's
@@ -40,8 +40,9 @@ Markers: an HTML comment on the lines right before the fence, merged if several:
 - `no-run reason="WHY"`: not run, only parsed (python compiles, shell `bash -n`,
   toml loads). It must say why, and at most MAX_NO_RUN blocks may be exempt.
 
-Shell blocks get `shop.py` in their sandbox, made of the nearest python block above
-(with its setups), so `perdure --app shop:app ...` lines find that block's app.
+Shell blocks get `shop.py` in their sandbox, made of the nearest python block
+above (with its setups), so `perdure --app shop:app ...` lines find that block's
+app. They start real servers and workers, so they are marked slow.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def cases() -> list[object]:
         stores = block.names("stores") or ["sqlite"]
         for store in stores:
             marks = [pytest.mark.postgres] if store == "postgres" else []
+            if block.lang in SHELL_LANGS and not block.has("no-run"):
+                marks.append(pytest.mark.slow)  # it starts servers and workers
             suffix = "" if len(stores) == 1 else f"[{store}]"
             found.append(pytest.param(block, store, id=block.id + suffix, marks=marks))
     return found
@@ -259,3 +262,38 @@ def test_a_synopsis_naming_a_missing_option_fails() -> None:
     (gone,) = parse("```\nperdure frobnicate RUN\n```\n")
     with pytest.raises(AssertionError, match="no command `perdure frobnicate`"):
         check_synopsis(gone)
+
+
+APP = """
+import perdure
+
+app = perdure.App()
+
+@app.workflow()
+def hello(name: str) -> str:
+    return f"hello {name}"
+"""
+
+
+@pytest.mark.slow
+def test_a_long_running_line_is_served_then_stopped_cleanly(tmp_path: Path) -> None:
+    """A `perdure worker` line runs in the background while the rest of the block runs,
+    and is stopped with SIGTERM; the run the block started completes meanwhile."""
+    (app_block, shell) = parse(
+        f"```python\n{APP}```\n\n```bash\nperdure --app shop:app worker --concurrency 2\n"
+        "perdure --app shop:app start hello '[\"ana\"]' --id r1 --wait\n```\n"
+    )
+    sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
+    run_shell(shell, [app_block, shell], sandbox)
+    assert (tmp_path / "shop.py").read_text().strip() == APP.strip()
+    assert (tmp_path / "background-0.log").stat().st_size > 0
+    assert sandbox.backgrounds == []
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_fails_its_block(tmp_path: Path) -> None:
+    """A long-running line that exits before it is ready fails the block with its output."""
+    (shell,) = parse("```bash\nperdure --app missing_module:app worker\necho after\n```\n")
+    sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
+    with pytest.raises(pytest.fail.Exception, match="before it was ready"):
+        run_shell(shell, [shell], sandbox)
