@@ -310,12 +310,13 @@ def run_shell(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
             SHELL_SETUPS[name](sandbox)
         script = ["set -euo pipefail; trap 'echo \"README.md:$LINENO: exit $?\" >&2' ERR"]
         script += [""] * (block.first_line - 1 - len(script))
-        lines = dict(commands(block))
+        started: set[int] = set()  # README lines of the commands started in the background
+        for number, command in commands(block):
+            if block.has("background") or is_long_running(command):
+                sandbox.background(sandbox.apply(command), line=number)
+                started |= set(range(number, number + command.count("\n") + 1))
         for number, text in block.lines():
-            if number in lines and (block.has("background") or is_long_running(lines[number])):
-                sandbox.background(sandbox.apply(lines[number]), line=number)
-                text = ":"  # started above
-            script.append(sandbox.apply(text))
+            script.append(":" if number in started else sandbox.apply(text))
         result = sandbox.run("\n".join(script) + "\n")
         expected = int(block.markers.get("exit", "0"))
         assert result.returncode == expected, (

@@ -280,7 +280,7 @@ def test_a_long_running_line_is_served_then_stopped_cleanly(tmp_path: Path) -> N
     """A `perdure worker` line runs in the background while the rest of the block runs,
     and is stopped with SIGTERM; the run the block started completes meanwhile."""
     (app_block, shell) = parse(
-        f"```python\n{APP}```\n\n```bash\nperdure --app shop:app worker --concurrency 2\n"
+        f"```python\n{APP}```\n\n```bash\nperdure --app shop:app worker \\\n  --concurrency 2\n"
         "perdure --app shop:app start hello '[\"ana\"]' --id r1 --wait\n```\n"
     )
     sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
