@@ -360,22 +360,22 @@ def check_json(block: Block) -> None:
 
 
 def synopsis_entries(block: Block) -> list[tuple[int, list[str], list[str]]]:
-    """(README line, command path, options) for every command a CLI synopsis names.
+    """(README line, command path, the other words) for every command a CLI synopsis names.
 
     A line `perdure [--db URL] COMMAND` or an indented `name ARGS [--opt V]   description`
-    names a command; a deeper-indented line continues the one above; ` | ` separates
-    alternatives, and an alternative that starts with an option adds to the ones before.
+    names a command; a deeper-indented line starting with `[` continues the one above;
+    ` | ` separates alternatives, and an alternative that starts with an option adds to
+    the ones before it on its line.
     """
     entries: list[tuple[int, list[str], list[str]]] = []
     for number, text in block.lines():
-        text = text.split(" #", 1)[0]
-        stripped = text.strip()
+        stripped = text.split(" #", 1)[0].strip()
         if not stripped:
             continue
         synopsis = re.split(r"\s{2,}", stripped)[0]
-        words = [w.strip("[]") for w in synopsis.split()]
+        words = [w.strip("[]") for w in synopsis.split() if w.strip("[].")]
         if stripped.startswith("[") and entries:  # continuation: more options
-            entries[-1][2].extend(w for w in words if w.startswith("--"))
+            entries[-1][2].extend(words)
             continue
         if words[0] == "perdure":
             words = words[1:]
@@ -384,38 +384,55 @@ def synopsis_entries(block: Block) -> list[tuple[int, list[str], list[str]]]:
             alt = alternative.split()
             if alt and alt[0].startswith("--"):
                 for entry in line_entries:
-                    entry[2].extend(w for w in alt if w.startswith("--"))
+                    entry[2].extend(alt)
                 continue
-            path = [w for w in alt if re.fullmatch(r"[a-z][a-z-]*", w)]
+            path = []
+            while alt and re.fullmatch(r"[a-z][a-z-]*", alt[0]):
+                path.append(alt.pop(0))
             if line_entries and path and len(line_entries[0][1]) > 1:
                 path = [*line_entries[0][1][:-1], *path]  # `schedules ls | show NAME`
-            options = [w.split("=")[0] for w in alt if w.startswith("--")]
-            line_entries.append((number, path, options))
+            line_entries.append((number, path, alt))
         entries.extend(line_entries)
     return entries
 
 
 def check_synopsis(block: Block) -> int:
-    """Every command and option the synopsis shows exists in the CLI; a `--opt a|b|c` shows
-    choices the option accepts. Returns how many commands were checked."""
+    """Every command and option the synopsis shows exists in the CLI, a command takes as
+    many arguments as it shows, and a `--opt a|b|c` shows choices the option accepts.
+    Returns how many commands were checked."""
     from perdure.cli.main import cli
 
     checked = 0
-    for number, path, options in synopsis_entries(block):
+    for number, path, words in synopsis_entries(block):
+        at = f"README.md:{number}: `perdure {' '.join(path)}`"
         command: click.Command = cli
         for depth, word in enumerate(path):
-            if not isinstance(command, click.Group):
-                break  # the rest are arguments
-            name = " ".join(path[: depth + 1])
-            assert word in command.commands, f"README.md:{number}: no command `perdure {name}`"
+            assert isinstance(command, click.Group) and word in command.commands, (
+                f"README.md:{number}: no command `perdure {' '.join(path[: depth + 1])}`"
+            )
             command = command.commands[word]
-        known = {opt for param in command.params for opt in param.opts}
+        params = {opt: param for param in command.params for opt in param.opts}
         if command is not cli:
-            known |= {opt for param in cli.params for opt in param.opts}
-        missing = [opt for opt in options if opt not in known]
-        assert not missing, (
-            f"README.md:{number}: `perdure {' '.join(path)}` has no option {', '.join(missing)}"
-        )
+            params |= {opt: param for param in cli.params for opt in param.opts}
+        positional: list[str] = []
+        rest = list(words)
+        while rest:
+            word = rest.pop(0)
+            if not word.startswith("--"):
+                positional.append(word)
+                continue
+            option = params.get(word.split("=")[0])
+            assert isinstance(option, click.Option), f"{at} has no option {word}"
+            if not option.is_flag and "=" not in word and rest:
+                rest.pop(0)  # its value
+        if not isinstance(command, click.Group):
+            arguments = [p for p in command.params if isinstance(p, click.Argument)]
+            least = sum(1 for p in arguments if p.required)
+            most = None if any(p.nargs == -1 for p in arguments) else len(arguments)
+            assert least <= len(positional) and (most is None or len(positional) <= most), (
+                f"{at} shows {len(positional)} argument(s) {positional}; it takes "
+                f"{least} to {'any' if most is None else most}"
+            )
         checked += 1
     for number, text in block.lines():
         for option, values in re.findall(r"(--[a-z-]+) ([a-z]+(?:\|[a-z]+)+)", text):

@@ -253,9 +253,12 @@ def test_a_failing_shell_line_fails_naming_its_line(tmp_path: Path) -> None:
 
 
 def test_a_synopsis_naming_a_missing_option_fails() -> None:
-    """A CLI synopsis that shows an option or command the CLI lacks fails."""
+    """A CLI synopsis that shows an option, argument or command the CLI lacks fails."""
     (good,) = parse("```\nperdure worker [--concurrency N]\n  ls [--status S]\n```\n")
     assert check_synopsis(good) == 2
+    (extra,) = parse("```\nperdure show RUN STEP\n```\n")
+    with pytest.raises(AssertionError, match="shows 2 argument"):
+        check_synopsis(extra)
     (bad,) = parse("```\nperdure worker [--concurency N]\n```\n")
     with pytest.raises(AssertionError, match="no option --concurency"):
         check_synopsis(bad)
