@@ -19,6 +19,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import pytest
@@ -54,6 +55,9 @@ class Background:
     line: int
     proc: subprocess.Popen[bytes]
     log: Path
+
+    def fail(self, what: str) -> NoReturn:
+        pytest.fail(f"{where(self.line)}`{self.command}` {what}:\n{self.log.read_text()[-3000:]}")
 
 
 class Sandbox:
@@ -117,16 +121,13 @@ class Sandbox:
         limit = time.monotonic() + READY_TIMEOUT
         while not self._ready(job, ready_port):
             if proc.poll() is not None:
-                pytest.fail(f"{where(line)}`{command}` exited {proc.returncode} before it was "
-                            f"ready:\n{log.read_text()}")  # fmt: skip
+                job.fail(f"exited {proc.returncode} before it was ready")
             if time.monotonic() > limit:
-                pytest.fail(f"{where(line)}`{command}` not ready in {READY_TIMEOUT:.0f} s:\n"
-                            f"{log.read_text()}")  # fmt: skip
+                job.fail(f"was not ready in {READY_TIMEOUT:.0f} s")
             time.sleep(0.05)
         time.sleep(SETTLE)
         if proc.poll() is not None:  # its first line was its last: an error
-            pytest.fail(f"{where(line)}`{command}` exited {proc.returncode} before it was "
-                        f"ready:\n{log.read_text()}")  # fmt: skip
+            job.fail(f"exited {proc.returncode} before it was ready")
 
     @staticmethod
     def _ready(job: Background, port: int | None) -> bool:
