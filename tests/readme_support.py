@@ -34,7 +34,7 @@ PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432
 
 # `perdure` subcommands that serve until SIGTERM: started in the background, never awaited.
 LONG_RUNNING = {"worker", "serve", "agent", "mcp"}
-SHELL_LANGS = {"bash", "sh", "shell", "console"}
+SHELL_LANGS = {"bash", "sh", "shell"}
 PY_TIMEOUT = 120.0
 CMD_TIMEOUT = 60.0
 READY_TIMEOUT = 30.0
@@ -452,3 +452,29 @@ def _all_params(command: click.Command) -> list[click.Parameter]:
         for sub in command.commands.values():
             params += _all_params(sub)
     return params
+
+
+def check_block(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
+    """Check one block as its language and markers say (see tests/test_readme.py)."""
+    if block.has("no-run"):
+        assert block.markers.get("reason"), f"README.md:{block.line}: no-run without a reason"
+        if block.lang == "python":
+            compile_python(block)
+        elif block.lang in SHELL_LANGS:
+            parse_shell(block)
+        elif block.lang == "toml":
+            check_toml(block, sandbox)
+        elif block.lang == "json":
+            check_json(block)
+    elif block.has("synopsis"):
+        assert check_synopsis(block) > 0, f"README.md:{block.line}: the synopsis names no command"
+    elif block.lang == "python":
+        run_python(block, blocks, sandbox)
+    elif block.lang in SHELL_LANGS:
+        run_shell(block, blocks, sandbox)
+    elif block.lang == "toml":
+        check_toml(block, sandbox)
+    elif block.lang == "json":
+        check_json(block)
+    else:
+        pytest.fail(f"README.md:{block.line}: a ```{block.lang} block must be declared")

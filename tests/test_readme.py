@@ -59,13 +59,11 @@ from readme_support import (
     PG_URL,
     SHELL_LANGS,
     Sandbox,
+    check_block,
     check_json,
     check_synopsis,
-    check_toml,
     commands,
-    compile_python,
     is_long_running,
-    parse_shell,
     run_python,
     run_shell,
 )
@@ -108,26 +106,7 @@ def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]
 @pytest.mark.parametrize(("block", "store"), cases())
 def test_block(block: Block, store: str, sandbox: Sandbox) -> None:
     """The README block does what it shows (run, served, validated or parsed, as declared)."""
-    if block.has("no-run"):
-        if block.lang == "python":
-            compile_python(block)
-        elif block.lang in SHELL_LANGS:
-            parse_shell(block)
-        elif block.lang == "toml":
-            check_toml(block, sandbox)
-        assert block.markers.get("reason"), f"README.md:{block.line}: no-run without a reason"
-    elif block.has("synopsis"):
-        assert check_synopsis(block) > 0, f"README.md:{block.line}: the synopsis names no command"
-    elif block.lang == "python":
-        run_python(block, BLOCKS, sandbox)
-    elif block.lang in SHELL_LANGS:
-        run_shell(block, BLOCKS, sandbox)
-    elif block.lang == "toml":
-        check_toml(block, sandbox)
-    elif block.lang == "json":
-        check_json(block)
-    else:
-        pytest.fail(f"README.md:{block.line}: a ```{block.lang} block must be declared")
+    check_block(block, BLOCKS, sandbox)
 
 
 def test_markers_name_what_exists() -> None:
@@ -300,3 +279,15 @@ def test_a_server_that_dies_fails_its_block(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
     with pytest.raises(pytest.fail.Exception, match="before it was ready"):
         run_shell(shell, [shell], sandbox)
+
+
+def test_json_and_undeclared_blocks_are_checked(tmp_path: Path) -> None:
+    """A JSON block must parse, and a block of a language nothing checks fails."""
+    good, bad = parse('```json\n{"a": [1, 2]}\n```\n\n```json\n{"a": [1, 2}\n```\n')
+    check_json(good)
+    with pytest.raises(pytest.fail.Exception, match=r"README\.md:6: not JSON"):
+        check_json(bad)
+    (ruby,) = parse("```ruby\nputs 1\n```\n")
+    sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
+    with pytest.raises(pytest.fail.Exception, match="must be declared"):
+        check_block(ruby, [ruby], sandbox)
