@@ -203,6 +203,7 @@ def test_parse_reads_headings_lines_and_markers() -> None:
         ("```python\nx = 1\n", "never closes"),
         ("<!-- readme no-run -->\n```python\n```\n", "a marker reads"),
     ],
+    ids=["unknown-key", "misplaced", "missing-value", "unclosed", "no-colon"],
 )
 def test_parse_refuses_what_would_hide_a_block(text: str, message: str) -> None:
     """A misspelt, misplaced or malformed marker, or an unclosed fence, is an error."""
