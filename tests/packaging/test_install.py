@@ -280,6 +280,8 @@ def test_a_fresh_install_runs_a_workflow_and_its_extra(
     for provider in ("openai", "local"):
         (tmp_path / f"{provider}.toml").write_text(SPEC.format(provider=provider))
     if extra == "none":
+        helped = run([made.bin("python"), "-m", "perdure", "--help"], env=environment(made))
+        assert "Usage: python -m perdure" in helped or "Usage: " in helped, helped
         for needs, args in [
             ("server", ["serve"]),
             ("mcp", ["mcp"]),
@@ -300,6 +302,9 @@ def test_a_fresh_install_runs_a_workflow_and_its_extra(
         with serving(made, "serve", "--port", str(port), cwd=tmp_path, env=env,
                      log="serve.log") as log:  # fmt: skip
             assert json.loads(get(f"http://127.0.0.1:{port}/healthz", alive=log))
+            # the wheel carries the dashboard's templates and static files
+            assert "<form" in get(f"http://127.0.0.1:{port}/ui/login", alive=log)
+            assert get(f"http://127.0.0.1:{port}/ui/static/perdure.css", alive=log).strip()
     elif extra == "mcp":
         helped = perdure(made, "mcp", "--help", cwd=tmp_path, env=environment(made))
         assert helped.returncode == 0 and "Usage: " in helped.stdout, helped

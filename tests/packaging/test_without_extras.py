@@ -3,6 +3,7 @@ needs an extra says which one in one line (exit 2), in processes that cannot imp
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -10,13 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perdure.extras import EXTRAS
+
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 LAUNCHER = str(HERE / "no_extras.py")
 
 # Every command of a bare install, and the groups' subcommands.
@@ -197,3 +202,16 @@ def test_each_extra_feature_names_its_extra_in_one_line(project: Path) -> None:
         assert line.startswith(f"error: {what} needs the {extra} extra ("), line
         assert line.endswith(f"is missing): pip install 'perdure[{extra}]'"), line
     assert last[0] == 0 and last[1].count("\n") == 2 and "kept" in last[1], last  # one run only
+
+
+def test_every_extra_is_known_to_require_extra() -> None:
+    """perdure.extras.EXTRAS names each extra pyproject declares (but dev), and every
+    package the guard blocks belongs to one of them."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(EXTRAS) == set(declared["optional-dependencies"]) - {"dev"}
+    spec = importlib.util.spec_from_file_location("no_extras", HERE / "no_extras.py")
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    known = {m.partition(".")[0] for modules in EXTRAS.values() for m in modules}
+    assert known <= launcher.BLOCKED and launcher.BLOCKED - known == {"httpx"}
