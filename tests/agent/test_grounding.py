@@ -46,6 +46,7 @@ def test_a_month_is_grounded_by_a_date_in_that_month_written_any_way() -> None:
 def test_a_cut_off_answer_and_length_bounds_are_refused() -> None:
     """stop_reason "length" is never accepted, nor an answer outside min/max characters."""
     assert not check("Checkout failed.", SOURCE, stop_reason="length").ok
+    assert not check("Checkout failed.", SOURCE, stop_reason="max_tokens").ok  # Anthropic's
     assert "fewer than 40" in check("Checkout failed.", SOURCE, min_chars=40).evidence
     assert "more than 10" in check("Checkout failed badly.", SOURCE, max_chars=10).evidence
 

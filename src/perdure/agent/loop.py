@@ -314,6 +314,7 @@ class Agent:
                     tools=self.toolbox.offered(),
                     max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
                     temperature=spec.tier(tier).temperature,
+                    stop=spec.tier(tier).stop,
                 )
                 try:
                     raw = await model_call(tier, request.to_dict())

@@ -115,6 +115,7 @@ class AnthropicModel:
                     messages=messages,
                     system=system or anthropic.omit,
                     tools=tools or anthropic.omit,
+                    stop_sequences=request.stop or anthropic.omit,
                     extra_body=extra,
                 )
                 return from_anthropic(reply)
@@ -125,6 +126,7 @@ class AnthropicModel:
                 messages=messages,
                 system=system or anthropic.omit,
                 tools=tools or anthropic.omit,
+                stop_sequences=request.stop or anthropic.omit,
                 extra_body=extra,
             ) as stream:
                 return from_anthropic(await stream.get_final_message())

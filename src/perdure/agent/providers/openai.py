@@ -112,6 +112,7 @@ class OpenAIModel:
                     max_tokens=openai.omit if official else limit,
                     max_completion_tokens=limit if official else openai.omit,
                     temperature=_given(request.temperature),
+                    stop=request.stop or openai.omit,
                 )
                 return from_openai(completion)
             chunks = await client.chat.completions.create(
@@ -121,6 +122,7 @@ class OpenAIModel:
                 max_tokens=openai.omit if official else limit,
                 max_completion_tokens=limit if official else openai.omit,
                 temperature=_given(request.temperature),
+                stop=request.stop or openai.omit,
                 stream=True,
                 stream_options={"include_usage": True},
             )
