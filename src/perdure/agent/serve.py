@@ -38,10 +38,12 @@ def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
     if choice == "scripted":
         model = ModelSpec(provider="scripted", script="builtin:extractive",
                           context_tokens=current.context_tokens)  # fmt: skip
-    elif choice in LOCAL_MODELS:
-        model = ModelSpec(provider="local", model=LOCAL_MODELS[choice],
-                          context_tokens=min(current.context_tokens, 2048),
-                          max_tokens=current.max_tokens or 120)  # fmt: skip
+    elif choice in LOCAL_MODELS:  # a local tier keeps its sampling settings (temperature, stop)
+        base = current if current.provider == "local" else ModelSpec(provider="local")
+        model = base.model_copy(update={
+            "model": LOCAL_MODELS[choice], "context_tokens": min(current.context_tokens, 2048),
+            "max_tokens": current.max_tokens or 120,
+        })  # fmt: skip
     elif choice == "openai":
         model = ModelSpec(provider="openai", model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
                           base_url=os.environ.get("OPENAI_BASE_URL"),

@@ -16,7 +16,10 @@ from ..agent.spec import AgentSpec, duration, load_spec
 from ..errors import PerdureError
 from . import render
 
-MODEL_HELP = "Serve the default tier with this model (scripted: deterministic, no model)."
+MODEL_HELP = (
+    "Serve the default tier with this model (local: SmolLM2-135M, local-large:"
+    " Qwen2.5-Coder-1.5B, scripted: deterministic, no model)."
+)
 
 
 def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
