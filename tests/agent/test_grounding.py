@@ -51,6 +51,13 @@ def test_a_cut_off_answer_and_length_bounds_are_refused() -> None:
     assert "more than 10" in check("Checkout failed badly.", SOURCE, max_chars=10).evidence
 
 
+def test_an_answer_that_repeats_itself_is_refused() -> None:
+    """A small model looping on one sentence is refused even if every claim is grounded."""
+    loop = "Maria Lopez rolled back the change at 09:41. " * 2
+    assert "repeats itself" in check(loop, SOURCE).evidence
+    assert check("Maria Lopez rolled back the change at 09:41.", SOURCE).ok
+
+
 def test_text_copied_from_another_runs_context_is_refused() -> None:
     """Eight words in a row from foreign context and not from the source: borrowed."""
     note = "- 2026-11-30 done: notes.txt: the team agreed to ship the billing export soon"

@@ -150,6 +150,18 @@ def _shingles(text: str) -> set[str]:
     return {" ".join(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
 
 
+def repeated(answer: str) -> str | None:
+    """The first run of SHINGLE words that occurs twice in the answer (a model looping)."""
+    words = _fold(answer).split()
+    seen: set[str] = set()
+    for i in range(len(words) - SHINGLE + 1):
+        run = " ".join(words[i : i + SHINGLE])
+        if run in seen:
+            return run
+        seen.add(run)
+    return None
+
+
 def borrowed(answer: str, source: str, foreign: Iterable[str]) -> list[str]:
     """Runs of SHINGLE words the answer shares with `foreign` texts (other runs' notes or
     memories shown in the prompt) and not with its own source."""
@@ -193,7 +205,7 @@ def check(
     """Whether `answer` may be accepted as a faithful answer about `source`.
 
     Rejected: an answer cut off at the token limit (stop reason `length`, or Anthropic's
-    `max_tokens`), one
+    `max_tokens`), one that repeats a run of words (a model looping), one
     outside the length bounds, one with a claim not in the source, one that copies a
     run of words from `foreign` (other runs' context) that its source does not have.
     """
@@ -213,4 +225,7 @@ def check(
     copied = borrowed(text, source, foreign)
     if copied:
         reasons.append(f"copied from another run's context: {copied[0]!r}")
+    loop = repeated(text)
+    if loop is not None:
+        reasons.append(f"the answer repeats itself: {loop!r}")
     return Grounding(not reasons, reasons, missing, copied, len(text), stop_reason)
