@@ -1,0 +1,382 @@
+"""Summary quality of the inbox agent per model tier: facts recalled, invented claims, truncations.
+
+    python -m bench.summary_quality [--tiers scripted,local] [--docs N] [--json out.json]
+                                    [--verbose] [--temperature T]
+
+For each tier the real inbox agent (examples/inbox/agent.toml, served by that tier through
+`with_model`) summarises every document of bench/summary_docs/ on a fresh SQLite store;
+the figures come from what landed in outbox/ and from the runs' journals. Documents and
+their reference facts: bench/summary_docs/facts.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, Table
+
+DOCS = Path(__file__).resolve().parent / "summary_docs"
+SPEC = ROOT / "examples" / "inbox" / "agent.toml"
+RUN_TIMEOUT = 900.0  # seconds one document may take before the bench stops waiting for it
+
+
+# -- the corpus --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One reference fact: every `all` key, and one `any` key if there are any, recalled."""
+
+    what: str
+    all: tuple[str, ...] = ()
+    any: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Doc:
+    file: str
+    kind: str
+    facts: tuple[Fact, ...]
+
+    def text(self, folder: Path = DOCS) -> str:
+        return (folder / self.file).read_text(encoding="utf-8")
+
+
+def load_corpus(folder: Path = DOCS) -> list[Doc]:
+    """The documents and their facts, in the order of facts.toml."""
+    data = tomllib.loads((folder / "facts.toml").read_text(encoding="utf-8"))
+    docs = []
+    for d in data["doc"]:
+        facts = [
+            Fact(f["what"], tuple(f.get("all", ())), tuple(f.get("any", ()))) for f in d["facts"]
+        ]
+        docs.append(Doc(d["file"], d.get("kind", ""), tuple(facts)))
+    return docs
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def contains(text: str, key: str) -> bool:
+    """`key` in `text`, case- and whitespace-insensitive, not inside a longer ASCII word or
+    number ("18" is not in "2018"; CJK text has no word gaps, so only ASCII counts)."""
+    pattern = r"(?<![a-z0-9])" + re.escape(normalise(key)) + r"(?![a-z0-9])"
+    return re.search(pattern, normalise(text)) is not None
+
+
+def recalled(fact: Fact, summary: str) -> bool:
+    return all(contains(summary, k) for k in fact.all) and (
+        not fact.any or any(contains(summary, k) for k in fact.any)
+    )
+
+
+# -- grounding (placeholder) ---------------------------------------------------------------
+
+_PLACEHOLDER_CLAIM = re.compile(
+    r"\d{1,2}:\d{2}"  # times
+    r"|[$€£]?\d[\d,.]*\d%?|[$€£]?\d%?"  # numbers, amounts, percentages, versions
+    r"|(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*"  # capitalised names, not first
+)
+
+
+def placeholder_unsupported(answer: str, source: str) -> list[str]:
+    """PLACEHOLDER until perdure.agent.grounding lands on main (then removed): the numbers,
+    times and capitalised names of `answer` that `source` does not contain."""
+    body = re.sub(r"^\s*summary:\s*", "", answer, flags=re.IGNORECASE)
+    found: list[str] = []
+    for claim in _PLACEHOLDER_CLAIM.findall(body):
+        claim = claim.strip(".,")
+        if claim and claim not in found and normalise(claim) not in normalise(source):
+            found.append(claim)
+    return found
+
+
+unsupported = placeholder_unsupported
+
+
+# -- one tier ----------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """One model answer, from the journal's `...model` step outcome."""
+
+    text: str
+    stop_reason: str
+    model: str
+    seconds: float
+
+
+@dataclass
+class DocResult:
+    """One document through one tier: the run, what landed in outbox/, and the figures."""
+
+    tier: str
+    file: str
+    status: str
+    seconds: float
+    facts: int
+    recalled: list[str] = field(default_factory=list)  # the `what` of each recalled fact
+    first_recalled: int = 0  # facts in the model's first answer, whether it landed or not
+    landed: str = ""  # the summary in outbox/ ("" if none)
+    answers: list[Answer] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)  # evidence of each failed acceptance
+    unsupported_landed: list[str] = field(default_factory=list)
+    unsupported_first: list[str] = field(default_factory=list)
+    truncated_landed: bool = False
+    retries: int = 0  # model call attempts that failed (timeouts, server errors) and were retried
+    error: str = ""
+
+    @property
+    def truncated_answers(self) -> int:
+        return sum(a.stop_reason == "length" for a in self.answers)
+
+
+def _outcomes(journal: list[Any], step: str) -> list[tuple[Any, dict[str, Any]]]:
+    """(entry, recorded value) of each final outcome of `step`, in journal order."""
+    found = []
+    for entry in journal:
+        if entry.kind == "step.outcome" and entry.final and entry.name == step and entry.data:
+            found.append((entry, json.loads(entry.data)))
+    return found
+
+
+def _landed_body(path: Path, name: str) -> str:
+    """The summary inside the output template (`# name`, blank line, summary, `---`)."""
+    if not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n---\n", 1)[0].removeprefix(f"# {name}\n").strip()
+
+
+def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path) -> DocResult:
+    """The figures of one run, from its journal, its outbox file and the document."""
+    source = doc.text()
+    model_step, accept_step = "agent:inbox-summariser.model", "agent:inbox-summariser.accept"
+    answers = []
+    for _, data in _outcomes(journal, model_step):
+        value = data.get("value") or {}
+        answers.append(Answer(
+            str((value.get("message") or {}).get("content") or ""),
+            str(value.get("stop_reason") or ""), str(value.get("model") or ""),
+            float(data.get("ms", 0.0)) / 1000,
+        ))  # fmt: skip
+    rejections = [
+        str((data.get("value") or {}).get("evidence", ""))
+        for _, data in _outcomes(journal, accept_step)
+        if not (data.get("value") or {}).get("done")
+    ]
+    retries = sum(e.kind == "step.attempt_failed" and e.name == model_step for e in journal)
+    stamps = [e.at for e in journal]
+    result = DocResult(
+        tier, doc.file, run.status, max(stamps) - min(stamps) if stamps else 0.0,
+        len(doc.facts), answers=answers, rejections=rejections, retries=retries,
+        error=(run.error or "")[:300],
+    )  # fmt: skip
+    result.landed = _landed_body(outbox / f"{Path(doc.file).stem}_summary.md", doc.file)
+    result.recalled = [f.what for f in doc.facts if recalled(f, result.landed)]
+    if result.landed:
+        result.unsupported_landed = unsupported(result.landed, source)
+        landed = next((a for a in answers if a.text.strip() == result.landed), None)
+        result.truncated_landed = landed is not None and landed.stop_reason == "length"
+    if answers:
+        result.first_recalled = sum(recalled(f, answers[0].text) for f in doc.facts)
+        result.unsupported_first = unsupported(answers[0].text, source)
+    return result
+
+
+def run_tier(
+    tier: str,
+    docs: list[Doc],
+    *,
+    temperature: float | None = None,
+    keep: Path | None = None,
+) -> list[DocResult]:
+    """Summarise `docs` with the inbox agent served by `tier`; one DocResult per document.
+
+    Args:
+        temperature: the tier's sampling temperature instead of the spec's.
+        keep: a folder to work in and leave behind (default: a temporary one, removed).
+    """
+    import perdure
+    from perdure.agent.loop import Agent
+    from perdure.agent.serve import with_model
+    from perdure.agent.spec import load_spec
+
+    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix=f"perdure-summary-{tier}-"))
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "inbox").mkdir(parents=True)
+        shutil.copy(SPEC, folder / "agent.toml")
+        for doc in docs:
+            shutil.copy(DOCS / doc.file, folder / "inbox" / doc.file)
+        spec = with_model(load_spec(folder / "agent.toml"), tier)
+        if temperature is not None:
+            default = spec.routing.default
+            model = spec.models[default].model_copy(update={"temperature": temperature})
+            spec.models[default] = model
+        app = perdure.App(f"sqlite:///{folder}/state.db")
+        try:
+            agent = Agent(app, spec)
+            agent.provider(spec.routing.default)  # starts a local model now, not in the timing
+            runs = asyncio.run(_work(app, agent, [folder / "inbox" / d.file for d in docs]))
+            return [
+                read_result(tier, doc, run, journal, folder / "outbox")
+                for doc, (run, journal) in zip(docs, runs, strict=True)
+            ]
+        finally:
+            app.close()
+    finally:
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _work(app: Any, agent: Any, files: list[Path]) -> list[tuple[Any, list[Any]]]:
+    """Start one run per file, work them with one in-process worker (one at a time, so each
+    run's journal span is its own time) until all end; each run's row and journal."""
+    from perdure.errors import PerdureError
+
+    handles = [
+        await app.start_async(agent.workflow, {"file": str(f)}, run_id=f"summary-{f.stem}")
+        for f in files
+    ]
+    worker = app.worker(concurrency=1, poll=0.05)
+    runner = asyncio.create_task(worker.run())
+    try:
+        for handle in handles:
+            with contextlib.suppress(PerdureError):  # failed, or not done: the row says which
+                await handle.result_async(timeout=RUN_TIMEOUT)
+    finally:
+        worker.stop()
+        await runner
+    return [(await app.client.get(h.id), await app.store.journal(h.id)) for h in handles]
+
+
+# -- the figures -------------------------------------------------------------------------
+
+
+def tier_summary(results: list[DocResult]) -> dict[str, Any]:
+    """One tier's totals (the JSON and the table are made from these)."""
+    seconds = [r.seconds for r in results]
+    rejected = [r for r in results if r.rejections]
+    return {
+        "docs": len(results),
+        "completed": sum(r.status == "completed" for r in results),
+        "failed": sum(r.status != "completed" for r in results),
+        "facts": sum(r.facts for r in results),
+        "recalled": sum(len(r.recalled) for r in results),
+        "first_recalled": sum(r.first_recalled for r in results),
+        "unsupported_landed": sum(len(r.unsupported_landed) for r in results),
+        "docs_unsupported_landed": sum(bool(r.unsupported_landed) for r in results),
+        "unsupported_first": sum(len(r.unsupported_first) for r in results),
+        "docs_unsupported_first": sum(bool(r.unsupported_first) for r in results),
+        "truncated_answers": sum(r.truncated_answers for r in results),
+        "truncated_first": sum(r.answers[0].stop_reason == "length" for r in results if r.answers),
+        "truncated_landed": sum(r.truncated_landed for r in results),
+        "rejected": len(rejected),
+        "rejected_then_passed": sum(r.status == "completed" for r in rejected),
+        "model_calls": sum(len(r.answers) for r in results),
+        "model_retries": sum(r.retries for r in results),
+        "seconds_p50": statistics.median(seconds) if seconds else 0.0,
+        "seconds_max": max(seconds, default=0.0),
+    }
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "0/0"
+
+
+def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
+    table = Table(
+        "Summary quality of the inbox agent, per tier (bench/summary_docs)",
+        ["tier", "docs", "done/failed", "facts in outbox", "facts 1st answer",
+         "invented: outbox", "invented: 1st", "truncated 1st/outbox", "rejected (then ok)",
+         "calls (retried)", "s/doc p50", "s/doc max"],
+    )  # fmt: skip
+    for tier, s in summaries.items():
+        table.rows.append([
+            tier, str(s["docs"]), f"{s['completed']}/{s['failed']}",
+            _pct(s["recalled"], s["facts"]), _pct(s["first_recalled"], s["facts"]),
+            f"{s['unsupported_landed']} in {s['docs_unsupported_landed']} docs",
+            f"{s['unsupported_first']} in {s['docs_unsupported_first']} docs",
+            f"{s['truncated_first']}/{s['truncated_landed']}",
+            f"{s['rejected']} ({s['rejected_then_passed']})",
+            f"{s['model_calls']} ({s['model_retries']})",
+            f"{s['seconds_p50']:.1f}", f"{s['seconds_max']:.1f}",
+        ])  # fmt: skip
+    table.notes += [
+        "facts: reference facts (facts.toml) found in the summary that landed in outbox/,",
+        "  and in the model's first answer; invented: numbers, dates, times and names of the",
+        "  summary not found in its document; truncated: the answer stopped at max_tokens;",
+        "  rejected: runs whose acceptance check failed at least once (then ok: completed);",
+        "  calls: model answers journaled (retried: attempts that failed, e.g. timed out);",
+        "  s/doc: a run's first to last journal entry (one run at a time).",
+        f"load avg {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cpus "
+        "(other processes slow the local model down)",
+    ]
+    return table
+
+
+def doc_table(results: list[DocResult]) -> Table:
+    table = Table("Per document", ["document", "tier", "status", "facts", "1st", "calls",
+                                   "stop reasons", "s", "invented in outbox"])  # fmt: skip
+    for r in results:
+        calls = f"{len(r.answers)}" + (f" (+{r.retries})" if r.retries else "")
+        table.rows.append([
+            r.file, r.tier, r.status, f"{len(r.recalled)}/{r.facts}", f"{r.first_recalled}",
+            calls, ",".join(a.stop_reason or "-" for a in r.answers),
+            f"{r.seconds:.1f}", " ".join(", ".join(r.unsupported_landed).split())[:60] or "-",
+        ])  # fmt: skip
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiers", default="scripted,local",
+                        help="comma-separated model choices for with_model")  # fmt: skip
+    parser.add_argument("--docs", type=int, default=None, help="only the first N documents")
+    parser.add_argument("--json", default=None, help="also write every figure to this file")
+    parser.add_argument("--verbose", action="store_true", help="print a row per document")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature for the tier (default: the spec's)")  # fmt: skip
+    args = parser.parse_args(argv)
+    docs = load_corpus()[: args.docs]
+    summaries: dict[str, dict[str, Any]] = {}
+    everything: list[DocResult] = []
+    for tier in [t.strip() for t in args.tiers.split(",") if t.strip()]:
+        began = time.monotonic()
+        try:
+            results = run_tier(tier, docs, temperature=args.temperature)
+        except Exception as exc:  # one broken tier must not hide the others
+            print(f"[{tier}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            continue
+        summaries[tier] = tier_summary(results)
+        everything += results
+        print(f"[{tier}: {len(docs)} docs in {time.monotonic() - began:.0f}s]", flush=True)
+    print(tier_table(summaries).render(), flush=True)
+    if args.verbose:
+        print("\n" + doc_table(everything).render())
+    if args.json:
+        out = {"tiers": summaries, "docs": [asdict(r) for r in everything],
+               "temperature": args.temperature, "grounding": unsupported.__name__}  # fmt: skip
+        Path(args.json).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    return 0 if summaries else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
