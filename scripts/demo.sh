@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The main job: the inbox agent on the embedded SQLite store, with the local model
-# (no key, no network). `bash scripts/demo.sh --model scripted` runs without any model.
+# (no key, no network). `bash scripts/demo.sh --model scripted` runs without any model,
+# on a bare install of perdure. The demo's venv is .venv-demo, apart from the test venv,
+# and holds only what the chosen model needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=local
 if [ "${1:-}" = "--model" ] && [ -n "${2:-}" ]; then model=$2; fi
-if [ "$model" = local ]; then scripts/setup.sh local; else scripts/setup.sh models; fi
-exec .venv/bin/python examples/inbox/demo.py --model "$model"
+case "$model" in
+  local) extras=local ;;
+  scripted) extras= ;;
+  *) extras=models ;;
+esac
+PERDURE_VENV=.venv-demo scripts/setup.sh "$extras"
+exec .venv-demo/bin/python examples/inbox/demo.py --model "$model"

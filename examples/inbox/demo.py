@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = ("meeting-notes.txt", "incident-report.txt")
+# --model scripted: the deterministic extractive summariser stands in for the local model,
+# answering after 1.5 s as a model would, so that the kill lands in the middle of a call
+SCRIPTED_TIER = """[models.local]
+provider = "scripted"          # demo --model scripted: no model, the document's first sentences
+script = "builtin:extractive"
+latency = 1.5                  # seconds per answer, like a small model's
+"""
 
 
 @dataclass
@@ -32,6 +40,9 @@ class Outcome:
     model_calls: dict[str, int] = field(default_factory=dict)  # journaled model calls per run
     killed_during: str = ""
     recovered: list[str] = field(default_factory=list)
+    kept: int = 0  # step outcomes of the killed run committed before the kill
+    tiers: dict[str, str] = field(default_factory=dict)  # the tier whose answer was accepted
+    rejected: dict[str, list[str]] = field(default_factory=dict)  # grounding evidence
 
 
 def say(text: str) -> None:
@@ -43,6 +54,14 @@ def perdure(workdir: Path, *args: str) -> str:
     command = [sys.executable, "-m", "perdure", "--db", f"sqlite:///{workdir}/state.db", *args]
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False)
     return done.stdout + done.stderr
+
+
+def fail(message: str, log: Path | None = None) -> None:
+    """Stop the demo with one line, after the last lines of the worker's log."""
+    if log is not None and log.exists():
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        print(f"\n-- the last lines of {log}:", *tail, sep="\n", file=sys.stderr)
+    raise SystemExit(f"demo: {message}")
 
 
 def start_worker(workdir: Path, model: str, log: Path) -> subprocess.Popen[bytes]:
@@ -78,13 +97,27 @@ def runs(workdir: Path) -> dict[str, dict[str, object]]:
                 "'step.outcome' AND name = 'agent:inbox-summariser.model'",
                 (run_id,),
             ).fetchone()[0]
-            recovered = conn.execute(
-                "SELECT COUNT(*) FROM journal WHERE run_id = ? AND kind = 'run.recovered'",
+            verdicts = [
+                json.loads(data) for (data,) in conn.execute(
+                    "SELECT data FROM journal WHERE run_id = ? AND final = 1 AND kind = "
+                    "'step.outcome' AND name = 'agent:inbox-summariser.ground' ORDER BY seq",
+                    (run_id,),
+                )
+            ]  # fmt: skip
+            recovered, first = conn.execute(
+                "SELECT COUNT(*), MIN(seq) FROM journal "
+                "WHERE run_id = ? AND kind = 'run.recovered'",
                 (run_id,),
+            ).fetchone()
+            kept = conn.execute(  # outcomes the killed worker had committed: replayed, not redone
+                "SELECT COUNT(*) FROM journal "
+                "WHERE run_id = ? AND kind = 'step.outcome' AND seq < ?",
+                (run_id, first if first is not None else -1),
             ).fetchone()[0]
             file = json.loads(text)["args"][0]
             found[run_id] = {"status": status, "file": Path(str(file)).name,
-                             "model_calls": calls, "recovered": recovered}  # fmt: skip
+                             "model_calls": calls, "recovered": recovered, "kept": kept,
+                             "verdicts": verdicts}  # fmt: skip
         return found
     except sqlite3.OperationalError:
         return {}  # not created yet
@@ -92,13 +125,23 @@ def runs(workdir: Path) -> dict[str, dict[str, object]]:
         conn.close()
 
 
-def wait_for(check: object, timeout: float, what: str) -> None:
+def wait_for(
+    check: object, timeout: float, what: str, worker: subprocess.Popen[bytes], log: Path
+) -> None:
+    """Poll `check` until it holds; stop at once if the worker died meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():  # type: ignore[operator]
             return
+        if worker.poll() is not None:
+            fail(f"the worker exited with code {worker.returncode} while waiting for {what}", log)
         time.sleep(0.2)
-    raise SystemExit(f"demo: timed out after {timeout:.0f}s waiting for {what}")
+    fail(f"timed out after {timeout:.0f}s waiting for {what}", log)
+
+
+def verdict_text(verdict: dict[str, object]) -> str:
+    value = verdict.get("value", verdict)
+    return str(value.get("evidence", value)) if isinstance(value, dict) else str(value)
 
 
 def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
@@ -106,40 +149,50 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         shutil.rmtree(workdir)
     (workdir / "inbox").mkdir(parents=True)
     (workdir / "outbox").mkdir()
-    shutil.copy(HERE / "agent.toml", workdir / "agent.toml")
+    spec = (HERE / "agent.toml").read_text()
+    agent_model = model
+    if model == "scripted":  # the spec's local tier, served by the extractive summariser
+        spec = re.sub(r"\[models\.local\]\n(?:[^\[\n].*\n)*", SCRIPTED_TIER, spec)
+        agent_model = "spec"
+    (workdir / "agent.toml").write_text(spec)
     outcome = Outcome(workdir)
     log = workdir / "worker.log"
 
     say(f"starting the agent (model: {model}) on {workdir / 'state.db'}")
-    print(perdure(workdir, "validate", "agent.toml").strip())
-    worker = start_worker(workdir, model, log)
+    print(perdure(workdir, "validate", "agent.toml", "--model", agent_model).strip())
+    worker = start_worker(workdir, agent_model, log)
     try:
         say(f"dropping {SAMPLES[0]} into inbox/")
         drop(workdir, SAMPLES[0])
         first = workdir / "outbox" / f"{Path(SAMPLES[0]).stem}_summary.md"
-        wait_for(first.exists, timeout, f"{first.name} (see {log})")
-        print(f"{first.name} written")
+        done = lambda: any(  # noqa: E731
+            r["file"] == SAMPLES[0] and r["status"] in ("completed", "failed")
+            for r in runs(workdir).values()
+        )
+        wait_for(done, timeout, f"the run of {SAMPLES[0]}", worker, log)
+        print(f"{first.name} written" if first.exists() else f"{SAMPLES[0]}: its run failed")
 
         say(f"dropping {SAMPLES[1]}, then kill -9 the worker while that run is in flight")
         drop(workdir, SAMPLES[1])
         wait_for(
-            lambda: any(r["file"] == SAMPLES[1] for r in runs(workdir).values()),
-            timeout, "the second run to start",
+            lambda: any(r["file"] == SAMPLES[1] and r["status"] == "running"
+                        for r in runs(workdir).values()),
+            timeout, "the second run to start", worker, log,
         )  # fmt: skip
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
         state = next(r for r in runs(workdir).values() if r["file"] == SAMPLES[1])
         outcome.killed_during = str(state["status"])
-        print(f"worker killed while the second run was {state['status']}; runs now:")
+        answers = int(str(state["model_calls"]))
+        print(f"worker killed (kill -9) while the second run was {state['status']}, "
+              f"with {answers} model answer(s) journaled; runs now:")  # fmt: skip
         print(perdure(workdir, "ls").strip())
 
         say("starting a new worker: unfinished runs resume from their journals")
-        worker = start_worker(workdir, model, log)
-        second = workdir / "outbox" / f"{Path(SAMPLES[1]).stem}_summary.md"
-        wait_for(second.exists, timeout, f"{second.name} (see {log})")
+        worker = start_worker(workdir, agent_model, log)
         wait_for(
-            lambda: all(r["status"] == "completed" for r in runs(workdir).values()),
-            timeout, "both runs to complete",
+            lambda: all(r["status"] in ("completed", "failed") for r in runs(workdir).values()),
+            timeout, "both runs to end", worker, log,
         )  # fmt: skip
         say("dropping the first file again (same content): nothing new starts")
         (workdir / "inbox" / "copy-of-notes.txt").write_bytes(
@@ -151,19 +204,34 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(timeout=60)
 
-    for run_id, info in runs(workdir).items():
-        outcome.statuses[str(info["file"])] = str(info["status"])
-        outcome.model_calls[str(info["file"])] = int(str(info["model_calls"]))
+    for info in runs(workdir).values():
+        file = str(info["file"])
+        outcome.statuses[file] = str(info["status"])
+        outcome.model_calls[file] = int(str(info["model_calls"]))
         if int(str(info["recovered"])):
-            outcome.recovered.append(str(info["file"]))
-        del run_id
+            outcome.recovered.append(file)
+            outcome.kept = int(str(info["kept"]))
+        verdicts = [verdict_text(v) for v in info["verdicts"]]  # type: ignore[attr-defined]
+        outcome.rejected[file] = [v for v in verdicts if v.startswith("not grounded")]
     for name in SAMPLES:
         path = workdir / "outbox" / f"{Path(name).stem}_summary.md"
         outcome.summaries[name] = path.read_text() if path.exists() else ""
+        tier = re.search(r"model tier (\S+)", outcome.summaries[name])
+        outcome.tiers[name] = tier.group(1) if tier else ""
 
-    say("the summaries")
+    say("the summaries (each checked against its file before it was written)")
     for name, text in outcome.summaries.items():
-        print(f"--- outbox/{Path(name).stem}_summary.md\n{text.strip()}")
+        for reason in outcome.rejected.get(name, []):
+            print(f"rejected answer for {name}: {reason}")
+        shown = text.strip() or f"(none: the run {outcome.statuses.get(name, 'did not run')})"
+        print(f"--- outbox/{Path(name).stem}_summary.md\n{shown}")
+    if SAMPLES[1] in outcome.recovered:
+        print(f"\n{SAMPLES[1]}: the new worker took over the killed run (run.recovered in its "
+              f"journal): {outcome.kept} step outcome(s) committed before the kill were replayed, "
+              "the rest were done again under each step's effect rule")  # fmt: skip
+    else:
+        print(f"\n{SAMPLES[1]}: its run had not started work when the worker died; "
+              "the new worker ran it from its first step")  # fmt: skip
     say("the runs (one per file content; the copy started nothing)")
     print(perdure(workdir, "ls").strip())
     second_run = next((rid for rid, r in runs(workdir).items() if r["file"] == SAMPLES[1]), None)
@@ -176,7 +244,8 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
     say("try it yourself")
     print(
         f"cd {workdir}\n"
-        f"{sys.executable} -m perdure --db sqlite:///state.db agent agent.toml --model {model} &\n"
+        f"{sys.executable} -m perdure --db sqlite:///state.db agent agent.toml "
+        f"--model {agent_model} &\n"
         "cp some-file.txt inbox/; kill -9 %1; then start the agent again: the run resumes,\n"
         "and files already summarised are never sent to the model again."
     )

@@ -189,6 +189,7 @@ def test_memory_is_kept_across_runs_of_the_agent(
         app, tmp_path,
         [call("remember", text="the client is ACME", tags=["client"]), "noted",
          "I recall ACME"],
+        extra='[memory]\nnotes = "agent"',
     )  # fmt: skip
     app.start(agent.workflow, {"prompt": "note the client"}, run_id="m1")
     worker.run_until_idle()

@@ -28,8 +28,9 @@ import perdure
 
 from ..engine import hooks
 from ..engine.effects import Effect
-from ..errors import PerdureError, WaitTimeout
+from ..errors import PerdureError, StepError, WaitTimeout
 from ..store.agent_sql import Budget, UsageRow
+from .grounding import check as check_grounding
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
 from .spec import AgentSpec, deadline_seconds
@@ -49,7 +50,8 @@ BUDGET_EVENT = "perdure.budget"  # sent to an agent's waiting runs when its budg
 BUDGET_RECHECK = 300.0  # seconds a run over budget waits before it checks the window again
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
-MAX_FILE_CHARS = 6000  # of a task's file put in the transcript
+MAX_FILE_CHARS = 6000  # of a task's file put in the transcript (less for a small context)
+CHARS_PER_TOKEN = 3  # a safe guess for fitting a file into a small model's context
 NOTES_IN_CONTEXT = 5  # lines of progress notes put in the system prompt
 
 
@@ -97,6 +99,7 @@ class _Steps:
     context: Any
     budget: Any
     accept: Any
+    ground: Any
     output: Any
     notes: Any
 
@@ -210,10 +213,11 @@ class Agent:
         def refuse(call: dict[str, Any], reason: str) -> str:
             return reason  # recorded: the journal shows what was refused and why
 
-        @app.step(name=f"{name}.file", effect="read")
-        def read_task_file(path: str) -> str:
+        @app.step(name=f"{name}.file", effect="read",
+                  retry=perdure.Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
+        def read_task_file(path: str, limit: int = MAX_FILE_CHARS) -> str:
             real = self.boundary.resolve_read(path)
-            return real.read_text(encoding="utf-8", errors="replace")[:MAX_FILE_CHARS]
+            return task_text(real, limit)
 
         @app.step(name=f"{name}.context", effect="read")
         async def read_context(query: str) -> dict[str, Any]:
@@ -232,6 +236,16 @@ class Agent:
         async def accept(context: dict[str, Any]) -> dict[str, Any]:
             return await asyncio.to_thread(self._acceptance, context)
 
+        @app.step(name=f"{name}.ground", effect="read")
+        def ground(
+            answer: str, source: str, stop_reason: str, foreign: list[str]
+        ) -> dict[str, Any]:
+            acc = spec.acceptance
+            return check_grounding(
+                answer, source, stop_reason=stop_reason, min_chars=acc.min_chars,
+                max_chars=acc.max_chars, foreign=foreign,
+            ).to_dict()  # fmt: skip
+
         @app.step(name=f"{name}.output", effect="idempotent")
         def write_output(path: str, text: str) -> str:
             real = self.boundary.resolve_write(path)
@@ -248,8 +262,8 @@ class Agent:
 
         self.steps = _Steps(
             model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
-            context=read_context, budget=check_budget, accept=accept, output=write_output,
-            notes=write_notes,
+            context=read_context, budget=check_budget, accept=accept, ground=ground,
+            output=write_output, notes=write_notes,
         )  # fmt: skip
 
         @app.workflow(name=name, deadline=deadline_seconds(spec))
@@ -270,14 +284,22 @@ class Agent:
         query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
         context = await read_context(query)
         try:
-            messages = [Message("system", self._system(context)), Message("user", "")]
+            shown = self._shown_notes(context["notes"], task)
+            messages = [Message("system", self._system(shown, context["memories"])),
+                        Message("user", "")]  # fmt: skip
             user = [str(task["prompt"])] if task.get("prompt") else []
+            source = ""
             if file:
-                content = await steps.file(str(file))
-                user.append(f"File {Path(str(file)).name}:\n---\n{content}\n---")
+                try:
+                    source = await steps.file(str(file), self._file_limit())
+                except StepError as exc:  # binary, empty, unreadable: one line, no retry
+                    raise AgentFailed(exc.message) from None
+                user.append(f"File {Path(str(file)).name}:\n---\n{source}\n---")
             messages[1].content = "\n\n".join(user) or spec.goal
+            source = source or messages[1].content
+            foreign = [*shown.splitlines(), *context["memories"]]
             failures: Counter[str] = Counter()
-            failed_iterations = 0
+            failed_iterations = rejections = 0
             tokens, cost = 0, 0.0
             evidence = "not checked yet"
             for iteration in range(1, limits.max_iterations + 1):
@@ -292,7 +314,14 @@ class Agent:
                     max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
                     temperature=spec.tier(tier).temperature,
                 )
-                raw = await model_call(tier, request.to_dict())
+                try:
+                    raw = await model_call(tier, request.to_dict())
+                except StepError as exc:  # a tier that cannot answer: the next one may
+                    if exc.error_type == "ModelAuthError" or self._last_tier(failed_iterations):
+                        raise AgentFailed(f"model tier {tier!r}: {exc.message}") from None
+                    evidence = f"model tier {tier!r} failed: {exc.message}"
+                    failed_iterations = self._next_tier_start(failed_iterations)
+                    continue
                 reply = ModelResponse.from_dict(raw)
                 tokens += reply.usage.total
                 cost += float(raw.get("cost", 0.0))
@@ -321,38 +350,74 @@ class Agent:
                                 f"the same failing call {key} repeated {failures[key]} times: "
                                 f"{result[:300]}"
                             )
-                failed_iterations += int(iteration_failed)
                 if finishing:
-                    done, evidence = await self._complete(task, reply, summary)
+                    attempt = _Attempt(task, tier, reply, summary, source, foreign)
+                    done, evidence = await self._complete(attempt)
                     if done:
                         await steps.notes(self._notes(context["notes"], task, "done", evidence))
                         return {"status": "done", "evidence": evidence, "iterations": iteration,
-                                "tokens": tokens, "cost": round(cost, 6),
+                                "tokens": tokens, "cost": round(cost, 6), "tier": tier,
+                                "rejections": rejections,
                                 "answer": reply.message.content}  # fmt: skip
-                    messages.append(Message("user", f"Not done yet: {evidence}. Continue."))
+                    rejections += 1
+                    iteration_failed = True
+                    messages.append(Message("user", self._feedback(evidence)))
+                failed_iterations += int(iteration_failed)
             raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
                               f"last evidence: {evidence}")  # fmt: skip
         except AgentFailed as failed:  # a run ends by writing its progress notes, failed or not
             await steps.notes(self._notes(context["notes"], task, "failed", str(failed)))
             raise
 
-    def _system(self, context: dict[str, Any]) -> str:
+    def _shown_notes(self, notes: str, task: dict[str, Any]) -> str:
+        """The progress notes this run may see (spec `memory.notes`): by default only those
+        of earlier runs of the same task, so one file's run never reads another's."""
+        mode = self.spec.memory.notes
+        if mode == "off" or not notes:
+            return ""
+        lines = notes.splitlines()
+        if mode == "task":
+            marker = f": {self._task_key(task)}: "
+            lines = [line for line in lines if marker in line]
+        return "\n".join(lines[-NOTES_IN_CONTEXT:])
+
+    def _system(self, notes: str, memories: list[str]) -> str:
         parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}"]
-        if context["notes"]:  # the most recent lines: enough to go on, little to echo
-            recent = "\n".join(context["notes"].splitlines()[-NOTES_IN_CONTEXT:])
-            parts.append(f"Progress notes from earlier runs:\n{recent}")
-        if context["memories"]:
-            parts.append(
-                "Things you remembered:\n" + "\n".join(f"- {m}" for m in context["memories"])
-            )
+        if notes:  # the most recent lines: enough to go on, little to echo
+            parts.append(f"Progress notes from earlier runs:\n{notes}")
+        if memories:
+            parts.append("Things you remembered:\n" + "\n".join(f"- {m}" for m in memories))
         return "\n\n".join(p for p in parts if p)
 
+    def _file_limit(self) -> int:
+        """How much of the task's file fits the first tier's context beside its answer."""
+        first = self.spec.tier(self.spec.routing.order()[0])
+        answer = self.spec.limits.max_tokens_per_call or first.max_tokens or 512
+        room = (first.context_tokens - answer - 256) * CHARS_PER_TOKEN
+        return max(500, min(MAX_FILE_CHARS, room))
+
     def _route(self, failed_iterations: int) -> str:
-        routing = self.spec.routing
-        after = routing.escalate_after_failures
-        if after is not None and failed_iterations >= after:
-            return "strong"
-        return routing.default
+        """The tier for the next call: one tier further along per `escalate_after_failures`
+        failed iterations, staying on the last."""
+        order = self.spec.routing.order()
+        after = self.spec.routing.escalate_after_failures
+        if after is None:
+            return order[0]
+        return order[min(failed_iterations // after, len(order) - 1)]
+
+    def _last_tier(self, failed_iterations: int) -> bool:
+        order = self.spec.routing.order()
+        return self._route(failed_iterations) == order[-1]
+
+    def _next_tier_start(self, failed_iterations: int) -> int:
+        """The failure count at which the next tier starts (a tier that errors is skipped)."""
+        after = self.spec.routing.escalate_after_failures or 1
+        return (failed_iterations // after + 1) * after
+
+    @staticmethod
+    def _feedback(evidence: str) -> str:
+        return (f"Your answer was not accepted: {evidence}. Answer again, using only facts, "
+                "numbers, dates and names that appear in the task, and keep it short.")  # fmt: skip
 
     async def _within_budget(self) -> None:
         """Wait (durably, holding no slot) while the agent's budget window is spent."""
@@ -423,27 +488,39 @@ class Agent:
                 return str(await self.steps.refuse(as_dict, denied))
         return str(await self.steps.tools[prepared.effect](as_dict))
 
-    async def _complete(
-        self, task: dict[str, Any], reply: ModelResponse, summary: str
-    ) -> tuple[bool, str]:
-        """Write the answer where the spec says, then run the acceptance check."""
-        output = self.spec.output
+    async def _complete(self, attempt: _Attempt) -> tuple[bool, str]:
+        """Check the answer's grounding (if the spec asks), write it where the spec says,
+        then run the spec's acceptance. A rejected answer is never written."""
+        output, acc = self.spec.output, self.spec.acceptance
+        text = attempt.reply.message.content
+        if acc.grounded:
+            verdict = await self.steps.ground(
+                text, attempt.source, attempt.reply.stop_reason, attempt.foreign
+            )
+            if not verdict["ok"]:
+                return False, str(verdict["evidence"])
         written = ""
-        fields = self._fields(task, reply.message.content)
-        if output is not None and not reply.message.tool_calls:
+        fields = self._fields(attempt.task, text, attempt.tier, attempt.reply.model)
+        if output is not None and not attempt.reply.message.tool_calls:
             path = str(self.spec.path(output.path.format(**fields)))
-            text = output.template.format(**fields)
-            written = await self.steps.output(path, text)
-        context = {"fields": fields, "written": written, "answer": summary}
-        verdict = await self.steps.accept(context)
-        return bool(verdict["done"]), str(verdict["evidence"])
+            written = await self.steps.output(path, output.template.format(**fields))
+        if acc.grounded and acc.command is None and acc.python is None:
+            where = f"; written to {written}" if written else ""
+            return True, f"{verdict['evidence']}{where}"
+        context = {"fields": fields, "written": written, "answer": attempt.summary}
+        checked = await self.steps.accept(context)
+        return bool(checked["done"]), str(checked["evidence"])
 
-    def _fields(self, task: dict[str, Any], answer: str) -> dict[str, str]:
+    def _fields(
+        self, task: dict[str, Any], answer: str, tier: str = "", served: str = ""
+    ) -> dict[str, str]:
         """What output paths, templates and acceptance commands may use (in the workflow:
         the time is durable, the same on replay)."""
         from ..engine.context import require
 
         file = Path(str(task.get("file") or "task"))
+        model = self.spec.tier(tier or self.spec.routing.default)
+        served = served or model.model or model.script or "default"
         return {
             "stem": file.stem,
             "name": file.name,
@@ -451,6 +528,8 @@ class Agent:
             "time": perdure.now().astimezone(UTC).isoformat(timespec="seconds"),
             "answer": answer.strip(),
             "run_id": require("agent").run_id,
+            "tier": tier,
+            "model": f"{model.provider}:{served}",
         }
 
     def _acceptance(self, context: dict[str, Any]) -> dict[str, Any]:
@@ -480,9 +559,14 @@ class Agent:
         answer = str(context.get("answer") or "")
         return {"done": bool(answer), "evidence": f"the model answered: {answer[:200]}"}
 
+    def _task_key(self, task: dict[str, Any]) -> str:
+        """What names a task in progress notes: its file, else its prompt, on one line."""
+        what = str(task.get("file") or task.get("prompt") or self.spec.goal)
+        return " ".join(what.split())[:200]
+
     def _notes(self, previous: str, task: dict[str, Any], status: str, evidence: str) -> str:
-        what = task.get("file") or task.get("prompt") or self.spec.goal
-        line = f"- {perdure.now().isoformat(timespec='seconds')} {status}: {what}: {evidence}"
+        stamp = perdure.now().isoformat(timespec="seconds")
+        line = f"- {stamp} {status}: {self._task_key(task)}: {' '.join(evidence.split())}"
         lines = [x for x in previous.splitlines() if x.strip()][-49:]
         return "\n".join([*lines, line])
 
@@ -505,6 +589,38 @@ class Agent:
         if git("diff", "--cached", "--quiet").returncode != 0:
             git("-c", "user.name=perdure", "-c", "user.email=perdure@localhost",
                 "commit", "-q", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One finishing answer of the loop, with what it is checked against."""
+
+    task: dict[str, Any]
+    tier: str
+    reply: ModelResponse
+    summary: str
+    source: str
+    foreign: list[str]
+
+
+def task_text(path: Path, limit: int) -> str:
+    """A task file's text, at most `limit` characters; AgentFailed (one line, not retried)
+    if it is empty or binary, since no answer about it could be checked."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AgentFailed(f"cannot read {path}: {exc.strerror}") from None
+    if not data.strip():
+        raise AgentFailed(f"{path} is empty: nothing to work on")
+    head = data[: limit * 4]
+    text = head.decode("utf-8", errors="replace")
+    if b"\0" in head or text.count("\ufffd") > max(3, len(text) // 100):
+        raise AgentFailed(f"{path} is not text (binary or not UTF-8): not sent to a model")
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    cut = cut[: cut.rfind("\n")] if "\n" in cut[limit // 2 :] else cut
+    return f"{cut}\n[... the first {len(cut)} characters of {len(data)} bytes ...]"
 
 
 async def raise_budget(app: App, agent: str, budget: Budget) -> int:

@@ -22,12 +22,13 @@ def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
         if model.script == "builtin:extractive":
             from .providers.scripted import ScriptedModel
 
-            return ScriptedModel(responder=extractive_summary)
+            return ScriptedModel(responder=extractive_summary, latency=model.latency)
         if model.script is None:
             raise ConfigError(f'model tier {tier!r}: a scripted model needs script = "file"')
         return make_provider(
-            "scripted", responses=str(spec.path(model.script)), follow_transcript=True
-        )
+            "scripted", responses=str(spec.path(model.script)), follow_transcript=True,
+            latency=model.latency,
+        )  # fmt: skip
     if model.provider == "local":
         from .local_model import ensure_local_model
 
@@ -50,9 +51,14 @@ def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
 def extractive_summary(request: ModelRequest) -> ModelResponse:
     """The deterministic scripted summariser (`script = "builtin:extractive"`): the first
     sentences of the task's text, so demos and tests run without any model."""
-    text = request.messages[-1].content if request.messages else ""
+    users = [m.content for m in request.messages if m.role == "user"]
+    text = next((u for u in users if u.count("---") >= 2), users[0] if users else "")
     body = text.split("---", 2)[1] if text.count("---") >= 2 else text
     words = " ".join(body.split())
     sentences = re.split(r"(?<=[.!?])\s+", words)
-    summary = " ".join(sentences[:2])[:400] or "(empty file)"
+    summary = sentences[0][:400].rsplit(" ", 1)[0] if len(sentences[0]) > 400 else sentences[0]
+    for more in sentences[1:2]:  # a second sentence if it fits: whole words and numbers only
+        if len(summary) + len(more) < 400:
+            summary = f"{summary} {more}"
+    summary = summary or "(empty file)"
     return ModelResponse(message=Message("assistant", f"Summary: {summary}"))

@@ -47,13 +47,22 @@ class ModelSpec(_Strict):
     stream: bool = False
     price: Price = Price()
     script: str | None = None  # scripted: a JSON/JSONL file of responses
+    latency: float = Field(0.0, ge=0, le=60)  # scripted: seconds per answer, like a real model
 
 
 class Routing(_Strict):
-    """Which tier answers: `default`, and `strong` after this many failed iterations."""
+    """Which tier answers: `default` first; after `escalate_after_failures` failed
+    iterations on a tier (a refused or failing tool call, a rejected answer, a model
+    error), the next tier of `escalate` (by default `strong`, if the spec has one)."""
 
     default: str = "fast"
     escalate_after_failures: int | None = Field(None, gt=0)
+    escalate: list[str] = []
+
+    def order(self) -> list[str]:
+        """The tiers in the order they are tried."""
+        later = self.escalate or (["strong"] if self.escalate_after_failures else [])
+        return [self.default, *(t for t in later if t != self.default)]
 
 
 class McpServerSpec(_Strict):
@@ -78,8 +87,13 @@ class ToolsSpec(_Strict):
 
 
 class Acceptance(_Strict):
-    """When the run is done: a shell command exiting 0, or a Python `module:function`."""
+    """When the run is done: the answer is grounded in the task's file (every number,
+    date, time, amount and name in it occurs there; not cut off; within the length
+    bounds), and/or a shell command exits 0, or a Python `module:function` holds."""
 
+    grounded: bool = False
+    min_chars: int = Field(1, ge=0)
+    max_chars: int | None = Field(None, gt=0)
     command: str | None = None
     python: str | None = None
     timeout: float = Field(60.0, gt=0)
@@ -125,8 +139,13 @@ class TriggerSpec(_Strict):
 
 
 class MemorySpec(_Strict):
+    """Long-term memory (`enabled`), and whose progress notes a run sees in its prompt:
+    `task` those of earlier runs of the same task (file or prompt), `agent` all of the
+    agent's (shared notes), `off` none."""
+
     enabled: bool = True
     recall_limit: int = Field(5, gt=0)
+    notes: Literal["task", "agent", "off"] = "task"
 
 
 class WorkspaceSpec(_Strict):
@@ -243,8 +262,14 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
     for field_loc, tier in ((("routing", "default"), spec.routing.default),):
         if tier not in spec.models:
             raise fail(field_loc, f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")
-    if spec.routing.escalate_after_failures is not None and "strong" not in spec.models:
-        raise fail(("routing", "escalate_after_failures"), "needs a [models.strong] tier")
+    routing = spec.routing
+    if routing.escalate and routing.escalate_after_failures is None:
+        raise fail(("routing", "escalate"), "say after how many failures: escalate_after_failures")
+    for tier in routing.order()[1:]:
+        if tier not in spec.models:
+            field_name = "escalate" if routing.escalate else "escalate_after_failures"
+            raise fail(("routing", field_name),
+                       f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")  # fmt: skip
     for name, model in spec.models.items():
         builtin = (model.script or "").startswith("builtin:")
         if model.script is not None and not builtin and not spec.path(model.script).is_file():

@@ -30,14 +30,24 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC")
-def validate(spec_path: str) -> None:
-    """Check an agent spec; errors name the file, line and field."""
-    spec = load_spec(spec_path)
-    click.echo(f"{spec_path}: ok: {_describe(spec)}")
+@click.option("--model", type=click.Choice(MODEL_CHOICES), default="spec", help=MODEL_HELP)
+def validate(spec_path: str, model: str) -> None:
+    """Check an agent spec, and show the tiers that will answer (with --model as given)."""
+    spec = with_model(load_spec(spec_path), model)
+    click.echo(f"{spec_path}: ok: {_describe(spec, model)}")
 
 
-def _describe(spec: AgentSpec) -> str:
-    tiers = ", ".join(f"{name}={m.provider}" for name, m in spec.models.items())
+def _describe(spec: AgentSpec, model: str = "spec") -> str:
+    routing = spec.routing
+    tiers = []
+    for i, name in enumerate(routing.order()):
+        m = spec.models[name]
+        served = f"{m.provider}:{m.model or m.script or 'default'}"
+        if i == 0 and model != "spec":
+            served += f" (--model {model})"
+        tiers.append(f"{name}={served}")
+    after = routing.escalate_after_failures
+    escalation = f", next after {after} failures" if len(tiers) > 1 else ""
     tools = ", ".join(spec.tools.grant) or "none"
     trigger = "none"
     if spec.trigger is not None:
@@ -46,7 +56,11 @@ def _describe(spec: AgentSpec) -> str:
             (f"{k} {getattr(t, k)}" for k in ("inbox", "cron", "every", "event", "webhook")
              if getattr(t, k)), "none",
         )  # fmt: skip
-    return f"agent {spec.name}; models {tiers}; tools {tools}; trigger {trigger}"
+    acc = spec.acceptance
+    checks = [c for c in (acc.grounded and "grounded in the source", acc.command, acc.python) if c]
+    return (f"agent {spec.name}; tiers {' -> '.join(tiers)}{escalation}; "
+            f"acceptance {', '.join(checks) or 'an answer'}; tools {tools}; "
+            f"trigger {trigger}")  # fmt: skip
 
 
 @click.command("run")

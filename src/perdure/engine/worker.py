@@ -23,6 +23,7 @@ from ..store.base import CANCELLING, Claim
 from . import hooks
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
+from .peers import release_dead_peers
 from .runner import execute
 from .services import supervise
 
@@ -98,6 +99,7 @@ class Worker:
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
             asyncio.create_task(self._presence_loop(), name="perdure-presence"),
+            asyncio.create_task(self._peers_loop(), name="perdure-peers"),
         ]
         if self.options.gc_every:
             loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
@@ -270,6 +272,17 @@ class Worker:
                 await self.heartbeat_once()
             except StoreError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+
+    async def _peers_loop(self) -> None:
+        """Now and every lease/3 seconds: recover at once the runs of dead local workers."""
+        while not self.stopping.is_set():
+            try:
+                if await release_dead_peers(self.app.store, self.id, self.clock.now()):
+                    self.app.notify()
+            except StoreError as exc:
+                log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.options.lease / 3)
 
     async def _presence_loop(self) -> None:
         """Tell the store this worker exists and is alive (idle or not), every PRESENCE

@@ -14,6 +14,7 @@ assert that replaying a journaled run asks the model nothing and spends nothing.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -54,6 +55,7 @@ class ScriptedModel:
         *,
         responder: Responder | None = None,
         follow_transcript: bool = False,
+        latency: float = 0.0,
     ) -> None:
         """Args:
             responses: the replies in order, or the path of a JSON file (a list of
@@ -62,6 +64,8 @@ class ScriptedModel:
             follow_transcript: pick reply N for a transcript holding N assistant turns,
                 not the Nth call: a run resumed in a new process (whose earlier calls are
                 replayed from its journal, not made again) gets the reply it would have.
+            latency: seconds each answer takes, as a real model's would (a demo uses it
+                so that a kill lands in the middle of a call).
 
         Raises:
             ConfigError: the file is missing or is not a script.
@@ -72,6 +76,7 @@ class ScriptedModel:
             self.script = [_to_response(r, f"reply {i + 1}") for i, r in enumerate(responses or [])]
         self.responder = responder
         self.follow_transcript = follow_transcript
+        self.latency = latency
         self.calls = 0
         self.tokens = 0
         self.requests: list[ModelRequest] = []
@@ -92,6 +97,8 @@ class ScriptedModel:
         Raises:
             ModelError: the script is used up and there is no responder.
         """
+        if self.latency:
+            await asyncio.sleep(self.latency)
         index = self.calls
         if self.follow_transcript:
             index = sum(1 for m in request.messages if m.role == "assistant")

@@ -1,0 +1,214 @@
+"""Is an answer grounded in its source? The checkable claims of a text, and which are missing.
+
+A small model's typical failures are an invented date, a number that is not in the
+document, a name it made up, an answer cut off at the token limit, or a line echoed
+from another run's context. Each of these is checkable without a model: every
+number, date, time, amount and capitalised name of the answer must occur in the
+source. The check is strict on purpose (a reworded date is rejected too): a rejected
+answer is retried or escalated, a wrong one would be trusted.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# a number with its decimal part or thousands groups: 4,500 · 99.9 · 2.3.1 · 03
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
+# a word of letters (any script's), with inner apostrophes, hyphens and dots (e.g. "O'Neil")
+_WORD = re.compile(r"[^\W\d_](?:[\w'’.-]*[^\W_])?")
+_SENTENCE_END = re.compile(r"[.!?:;\n]\s*$")
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+# never a name: "I", and labels a summary may start with
+_NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "summary", "note", "ok", "yes", "no"}
+# common words that start sentences; any other sentence-initial capitalised word is taken
+# for a name unless the source has it (so "Bob fixed it" is checked, "The team" is not)
+_STARTERS = frozenset(
+    """a about above according across after afterwards again against all also although
+    among an and another any anyone around as at because before being below besides
+    both but by can could despite do does due during each earlier either every
+    everyone finally first following for from further given had has have he her here
+    his how however if in instead it its last later many meanwhile more moreover most
+    much my next no none not now of on once one only or other our over overall per
+    several she since so some soon still such than that the their them then there
+    therefore these they this those though three through thus to today together two
+    under unless until up upon we were what when where whether which while who why
+    will with within without yesterday yet you your""".split()  # noqa: SIM905
+)
+SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
+
+
+def _fold(text: str) -> str:
+    """Case-, accent- and width-insensitive form of a text, for finding a claim in a source."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(text.replace("’", "'").split())
+
+
+def _number(token: str) -> str:
+    """One spelling per number: thousands separators and leading zeros dropped."""
+    if _THOUSANDS.match(token):
+        token = token.replace(",", "")
+    parts = re.split(r"([.,])", token)
+    parts[0] = parts[0].lstrip("0") or "0"
+    return "".join(parts)
+
+
+def claims(text: str) -> list[str]:
+    """The numbers, dates, times, amounts and capitalised names of `text`, in order.
+
+    A number is claimed as written (`4,500`; `14:05` gives `14` and `05`); a name is a
+    capitalised word, unless it starts a sentence and is a common word (`The`, `After`).
+    """
+    found: list[str] = [m.group() for m in _NUMBER.finditer(text)]
+    words = list(_WORD.finditer(text))
+    for i, match in enumerate(words):
+        word = match.group().strip(".'’-")
+        if not word or not word[0].isupper() or word.casefold() in _NOT_NAMES:
+            continue
+        before = text[: match.start()]
+        starts_sentence = not before.strip() or bool(_SENTENCE_END.search(before))
+        if starts_sentence:
+            following = words[i + 1] if i + 1 < len(words) else None
+            gap = text[match.end() : following.start()] if following else ""
+            name_follows = (
+                following is not None and following.group()[0].isupper() and gap.strip() == ""
+            )
+            acronym = len(word) > 1 and word.isupper()
+            if not (name_follows or acronym) and word.casefold() in _STARTERS:
+                continue
+        found.append(word)
+    return found
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A source text prepared for lookups: its words, numbers and months."""
+
+    folded: str
+    words: frozenset[str]
+    numbers: frozenset[str]
+    months: frozenset[int]
+
+    @classmethod
+    def of(cls, text: str) -> _Source:
+        folded = _fold(text)
+        words = frozenset(m.group().strip(".'-") for m in _WORD.finditer(folded))
+        numbers = frozenset(_number(m.group()) for m in _NUMBER.finditer(text))
+        months = {_MONTHS[w] for w in words if w in _MONTHS}
+        for iso in re.finditer(r"\b\d{4}-(\d{1,2})-\d{1,2}\b", text):  # 2026-03-14
+            months.add(int(iso.group(1)))
+        return cls(folded, words, numbers, frozenset(months))
+
+    def has(self, claim: str) -> bool:
+        if claim[0].isdigit():
+            return _number(claim) in self.numbers
+        word = _fold(claim)
+        if word in self.words or (not word.isascii() and word in self.folded):
+            return True
+        if word in _MONTHS:  # "March" is grounded by a date in March written any way
+            return _MONTHS[word] in self.months
+        return False
+
+
+def unsupported(answer: str, source: str) -> list[str]:
+    """The claims of `answer` that do not occur in `source` (each once, in order)."""
+    src = _Source.of(source)
+    missing: list[str] = []
+    for claim in claims(answer):
+        if not src.has(claim) and claim not in missing:
+            missing.append(claim)
+    return missing
+
+
+def _shingles(text: str) -> set[str]:
+    words = _fold(text).split()
+    return {" ".join(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+
+
+def borrowed(answer: str, source: str, foreign: Iterable[str]) -> list[str]:
+    """Runs of SHINGLE words the answer shares with `foreign` texts (other runs' notes or
+    memories shown in the prompt) and not with its own source."""
+    mine = _shingles(answer) - _shingles(source)
+    found: list[str] = []
+    for text in foreign:
+        found += sorted(mine & _shingles(text))
+    return found
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """The verdict on one answer, journaled as the acceptance step's evidence."""
+
+    ok: bool
+    reasons: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    borrowed: list[str] = field(default_factory=list)
+    chars: int = 0
+    stop_reason: str = ""
+
+    @property
+    def evidence(self) -> str:
+        if self.ok:
+            return f"grounded: every claim is in the source ({self.chars} characters)"
+        return "not grounded: " + "; ".join(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "evidence": self.evidence}
+
+
+def check(
+    answer: str,
+    source: str,
+    *,
+    stop_reason: str = "",
+    min_chars: int = 1,
+    max_chars: int | None = None,
+    foreign: Iterable[str] = (),
+) -> Grounding:
+    """Whether `answer` may be accepted as a faithful answer about `source`.
+
+    Rejected: an answer cut off at the token limit (`stop_reason == "length"`), one
+    outside the length bounds, one with a claim not in the source, one that copies a
+    run of words from `foreign` (other runs' context) that its source does not have.
+    """
+    text = answer.strip()
+    reasons: list[str] = []
+    if stop_reason == "length":
+        reasons.append("the answer was cut off at the token limit (stop reason: length)")
+    if len(text) < min_chars:
+        reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")
+    if max_chars is not None and len(text) > max_chars:
+        reasons.append(f"the answer has {len(text)} characters, more than {max_chars}")
+    missing = unsupported(text, source)
+    if missing:
+        shown = ", ".join(repr(c) for c in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        reasons.append(f"not in the source: {shown}{more}")
+    copied = borrowed(text, source, foreign)
+    if copied:
+        reasons.append(f"copied from another run's context: {copied[0]!r}")
+    return Grounding(not reasons, reasons, missing, copied, len(text), stop_reason)

@@ -1,0 +1,81 @@
+"""The grounding check: what counts as a claim, and which answers about a source it refuses."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perdure.agent.grounding import borrowed, check, claims, unsupported
+
+SOURCE = (
+    "Incident report: checkout outage, 3 November, 09:12 to 09:47 UTC. Maria Lopez rolled "
+    "back the change at 09:41; 1,200 orders (about $4,500) failed. Version 2.3.1 fixes it."
+)
+
+
+def test_claims_are_numbers_and_names_not_sentence_starting_common_words() -> None:
+    """Numbers as written and capitalised names count; "The" at a sentence start does not."""
+    found = claims("The outage on 3 November hit API users. Bob Stone fixed it at 09:41.")
+    assert found == ["3", "09", "41", "November", "API", "Bob", "Stone"]
+    assert claims("After that, it recovered.") == []
+
+
+def test_a_faithful_summary_is_grounded() -> None:
+    """Reformatted thousands and leading zeros still match; every claim is in the source."""
+    answer = "Checkout failed on 3 November from 9:12 to 9:47 UTC: 1200 orders, $4,500."
+    verdict = check(answer, SOURCE)
+    assert verdict.ok, verdict.reasons
+    assert verdict.evidence.startswith("grounded")
+
+
+def test_invented_dates_numbers_and_names_are_named() -> None:
+    """The refusal lists exactly the claims the source lacks."""
+    answer = "On 2024-05-01 Bob fixed the outage; 3,000 orders failed in March."
+    assert unsupported(answer, SOURCE) == ["2024", "05", "01", "3,000", "Bob", "March"]
+    verdict = check(answer, SOURCE)
+    assert not verdict.ok
+    assert "'Bob'" in verdict.evidence and "'2024'" in verdict.evidence
+
+
+def test_a_month_is_grounded_by_a_date_in_that_month_written_any_way() -> None:
+    """"March" is supported by 2026-03-14, not by a date in April."""
+    assert unsupported("It shipped in March.", "Shipped 2026-03-14.") == []
+    assert unsupported("It shipped in March.", "Shipped 2026-04-14.") == ["March"]
+
+
+def test_a_cut_off_answer_and_length_bounds_are_refused() -> None:
+    """stop_reason "length" is never accepted, nor an answer outside min/max characters."""
+    assert not check("Checkout failed.", SOURCE, stop_reason="length").ok
+    assert "fewer than 40" in check("Checkout failed.", SOURCE, min_chars=40).evidence
+    assert "more than 10" in check("Checkout failed badly.", SOURCE, max_chars=10).evidence
+
+
+def test_text_copied_from_another_runs_context_is_refused() -> None:
+    """Eight words in a row from foreign context and not from the source: borrowed."""
+    note = "- 2026-11-30 done: notes.txt: the team agreed to ship the billing export soon"
+    answer = "Checkout failed and the team agreed to ship the billing export soon."
+    assert borrowed(answer, SOURCE, [note])
+    assert "another run" in check(answer, SOURCE, foreign=[note]).evidence
+    assert check("Checkout failed for a while.", SOURCE, foreign=[note]).ok
+
+
+def test_chinese_text_checks_its_numbers() -> None:
+    """Scripts without capitals: the numbers are still checked."""
+    source = "会议于11月14日举行，预算为3000元。"
+    assert check("会议在11月14日举行，预算3000元。", source).ok
+    assert unsupported("会议在12月14日举行。", source) == ["12"]
+
+
+words = st.text(alphabet=st.characters(categories=["L", "N", "Zs", "P"]), max_size=200)
+
+
+@given(words)
+def test_any_text_is_grounded_in_itself(text: str) -> None:
+    """Property: every claim of a text occurs in that same text."""
+    assert unsupported(text, text) == []
+
+
+@given(words, words)
+def test_an_unsupported_claim_is_a_claim_of_the_answer(answer: str, source: str) -> None:
+    """Property: the check only ever names claims the answer makes."""
+    assert set(unsupported(answer, source)) <= set(claims(answer))

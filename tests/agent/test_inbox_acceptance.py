@@ -1,0 +1,166 @@
+"""The inbox agent's acceptance: an answer is checked against its file before it is written,
+a rejected one is fed back and retried, then escalated; no tier passing fails the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import perdure
+from perdure.agent.loop import Agent
+from perdure.agent.models import extractive_summary
+from perdure.agent.providers.scripted import ScriptedModel
+from perdure.agent.spec import load_spec
+from perdure.errors import RunFailed
+from perdure.testing import TestWorker
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTES = (
+    "Weekly planning, 14 November. Ana chaired. The team agreed to ship the billing export "
+    "before 30 November; Ben owns the migration.\n"
+)
+GOOD = "On 14 November the team agreed to ship the billing export before 30 November."
+INVENTED = "On 12 March 2023 Carla cancelled the billing export."
+
+
+def make(
+    app: perdure.App, tmp_path: Path, local: list[object], notes: str = "task"
+) -> tuple[Agent, ScriptedModel]:
+    """The shipped inbox spec in tmp_path, its local tier scripted by `local`."""
+    text = (ROOT / "examples/inbox/agent.toml").read_text()
+    (tmp_path / "agent.toml").write_text(text.replace('notes = "task"', f'notes = "{notes}"'))
+    (tmp_path / "inbox").mkdir()
+    model = ScriptedModel(local)  # type: ignore[arg-type]
+    providers = {"local": model, "extractive": ScriptedModel(responder=extractive_summary)}
+    return Agent(app, load_spec(tmp_path / "agent.toml"), providers=providers), model
+
+
+def drop(tmp_path: Path, name: str, text: str | bytes) -> str:
+    path = tmp_path / "inbox" / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return str(path)
+
+
+def verdicts(app: perdure.App, run_id: str) -> list[dict[str, object]]:
+    """The journaled grounding verdicts of a run, in order."""
+    entries = app.sync(app.store.journal(run_id), "journal")
+
+    return [
+        json.loads(e.data or "{}")["value"]
+        for e in entries
+        if e.kind == "step.outcome" and e.name.endswith(".ground")
+    ]
+
+
+def test_a_grounded_answer_is_written_and_names_its_tier(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The first answer holds: written once, with the tier that wrote it."""
+    agent, model = make(app, tmp_path, [GOOD])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    assert result["tier"] == "local" and result["rejections"] == 0
+    written = (tmp_path / "outbox/notes_summary.md").read_text()
+    assert GOOD in written and "model tier local (local:" in written
+    assert [v["ok"] for v in verdicts(app, "r")] == [True]
+    assert model.calls == 1
+
+
+def test_a_rejected_answer_is_fed_back_then_the_next_tier_writes(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """Two invented answers from the local tier, then the extractive tier's grounded one."""
+    agent, model = make(app, tmp_path, [INVENTED, INVENTED])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    assert result["tier"] == "extractive" and result["rejections"] == 2
+    assert model.calls == 2  # retried once within the tier, then escalated
+    feedback = model.requests[1].messages[-1].content
+    assert "not accepted" in feedback and "'2023'" in feedback and "'Carla'" in feedback
+    written = (tmp_path / "outbox/notes_summary.md").read_text()
+    assert "Carla" not in written and "model tier extractive" in written
+    assert [v["ok"] for v in verdicts(app, "r")] == [False, False, True]
+
+
+def test_no_tier_passing_fails_the_run_and_writes_nothing(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """When every tier's answer is refused, the run fails with the evidence, no file."""
+    agent, _ = make(app, tmp_path, [INVENTED] * 2)
+    agent.providers["extractive"] = ScriptedModel([INVENTED] * 2)
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    with pytest.raises(RunFailed, match="not in the source"):
+        handle.result(timeout=5)
+    assert not (tmp_path / "outbox/notes_summary.md").exists()
+
+
+def test_an_answer_cut_off_at_the_token_limit_is_never_accepted(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """stop_reason "length" is refused even when every claim is grounded."""
+    cut = {"content": GOOD, "stop_reason": "length"}
+    agent, _ = make(app, tmp_path, [cut, GOOD])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["rejections"] == 1
+    assert "cut off" in str(verdicts(app, "r")[0]["evidence"])
+
+
+def test_one_files_progress_notes_never_reach_another_files_prompt(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """notes = "task": the second file's prompt holds no line about the first file."""
+    agent, model = make(app, tmp_path, [GOOD, "The file says hello to Ana."])
+    app.start(agent.workflow, drop(tmp_path, "a.txt", NOTES), run_id="a")
+    worker.run_until_idle()
+    app.start(agent.workflow, drop(tmp_path, "b.txt", "Ana says hello.\n"), run_id="b")
+    worker.run_until_idle()
+    assert "a.txt" not in model.requests[1].messages[0].content
+    assert "Progress notes" not in model.requests[1].messages[0].content
+
+
+def test_shared_notes_reach_every_run_when_the_spec_asks(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """notes = "agent": the earlier file's note is in the next prompt."""
+    agent, model = make(app, tmp_path, [GOOD, "The file says hello to Ana."], notes="agent")
+    app.start(agent.workflow, drop(tmp_path, "a.txt", NOTES), run_id="a")
+    worker.run_until_idle()
+    app.start(agent.workflow, drop(tmp_path, "b.txt", "Ana says hello.\n"), run_id="b")
+    worker.run_until_idle()
+    assert "a.txt" in model.requests[1].messages[0].content
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "is empty"), (b"  \n\n", "is empty"), (b"\x00\x01PNG\x00" * 50, "is not text")],
+)
+def test_an_empty_or_binary_file_fails_in_one_line_without_a_model_call(
+    app: perdure.App, worker: TestWorker, tmp_path: Path, content: bytes, message: str
+) -> None:
+    """Nothing about such a file could be checked: the run fails at once, the model unasked."""
+    agent, model = make(app, tmp_path, [GOOD])
+    handle = app.start(agent.workflow, drop(tmp_path, "x.txt", content), run_id="r")
+    worker.run_until_idle()
+    with pytest.raises(RunFailed, match=message) as failed:
+        handle.result(timeout=5)
+    assert "\n" not in str(failed.value)
+    assert model.calls == 0
+
+
+def test_a_huge_file_is_cut_to_the_first_tiers_context_and_says_so(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """A file far beyond the local tier's context is shown in part, with a marker."""
+    agent, model = make(app, tmp_path, [GOOD])
+    big = NOTES + ("The weather was fine and nothing else happened that day. " * 4000)
+    handle = app.start(agent.workflow, drop(tmp_path, "big.txt", big), run_id="r")
+    worker.run_until_idle()
+    prompt = model.requests[0].messages[1].content
+    assert "[... the first" in prompt and len(prompt) < 6500
+    assert handle.result(timeout=5)["tier"] == "local"
