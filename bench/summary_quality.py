@@ -1,12 +1,13 @@
 """Summary quality of the inbox agent per model tier: facts recalled, invented claims, truncations.
 
-    python -m bench.summary_quality [--tiers scripted,local] [--docs N] [--json out.json]
-                                    [--verbose] [--temperature T]
+    python -m bench.summary_quality [--tiers scripted,spec,local] [--docs N] [--json out.json]
+                                    [--verbose] [--set models.local.temperature=0.2 ...]
 
 For each tier the real inbox agent (examples/inbox/agent.toml, served by that tier through
 `with_model`) summarises every document of bench/summary_docs/ on a fresh SQLite store;
 the figures come from what landed in outbox/ and from the runs' journals. Documents and
-their reference facts: bench/summary_docs/facts.toml.
+their reference facts: bench/summary_docs/facts.toml. A tier is any `--model` choice
+(`spec`: the spec's own tiers, as shipped); `--set` changes the spec for an experiment.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from perdure.agent.grounding import unsupported
 
 from .common import ROOT, Table
 
 DOCS = Path(__file__).resolve().parent / "summary_docs"
 SPEC = ROOT / "examples" / "inbox" / "agent.toml"
+AGENT = "agent:inbox-summariser"  # the workflow's name: its steps are f"{AGENT}.model" etc.
 RUN_TIMEOUT = 900.0  # seconds one document may take before the bench stops waiting for it
 
 
@@ -85,30 +90,6 @@ def recalled(fact: Fact, summary: str) -> bool:
     )
 
 
-# -- grounding (placeholder) ---------------------------------------------------------------
-
-_PLACEHOLDER_CLAIM = re.compile(
-    r"\d{1,2}:\d{2}"  # times
-    r"|[$€£]?\d[\d,.]*\d%?|[$€£]?\d%?"  # numbers, amounts, percentages, versions
-    r"|(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*"  # capitalised names, not first
-)
-
-
-def placeholder_unsupported(answer: str, source: str) -> list[str]:
-    """PLACEHOLDER until perdure.agent.grounding lands on main (then removed): the numbers,
-    times and capitalised names of `answer` that `source` does not contain."""
-    body = re.sub(r"^\s*summary:\s*", "", answer, flags=re.IGNORECASE)
-    found: list[str] = []
-    for claim in _PLACEHOLDER_CLAIM.findall(body):
-        claim = claim.strip(".,")
-        if claim and claim not in found and normalise(claim) not in normalise(source):
-            found.append(claim)
-    return found
-
-
-unsupported = placeholder_unsupported
-
-
 # -- one tier ----------------------------------------------------------------------------
 
 
@@ -139,6 +120,7 @@ class DocResult:
     unsupported_landed: list[str] = field(default_factory=list)
     unsupported_first: list[str] = field(default_factory=list)
     truncated_landed: bool = False
+    answered_by: str = ""  # the provider whose answer landed (the outbox file's footer says)
     retries: int = 0  # model call attempts that failed (timeouts, server errors) and were retried
     error: str = ""
 
@@ -156,6 +138,9 @@ def _outcomes(journal: list[Any], step: str) -> list[tuple[Any, dict[str, Any]]]
     return found
 
 
+_FOOTER = re.compile(r"model tier (\S+) \((\S+)\)")
+
+
 def _landed_body(path: Path, name: str) -> str:
     """The summary inside the output template (`# name`, blank line, summary, `---`)."""
     if not path.exists():
@@ -167,7 +152,7 @@ def _landed_body(path: Path, name: str) -> str:
 def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path) -> DocResult:
     """The figures of one run, from its journal, its outbox file and the document."""
     source = doc.text()
-    model_step, accept_step = "agent:inbox-summariser.model", "agent:inbox-summariser.accept"
+    model_step = f"{AGENT}.model"
     answers = []
     for _, data in _outcomes(journal, model_step):
         value = data.get("value") or {}
@@ -176,11 +161,15 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
             str(value.get("stop_reason") or ""), str(value.get("model") or ""),
             float(data.get("ms", 0.0)) / 1000,
         ))  # fmt: skip
-    rejections = [
-        str((data.get("value") or {}).get("evidence", ""))
-        for _, data in _outcomes(journal, accept_step)
-        if not (data.get("value") or {}).get("done")
-    ]
+    rejections = []  # a `.ground` verdict not ok, or an `.accept` outcome not done
+    for entry in journal:
+        if entry.kind != "step.outcome" or not entry.final or not entry.data:
+            continue
+        value = json.loads(entry.data).get("value") or {}
+        if (entry.name == f"{AGENT}.ground" and not value.get("ok")) or (
+            entry.name == f"{AGENT}.accept" and not value.get("done")
+        ):
+            rejections.append(str(value.get("evidence", "")))
     retries = sum(e.kind == "step.attempt_failed" and e.name == model_step for e in journal)
     stamps = [e.at for e in journal]
     result = DocResult(
@@ -188,7 +177,11 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
         len(doc.facts), answers=answers, rejections=rejections, retries=retries,
         error=(run.error or "")[:300],
     )  # fmt: skip
-    result.landed = _landed_body(outbox / f"{Path(doc.file).stem}_summary.md", doc.file)
+    outfile = outbox / f"{Path(doc.file).stem}_summary.md"
+    footer = _FOOTER.search(outfile.read_text(encoding="utf-8")) if outfile.exists() else None
+    if footer:  # "model tier local (local:default)": the provider says more than the tier name
+        result.answered_by = footer.group(2).partition(":")[0]
+    result.landed = _landed_body(outfile, doc.file)
     result.recalled = [f.what for f in doc.facts if recalled(f, result.landed)]
     if result.landed:
         result.unsupported_landed = unsupported(result.landed, source)
@@ -204,13 +197,14 @@ def run_tier(
     tier: str,
     docs: list[Doc],
     *,
-    temperature: float | None = None,
+    overrides: dict[str, Any] | None = None,
     keep: Path | None = None,
 ) -> list[DocResult]:
     """Summarise `docs` with the inbox agent served by `tier`; one DocResult per document.
 
     Args:
-        temperature: the tier's sampling temperature instead of the spec's.
+        overrides: spec fields to change, by dotted path (`models.local.temperature`),
+            applied after `with_model`.
         keep: a folder to work in and leave behind (default: a temporary one, removed).
     """
     import perdure
@@ -225,11 +219,7 @@ def run_tier(
         shutil.copy(SPEC, folder / "agent.toml")
         for doc in docs:
             shutil.copy(DOCS / doc.file, folder / "inbox" / doc.file)
-        spec = with_model(load_spec(folder / "agent.toml"), tier)
-        if temperature is not None:
-            default = spec.routing.default
-            model = spec.models[default].model_copy(update={"temperature": temperature})
-            spec.models[default] = model
+        spec = with_overrides(with_model(load_spec(folder / "agent.toml"), tier), overrides or {})
         app = perdure.App(f"sqlite:///{folder}/state.db")
         try:
             agent = Agent(app, spec)
@@ -244,6 +234,36 @@ def run_tier(
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def with_overrides(spec: Any, overrides: dict[str, Any]) -> Any:
+    """`spec` with the fields at the dotted paths of `overrides` set (validated again)."""
+    if not overrides:
+        return spec
+    data = spec.model_dump()
+    for path, value in overrides.items():
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    changed = type(spec).model_validate(data)
+    changed.folder = spec.folder
+    return changed
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`key.path=value` pairs; a value is JSON if it parses (0.2, [], true), else text."""
+    found: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: write it as dotted.key=value")
+        try:
+            found[key] = json.loads(text)
+        except json.JSONDecodeError:
+            found[key] = text
+    return found
 
 
 async def _work(app: Any, agent: Any, files: list[Path]) -> list[tuple[Any, list[Any]]]:
@@ -290,6 +310,7 @@ def tier_summary(results: list[DocResult]) -> dict[str, Any]:
         "truncated_landed": sum(r.truncated_landed for r in results),
         "rejected": len(rejected),
         "rejected_then_passed": sum(r.status == "completed" for r in rejected),
+        "answered_by": dict(Counter(r.answered_by for r in results if r.answered_by)),
         "model_calls": sum(len(r.answers) for r in results),
         "model_retries": sum(r.retries for r in results),
         "seconds_p50": statistics.median(seconds) if seconds else 0.0,
@@ -305,13 +326,14 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
     table = Table(
         "Summary quality of the inbox agent, per tier (bench/summary_docs)",
         ["tier", "docs", "done/failed", "facts in outbox", "facts 1st answer",
-         "invented: outbox", "invented: 1st", "truncated 1st/outbox", "rejected (then ok)",
-         "calls (retried)", "s/doc p50", "s/doc max"],
+         "answered by", "invented: outbox", "invented: 1st", "truncated 1st/outbox",
+         "rejected (then ok)", "calls (retried)", "s/doc p50", "s/doc max"],
     )  # fmt: skip
     for tier, s in summaries.items():
         table.rows.append([
             tier, str(s["docs"]), f"{s['completed']}/{s['failed']}",
             _pct(s["recalled"], s["facts"]), _pct(s["first_recalled"], s["facts"]),
+            " ".join(f"{t}:{n}" for t, n in sorted(s["answered_by"].items())) or "-",
             f"{s['unsupported_landed']} in {s['docs_unsupported_landed']} docs",
             f"{s['unsupported_first']} in {s['docs_unsupported_first']} docs",
             f"{s['truncated_first']}/{s['truncated_landed']}",
@@ -323,6 +345,7 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
         "facts: reference facts (facts.toml) found in the summary that landed in outbox/,",
         "  and in the model's first answer; invented: numbers, dates, times and names of the",
         "  summary not found in its document; truncated: the answer stopped at max_tokens;",
+        "  answered by: the provider (local, scripted, ...) whose answer landed, per run;",
         "  rejected: runs whose acceptance check failed at least once (then ok: completed);",
         "  calls: model answers journaled (retried: attempts that failed, e.g. timed out);",
         "  s/doc: a run's first to last journal entry (one run at a time).",
@@ -333,12 +356,13 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
 
 
 def doc_table(results: list[DocResult]) -> Table:
-    table = Table("Per document", ["document", "tier", "status", "facts", "1st", "calls",
+    table = Table("Per document", ["document", "tier", "status", "by", "facts", "1st", "calls",
                                    "stop reasons", "s", "invented in outbox"])  # fmt: skip
     for r in results:
         calls = f"{len(r.answers)}" + (f" (+{r.retries})" if r.retries else "")
         table.rows.append([
-            r.file, r.tier, r.status, f"{len(r.recalled)}/{r.facts}", f"{r.first_recalled}",
+            r.file, r.tier, r.status, r.answered_by or "-", f"{len(r.recalled)}/{r.facts}",
+            f"{r.first_recalled}",
             calls, ",".join(a.stop_reason or "-" for a in r.answers),
             f"{r.seconds:.1f}", " ".join(", ".join(r.unsupported_landed).split())[:60] or "-",
         ])  # fmt: skip
@@ -347,21 +371,24 @@ def doc_table(results: list[DocResult]) -> Table:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiers", default="scripted,local",
-                        help="comma-separated model choices for with_model")  # fmt: skip
+    parser.add_argument("--tiers", default="scripted,spec",
+                        help="comma-separated --model choices (spec: as shipped)")  # fmt: skip
     parser.add_argument("--docs", type=int, default=None, help="only the first N documents")
     parser.add_argument("--json", default=None, help="also write every figure to this file")
     parser.add_argument("--verbose", action="store_true", help="print a row per document")
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature for the tier (default: the spec's)")  # fmt: skip
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="change the spec, e.g. models.local.temperature=0 (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     docs = load_corpus()[: args.docs]
+    overrides = parse_set(args.set)
     summaries: dict[str, dict[str, Any]] = {}
     everything: list[DocResult] = []
     for tier in [t.strip() for t in args.tiers.split(",") if t.strip()]:
         began = time.monotonic()
         try:
-            results = run_tier(tier, docs, temperature=args.temperature)
+            results = run_tier(tier, docs, overrides=overrides)
         except Exception as exc:  # one broken tier must not hide the others
             print(f"[{tier}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             continue
@@ -373,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + doc_table(everything).render())
     if args.json:
         out = {"tiers": summaries, "docs": [asdict(r) for r in everything],
-               "temperature": args.temperature, "grounding": unsupported.__name__}  # fmt: skip
+               "overrides": overrides}  # fmt: skip
         Path(args.json).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
     return 0 if summaries else 1
 
