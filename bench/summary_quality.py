@@ -267,18 +267,20 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 async def _work(app: Any, agent: Any, files: list[Path]) -> list[tuple[Any, list[Any]]]:
-    """Start one run per file, work them with one in-process worker (one at a time, so each
-    run's journal span is its own time) until all end; each run's row and journal."""
+    """One run per file, each started when the one before has ended (a run's deadline counts
+    from its start, and its journal span is then its own time), worked by one in-process
+    worker; each run's row and journal."""
     from perdure.errors import PerdureError
 
-    handles = [
-        await app.start_async(agent.workflow, {"file": str(f)}, run_id=f"summary-{f.stem}")
-        for f in files
-    ]
     worker = app.worker(concurrency=1, poll=0.05)
     runner = asyncio.create_task(worker.run())
+    handles = []
     try:
-        for handle in handles:
+        for file in files:
+            handle = await app.start_async(
+                agent.workflow, {"file": str(file)}, run_id=f"summary-{file.stem}"
+            )
+            handles.append(handle)
             with contextlib.suppress(PerdureError):  # failed, or not done: the row says which
                 await handle.result_async(timeout=RUN_TIMEOUT)
     finally:
@@ -348,7 +350,7 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
         "  answered by: the provider (local, scripted, ...) whose answer landed, per run;",
         "  rejected: runs whose acceptance check failed at least once (then ok: completed);",
         "  calls: model answers journaled (retried: attempts that failed, e.g. timed out);",
-        "  s/doc: a run's first to last journal entry (one run at a time).",
+        "  s/doc: a run's first to last journal entry (runs one after another).",
         f"load avg {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cpus "
         "(other processes slow the local model down)",
     ]
