@@ -2,6 +2,7 @@
 
     python -m bench.summary_quality [--tiers scripted,spec,local] [--docs N] [--json out.json]
                                     [--verbose] [--set models.local.temperature=0.2 ...]
+                                    [--timeout SECONDS]
 
 For each tier the real inbox agent (examples/inbox/agent.toml, served by that tier through
 `with_model`) summarises every document of bench/summary_docs/ on a fresh SQLite store;
@@ -198,6 +199,7 @@ def run_tier(
     docs: list[Doc],
     *,
     overrides: dict[str, Any] | None = None,
+    timeout: float | None = None,
     keep: Path | None = None,
 ) -> list[DocResult]:
     """Summarise `docs` with the inbox agent served by `tier`; one DocResult per document.
@@ -205,6 +207,7 @@ def run_tier(
     Args:
         overrides: spec fields to change, by dotted path (`models.local.temperature`),
             applied after `with_model`.
+        timeout: seconds a local tier's model call may take (default: the provider's).
         keep: a folder to work in and leave behind (default: a temporary one, removed).
     """
     import perdure
@@ -222,7 +225,7 @@ def run_tier(
         spec = with_overrides(with_model(load_spec(folder / "agent.toml"), tier), overrides or {})
         app = perdure.App(f"sqlite:///{folder}/state.db")
         try:
-            agent = Agent(app, spec)
+            agent = Agent(app, spec, providers=_local_providers(spec, timeout))
             agent.provider(spec.routing.default)  # starts a local model now, not in the timing
             runs = asyncio.run(_work(app, agent, [folder / "inbox" / d.file for d in docs]))
             return [
@@ -234,6 +237,25 @@ def run_tier(
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _local_providers(spec: Any, timeout: float | None) -> dict[str, Any]:
+    """The local tiers' providers with a longer call timeout. On a loaded machine a call
+    that times out keeps llama.cpp's one slot generating, and its retry queues behind it:
+    timeouts then cascade, and the bench measures the machine rather than the model."""
+    if timeout is None:
+        return {}
+    from perdure.agent.local_model import ensure_local_model
+    from perdure.agent.providers.registry import make_provider
+
+    found = {}
+    for name, model in spec.models.items():
+        if model.provider == "local":  # as perdure.agent.models.provider_for, but the timeout
+            local = ensure_local_model()
+            found[name] = make_provider("openai", model=model.model or local.model,
+                                        base_url=local.base_url, api_key="local",
+                                        timeout=timeout)  # fmt: skip
+    return found
 
 
 def with_overrides(spec: Any, overrides: dict[str, Any]) -> Any:
@@ -382,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="change the spec, e.g. models.local.temperature=0 (repeatable)",
     )  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds a local model call may take (default: 60)")  # fmt: skip
     args = parser.parse_args(argv)
     docs = load_corpus()[: args.docs]
     overrides = parse_set(args.set)
@@ -390,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     for tier in [t.strip() for t in args.tiers.split(",") if t.strip()]:
         began = time.monotonic()
         try:
-            results = run_tier(tier, docs, overrides=overrides)
+            results = run_tier(tier, docs, overrides=overrides, timeout=args.timeout)
         except Exception as exc:  # one broken tier must not hide the others
             print(f"[{tier}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             continue
@@ -402,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + doc_table(everything).render())
     if args.json:
         out = {"tiers": summaries, "docs": [asdict(r) for r in everything],
-               "overrides": overrides}  # fmt: skip
+               "overrides": overrides, "timeout": args.timeout}  # fmt: skip
         Path(args.json).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
     return 0 if summaries else 1
 
