@@ -42,7 +42,7 @@ class Outcome:
     recovered: list[str] = field(default_factory=list)
     kept: int = 0  # step outcomes of the killed run committed before the kill
     tiers: dict[str, str] = field(default_factory=dict)  # the tier whose answer was accepted
-    rejected: dict[str, list[str]] = field(default_factory=dict)  # grounding evidence
+    verdicts: dict[str, list[str]] = field(default_factory=dict)  # grounding evidence, in order
 
 
 def say(text: str) -> None:
@@ -211,8 +211,9 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         if int(str(info["recovered"])):
             outcome.recovered.append(file)
             outcome.kept = int(str(info["kept"]))
-        verdicts = [verdict_text(v) for v in info["verdicts"]]  # type: ignore[attr-defined]
-        outcome.rejected[file] = [v for v in verdicts if v.startswith("not grounded")]
+        found = info["verdicts"]
+        assert isinstance(found, list)
+        outcome.verdicts[file] = [verdict_text(v) for v in found]
     for name in SAMPLES:
         path = workdir / "outbox" / f"{Path(name).stem}_summary.md"
         outcome.summaries[name] = path.read_text() if path.exists() else ""
@@ -221,8 +222,9 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
 
     say("the summaries (each checked against its file before it was written)")
     for name, text in outcome.summaries.items():
-        for reason in outcome.rejected.get(name, []):
-            print(f"rejected answer for {name}: {reason}")
+        for reason in outcome.verdicts.get(name, []):
+            if reason.startswith("not grounded"):
+                print(f"rejected answer for {name}: {reason}")
         shown = text.strip() or f"(none: the run {outcome.statuses.get(name, 'did not run')})"
         print(f"--- outbox/{Path(name).stem}_summary.md\n{shown}")
     if SAMPLES[1] in outcome.recovered:

@@ -1,7 +1,8 @@
 """Every error perdure raises, rooted at `PerdureError`.
 
     PerdureError
-    ├── ConfigError             bad URL, bad option, missing extra
+    ├── ConfigError             bad URL, bad option
+    │   └── MissingExtra        a feature whose optional extra is not installed
     ├── StoreError
     │   ├── SchemaVersionError  store written by a newer perdure
     │   ├── StoreUnavailable    the database cannot be reached (outcome unknown)
@@ -29,6 +30,17 @@ class PerdureError(Exception):
 
 class ConfigError(PerdureError):
     """Raised when an option, URL or environment setting is invalid."""
+
+
+class MissingExtra(ConfigError):
+    """Raised when a feature needs an optional extra that is not installed (one line: which)."""
+
+    def __init__(self, what: str, extra: str, missing: str | None = None) -> None:
+        because = f" ({missing} is missing)" if missing else ""
+        super().__init__(f"{what} needs the {extra} extra{because}: pip install 'perdure[{extra}]'")
+        self.what = what
+        self.extra = extra
+        self.missing = missing
 
 
 class StoreError(PerdureError):

@@ -38,7 +38,7 @@ def test_invented_dates_numbers_and_names_are_named() -> None:
 
 
 def test_a_month_is_grounded_by_a_date_in_that_month_written_any_way() -> None:
-    """"March" is supported by 2026-03-14, not by a date in April."""
+    """ "March" is supported by 2026-03-14, not by a date in April."""
     assert unsupported("It shipped in March.", "Shipped 2026-03-14.") == []
     assert unsupported("It shipped in March.", "Shipped 2026-04-14.") == ["March"]
 
@@ -46,6 +46,7 @@ def test_a_month_is_grounded_by_a_date_in_that_month_written_any_way() -> None:
 def test_a_cut_off_answer_and_length_bounds_are_refused() -> None:
     """stop_reason "length" is never accepted, nor an answer outside min/max characters."""
     assert not check("Checkout failed.", SOURCE, stop_reason="length").ok
+    assert not check("Checkout failed.", SOURCE, stop_reason="max_tokens").ok  # Anthropic's
     assert "fewer than 40" in check("Checkout failed.", SOURCE, min_chars=40).evidence
     assert "more than 10" in check("Checkout failed badly.", SOURCE, max_chars=10).evidence
 

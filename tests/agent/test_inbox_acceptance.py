@@ -86,6 +86,19 @@ def test_a_rejected_answer_is_fed_back_then_the_next_tier_writes(
     assert [v["ok"] for v in verdicts(app, "r")] == [False, False, True]
 
 
+@pytest.mark.parametrize("garbage", ["", "   ", "ok", "Zorblax 9000 QQQ!!"])
+def test_an_empty_or_garbage_answer_is_rejected_and_escalated(
+    app: perdure.App, worker: TestWorker, tmp_path: Path, garbage: str
+) -> None:
+    """Nothing, a word or noise from the model never lands in outbox/."""
+    agent, _ = make(app, tmp_path, [garbage, garbage])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["tier"] == "extractive"
+    written = (tmp_path / "outbox/notes_summary.md").read_text()
+    assert "Weekly planning, 14 November." in written
+
+
 def test_no_tier_passing_fails_the_run_and_writes_nothing(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:

@@ -209,7 +209,22 @@ def test_openai_text_reply_and_usage(openai_server: OpenAIServer) -> None:
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Say hi in French"},
     ]
-    assert "tools" not in sent.body and "stream" not in sent.body
+    assert "tools" not in sent.body and "stream" not in sent.body and "stop" not in sent.body
+
+
+def test_stop_sequences_reach_both_sdks(
+    openai_server: OpenAIServer, anthropic_server: AnthropicServer
+) -> None:
+    """A tier's `stop` goes out as OpenAI's `stop` and Anthropic's `stop_sequences`."""
+    request = ask("Summarise")
+    request.stop = ["\n\n"]
+    openai_server.reply("One paragraph.")
+    call(openai_model(openai_server), request)
+    assert openai_server.requests[-1].body["stop"] == ["\n\n"]
+    anthropic_server.reply("One paragraph.")
+    call(anthropic_model(anthropic_server), request)
+    assert anthropic_server.requests[-1].body["stop_sequences"] == ["\n\n"]
+    assert "stop" not in ask().to_dict()  # unused: requests fingerprint as before
 
 
 def test_openai_tool_call_reply(openai_server: OpenAIServer) -> None:

@@ -38,7 +38,9 @@ def test_validate_run_usage_and_budget(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/s.db"
     runner = CliRunner()
     ok = runner.invoke(cli, ["validate", str(spec)])
-    assert ok.exit_code == 0 and "ok: agent notes; tiers fast=scripted:builtin:extractive" in ok.output
+    assert (
+        ok.exit_code == 0 and "ok: agent notes; tiers fast=scripted:builtin:extractive" in ok.output
+    )
     bad = tmp_path / "bad.toml"
     bad.write_text(SPEC.replace('provider = "scripted"', 'provider = "nope"'))
     refused = runner.invoke(cli, ["validate", str(bad)])

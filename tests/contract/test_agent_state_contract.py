@@ -61,3 +61,20 @@ def test_progress_notes_are_one_text_per_agent(store: Store) -> None:
     run(store.put_notes("a", "did 1", "r1", 1.0))
     run(store.put_notes("a", "did 1, 2", "r2", 2.0))
     assert run(store.get_notes("a")) == "did 1, 2" and run(store.get_notes("b")) == ""
+
+
+def test_notes_added_at_once_are_all_kept_once_each_and_trimmed(store: Store) -> None:
+    """Runs finishing together each keep their line; a step run again adds nothing."""
+
+    async def many() -> list[str]:
+        return await asyncio.gather(
+            *(store.add_note("a", f"- run {i} done", f"r{i}", float(i), keep=50) for i in range(20))
+        )
+
+    run(many())
+    lines = run(store.get_notes("a")).splitlines()
+    assert sorted(lines) == sorted(f"- run {i} done" for i in range(20))
+    assert run(store.add_note("a", "- run 3 done", "r3", 30.0)).count("- run 3 done") == 1
+    for i in range(20, 30):
+        run(store.add_note("a", f"- run {i} done", f"r{i}", float(i), keep=12))
+    assert run(store.get_notes("a")).splitlines() == [f"- run {i} done" for i in range(18, 30)]

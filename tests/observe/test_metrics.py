@@ -185,5 +185,8 @@ def test_without_prometheus_client_metrics_say_what_to_install(
         response = client.get("/metrics")
         health = client.get("/healthz")
     assert response.status_code == 503
-    assert response.text.strip() == "metrics need prometheus-client: pip install 'perdure[observe]'"
+    assert response.text.strip() == (
+        "/metrics needs the observe extra (prometheus_client is missing): "
+        "pip install 'perdure[observe]'"
+    )
     assert health.status_code == 200

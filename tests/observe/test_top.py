@@ -92,10 +92,13 @@ def test_without_rich_top_says_what_to_install(
     app: perdure.App, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the observe extra, `perdure top` is one line naming the extra, exit 2."""
-    monkeypatch.setitem(sys.modules, "rich.console", None)
+    monkeypatch.setitem(sys.modules, "rich", None)
     result = CliRunner().invoke(cli, ["--db", db_url, "top", "--once"])
     assert result.exit_code == 2
-    assert result.output.strip() == "error: perdure top needs rich: pip install 'perdure[observe]'"
+    assert result.output.strip() == (
+        "error: perdure top needs the observe extra (rich is missing): "
+        "pip install 'perdure[observe]'"
+    )
 
 
 def test_an_idle_worker_shows_from_the_registry_with_its_heartbeat(app: perdure.App) -> None:

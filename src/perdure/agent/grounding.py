@@ -59,6 +59,7 @@ _STARTERS = frozenset(
     under unless until up upon we were what when where whether which while who why
     will with within without yesterday yet you your""".split()  # noqa: SIM905
 )
+CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
 
 
@@ -191,14 +192,15 @@ def check(
 ) -> Grounding:
     """Whether `answer` may be accepted as a faithful answer about `source`.
 
-    Rejected: an answer cut off at the token limit (`stop_reason == "length"`), one
+    Rejected: an answer cut off at the token limit (stop reason `length`, or Anthropic's
+    `max_tokens`), one
     outside the length bounds, one with a claim not in the source, one that copies a
     run of words from `foreign` (other runs' context) that its source does not have.
     """
     text = answer.strip()
     reasons: list[str] = []
-    if stop_reason == "length":
-        reasons.append("the answer was cut off at the token limit (stop reason: length)")
+    if stop_reason in CUT_OFF:
+        reasons.append(f"the answer was cut off at the token limit (stop reason: {stop_reason})")
     if len(text) < min_chars:
         reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")
     if max_chars is not None and len(text) > max_chars:

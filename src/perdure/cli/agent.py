@@ -21,9 +21,11 @@ MODEL_HELP = "Serve the default tier with this model (scripted: deterministic, n
 
 def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
     from ..agent.loop import Agent
+    from ..agent.models import require_extras
     from .main import get_app
 
     spec = with_model(load_spec(spec_path), model)
+    require_extras(spec)  # before anything is started or recorded
     app = get_app(ctx)
     return app, Agent(app, spec)
 

@@ -13,6 +13,7 @@ import click
 from ..engine.app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
+from ..extras import require_extra
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .loading import load_app
@@ -101,6 +102,8 @@ def worker(
     """Run workflows until SIGTERM/SIGINT (then drain and release leases)."""
     from ..observe import instrument
 
+    if metrics_port is not None:
+        require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
     app = get_app(ctx, need_code=True)
     instrument(app)
     if metrics_port is not None:

@@ -9,6 +9,7 @@ import click
 
 from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
+from ..extras import require_extra
 
 
 @click.command("mcp")
@@ -84,16 +85,13 @@ def mcp_cmd(
     is put to the client as an elicitation. Tasks survive the server: reconnect
     to any server on the same store.
     """  # fmt: skip
-    try:
-        from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
-    except ImportError as exc:
-        raise ConfigError(
-            f"perdure mcp needs the mcp extra ({exc.name} is missing): pip install 'perdure[mcp]'"
-        ) from None
+    require_extra("mcp", "perdure mcp")
     from ..agent.loop import Agent
+    from ..agent.models import require_extras
     from ..agent.serve import with_model
     from ..agent.spec import load_spec
     from ..engine.worker import WorkerOptions
+    from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
     from .main import get_app  # main imports this module to register the command
 
     # stderr only: over stdio, standard output is the protocol
@@ -102,7 +100,9 @@ def mcp_cmd(
     app = get_app(ctx)
     descriptions: dict[str, str] = {}
     for spec_path in agent_specs:
-        agent = Agent(app, with_model(load_spec(spec_path), model))
+        spec = with_model(load_spec(spec_path), model)
+        require_extras(spec)
+        agent = Agent(app, spec)
         descriptions[agent.name] = agent.spec.goal.strip()
     tools = workflow_tools(app.workflows, only=only, builtin=builtin, descriptions=descriptions)
     if not tools:

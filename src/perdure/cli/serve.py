@@ -7,7 +7,7 @@ from types import FrameType
 
 import click
 
-from ..errors import ConfigError
+from ..extras import require_extra
 
 
 @click.command()
@@ -18,15 +18,10 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics,
     /healthz and /readyz until SIGTERM/SIGINT. It starts runs; a `perdure worker` executes
     them. Binds 127.0.0.1 unless told otherwise."""
-    try:
-        import uvicorn
+    require_extra("server", "perdure serve")
+    import uvicorn
 
-        from ..server import create_app
-    except ImportError as exc:
-        raise ConfigError(
-            f"perdure serve needs the server extra ({exc.name} is missing): "
-            "pip install 'perdure[server]'"
-        ) from None
+    from ..server import create_app
     from .main import get_app  # main imports this module to register the command
 
     app = get_app(ctx, need_code=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
+from ..extras import require_extra
 
 
 @click.command()
@@ -21,11 +21,10 @@ def top(ctx: click.Context, once: bool, interval: float, limit: int) -> None:
 
     With --app, queue limits declared in code are shown too.
     """
-    try:
-        from rich.console import Console
-        from rich.live import Live
-    except ImportError:
-        raise ConfigError("perdure top needs rich: pip install 'perdure[observe]'") from None
+    require_extra("observe", "perdure top", "rich")
+    from rich.console import Console
+    from rich.live import Live
+
     from ..observe.top import render, snapshot
     from .main import get_app  # main imports this module to register the command
 

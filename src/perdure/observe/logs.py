@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from ..engine import hooks
 from ..engine.hooks import RunEvent, StepEvent
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingExtra
 from .tracing import trace_id_hex
 
 MASK = "***"
@@ -77,6 +77,17 @@ class Redactor:
         return event
 
 
+class PlainFormatter(logging.Formatter):
+    """The format without structlog: `time logger message`, secrets masked all the same."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__("%(asctime)s %(name)s %(message)s")
+        self.redactor = redactor
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.redactor.text(super().format(record))
+
+
 def add_run_context(logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
     """Add the executing run's (and step's) fields and the run's trace id to a line."""
     for key, value in hooks.log_fields().items():
@@ -127,10 +138,12 @@ def configure_logging(
         import structlog
     except ImportError:
         if asked:
-            raise ConfigError("JSON logs need structlog: pip install 'perdure[observe]'") from None
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+            raise MissingExtra("PERDURE_LOG_FORMAT=json", "observe", "structlog") from None
+        handler.setFormatter(PlainFormatter(Redactor(redact)))
         root.addHandler(handler)
         root.setLevel(level)
+        LOG_OBSERVER.structured = False
+        hooks.install(LOG_OBSERVER)
         return
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -167,6 +180,7 @@ def configure_logging(
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
+    LOG_OBSERVER.structured = True
     hooks.install(LOG_OBSERVER)
 
 
@@ -181,12 +195,17 @@ class LogObserver(hooks.Observer):
 
     def __init__(self) -> None:
         self.log = logging.getLogger("perdure.run")
+        self.structured = True  # False: no structlog (the observe extra), fields as key=value
 
     def _line(self, level: int, message: str, **fields: Any) -> None:
-        if self.log.isEnabledFor(level):
-            import structlog
+        if not self.log.isEnabledFor(level):
+            return
+        if not self.structured:
+            self.log.log(level, "%s %s", message, " ".join(f"{k}={v}" for k, v in fields.items()))
+            return
+        import structlog
 
-            structlog.get_logger("perdure.run").log(level, message, **fields)
+        structlog.get_logger("perdure.run").log(level, message, **fields)
 
     @staticmethod
     def _run(event: RunEvent | StepEvent) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import hooks
 from ..engine.hooks import RunEvent, StepEvent
 from ..errors import ConfigError, PerdureError
+from ..extras import require_extra
 from ..store.base import ALL_STATUSES
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ log = logging.getLogger("perdure.metrics")
 
 # seconds: from a cached read to a slow model call or a long tool run
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
-MISSING = "metrics need prometheus-client: pip install 'perdure[observe]'"
 
 
 class RunsCollector:
@@ -177,10 +177,8 @@ def install_metrics(app: App | None = None) -> Metrics:
     global _default
     with _default_lock:
         if _default is None:
-            try:
-                _default = Metrics()
-            except ImportError:
-                raise ConfigError(MISSING) from None
+            require_extra("observe", "/metrics", "prometheus_client")
+            _default = Metrics()
             hooks.install(_default)
     if app is not None:
         _default.watch(app)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine import hooks
 from ..engine.hooks import RunEvent, StepEvent
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingExtra
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -120,10 +120,7 @@ def configure_tracing(
     try:
         provider = _provider(exporter, env)
     except ImportError as exc:
-        raise ConfigError(
-            f"tracing was asked for (OTEL_*) but {exc.name} is missing: "
-            "pip install 'perdure[observe]'"
-        ) from None
+        raise MissingExtra("tracing (asked for by OTEL_*)", "observe", exc.name) from None
     if exporter is None:
         from opentelemetry import trace
 

@@ -165,6 +165,27 @@ def get_notes(conn: Db, agent: str) -> str:
     return str(row[0]) if row else ""
 
 
+def add_note(conn: Db, agent: str, line: str, run_id: str | None, now: float, keep: int) -> str:
+    """Append one line to an agent's progress notes under a row lock, so runs finishing at
+    once each keep theirs; a line already there (a step run again) is not added twice.
+    Only the last `keep` lines stay. Returns the notes after."""
+    conn.execute(
+        "INSERT INTO agent_notes (agent, notes, run_id, at) VALUES (?, '', ?, ?) "
+        "ON CONFLICT (agent) DO NOTHING",
+        (agent, run_id, now),
+    )
+    lock = " FOR UPDATE" if conn.dialect == "postgres" else ""  # SQLite writes one at a time
+    row = conn.execute(f"SELECT notes FROM agent_notes WHERE agent = ?{lock}", (agent,)).fetchone()
+    lines = [x for x in str(row[0]).splitlines() if x.strip()]
+    if line not in lines:
+        lines = [*lines, line][-keep:]
+        conn.execute(
+            "UPDATE agent_notes SET notes = ?, run_id = ?, at = ? WHERE agent = ?",
+            ("\n".join(lines), run_id, now, agent),
+        )
+    return "\n".join(lines)
+
+
 def put_notes(conn: Db, agent: str, notes: str, run_id: str | None, now: float) -> None:
     conn.execute(
         "INSERT INTO agent_notes (agent, notes, run_id, at) VALUES (?, ?, ?, ?) "

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError, StoreUnavailable
+from ..extras import require_extra
 from . import migrations
 from .dialect import Db, PostgresDb
 from .threaded import ThreadedStore
@@ -61,12 +62,9 @@ class PostgresStore(ThreadedStore):
     fused_appends = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
-        try:
-            import psycopg
-        except ImportError:
-            raise ConfigError(
-                "the PostgreSQL store needs psycopg: pip install 'perdure[postgres]'"
-            ) from None
+        require_extra("postgres", "the PostgreSQL store")
+        import psycopg
+
         super().__init__()
         self.conninfo, options = split_url(url)
         self.schema = schema or options.get("schema", "perdure")

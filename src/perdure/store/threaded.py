@@ -692,6 +692,13 @@ class ThreadedStore:
     async def get_notes(self, agent: str) -> str:
         return await self._call(lambda c: agent_sql.get_notes(c, agent), write=False)
 
+    async def add_note(
+        self, agent: str, line: str, run_id: str | None, now: float, keep: int = 50
+    ) -> str:
+        return await self._call(
+            lambda c: agent_sql.add_note(c, agent, line, run_id, now, keep), write=True
+        )
+
     async def put_notes(self, agent: str, notes: str, run_id: str | None, now: float) -> None:
         await self._call(lambda c: agent_sql.put_notes(c, agent, notes, run_id, now), write=True)
 

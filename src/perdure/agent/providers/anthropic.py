@@ -18,10 +18,11 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...errors import ConfigError, PerdureError
+from ...errors import PerdureError
+from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from .base import ModelAuthError, ModelError, ModelRetryable
-from .openai import INSTALL_HINT, one_line, resolve_key, retry_after_seconds, server_message
+from .openai import one_line, resolve_key, retry_after_seconds, server_message
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,12 +64,7 @@ class AnthropicModel:
         Raises:
             ConfigError: the anthropic SDK is missing, or no key is set for Anthropic itself.
         """
-        try:
-            import anthropic  # noqa: F401  (fail now, with the install hint, not at the first call)
-        except ImportError as exc:
-            raise ConfigError(
-                f"the anthropic provider needs the anthropic SDK: {INSTALL_HINT}"
-            ) from exc
+        require_extra("models", "the anthropic model provider", "anthropic")  # now, not at a call
         env = os.environ if env is None else env
         self.model = model
         self.base_url = (base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL).rstrip("/")
@@ -119,6 +115,7 @@ class AnthropicModel:
                     messages=messages,
                     system=system or anthropic.omit,
                     tools=tools or anthropic.omit,
+                    stop_sequences=request.stop or anthropic.omit,
                     extra_body=extra,
                 )
                 return from_anthropic(reply)
@@ -129,6 +126,7 @@ class AnthropicModel:
                 messages=messages,
                 system=system or anthropic.omit,
                 tools=tools or anthropic.omit,
+                stop_sequences=request.stop or anthropic.omit,
                 extra_body=extra,
             ) as stream:
                 return from_anthropic(await stream.get_final_message())

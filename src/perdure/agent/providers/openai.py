@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, PerdureError
+from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from .base import ModelAuthError, ModelError, ModelRetryable
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     )
 
 OPENAI_URL = "https://api.openai.com/v1"
-INSTALL_HINT = "pip install 'perdure[models]'"
 PLACEHOLDER_KEY = "not-needed"  # local servers (llama.cpp, vLLM, Ollama) ignore the key
 
 
@@ -70,10 +70,7 @@ class OpenAIModel:
         Raises:
             ConfigError: the openai SDK is missing, or no key is set for OpenAI itself.
         """
-        try:
-            import openai  # noqa: F401  (fail now, with the install hint, not at the first call)
-        except ImportError as exc:
-            raise ConfigError(f"the openai provider needs the openai SDK: {INSTALL_HINT}") from exc
+        require_extra("models", "the openai model provider", "openai")  # now, not at a call
         env = os.environ if env is None else env
         self.model = model
         self.base_url = (base_url or env.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
@@ -115,6 +112,7 @@ class OpenAIModel:
                     max_tokens=openai.omit if official else limit,
                     max_completion_tokens=limit if official else openai.omit,
                     temperature=_given(request.temperature),
+                    stop=request.stop or openai.omit,
                 )
                 return from_openai(completion)
             chunks = await client.chat.completions.create(
@@ -124,6 +122,7 @@ class OpenAIModel:
                 max_tokens=openai.omit if official else limit,
                 max_completion_tokens=limit if official else openai.omit,
                 temperature=_given(request.temperature),
+                stop=request.stop or openai.omit,
                 stream=True,
                 stream_options={"include_usage": True},
             )

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from ...errors import ConfigError
+from ...extras import require_extra
 from .base import Memory, Tool, ToolContext, ToolEffect, ToolFailed, tool
 from .boundary import ToolRefused
 
@@ -228,10 +228,9 @@ async def http_request(
         method: The HTTP method.
         body: The request body, sent as is (e.g. JSON text).
     """
-    try:
-        import httpx
-    except ImportError:  # pragma: no cover - httpx comes with the mcp and dev extras
-        raise ConfigError("http_request needs httpx: pip install 'perdure[mcp]'") from None
+    require_extra("mcp", "the http_request tool", "httpx")  # httpx comes with mcp (and models)
+    import httpx
+
     checked = ctx.boundary.check_host(url)
     try:
         target = httpx.URL(checked)

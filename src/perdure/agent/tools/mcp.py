@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+from ...extras import require_extra
 from ..messages import ToolSpec
 from .base import Tool, ToolContext, ToolEffect, ToolFailed, check_tool_effect
 from .boundary import ToolRefused
@@ -140,12 +141,11 @@ class McpTool(Tool):
 @asynccontextmanager
 async def _session(server: McpServer) -> AsyncIterator[ClientSession]:
     """An initialized client session to the server, closed (process stopped) on exit."""
-    try:
-        from mcp import ClientSession, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-        from mcp.client.streamable_http import streamable_http_client
-    except ImportError:
-        raise ConfigError("MCP tools need the mcp extra: pip install 'perdure[mcp]'") from None
+    require_extra("mcp", f"the spec's MCP server {server.name!r}")
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
     timeout = timedelta(seconds=server.timeout)
     async with AsyncExitStack() as stack:
         if server.command is not None:
