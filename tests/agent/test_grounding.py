@@ -51,6 +51,17 @@ def test_a_cut_off_answer_and_length_bounds_are_refused() -> None:
     assert "more than 10" in check("Checkout failed badly.", SOURCE, max_chars=10).evidence
 
 
+def test_an_answer_that_names_nothing_of_its_source_is_refused() -> None:
+    """ "The document is a report" says nothing checkable: refused when the source has facts."""
+    assert "names nothing" in check("The document is a report about an outage.", SOURCE).evidence
+    assert check("It was fine.", "It was a fine day, all quiet.").ok  # nothing to name
+
+
+def test_list_numbering_is_not_a_claim() -> None:
+    """ "1." opening a line is numbering, not a number of the text."""
+    assert claims("Steps:\n1. Boil 2 eggs.\n 2) Add 300 g flour.")[:2] == ["2", "300"]
+
+
 def test_an_answer_that_repeats_itself_is_refused() -> None:
     """A small model looping on one sentence is refused even if every claim is grounded."""
     loop = "Maria Lopez rolled back the change at 09:41. " * 2

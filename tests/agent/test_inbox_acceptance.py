@@ -177,3 +177,14 @@ def test_a_huge_file_is_cut_to_the_first_tiers_context_and_says_so(
     prompt = model.requests[0].messages[1].content
     assert "[... the first" in prompt and len(prompt) < 6500
     assert handle.result(timeout=5)["tier"] == "local"
+
+
+def test_a_long_chinese_file_is_cut_by_tokens_not_characters(tmp_path: Path) -> None:
+    """A CJK character is about a token: such a file is cut far shorter than Latin text."""
+    from perdure.agent.loop import estimate_tokens, task_text
+
+    path = tmp_path / "zh.txt"
+    path.write_text("会议于11月14日举行，预算为3000元。\n" * 400)
+    text = task_text(path, 1000)
+    assert "[... the first" in text and estimate_tokens(text.split("\n[...")[0]) <= 1000
+    assert len(text) < 1600  # Latin text of 1,000 tokens would be about 3,300 characters

@@ -19,6 +19,7 @@ from typing import Any
 # a number with its decimal part or thousands groups: 4,500 · 99.9 · 2.3.1 · 03
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
+_LIST_MARK = re.compile(r"^[ \t]*\d{1,2}[.)][ \t]", re.M)  # "1. " opening a line: numbering
 # a word of letters (any script's), with inner apostrophes, hyphens and dots (e.g. "O'Neil")
 _WORD = re.compile(r"[^\W\d_](?:[\w'’.-]*[^\W_])?")
 _SENTENCE_END = re.compile(r"[.!?:;\n]\s*$")
@@ -84,7 +85,8 @@ def claims(text: str) -> list[str]:
     A number is claimed as written (`4,500`; `14:05` gives `14` and `05`); a name is a
     capitalised word, unless it starts a sentence and is a common word (`The`, `After`).
     """
-    found: list[str] = [m.group() for m in _NUMBER.finditer(text)]
+    marks = {m.end() for m in _LIST_MARK.finditer(text)}
+    found: list[str] = [m.group() for m in _NUMBER.finditer(text) if m.end() + 2 not in marks]
     words = list(_WORD.finditer(text))
     for i, match in enumerate(words):
         word = match.group().strip(".'’-")
@@ -138,11 +140,7 @@ class _Source:
 def unsupported(answer: str, source: str) -> list[str]:
     """The claims of `answer` that do not occur in `source` (each once, in order)."""
     src = _Source.of(source)
-    missing: list[str] = []
-    for claim in claims(answer):
-        if not src.has(claim) and claim not in missing:
-            missing.append(claim)
-    return missing
+    return list(dict.fromkeys(c for c in claims(answer) if not src.has(c)))
 
 
 def _shingles(text: str) -> set[str]:
@@ -205,7 +203,8 @@ def check(
     """Whether `answer` may be accepted as a faithful answer about `source`.
 
     Rejected: an answer cut off at the token limit (stop reason `length`, or Anthropic's
-    `max_tokens`), one that repeats a run of words (a model looping), one
+    `max_tokens`), one that repeats a run of words (a model looping), one that names
+    nothing of a source that has numbers, dates or names ("the document is a summary"), one
     outside the length bounds, one with a claim not in the source, one that copies a
     run of words from `foreign` (other runs' context) that its source does not have.
     """
@@ -217,7 +216,12 @@ def check(
         reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")
     if max_chars is not None and len(text) > max_chars:
         reasons.append(f"the answer has {len(text)} characters, more than {max_chars}")
-    missing = unsupported(text, source)
+    src = _Source.of(source)
+    said = claims(text)
+    missing = list(dict.fromkeys(c for c in said if not src.has(c)))
+    if len(said) == len(missing) and claims(source):
+        reasons.append("the answer names nothing from the source (none of its numbers, "
+                       "dates or names)")  # fmt: skip
     if missing:
         shown = ", ".join(repr(c) for c in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""

@@ -50,8 +50,8 @@ BUDGET_EVENT = "perdure.budget"  # sent to an agent's waiting runs when its budg
 BUDGET_RECHECK = 300.0  # seconds a run over budget waits before it checks the window again
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
-MAX_FILE_CHARS = 6000  # of a task's file put in the transcript (less for a small context)
-CHARS_PER_TOKEN = 3  # a safe guess for fitting a file into a small model's context
+MAX_FILE_TOKENS = 4000  # of a task's file put in the transcript (less for a small context)
+CHARS_PER_TOKEN = 3.3  # of text in Latin script; a CJK character is a token of its own
 NOTES_IN_CONTEXT = 5  # lines of progress notes put in the system prompt
 NOTES_KEPT = 50  # lines of progress notes an agent keeps
 
@@ -216,7 +216,7 @@ class Agent:
 
         @app.step(name=f"{name}.file", effect="read",
                   retry=perdure.Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
-        def read_task_file(path: str, limit: int = MAX_FILE_CHARS) -> str:
+        def read_task_file(path: str, limit: int = MAX_FILE_TOKENS) -> str:
             real = self.boundary.resolve_read(path)
             return task_text(real, limit)
 
@@ -392,11 +392,11 @@ class Agent:
         return "\n\n".join(p for p in parts if p)
 
     def _file_limit(self) -> int:
-        """How much of the task's file fits the first tier's context beside its answer."""
+        """How many tokens of the task's file fit the first tier's context beside the prompt
+        and the answer."""
         first = self.spec.tier(self.spec.routing.order()[0])
         answer = self.spec.limits.max_tokens_per_call or first.max_tokens or 512
-        room = (first.context_tokens - answer - 256) * CHARS_PER_TOKEN
-        return max(500, min(MAX_FILE_CHARS, room))
+        return max(200, min(MAX_FILE_TOKENS, first.context_tokens - answer - 256))
 
     def _route(self, failed_iterations: int) -> str:
         """The tier for the next call: one tier further along per `escalate_after_failures`
@@ -604,23 +604,34 @@ class _Attempt:
     foreign: list[str]
 
 
+def estimate_tokens(text: str) -> float:
+    """Tokens a text takes, roughly: a CJK character each, CHARS_PER_TOKEN otherwise."""
+    wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
+    return wide + (len(text) - wide) / CHARS_PER_TOKEN
+
+
 def task_text(path: Path, limit: int) -> str:
-    """A task file's text, at most `limit` characters; AgentFailed (one line, not retried)
-    if it is empty or binary, since no answer about it could be checked."""
+    """A task file's text, cut to about `limit` tokens (at a line end, saying so);
+    AgentFailed (one line, not retried) if it is empty or binary, since no answer about
+    it could be checked."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise AgentFailed(f"cannot read {path}: {exc.strerror}") from None
     if not data.strip():
         raise AgentFailed(f"{path} is empty: nothing to work on")
-    head = data[: limit * 4]
+    head = data[: limit * 16]
     text = head.decode("utf-8", errors="replace")
     if b"\0" in head or text.count("\ufffd") > max(3, len(text) // 100):
         raise AgentFailed(f"{path} is not text (binary or not UTF-8): not sent to a model")
-    if len(text) <= limit:
+    if estimate_tokens(text) <= limit:
         return text
-    cut = text[:limit]
-    cut = cut[: cut.rfind("\n")] if "\n" in cut[limit // 2 :] else cut
+    low, high = 0, len(text)  # the longest prefix that fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if estimate_tokens(text[:middle]) <= limit else (low, middle - 1)
+    cut = text[:low]
+    cut = cut[: cut.rfind("\n")] if "\n" in cut[low // 2 :] else cut
     return f"{cut}\n[... the first {len(cut)} characters of {len(data)} bytes ...]"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..extras import require_extra
+from .grounding import claims
 from .messages import Message, ModelRequest, ModelResponse
 from .providers.base import ModelProvider
 from .spec import AgentSpec
@@ -84,6 +85,9 @@ def extractive_summary(request: ModelRequest) -> ModelResponse:
     body = text.split("---", 2)[1] if text.count("---") >= 2 else text
     words = " ".join(body.split())
     sentences = re.split(r"(?<=[.!?])\s+", words)
+    # from the first sentence that says something checkable (a number, a date, a name)
+    start = next((i for i, s in enumerate(sentences) if claims(s)), 0)
+    sentences = sentences[start:]
     summary = sentences[0][:400].rsplit(" ", 1)[0] if len(sentences[0]) > 400 else sentences[0]
     for more in sentences[1:2]:  # a second sentence if it fits: whole words and numbers only
         if len(summary) + len(more) < 400:
