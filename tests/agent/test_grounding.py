@@ -57,6 +57,13 @@ def test_an_answer_that_names_nothing_of_its_source_is_refused() -> None:
     assert check("It was fine.", "It was a fine day, all quiet.").ok  # nothing to name
 
 
+def test_possessives_compounds_and_cjk_sentence_ends_do_not_make_false_claims() -> None:
+    """ "Lopez's", "It's", "api" inside "api-gateway", and "The" after "。" are grounded."""
+    source = SOURCE + " The api-gateway failed. 会议结束。"
+    assert unsupported("Lopez's change failed. It's fixed. The API failed.", source) == []
+    assert unsupported("会议结束。The API failed.", source) == []
+
+
 def test_list_numbering_is_not_a_claim() -> None:
     """ "1." opening a line is numbering, not a number of the text."""
     assert claims("Steps:\n1. Boil 2 eggs.\n 2) Add 300 g flour.")[:2] == ["2", "300"]
@@ -64,7 +71,7 @@ def test_list_numbering_is_not_a_claim() -> None:
 
 def test_an_answer_that_repeats_itself_is_refused() -> None:
     """A small model looping on one sentence is refused even if every claim is grounded."""
-    loop = "Maria Lopez rolled back the change at 09:41. " * 2
+    loop = "Maria Lopez rolled back the change at 09:41 and checkout recovered. " * 2
     assert "repeats itself" in check(loop, SOURCE).evidence
     assert check("Maria Lopez rolled back the change at 09:41.", SOURCE).ok
 

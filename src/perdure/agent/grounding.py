@@ -22,7 +22,9 @@ _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 _LIST_MARK = re.compile(r"^[ \t]*\d{1,2}[.)][ \t]", re.M)  # "1. " opening a line: numbering
 # a word of letters (any script's), with inner apostrophes, hyphens and dots (e.g. "O'Neil")
 _WORD = re.compile(r"[^\W\d_](?:[\w'’.-]*[^\W_])?")
-_SENTENCE_END = re.compile(r"[.!?:;\n]\s*$")
+_SENTENCE_END = re.compile(r"[.!?:;\n。！？：；]\s*$")
+_POSSESSIVE = re.compile(r"['’]s$")  # "Nwosu's" claims "Nwosu", "It's" is "It"
+_JOINERS = re.compile(r"[-_.'’/]")  # "api-gateway" also holds the words "api", "gateway"
 _MONTHS = {
     name: number
     for number, names in enumerate(
@@ -62,6 +64,7 @@ _STARTERS = frozenset(
 )
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
+LOOP = 12  # words in a row that, said twice in one answer, mark a model looping
 
 
 def _fold(text: str) -> str:
@@ -89,7 +92,7 @@ def claims(text: str) -> list[str]:
     found: list[str] = [m.group() for m in _NUMBER.finditer(text) if m.end() + 2 not in marks]
     words = list(_WORD.finditer(text))
     for i, match in enumerate(words):
-        word = match.group().strip(".'’-")
+        word = _POSSESSIVE.sub("", match.group().strip(".'’-"))
         if not word or not word[0].isupper() or word.casefold() in _NOT_NAMES:
             continue
         before = text[: match.start()]
@@ -119,12 +122,13 @@ class _Source:
     @classmethod
     def of(cls, text: str) -> _Source:
         folded = _fold(text)
-        words = frozenset(m.group().strip(".'-") for m in _WORD.finditer(folded))
+        words = {_POSSESSIVE.sub("", m.group().strip(".'-")) for m in _WORD.finditer(folded)}
+        words |= {part for w in words for part in _JOINERS.split(w) if part}
         numbers = frozenset(_number(m.group()) for m in _NUMBER.finditer(text))
         months = {_MONTHS[w] for w in words if w in _MONTHS}
         for iso in re.finditer(r"\b\d{4}-(\d{1,2})-\d{1,2}\b", text):  # 2026-03-14
             months.add(int(iso.group(1)))
-        return cls(folded, words, numbers, frozenset(months))
+        return cls(folded, frozenset(words), numbers, frozenset(months))
 
     def has(self, claim: str) -> bool:
         if claim[0].isdigit():
@@ -149,11 +153,19 @@ def _shingles(text: str) -> set[str]:
 
 
 def repeated(answer: str) -> str | None:
-    """The first run of SHINGLE words that occurs twice in the answer (a model looping)."""
+    """A sentence of four words or more said twice, or the first run of LOOP words that
+    occurs twice (a model looping); parallel sentences ("Terminal 1 is off ...
+    Terminal 2 is also off ...") are neither."""
+    said: set[str] = set()
+    for sentence in re.split(r"(?<=[.!?。！？])\s+|\n+", _fold(answer)):
+        if len(sentence.split()) >= 4:
+            if sentence in said:
+                return sentence
+            said.add(sentence)
     words = _fold(answer).split()
     seen: set[str] = set()
-    for i in range(len(words) - SHINGLE + 1):
-        run = " ".join(words[i : i + SHINGLE])
+    for i in range(len(words) - LOOP + 1):
+        run = " ".join(words[i : i + LOOP])
         if run in seen:
             return run
         seen.add(run)
