@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,10 @@ Two of them broke the build because an API had been renamed.
 The agent read the changelogs and patched both call sites.
 All 418 tests passed on the second attempt.
 A pull request was opened and assigned to the on-call reviewer."""
+SUMMARISE: Any = [  # the SDK types messages as TypedDicts
+    {"role": "system", "content": "You summarise text in one sentence."},
+    {"role": "user", "content": f"Summarise in one sentence:\n\n{TEXT}"},
+]
 
 
 def _rss_mib(pid: int) -> float | None:
@@ -77,10 +82,7 @@ def test_local_model_summarises_through_the_openai_sdk() -> None:
                 t0 = time.monotonic()
                 reply = await client.chat.completions.create(
                     model=lm.model,
-                    messages=[
-                        {"role": "system", "content": "You summarise text in one sentence."},
-                        {"role": "user", "content": f"Summarise in one sentence:\n\n{TEXT}"},
-                    ],
+                    messages=SUMMARISE,
                     max_tokens=60,
                 )
                 seconds = time.monotonic() - t0
@@ -275,10 +277,7 @@ def test_the_large_local_model_answers_a_chat() -> None:
         t0 = time.monotonic()
         reply = client.chat.completions.create(
             model=lm.model,
-            messages=[
-                {"role": "system", "content": "You summarise text in one sentence."},
-                {"role": "user", "content": f"Summarise in one sentence:\n\n{TEXT}"},
-            ],
+            messages=SUMMARISE,
             max_tokens=60,
         )
         seconds = time.monotonic() - t0
