@@ -65,6 +65,7 @@ _STARTERS = frozenset(
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
 LOOP = 12  # words in a row that, said twice in one answer, mark a model looping
+VAGUE = 0.6  # an answer naming no fact must have this share of its words from the source
 
 
 def _fold(text: str) -> str:
@@ -147,6 +148,14 @@ def unsupported(answer: str, source: str) -> list[str]:
     return list(dict.fromkeys(c for c in claims(answer) if not src.has(c)))
 
 
+def _overlap(answer: str, src: _Source) -> float:
+    """The share of the answer's content words (four letters or more, not a common
+    sentence opener) that the source has."""
+    words = [w for w in (_POSSESSIVE.sub("", m.group()) for m in _WORD.finditer(_fold(answer)))
+             if len(w) >= 4 and w not in _STARTERS]  # fmt: skip
+    return sum(w in src.words for w in words) / len(words) if words else 0.0
+
+
 def _shingles(text: str) -> set[str]:
     words = _fold(text).split()
     return {" ".join(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
@@ -216,7 +225,8 @@ def check(
 
     Rejected: an answer cut off at the token limit (stop reason `length`, or Anthropic's
     `max_tokens`), one that repeats a run of words (a model looping), one that names
-    nothing of a source that has numbers, dates or names ("the document is a summary"), one
+    nothing of a source that has numbers, dates or names and shares few of its words
+    ("the document contains a summary of a report"), one
     outside the length bounds, one with a claim not in the source, one that copies a
     run of words from `foreign` (other runs' context) that its source does not have.
     """
@@ -231,9 +241,9 @@ def check(
     src = _Source.of(source)
     said = claims(text)
     missing = list(dict.fromkeys(c for c in said if not src.has(c)))
-    if len(said) == len(missing) and claims(source):
+    if len(said) == len(missing) and claims(source) and _overlap(text, src) < VAGUE:
         reasons.append("the answer names nothing from the source (none of its numbers, "
-                       "dates or names)")  # fmt: skip
+                       "dates or names) and few of its words are the source's")  # fmt: skip
     if missing:
         shown = ", ".join(repr(c) for c in missing[:8])
         more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
