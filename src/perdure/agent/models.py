@@ -85,8 +85,10 @@ def extractive_summary(request: ModelRequest) -> ModelResponse:
     body = text.split("---", 2)[1] if text.count("---") >= 2 else text
     words = " ".join(body.split())
     sentences = re.split(r"(?<=[.!?])\s+", words)
-    # from the first sentence that says something checkable (a number, a date, a name)
-    start = next((i for i, s in enumerate(sentences) if claims(s)), 0)
+    # from the first sentence that says something checkable: a number, or a name that is
+    # not merely the sentence's first word
+    start = next((i for i, s in enumerate(sentences)
+                  if any(c[0].isdigit() or not s.startswith(c) for c in claims(s))), 0)  # fmt: skip
     sentences = sentences[start:]
     summary = sentences[0][:400].rsplit(" ", 1)[0] if len(sentences[0]) > 400 else sentences[0]
     for more in sentences[1:2]:  # a second sentence if it fits: whole words and numbers only
