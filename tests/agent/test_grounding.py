@@ -64,6 +64,7 @@ def test_possessives_compounds_and_cjk_sentence_ends_do_not_make_false_claims() 
     source = SOURCE + " The api-gateway failed. 会议结束。"
     assert unsupported("Lopez's change failed. It's fixed. The API failed.", source) == []
     assert unsupported("会议结束。The API failed.", source) == []
+    assert unsupported("The Chinese Notice moved.", "公司搬迁。") == ["Chinese", "Notice"]
 
 
 def test_list_numbering_is_not_a_claim() -> None:

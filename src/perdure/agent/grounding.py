@@ -91,22 +91,15 @@ def claims(text: str) -> list[str]:
     """
     marks = {m.end() for m in _LIST_MARK.finditer(text)}
     found: list[str] = [m.group() for m in _NUMBER.finditer(text) if m.end() + 2 not in marks]
-    words = list(_WORD.finditer(text))
-    for i, match in enumerate(words):
+    for match in _WORD.finditer(text):
         word = _POSSESSIVE.sub("", match.group().strip(".'’-"))
         if not word or not word[0].isupper() or word.casefold() in _NOT_NAMES:
             continue
         before = text[: match.start()]
         starts_sentence = not before.strip() or bool(_SENTENCE_END.search(before))
-        if starts_sentence:
-            following = words[i + 1] if i + 1 < len(words) else None
-            gap = text[match.end() : following.start()] if following else ""
-            name_follows = (
-                following is not None and following.group()[0].isupper() and gap.strip() == ""
-            )
-            acronym = len(word) > 1 and word.isupper()
-            if not (name_follows or acronym) and word.casefold() in _STARTERS:
-                continue
+        acronym = len(word) > 1 and word.isupper()
+        if starts_sentence and not acronym and word.casefold() in _STARTERS:
+            continue  # "The", "After", "It": a common word, capitalised by its place
         found.append(word)
     return found
 
