@@ -55,6 +55,8 @@ def test_an_answer_that_names_nothing_of_its_source_is_refused() -> None:
     """ "The document is a report" says nothing checkable: refused when the source has facts."""
     vague = "The document contains a summary of a report about something."
     assert "names nothing" in check(vague, SOURCE).evidence
+    invented = "Bob wrote a report about something. Bob sent it."  # a name said twice
+    assert "names nothing" in check(invented, SOURCE).evidence
     assert check("It was fine.", "It was a fine day, all quiet.").ok  # nothing to name
     assert check("The change failed orders; checkout recovered after rolling back.", SOURCE).ok
 

@@ -137,8 +137,11 @@ class _Source:
 
 def unsupported(answer: str, source: str) -> list[str]:
     """The claims of `answer` that do not occur in `source` (each once, in order)."""
-    src = _Source.of(source)
-    return list(dict.fromkeys(c for c in claims(answer) if not src.has(c)))
+    return _missing(claims(answer), _Source.of(source))
+
+
+def _missing(said: list[str], src: _Source) -> list[str]:
+    return list(dict.fromkeys(c for c in said if not src.has(c)))
 
 
 def _overlap(answer: str, src: _Source) -> float:
@@ -217,11 +220,11 @@ def check(
     """Whether `answer` may be accepted as a faithful answer about `source`.
 
     Rejected: an answer cut off at the token limit (stop reason `length`, or Anthropic's
-    `max_tokens`), one that repeats a run of words (a model looping), one that names
-    nothing of a source that has numbers, dates or names and shares few of its words
-    ("the document contains a summary of a report"), one
-    outside the length bounds, one with a claim not in the source, one that copies a
-    run of words from `foreign` (other runs' context) that its source does not have.
+    `max_tokens`); one outside the length bounds; one that names nothing of a source
+    that has numbers, dates or names and shares few of its words ("the document
+    contains a summary of a report"); one with a claim not in the source; one that
+    copies a run of words from `foreign` (other runs' context) that its source does not
+    have; one that repeats itself (a model looping).
     """
     text = answer.strip()
     reasons: list[str] = []
@@ -233,8 +236,9 @@ def check(
         reasons.append(f"the answer has {len(text)} characters, more than {max_chars}")
     src = _Source.of(source)
     said = claims(text)
-    missing = list(dict.fromkeys(c for c in said if not src.has(c)))
-    if len(said) == len(missing) and claims(source) and _overlap(text, src) < VAGUE:
+    missing = _missing(said, src)
+    named = any(src.has(c) for c in said)
+    if not named and claims(source) and _overlap(text, src) < VAGUE:
         reasons.append("the answer names nothing from the source (none of its numbers, "
                        "dates or names) and few of its words are the source's")  # fmt: skip
     if missing:
