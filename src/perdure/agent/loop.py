@@ -513,15 +513,13 @@ class Agent:
         checked = await self.steps.accept(context)
         return bool(checked["done"]), str(checked["evidence"])
 
-    def _fields(
-        self, task: dict[str, Any], answer: str, tier: str = "", served: str = ""
-    ) -> dict[str, str]:
+    def _fields(self, task: dict[str, Any], answer: str, tier: str, served: str) -> dict[str, str]:
         """What output paths, templates and acceptance commands may use (in the workflow:
         the time is durable, the same on replay)."""
         from ..engine.context import require
 
         file = Path(str(task.get("file") or "task"))
-        model = self.spec.tier(tier or self.spec.routing.default)
+        model = self.spec.tier(tier)
         served = served or model.model or model.script or "default"
         return {
             "stem": file.stem,
