@@ -188,7 +188,7 @@ assert asyncio.run(drop_and_wait()) == [f"inbox:summarise:{digest[:32]}"]
 """,
     # The hook is registered under its name (the next block posts to it).
     "webhook-registered": """
-assert "push" in app.hooks, app.hooks
+assert "push" in app.webhooks, app.webhooks
 """,
     # The plan runs both batches and its check, and completes.
     "plan-completes": """

@@ -5,11 +5,12 @@ The public API, and nothing else.
 
 from __future__ import annotations
 
-from .engine.app import App, ChildHandle, RunHandle, Workflow
+from .app import App
 from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
 from .engine.durable import now, patched, random, sleep, uuid, wait_event
 from .engine.effects import EFFECTS, Effect
+from .engine.handles import ChildHandle, RunHandle, Workflow
 from .engine.retention import GcReport, Retention
 from .engine.retry import Retry
 from .engine.steps import Step, current_step

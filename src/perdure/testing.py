@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from .engine.app import App
+from .app import App
 from .engine.context import SimulatedCrash
 from .engine.retry import seconds
 from .engine.worker import Worker, WorkerOptions

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.engine.client import Client
 from perdure.testing import TestClock, TestWorker
 
 
@@ -226,11 +227,11 @@ def test_a_failing_gc_pass_never_stops_the_worker(
     job, _ = counting(app, perdure.Retention(keep_last=0))
     failures: list[int] = []
 
-    async def broken(**kw: Any) -> Any:
+    async def broken(self: Client, **kw: Any) -> Any:
         failures.append(1)
         raise perdure.StoreError("gc exploded")
 
-    monkeypatch.setattr(app.client, "gc", broken)
+    monkeypatch.setattr(Client, "gc", broken)  # every client of the app, the worker's too
 
     async def main() -> str:
         worker = app.worker(gc_every=0.01, poll=0.01)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from perdure.engine import hooks
+from perdure.engine import observers
 from perdure.observe import metrics as metrics_module
 from perdure.observe.logs import configure_logging
 from perdure.observe.metrics import Metrics
@@ -18,13 +18,13 @@ from perdure.observe.metrics import Metrics
 @pytest.fixture(autouse=True)
 def no_observers() -> Iterator[None]:
     """Every observer a test installs is gone after it, and so is its logging setup."""
-    before = hooks.installed()
+    before = observers.installed()
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     yield
-    for observer in hooks.installed():
+    for observer in observers.installed():
         if observer not in before:
-            hooks.uninstall(observer)
+            observers.uninstall(observer)
     for handler in root.handlers:
         if handler not in handlers:
             root.removeHandler(handler)
@@ -45,5 +45,5 @@ def metrics(monkeypatch: pytest.MonkeyPatch) -> Metrics:
     """This process's metrics, fresh for this test (and what /metrics serves)."""
     fresh = Metrics()
     monkeypatch.setattr(metrics_module, "_default", fresh)
-    hooks.install(fresh)
+    observers.install(fresh)
     return fresh

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import perdure
-from perdure.engine import hooks
+from perdure.engine import observers
 from perdure.errors import ConfigError
 from perdure.observe.tracing import configure_tracing, trace_id_hex, trace_id_of, wanted
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
@@ -118,15 +118,15 @@ def test_tracing_is_off_unless_the_environment_asks() -> None:
     assert wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
     assert wanted({"OTEL_TRACES_EXPORTER": "console"})
     assert not wanted({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"})
-    before = hooks.installed()
+    before = observers.installed()
     assert configure_tracing(env={}) is None
-    assert hooks.installed() == before
+    assert observers.installed() == before
     with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER='zipkin'"):
         configure_tracing(env={"OTEL_TRACES_EXPORTER": "zipkin"})
     with pytest.raises(ConfigError, match="http/protobuf"):
         configure_tracing(
             env={"OTEL_EXPORTER_OTLP_ENDPOINT": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
         )
-    assert hooks.installed() == before
+    assert observers.installed() == before
     assert trace_id_of("a") != trace_id_of("b")
     assert trace_id_hex("a") == "ca978112ca1bbdcafac231b39a23dc4d"  # sha256("a")[:16]

@@ -24,10 +24,11 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import perdure
-
-from ..engine import hooks
+from ..engine import durable, observers
+from ..engine.client import Client
 from ..engine.effects import Effect
+from ..engine.retry import Retry
+from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
 from ..store.agent_sql import Budget, UsageRow
 from .grounding import check as check_grounding
@@ -42,7 +43,8 @@ from .tools.registry import ERROR, REFUSED, Refusal, Toolbox
 TOOL_EFFECTS: tuple[Effect, ...] = ("once", "keyed", "idempotent", "read")
 
 if TYPE_CHECKING:
-    from ..engine.app import App, Workflow
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
 
 log = logging.getLogger("perdure.agent")
 
@@ -71,21 +73,21 @@ def _estimate_tokens(messages: list[Message]) -> int:
 class StoreMemory:
     """Long-term memory of one agent in the store, written with the run that wrote it."""
 
-    def __init__(self, app: App, agent: str, run_id: str | None) -> None:
-        self.app, self.agent, self.run_id = app, agent, run_id
+    def __init__(self, runtime: Runtime, agent: str, run_id: str | None) -> None:
+        self.runtime, self.agent, self.run_id = runtime, agent, run_id
 
     async def remember(self, text: str, tags: list[str]) -> str:
-        found = await self.app.store.recall(self.agent, text, 20)
+        found = await self.runtime.store.recall(self.agent, text, 20)
         for row in found:  # idempotent: the same note again (e.g. after a crash) is not kept twice
             if row.text == text and row.tags == " ".join(tags):
                 return str(row.id)
-        now = self.app.clock.now()
+        now = self.runtime.clock.now()
         return str(
-            await self.app.store.remember(self.agent, text, " ".join(tags), self.run_id, now)
+            await self.runtime.store.remember(self.agent, text, " ".join(tags), self.run_id, now)
         )
 
     async def recall(self, query: str, limit: int) -> list[dict[str, Any]]:
-        rows = await self.app.store.recall(self.agent, query, limit)
+        rows = await self.runtime.store.recall(self.agent, query, limit)
         return [{"text": r.text, "tags": r.tags, "run_id": r.run_id} for r in rows]
 
 
@@ -115,13 +117,13 @@ class Agent:
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         spec: AgentSpec,
         *,
         providers: dict[str, ModelProvider] | None = None,
         tools: list[Tool] | None = None,
     ) -> None:
-        self.app = app
+        self.runtime = runtime
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
@@ -152,7 +154,7 @@ class Agent:
                 server.name, command=server.command, args=tuple(server.args), url=server.url,
                 effect=server.effect, cwd=str(self.spec.folder),
             )  # fmt: skip
-            found += self.app.sync(mcp_tools(mcp), f"MCP server {server.name!r}")
+            found += self.runtime.sync(mcp_tools(mcp), f"MCP server {server.name!r}")
         return found
 
     # -- providers --------------------------------------------------------------------
@@ -167,41 +169,42 @@ class Agent:
     # -- steps and the workflow ---------------------------------------------------------
 
     def _register(self) -> Workflow[..., Any]:
-        app, spec, name = self.app, self.spec, self.name
-        model_retry = perdure.Retry(
+        runtime, spec, name = self.runtime, self.spec, self.name
+        model_retry = Retry(
             max_attempts=6, initial=1.0, max_delay=60.0, retry_on=(ModelRetryable,),
             no_retry_on=(ModelError, ModelAuthError),
         )  # fmt: skip
 
         # commit=True: a model call's answer is committed before any tool runs, so a crash
         # never buys the same turn twice (keyed alone would let recovery call again)
-        @app.step(name=f"{name}.model", effect="keyed", retry=model_retry, commit=True)
+        @runtime.step(name=f"{name}.model", effect="keyed", retry=model_retry, commit=True)
         async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
             req = ModelRequest.from_dict(request)
             response = await self.provider(tier).complete(req)
-            info = perdure.current_step()
+            info = current_step()
             tier_spec = spec.tier(tier)
             cost = tier_spec.price.cost(response.usage.input_tokens, response.usage.output_tokens)
-            await app.store.record_usage(
+            await runtime.store.record_usage(
                 UsageRow(
                     info.run_id, info.position, spec.name, req.model or tier,
                     response.usage.input_tokens, response.usage.output_tokens, cost,
-                    app.clock.now(),
+                    runtime.clock.now(),
                 )
             )  # fmt: skip
-            hooks.model_usage(spec.name, req.model or tier, response.usage.input_tokens,
-                              response.usage.output_tokens, cost)  # fmt: skip
+            usage = response.usage
+            observers.emit("model_usage", spec.name, req.model or tier,
+                           usage.input_tokens, usage.output_tokens, cost)  # fmt: skip
             return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost}
 
         def make_tool_step(effect: Effect) -> Any:
-            @app.step(name=f"{name}.tool.{effect}", effect=effect)
+            @runtime.step(name=f"{name}.tool.{effect}", effect=effect)
             async def tool_call(call: dict[str, Any]) -> str:
                 prepared = self.toolbox.prepare(ToolCall(**call))
                 if isinstance(prepared, Refusal):
                     return prepared.text
                 memory: Memory | None = None
                 if spec.memory.enabled:
-                    memory = StoreMemory(app, spec.name, perdure.current_step().run_id)
+                    memory = StoreMemory(runtime, spec.name, current_step().run_id)
                 return await self.toolbox.execute(
                     prepared, self.toolbox.context(call["id"], memory)
                 )
@@ -210,34 +213,34 @@ class Agent:
 
         tool_steps = {e: make_tool_step(e) for e in TOOL_EFFECTS}
 
-        @app.step(name=f"{name}.refuse", effect="read")
+        @runtime.step(name=f"{name}.refuse", effect="read")
         def refuse(call: dict[str, Any], reason: str) -> str:
             return reason  # recorded: the journal shows what was refused and why
 
-        @app.step(name=f"{name}.file", effect="read",
-                  retry=perdure.Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
+        @runtime.step(name=f"{name}.file", effect="read",
+                  retry=Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
         def read_task_file(path: str, limit: int = MAX_FILE_TOKENS) -> str:
             real = self.boundary.resolve_read(path)
             return task_text(real, limit)
 
-        @app.step(name=f"{name}.context", effect="read")
+        @runtime.step(name=f"{name}.context", effect="read")
         async def read_context(query: str) -> dict[str, Any]:
-            notes = await app.store.get_notes(spec.name)
+            notes = await runtime.store.get_notes(spec.name)
             memories: list[str] = []
             if spec.memory.enabled:
-                rows = await app.store.recall(spec.name, query, spec.memory.recall_limit)
+                rows = await runtime.store.recall(spec.name, query, spec.memory.recall_limit)
                 memories = [r.text for r in rows]
             return {"notes": notes, "memories": memories}
 
-        @app.step(name=f"{name}.budget", effect="read")
+        @runtime.step(name=f"{name}.budget", effect="read")
         async def check_budget() -> dict[str, Any]:
             return await self._budget_verdict()
 
-        @app.step(name=f"{name}.accept", effect="read")
+        @runtime.step(name=f"{name}.accept", effect="read")
         async def accept(context: dict[str, Any]) -> dict[str, Any]:
             return await asyncio.to_thread(self._acceptance, context)
 
-        @app.step(name=f"{name}.ground", effect="read")
+        @runtime.step(name=f"{name}.ground", effect="read")
         def ground(
             answer: str, source: str, stop_reason: str, foreign: list[str]
         ) -> dict[str, Any]:
@@ -247,17 +250,19 @@ class Agent:
                 max_chars=acc.max_chars, foreign=foreign,
             ).to_dict()  # fmt: skip
 
-        @app.step(name=f"{name}.output", effect="idempotent")
+        @runtime.step(name=f"{name}.output", effect="idempotent")
         def write_output(path: str, text: str) -> str:
             real = self.boundary.resolve_write(path)
             real.parent.mkdir(parents=True, exist_ok=True)
             real.write_text(text, encoding="utf-8")
             return str(real)
 
-        @app.step(name=f"{name}.notes", effect="idempotent")
+        @runtime.step(name=f"{name}.notes", effect="idempotent")
         async def write_notes(line: str) -> None:
-            run_id = perdure.current_step().run_id
-            notes = await app.store.add_note(spec.name, line, run_id, app.clock.now(), NOTES_KEPT)
+            run_id = current_step().run_id
+            notes = await runtime.store.add_note(
+                spec.name, line, run_id, runtime.clock.now(), NOTES_KEPT
+            )
             if spec.workspace is not None:
                 await asyncio.to_thread(self._commit_workspace, notes, run_id)
 
@@ -267,7 +272,7 @@ class Agent:
             output=write_output, notes=write_notes,
         )  # fmt: skip
 
-        @app.workflow(name=name, deadline=deadline_seconds(spec))
+        @runtime.workflow(name=name, deadline=deadline_seconds(spec))
         async def agent_run(task: dict[str, Any] | str) -> dict[str, Any]:
             """One run of the agent; `task` is {"prompt": ..., "file": ...}, or a file path
             (from an inbox trigger)."""
@@ -429,21 +434,21 @@ class Agent:
                 return
             log.info("agent %s: %s", self.spec.name, verdict["reason"])
             with contextlib.suppress(WaitTimeout):
-                await perdure.wait_event(BUDGET_EVENT, timeout=verdict["wait"])
+                await durable.wait_event(BUDGET_EVENT, timeout=verdict["wait"])
 
     async def _budget_verdict(self) -> dict[str, Any]:
-        stored = await self.app.store.get_budget(self.spec.name)
+        stored = await self.runtime.store.get_budget(self.spec.name)
         b = self.spec.budget
         budget = stored or Budget(self.spec.name, b.tokens_per_hour, b.tokens_per_day,
                                   b.cost_per_hour, b.cost_per_day)  # fmt: skip
-        now = self.app.clock.now()
+        now = self.runtime.clock.now()
         for window, seconds, token_limit, cost_limit in (
             ("hour", 3600.0, budget.tokens_per_hour, budget.cost_per_hour),
             ("day", 86400.0, budget.tokens_per_day, budget.cost_per_day),
         ):
             if token_limit is None and cost_limit is None:
                 continue
-            used_tokens, used_cost = await self.app.store.spent(self.spec.name, now - seconds)
+            used_tokens, used_cost = await self.runtime.store.spent(self.spec.name, now - seconds)
             if token_limit is not None and used_tokens >= token_limit:
                 reason = f"budget spent: {used_tokens} of {token_limit} tokens this {window}"
                 return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, seconds)}
@@ -479,10 +484,10 @@ class Agent:
         if isinstance(prepared, Refusal):
             return str(await self.steps.refuse(as_dict, prepared.text))
         if prepared.tool.gate:  # ask_human: wait durably for the answer
-            answer = await perdure.wait_event(gate_event(call.id))
+            answer = await durable.wait_event(gate_event(call.id))
             return answer if isinstance(answer, str) else json.dumps({"answer": answer})
         if self.toolbox.needs_approval(prepared):
-            verdict = await perdure.wait_event(f"approve:{call.id}")
+            verdict = await durable.wait_event(f"approve:{call.id}")
             approved = verdict is True or (isinstance(verdict, dict) and verdict.get("approve"))
             if not approved:
                 why = verdict.get("comment", "") if isinstance(verdict, dict) else ""
@@ -525,7 +530,7 @@ class Agent:
             "stem": file.stem,
             "name": file.name,
             "source": str(task.get("file") or task.get("prompt") or self.spec.goal)[:200],
-            "time": perdure.now().astimezone(UTC).isoformat(timespec="seconds"),
+            "time": durable.now().astimezone(UTC).isoformat(timespec="seconds"),
             "answer": answer.strip(),
             "run_id": require("agent").run_id,
             "tier": tier,
@@ -566,7 +571,7 @@ class Agent:
 
     def _note(self, task: dict[str, Any], status: str, evidence: str) -> str:
         """The progress-notes line this run adds (its time is durable: the same on replay)."""
-        stamp = perdure.now().isoformat(timespec="seconds")
+        stamp = durable.now().isoformat(timespec="seconds")
         return f"- {stamp} {status}: {self._task_key(task)}: {' '.join(evidence.split())}"
 
     def _commit_workspace(self, notes: str, run_id: str) -> None:
@@ -633,15 +638,15 @@ def task_text(path: Path, limit: int) -> str:
     return f"{cut}\n[... the first {len(cut)} characters of {len(data)} bytes ...]"
 
 
-async def raise_budget(app: App, agent: str, budget: Budget) -> int:
+async def raise_budget(runtime: Runtime, agent: str, budget: Budget) -> int:
     """Store a new budget and wake the agent's runs waiting for one; returns how many."""
-    await app.store.put_budget(budget, app.clock.now())
+    await runtime.store.put_budget(budget, runtime.clock.now())
     woken = 0
-    waiting = await app.store.list_runs(
+    waiting = await runtime.store.list_runs(
         statuses=["waiting"], workflow=f"agent:{agent}", limit=10**4
     )
     for run in waiting:
         if run.waiting_for == f"event:{BUDGET_EVENT}":
-            await app.client.send_event(run.id, BUDGET_EVENT, None)
+            await Client(runtime).send_event(run.id, BUDGET_EVENT, None)
             woken += 1
     return woken

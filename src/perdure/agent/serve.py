@@ -14,7 +14,7 @@ from .loop import Agent
 from .spec import AgentSpec, ModelSpec
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..app import App
 
 MODEL_CHOICES = ("spec", "local", "local-large", "scripted", "openai", "anthropic")
 # --model choice -> the known local model serving it (local_model.KNOWN_MODELS)

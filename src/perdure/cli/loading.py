@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-from ..engine.app import App
+from ..app import App
 from ..errors import ConfigError
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..engine.app import App
+from ..app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from ..extras import require_extra

@@ -25,12 +25,12 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     from .main import get_app  # main imports this module to register the command
 
     app = get_app(ctx, need_code=True)
-    for hook in app.hooks.values():
+    for hook in app.webhooks.values():
         hook.check(app)  # a hook that cannot work stops the server before it listens
     from ..observe import instrument
 
     instrument(app)
-    names = ", ".join(sorted(app.hooks)) or "none"
+    names = ", ".join(sorted(app.webhooks)) or "none"
     click.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     server = uvicorn.Server(uvicorn.Config(create_app(app), host=host, port=port, log_config=None))
 

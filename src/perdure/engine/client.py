@@ -1,6 +1,7 @@
 """The async core of every client operation: start, inspect, signal and steer runs.
 
-The sync methods of `App` and `RunHandle`, the CLI and tests all go through here.
+The sync methods of `App` and `RunHandle`, the triggers, the CLI and tests all go through
+here. A Client wraps the engine's `Runtime` (never the App).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
 if TYPE_CHECKING:
-    from .app import App
     from .retention import GcReport
+    from .runtime import Runtime
 
 
 async def resolve_text(store: Store, text: str | None) -> str | None:
@@ -56,27 +57,27 @@ async def run_outcome_json(store: Store, run: RunRow) -> str:
     )
 
 
-def encode_input(app: App, workflow: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+def encode_input(workflow: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     return dumps({"args": list(args), "kwargs": kwargs}, f"input of workflow {workflow!r}")
 
 
 def checked_input(
-    app: App, workflow: str, args: Sequence[Any], kwargs: dict[str, Any], where: str = ""
+    runtime: Runtime, workflow: str, args: Sequence[Any], kwargs: dict[str, Any], where: str = ""
 ) -> tuple[WorkflowDef, str]:
     """The workflow and its input as JSON, refused now (before anything is recorded) if the
     workflow is unknown or the arguments do not fit it; `where` prefixes the message."""
     prefix = f"{where}: " if where else ""
-    definition = app.workflows.get(workflow)
+    definition = runtime.workflows.get(workflow)
     if definition is None:
         raise ConfigError(
             f"{prefix}no workflow named {workflow!r} is registered "
-            f"(known: {', '.join(sorted(app.workflows)) or 'none'})"
+            f"(known: {', '.join(sorted(runtime.workflows)) or 'none'})"
         )
     try:
         definition.signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"{prefix}workflow {workflow!r}: {exc}") from None
-    encoded = encode_input(app, workflow, args, kwargs)
+    encoded = encode_input(workflow, args, kwargs)
     plain = json.loads(encoded)
     typed_arguments(
         definition, plain["args"], plain["kwargs"], f"input of {where or f'workflow {workflow!r}'}"
@@ -87,12 +88,12 @@ def checked_input(
 class Client:
     """Operations on runs, by id, against an app's store."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     @property
     def store(self) -> Store:
-        return self.app.store
+        return self.runtime.store
 
     async def start(
         self,
@@ -119,10 +120,10 @@ class Client:
         partition_key: str | None = None,
     ) -> tuple[RunRow, bool]:
         """`start`, also saying whether this call created the run (False: it existed)."""
-        definition, encoded = checked_input(self.app, workflow, args, kwargs or {})
-        await self.app.open_store()
-        text, blob = inline_or_blob(encoded, self.app.blob_threshold)
-        now = self.app.clock.now()
+        definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
+        await self.runtime.open_store()
+        text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
+        now = self.runtime.clock.now()
         limit = deadline if deadline is not None else definition.deadline
         new = NewRun(
             id=run_id or uuid.uuid4().hex,
@@ -143,11 +144,11 @@ class Client:
                 f"run id {run.id!r} already names a run of workflow {run.workflow!r}, "
                 f"not {workflow!r}"
             )
-        self.app.notify()
+        self.runtime.notify()
         return run, created
 
     async def get(self, run_id: str) -> RunRow:
-        await self.app.open_store()
+        await self.runtime.open_store()
         run = await self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
@@ -160,13 +161,13 @@ class Client:
     async def list_runs(
         self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
     ) -> list[RunRow]:
-        await self.app.open_store()
+        await self.runtime.open_store()
         return await self.store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
 
     async def stuck(self, grace: float = 60.0) -> list[tuple[RunRow, str]]:
         """Runs nobody has moved for `grace` seconds past their time, each with the reason."""
-        await self.app.open_store()
-        now = self.app.clock.now()
+        await self.runtime.open_store()
+        now = self.runtime.clock.now()
         found = []
         for run in await self.store.overdue(now, grace):
             if run.status in (RUNNING, "cancelling"):
@@ -178,7 +179,7 @@ class Client:
                 why = f"pending for {now - run.updated_at:.0f}s: is a worker for it running?"
             else:
                 why = f"{run.status}: its timer was due {now - (run.wake_at or now):.0f}s ago"
-            if run.workflow not in self.app.workflows and self.app.workflows:
+            if run.workflow not in self.runtime.workflows and self.runtime.workflows:
                 why += f" (workflow {run.workflow!r} is not registered in this app)"
             found.append((run, why))
         return found
@@ -195,13 +196,13 @@ class Client:
             if deadline is not None and loop.time() >= deadline:
                 raise WaitTimeout(f"run {run_id!r} is still {run.status} after {timeout}s")
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
-            await self.app.wait_change(wait)
+            await self.runtime.wait_change(wait)
             delay = min(delay * 2, 0.25)
         if run.status != COMPLETED:
             error = loads(run.error)
             message = error.get("message") if isinstance(error, dict) else None
             raise RunFailed(run_id, run.status, message)
-        definition = self.app.workflows.get(run.workflow)
+        definition = self.runtime.workflows.get(run.workflow)
         hint = definition.hints.get("return") if definition else None
         value = loads(await resolve_text(self.store, run.result))
         return from_json(value, hint, f"result of run {run_id!r}")
@@ -211,10 +212,10 @@ class Client:
     ) -> int:
         """Deliver an event to a run; kept until the run's `wait_event(name)` consumes it.
         With `key`, a second delivery of the same event is ignored."""
-        await self.app.open_store()
+        await self.runtime.open_store()
         text = dumps(payload, f"event {name!r} payload")  # the store checks the run exists
-        event_id = await self.store.send_event(run_id, name, text, self.app.clock.now(), key)
-        self.app.notify()
+        event_id = await self.store.send_event(run_id, name, text, self.runtime.clock.now(), key)
+        self.runtime.notify()
         return event_id
 
     async def set_pause(self, scope: str, name: str, paused: bool) -> bool:
@@ -228,16 +229,16 @@ class Client:
         """
         if not name:
             raise ConfigError(f"pause: name the {scope}")
-        await self.app.open_store()
-        changed = await self.store.set_pause(scope, name, paused, self.app.clock.now())
+        await self.runtime.open_store()
+        changed = await self.store.set_pause(scope, name, paused, self.runtime.clock.now())
         if paused:
-            for ctx in list(self.app.active.values()):
+            for ctx in list(self.runtime.active.values()):
                 host = (ctx.worker_id or "").split(":", 1)[0]
                 if (scope == "workflow" and ctx.run.workflow == name) or (
                     scope == "worker" and name in (ctx.worker_id, host)
                 ):
                     ctx.hold_requested = True
-        self.app.notify()
+        self.runtime.notify()
         return changed
 
     async def cancel(self, run_id: str) -> str:
@@ -245,11 +246,11 @@ class Client:
         run = await self.get(run_id)
         if run.status in FINAL:
             return run.status
-        for touched in await self.store.cancel(run_id, self.app.clock.now()):
-            ctx = self.app.active.get(touched)
+        for touched in await self.store.cancel(run_id, self.runtime.clock.now()):
+            ctx = self.runtime.active.get(touched)
             if ctx is not None:  # held by a worker in this process: reach it at once
                 ctx.request_cancel()
-        self.app.notify()
+        self.runtime.notify()
         return (await self.get(run_id)).status
 
     async def pause(self, run_id: str) -> str:
@@ -262,7 +263,7 @@ class Client:
             await self._operator(
                 run, "run.pause_requested", fields={"pause_requested": 1}, expect=(RUNNING,)
             )
-            ctx = self.app.active.get(run_id)
+            ctx = self.runtime.active.get(run_id)
             if ctx is not None:  # held by a worker in this process: stop at its next step
                 ctx.pause_requested = True
         elif run.status != PAUSED:
@@ -275,22 +276,24 @@ class Client:
         for _ in range(10):  # a worker may park the run between our read and our write
             run = await self.get(run_id)
             if run.status == DEAD:
-                resumed = Entry(kind="run.resumed", data='{"from":"dead"}', at=self.app.clock.now())
+                resumed = Entry(
+                    kind="run.resumed", data='{"from":"dead"}', at=self.runtime.clock.now()
+                )
                 fields = {"error": None, "pause_requested": 0}
                 if await self._append(run, [resumed], PENDING, fields, (DEAD,), conflict_ok=True):
                     break
             elif run.status == PAUSED:
-                resumed = Entry(kind="run.resumed", at=self.app.clock.now())
+                resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())
                 if await self._append(
                     run, [resumed], PENDING, {"pause_requested": 0}, (PAUSED,), conflict_ok=True
                 ):
                     break
             elif run.pause_requested:
-                resumed = Entry(kind="run.resumed", at=self.app.clock.now())
+                resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())
                 if await self._append(
                     run, [resumed], None, {"pause_requested": 0}, (RUNNING,), conflict_ok=True
                 ):
-                    ctx = self.app.active.get(run_id)
+                    ctx = self.runtime.active.get(run_id)
                     if ctx is not None:
                         ctx.pause_requested = False
                     break
@@ -298,7 +301,7 @@ class Client:
                 raise PerdureError(f"run {run_id!r} is {run.status}, not paused or dead")
         else:
             raise PerdureError(f"run {run_id!r} kept changing; resume it again")
-        self.app.notify()
+        self.runtime.notify()
         return (await self.get(run_id)).status
 
     async def resolve(
@@ -325,7 +328,7 @@ class Client:
         if target is None:
             where = ", ".join(f"{e.position} ({e.name})" for e in stuck[-1:]) or "none"
             raise PerdureError(f"run {run_id!r} has no stuck step {step!r}; stuck: {where}")
-        now = self.app.clock.now()
+        now = self.runtime.clock.now()
         if fail:
             error = json.dumps(
                 {"type": "OperatorFailed", "message": f"failed by operator at step {target.name!r}"}
@@ -354,21 +357,21 @@ class Client:
                 at=now,
             )
         await self._append(run, [entry], PENDING, {}, (NEEDS_ATTENTION,))
-        self.app.notify()
+        self.runtime.notify()
         return PENDING
 
     async def gc(self, *, batch: int = 200) -> GcReport:
         """Delete finished runs beyond their workflow's retention; one transaction per batch."""
         from .retention import collect
 
-        return await collect(self.app, batch=batch)
+        return await collect(self.runtime, batch=batch)
 
     async def fork(self, run_id: str, from_step: int, new_id: str | None = None) -> RunRow:
         """A new run of the same workflow and input whose first `from_step` outcomes are R's."""
         run = await self.get(run_id)
         if from_step < 0:
             raise ConfigError("fork: --from-step must be 0 or more")
-        definition = self.app.workflows.get(run.workflow)
+        definition = self.runtime.workflows.get(run.workflow)
         entries = [
             Entry(
                 kind=e.kind,
@@ -387,13 +390,13 @@ class Client:
             workflow=run.workflow,
             input=run.input,
             code_version=definition.version if definition else run.code_version,
-            now=self.app.clock.now(),
+            now=self.runtime.clock.now(),
             entries=entries,
         )
         forked, created = await self.store.create_run(new)
         if not created:
             raise PerdureError(f"fork: run id {new.id!r} already exists")
-        self.app.notify()
+        self.runtime.notify()
         return forked
 
     async def _operator(
@@ -405,7 +408,7 @@ class Client:
         fields: dict[str, Any] | None = None,
         expect: Sequence[str] | None = None,
     ) -> None:
-        entry = Entry(kind=kind, at=self.app.clock.now())
+        entry = Entry(kind=kind, at=self.runtime.clock.now())
         await self._append(run, [entry], status, fields or {}, expect)
 
     async def _append(
@@ -429,7 +432,7 @@ class Client:
                     epoch=None,
                     entries=entries,
                     status=status,
-                    fields={"updated_at": self.app.clock.now(), **fields},
+                    fields={"updated_at": self.runtime.clock.now(), **fields},
                     expect_status=expect,
                 )
             )

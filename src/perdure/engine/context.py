@@ -41,12 +41,12 @@ from ..store.base import (
     Store,
 )
 from ..store.blobs import inline_or_blob
-from . import hooks
+from . import observers
 from .codec import dumps, loads
 
 if TYPE_CHECKING:
-    from .app import App
     from .clock import Clock
+    from .runtime import Runtime
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.worker")
@@ -87,7 +87,7 @@ class RunContext:
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         run: RunRow,
         entries: list[Entry],
         *,
@@ -97,8 +97,8 @@ class RunContext:
         sync_mode: bool,
         inline_sleep: float,
     ) -> None:
-        self.app = app
-        self.store: Store = app.store
+        self.runtime = runtime
+        self.store: Store = runtime.store
         self.run = run
         self.epoch = run.lease_epoch
         self.worker_id = worker_id
@@ -234,7 +234,7 @@ class RunContext:
             else (None if data is None else dumps(data, where or f"{kind} {name}"))
         )
         if text is not None:
-            text, blob = inline_or_blob(text, self.app.blob_threshold)
+            text, blob = inline_or_blob(text, self.runtime.blob_threshold)
             if blob is not None:
                 with self.buffer_lock:
                     self.blobs.append(blob)
@@ -365,9 +365,9 @@ class RunContext:
             blobs=blobs,
             consume_event=consume_event,
             tx_body=tx_body,
-            blob_threshold=self.app.blob_threshold,
+            blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
-            inline_ok=len(self.app.active) <= 1,
+            inline_ok=len(self.runtime.active) <= 1,
         )
         return append, buffered, blobs
 
@@ -381,7 +381,7 @@ class RunContext:
 
     def _lost(self, append: Append) -> WorkerStopping:
         self.lost = True
-        hooks.lease_lost(self.run_id, self.worker_id, "write refused")
+        observers.lease_lost(self.run_id, self.worker_id, "write refused")
         log.warning(
             "worker %s: write for run %s refused: lease epoch %d was taken over; "
             "%d entr(ies) dropped",

@@ -20,7 +20,7 @@ from ..errors import LeaseLost
 from ..store.base import CANCELLING, DEAD, Append, Claim, Entry
 
 if TYPE_CHECKING:
-    from .app import App
+    from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
 
@@ -43,7 +43,7 @@ def lost_holders(entries: Sequence[Entry]) -> list[str]:
 
 
 async def bury_if_poison(
-    app: App,
+    runtime: Runtime,
     claim: Claim,
     entries: Sequence[Entry],
     *,
@@ -76,7 +76,7 @@ async def bury_if_poison(
         f"or `perdure cancel {run.id}`"
     )
     try:
-        await app.store.append(
+        await runtime.store.append(
             Append(
                 run_id=run.id,
                 epoch=run.lease_epoch,
@@ -96,5 +96,5 @@ async def bury_if_poison(
     except LeaseLost:
         return True  # another worker holds it now and will judge it itself
     log.error("%s", message)
-    app.notify_change()
+    runtime.notify_change()
     return True

@@ -21,7 +21,7 @@ from .effects import MEANING, RECOVERY
 from .runner import call_workflow, decode_input, load_entries
 
 if TYPE_CHECKING:
-    from .app import App
+    from .runtime import Runtime
 
 
 @dataclass(slots=True)
@@ -42,7 +42,7 @@ def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def explain(app: App, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]:
+def explain(runtime: Runtime, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]:
     """Per position: the call, its attempts, its outcome and what recovery would do."""
     by_pos: dict[int, list[Entry]] = {}
     for entry in entries:
@@ -53,7 +53,7 @@ def explain(app: App, run: RunRow, entries: Sequence[Entry]) -> list[StepReport]
         group = by_pos[pos]
         first, last = group[0], group[-1]
         family = first.kind.partition(".")[0]
-        step = app.steps.get(first.name) if family == "step" else None
+        step = runtime.steps.get(first.name) if family == "step" else None
         intent = next((e for e in group if e.kind == "step.intent"), None)
         effect = (
             step.effect if step else (_load(intent.data) or {}).get("effect", "") if intent else ""
@@ -124,11 +124,11 @@ class EffectRow:
     timeout: str
 
 
-def effects(app: App) -> list[EffectRow]:
+def effects(runtime: Runtime) -> list[EffectRow]:
     """Every registered step with its effect and what recovery does with it."""
     rows = []
-    for name in sorted(app.steps):
-        step = app.steps[name]
+    for name in sorted(runtime.steps):
+        step = runtime.steps[name]
         policy = step.retry
         retry = "no retry" if policy.max_attempts == 1 else f"{policy.max_attempts} attempts"
         timeout = "-" if step.timeout is None else f"{step.timeout:g}s"
@@ -157,16 +157,16 @@ class ReplayReport:
     divergences: list[Divergence] = field(default_factory=list)
 
 
-async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
+async def replay_check(runtime: Runtime, limit: int = 100_000) -> ReplayReport:
     """Replay every unfinished run's journal against the current code; execute nothing."""
-    await app.open_store()
+    await runtime.open_store()
     report = ReplayReport()
     loop = asyncio.get_running_loop()
     # dead runs too: `perdure resume` would replay them against this code
-    unfinished = [r for r in await app.store.list_runs(limit=limit) if r.status not in FINAL]
+    unfinished = [r for r in await runtime.store.list_runs(limit=limit) if r.status not in FINAL]
     for run in unfinished:
         report.checked += 1
-        definition = app.workflows.get(run.workflow)
+        definition = runtime.workflows.get(run.workflow)
         if definition is None:
             report.divergences.append(
                 Divergence(
@@ -181,18 +181,18 @@ async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
             )
             continue
         ctx = RunContext(
-            app,
+            runtime,
             run,
-            await load_entries(app, run.id),
+            await load_entries(runtime, run.id),
             worker_id="replay-check",
-            clock=app.clock,
+            clock=runtime.clock,
             loop=loop,
             sync_mode=not definition.is_async,
             inline_sleep=0.0,
         )
         ctx.check_only = True
         try:
-            args, kwargs = await decode_input(app, run, definition)
+            args, kwargs = await decode_input(runtime, run, definition)
             await call_workflow(ctx, definition, args, kwargs, None)
         except ReplayEnd:
             continue
@@ -225,7 +225,7 @@ async def replay_check(app: App, limit: int = 100_000) -> ReplayReport:
         else:
             if any(
                 e.position is not None and e.position >= ctx.position
-                for e in await app.store.journal(run.id)
+                for e in await runtime.store.journal(run.id)
             ):
                 report.divergences.append(
                     Divergence(

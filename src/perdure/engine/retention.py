@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..store.base import GcBatch, GcRule
 
 if TYPE_CHECKING:
-    from .app import App
+    from .runtime import Runtime
 
 DAY = 86_400.0
 
@@ -81,21 +81,21 @@ class GcReport:
         )
 
 
-async def collect(app: App, *, batch: int = 200) -> GcReport:
+async def collect(runtime: Runtime, *, batch: int = 200) -> GcReport:
     """Apply every registered workflow's retention policy once; `batch` runs per transaction."""
     if batch < 1:
         raise ConfigError(f"gc: batch={batch} must be 1 or more")
-    await app.open_store()
-    now = app.clock.now()
+    await runtime.open_store()
+    now = runtime.clock.now()
     report = GcReport()
-    for name in sorted(app.workflows):
-        policy = app.workflows[name].retention
+    for name in sorted(runtime.workflows):
+        policy = runtime.workflows[name].retention
         if policy is None:
             continue
         rule = policy.rule(name, now)
         cursor: tuple[float, str] | None = None
         while True:
-            done = await app.store.gc(rule, cursor, batch)
+            done = await runtime.store.gc(rule, cursor, batch)
             report.add(done)
             if done.cursor is None:
                 break

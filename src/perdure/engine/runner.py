@@ -19,7 +19,7 @@ from ..errors import (
 )
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
-from . import hooks
+from . import observers
 from .client import resolve_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
@@ -28,27 +28,27 @@ from .registry import WorkflowDef, typed_arguments
 from .steps import error_record
 
 if TYPE_CHECKING:
-    from .app import App
     from .clock import Clock
+    from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
 
 
-async def load_entries(app: App, run_id: str) -> list[Entry]:
-    return await resolve_entries(app, await app.store.journal(run_id))
+async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
+    return await resolve_entries(runtime, await runtime.store.journal(run_id))
 
 
-async def resolve_entries(app: App, entries: list[Entry]) -> list[Entry]:
+async def resolve_entries(runtime: Runtime, entries: list[Entry]) -> list[Entry]:
     """Replace blob references in the entries' data by the blobs' text."""
     for entry in entries:
-        entry.data = await resolve_text(app.store, entry.data)
+        entry.data = await resolve_text(runtime.store, entry.data)
     return entries
 
 
 async def decode_input(
-    app: App, run: RunRow, definition: WorkflowDef
+    runtime: Runtime, run: RunRow, definition: WorkflowDef
 ) -> tuple[list[Any], dict[str, Any]]:
-    raw = loads(await resolve_text(app.store, run.input)) or {}
+    raw = loads(await resolve_text(runtime.store, run.input)) or {}
     args, kwargs = list(raw.get("args", [])), dict(raw.get("kwargs", {}))
     return typed_arguments(definition, args, kwargs, f"input of run {run.id!r}")
 
@@ -79,7 +79,7 @@ async def call_workflow(
 
 
 async def execute(
-    app: App,
+    runtime: Runtime,
     claim: Claim,
     *,
     worker_id: str,
@@ -96,12 +96,12 @@ async def execute(
     row) is made `dead` instead of being replayed again.
     """
     run = claim.run
-    definition = app.workflows[run.workflow]
+    definition = runtime.workflows[run.workflow]
     loop = asyncio.get_running_loop()
     try:
-        entries = [] if claim.empty_journal else await app.store.journal(run.id)
+        entries = [] if claim.empty_journal else await runtime.store.journal(run.id)
         if claim.recovered_from is not None and await bury_if_poison(
-            app,
+            runtime,
             claim,
             entries,
             max_recoveries=max_recoveries,
@@ -109,12 +109,12 @@ async def execute(
             worker_id=worker_id,
         ):
             return
-        entries = await resolve_entries(app, entries)
+        entries = await resolve_entries(runtime, entries)
     except StoreUnavailable as exc:  # the lease will expire; the journal decides on recovery
         log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
         return
     ctx = RunContext(
-        app,
+        runtime,
         run,
         entries,
         worker_id=worker_id,
@@ -126,8 +126,8 @@ async def execute(
     ctx.crash_after_intent = crash_after_intent
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
-    app.active[run.id] = ctx  # newest holder in this process, for operator calls
-    started, outcome = hooks.run_started(ctx, claim.recovered_from), "stopped"
+    runtime.active[run.id] = ctx  # newest holder in this process, for operator calls
+    started, outcome = observers.run_started(ctx, claim.recovered_from), "stopped"
     try:
         if run.status == "cancelling":
             await finish_cancel(ctx)
@@ -138,13 +138,13 @@ async def execute(
                 from ..errors import DeadlineExceeded
 
                 raise DeadlineExceeded(f"run {run.id!r} passed its deadline")
-            args, kwargs = await decode_input(app, run, definition)
+            args, kwargs = await decode_input(runtime, run, definition)
             result = await call_workflow(ctx, definition, args, kwargs, executor)
             await ctx.settle_inflight()
             if ctx.diverged is not None:
                 raise ctx.diverged  # the workflow swallowed it; the run still must not finish
             text, blob = inline_or_blob(
-                dumps(result, f"result of workflow {definition.name!r}"), app.blob_threshold
+                dumps(result, f"result of workflow {definition.name!r}"), runtime.blob_threshold
             )
             if blob is not None:
                 ctx.blobs.append(blob)
@@ -166,7 +166,7 @@ async def execute(
             outcome = "cancelled"
         except WorkerStopping:
             if ctx.hold_requested and not ctx.lost:  # paused workflow or worker: hand it back
-                await release_held(app, ctx, worker_id)
+                await release_held(runtime, ctx, worker_id)
                 outcome = "released"
         except StoreUnavailable as exc:  # e.g. reading the input's blob: stop, never fail
             raise ctx._unreachable(exc) from None
@@ -180,17 +180,17 @@ async def execute(
         log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
         ctx.closed = True
-        hooks.run_finished(ctx, outcome, started)
+        observers.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)
-        if app.active.get(run.id) is ctx:
-            del app.active[run.id]
-        app.notify_change()
+        if runtime.active.get(run.id) is ctx:
+            del runtime.active[run.id]
+        runtime.notify_change()
 
 
-async def release_held(app: App, ctx: RunContext, worker_id: str) -> None:
+async def release_held(runtime: Runtime, ctx: RunContext, worker_id: str) -> None:
     """Release the lease of a run stopped by a pause, so it resumes as soon as it is lifted."""
     try:
-        await app.store.release(worker_id, [ctx.run_id])
+        await runtime.store.release(worker_id, [ctx.run_id])
     except StoreError as exc:  # the lease will expire instead
         log.warning("worker %s: could not release paused run %s (%s)", worker_id, ctx.run_id, exc)
 

@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
-from . import hooks
+from . import observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
@@ -117,17 +117,17 @@ def _run_direct(
     if step.name in ctx.crash_after_intent:
         ctx.call(ctx.flush())
         raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
-    hooks.step_started(ctx, info)
+    observers.step_started(ctx, info)
     started = monotonic()
     token = _step_info.set(info)
     try:
         data = to_json(step.fn(*args, **kwargs), f"{where} result")
     except Exception as exc:
-        hooks.step_finished(ctx, info, started, exc)
+        observers.step_finished(ctx, info, started, exc)
         return ctx.call(run_step(ctx, step, pos, args, kwargs, failed=(exc, 1)), track=True)
     finally:
         _step_info.reset(token)
-    hooks.step_finished(ctx, info, started)
+    observers.step_finished(ctx, info, started)
     elapsed = monotonic() - started
     entry = ctx.entry(
         "step.outcome",
@@ -186,7 +186,7 @@ async def run_step(
     last = entries[-1] if entries else None
     if last is not None and last.kind == "step.intent":
         action = "needs_attention" if step.effect == "once" else "rerun"
-        hooks.step_recovered(ctx, step, pos, last.attempt, action)
+        observers.step_recovered(ctx, step, pos, last.attempt, action)
         if step.effect == "once":
             raise await ctx.suspend(
                 NEEDS_ATTENTION,
@@ -225,7 +225,7 @@ async def _settle(
             return outcome
         if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
             retry_at = ctx.now() + step.retry.delay(attempt, error=outcome)
-            hooks.step_retry(ctx, step, pos, attempt, retry_at - ctx.now(), outcome)
+            observers.step_retry(ctx, step, pos, attempt, retry_at - ctx.now(), outcome)
             entry = ctx.entry(
                 "step.attempt_failed",
                 step.name,
@@ -301,20 +301,20 @@ async def _attempt(
     if step.name in ctx.crash_after_intent:
         await ctx.flush()
         raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
-    hooks.step_started(ctx, info)
+    observers.step_started(ctx, info)
     started = monotonic()
     try:
         value = await _execute(ctx, step, info, args, kwargs)
         data = to_json(value, f"{where} result")
     except (RunSuspended, asyncio.CancelledError) as stop:
-        hooks.step_finished(ctx, info, started, stop)
+        observers.step_finished(ctx, info, started, stop)
         raise
     except BaseException as exc:
         if not isinstance(exc, Exception):
             raise
-        hooks.step_finished(ctx, info, started, exc)
+        observers.step_finished(ctx, info, started, exc)
         return exc
-    hooks.step_finished(ctx, info, started)
+    observers.step_finished(ctx, info, started)
     elapsed = monotonic() - started
     entry = ctx.entry(
         "step.outcome",
@@ -340,7 +340,7 @@ async def _execute(
         else:
             context = contextvars.copy_context()
             call = ctx.loop.run_in_executor(
-                ctx.app.step_executor, functools.partial(context.run, step.fn, *args, **kwargs)
+                ctx.runtime.step_executor, functools.partial(context.run, step.fn, *args, **kwargs)
             )
         if step.timeout is None:
             return await call
@@ -376,10 +376,10 @@ async def _attempt_transactional(
         return dumps_plain({"value": to_json(value, f"{where} result")})
 
     entry = ctx.entry("step.outcome", step.name, position=pos, attempt=attempt, final=True)
-    hooks.step_started(ctx, info)
+    observers.step_started(ctx, info)
     started = monotonic()
     result = await ctx.write(entry, tx_body=body)
-    hooks.step_finished(ctx, info, started, result.tx_error)
+    observers.step_finished(ctx, info, started, result.tx_error)
     if result.tx_error is not None:
         ctx.by_position[pos].remove(entry)
         return result.tx_error

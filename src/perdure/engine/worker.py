@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreError
 from ..store.base import CANCELLING, Claim
-from . import hooks
+from . import observers
+from .client import Client
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
 from .peers import release_dead_peers
@@ -28,7 +29,7 @@ from .runner import execute
 from .services import supervise
 
 if TYPE_CHECKING:
-    from .app import App
+    from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
 PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
@@ -68,11 +69,11 @@ class Worker:
     """Runs an app's workflows from its store until stopped."""
 
     def __init__(
-        self, app: App, options: WorkerOptions | None = None, *, clock: Clock | None = None
+        self, runtime: Runtime, options: WorkerOptions | None = None, *, clock: Clock | None = None
     ) -> None:
-        self.app = app
+        self.runtime = runtime
         self.options = options or WorkerOptions()
-        self.clock = clock or app.clock
+        self.clock = clock or runtime.clock
         self.id = make_worker_id()
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.contexts: dict[str, RunContext] = {}
@@ -93,8 +94,8 @@ class Worker:
 
     async def run(self) -> None:
         """Claim and run until `stop()`; then drain for `grace` seconds and release leases."""
-        await self.app.open_store()
-        self.app.listen_work()
+        await self.runtime.open_store()
+        self.runtime.listen_work()
         loops = [
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
@@ -103,7 +104,7 @@ class Worker:
         ]
         if self.options.gc_every:
             loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
-        for service in self.app.services:
+        for service in self.runtime.services:
             loops.append(asyncio.create_task(supervise(service, self), name=service.name))
         stop_wait = asyncio.create_task(self.stopping.wait())
         try:
@@ -121,7 +122,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.app.notify()
+        self.runtime.notify()
 
     async def _drain(self) -> None:
         if self.crashed is not None:
@@ -144,7 +145,7 @@ class Worker:
         if leftover:
             await asyncio.gather(*(self.tasks[r] for r in leftover), return_exceptions=True)
             try:
-                await self.app.store.release(self.id, leftover)
+                await self.runtime.store.release(self.id, leftover)
             except StoreError as exc:  # the leases will simply expire
                 log.warning("worker %s: could not release leases (%s)", self.id, exc)
 
@@ -156,13 +157,13 @@ class Worker:
         if free <= 0 or self.stopping.is_set():
             return 0
         held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
-        claims = await self.app.store.claim(
+        claims = await self.runtime.store.claim(
             self.id,
             self.clock.now(),
             self.options.lease,
             free,
-            list(self.app.workflows),
-            list(self.app.queues.values()),
+            list(self.runtime.workflows),
+            list(self.runtime.queues.values()),
             held,
         )
         for claim in claims:
@@ -174,10 +175,10 @@ class Worker:
         self.claimed += 1
         if claim.recovered_from:
             log.info("worker %s recovers run %s from %s", self.id, run_id, claim.recovered_from)
-            hooks.run_recovered(run_id, self.id, claim.recovered_from)
+            observers.run_recovered(run_id, self.id, claim.recovered_from)
         task = asyncio.create_task(
             execute(
-                self.app,
+                self.runtime,
                 claim,
                 worker_id=self.id,
                 clock=self.clock,
@@ -200,7 +201,7 @@ class Worker:
             self._die(error)
         elif error is not None:
             log.error("run %s: engine error", run_id, exc_info=error)
-        self.app.notify()
+        self.runtime.notify()
 
     def _die(self, error: BaseException) -> None:
         """Crash injection: stop at once, writing nothing more and releasing no lease."""
@@ -226,13 +227,13 @@ class Worker:
                     "worker %s: cannot claim (%s); retrying in %.2fs", self.id, exc, backoff
                 )
                 wait, backoff = backoff, min(backoff * 2, 2.0)
-            await self.app.wait_work(wait)
+            await self.runtime.wait_work(wait)
 
     async def _idle_wait(self) -> float:
         wait = self.options.poll
         if len(self.tasks) >= self.options.concurrency:
             return wait  # full: a finishing run wakes the loop; no timer matters until then
-        wake = await self.app.store.next_wake(list(self.app.workflows))
+        wake = await self.runtime.store.next_wake(list(self.runtime.workflows))
         if wake is not None:
             wait = min(wait, max(0.0, wake - self.clock.now()) + 0.001)
         return wait
@@ -243,7 +244,7 @@ class Worker:
         held = list(self.tasks)
         if not held:
             return
-        states = await self.app.store.heartbeat(
+        states = await self.runtime.store.heartbeat(
             self.id, held, self.clock.now() + self.options.lease
         )
         alive = {s.run_id: s for s in states}
@@ -255,7 +256,7 @@ class Worker:
                 continue
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
-                hooks.lease_lost(run_id, self.id, "heartbeat")
+                observers.lease_lost(run_id, self.id, "heartbeat")
                 ctx.lost = True
                 task.cancel()
                 continue
@@ -277,8 +278,8 @@ class Worker:
         """Now and every lease/3 seconds: recover at once the runs of dead local workers."""
         while not self.stopping.is_set():
             try:
-                if await release_dead_peers(self.app.store, self.id, self.clock.now()):
-                    self.app.notify()
+                if await release_dead_peers(self.runtime.store, self.id, self.clock.now()):
+                    self.runtime.notify()
             except StoreError as exc:
                 log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
             with contextlib.suppress(TimeoutError):
@@ -297,7 +298,7 @@ class Worker:
                 row = WorkerRow(self.id, host, int(pid), started, self.clock.now(),
                                 self.options.concurrency, len(self.tasks))  # fmt: skip
                 try:
-                    await self.app.store.worker_beat(row)
+                    await self.runtime.store.worker_beat(row)
                 except StoreError as exc:
                     log.warning("worker %s: presence not recorded (%s)", self.id, exc)
                 with contextlib.suppress(TimeoutError):
@@ -305,7 +306,7 @@ class Worker:
         finally:
             if self.crashed is None:  # a (simulated) crash writes nothing more, like kill -9
                 with contextlib.suppress(StoreError, asyncio.CancelledError):
-                    await self.app.store.worker_stopped(self.id, self.clock.now())
+                    await self.runtime.store.worker_stopped(self.id, self.clock.now())
 
     # -- retention ---------------------------------------------------------------------
 
@@ -314,7 +315,7 @@ class Worker:
         every = self.options.gc_every or 0.0
         while not self.stopping.is_set():
             try:
-                report = await self.app.client.gc()
+                report = await Client(self.runtime).gc()
                 if report.runs:
                     log.info("worker %s: gc %s", self.id, report)
             except Exception as exc:  # gc must never stop the worker
@@ -332,7 +333,7 @@ class Worker:
 
     async def run_until_idle(self, max_rounds: int = 10_000) -> int:
         """Claim and run until nothing is runnable at the clock's current time (tests)."""
-        await self.app.open_store()
+        await self.runtime.open_store()
         total = 0
         for _ in range(max_rounds):
             started = await self.claim_once()

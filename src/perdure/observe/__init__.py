@@ -1,6 +1,6 @@
 """Observability: structured logs, Prometheus metrics, OpenTelemetry traces, `perdure top`.
 
-The engine reports what it does through `perdure.engine.hooks`; the modules here
+The engine reports what it does through `perdure.engine.observers`; the modules here
 turn that into logs (`logs`), metrics (`metrics`) and spans (`tracing`). Each
 needs the `observe` extra (`pip install 'perdure[observe]'`) only when used.
 `perdure worker` and `perdure serve` call `instrument`; an embedded worker
@@ -17,7 +17,7 @@ from .logs import configure_logging
 from .tracing import configure_tracing, trace_id_hex
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..engine.runtime import Runtime
 
 __all__ = ["configure_logging", "configure_tracing", "instrument", "trace_id_hex"]
 
@@ -25,7 +25,7 @@ log = logging.getLogger("perdure.observe")
 _traced = False
 
 
-def instrument(app: App | None = None, *, json: bool | None = None) -> None:
+def instrument(runtime: Runtime | None = None, *, json: bool | None = None) -> None:
     """Logs (`configure_logging`), metrics if prometheus-client is installed, and traces if
     the OTEL_* variables ask for them (a tracing setup that fails is logged, not fatal:
     durable work goes on without spans)."""
@@ -34,7 +34,7 @@ def instrument(app: App | None = None, *, json: bool | None = None) -> None:
     try:
         from .metrics import install_metrics
 
-        install_metrics(app)
+        install_metrics(runtime)
     except ConfigError:
         pass  # metrics were not asked for; `--metrics-port` and /metrics say what is missing
     if not _traced:  # one tracer per process, however many times this is called

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import IO, Any
 
-from ..engine import hooks
-from ..engine.hooks import RunEvent, StepEvent
+from ..engine import observers
+from ..engine.observers import RunEvent, StepEvent
 from ..errors import ConfigError, MissingExtra
 from .tracing import trace_id_hex
 
@@ -90,7 +90,7 @@ class PlainFormatter(logging.Formatter):
 
 def add_run_context(logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
     """Add the executing run's (and step's) fields and the run's trace id to a line."""
-    for key, value in hooks.log_fields().items():
+    for key, value in observers.log_fields().items():
         event.setdefault(key, value)
     run_id = event.get("run_id")
     if isinstance(run_id, str) and "trace_id" not in event:
@@ -143,7 +143,7 @@ def configure_logging(
         root.addHandler(handler)
         root.setLevel(level)
         LOG_OBSERVER.structured = False
-        hooks.install(LOG_OBSERVER)
+        observers.install(LOG_OBSERVER)
         return
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -181,7 +181,7 @@ def configure_logging(
         cache_logger_on_first_use=False,
     )
     LOG_OBSERVER.structured = True
-    hooks.install(LOG_OBSERVER)
+    observers.install(LOG_OBSERVER)
 
 
 def _isatty(stream: IO[str]) -> bool:
@@ -189,7 +189,7 @@ def _isatty(stream: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
-class LogObserver(hooks.Observer):
+class LogObserver(observers.Observer):
     """One line per run execution start and end, per retry, recovery and lost lease; step
     attempts at DEBUG (a failed one at INFO)."""
 

@@ -26,8 +26,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..engine import hooks
-from ..engine.hooks import RunEvent, StepEvent
+from ..engine import observers
+from ..engine.observers import RunEvent, StepEvent
 from ..errors import ConfigError, PerdureError
 from ..extras import require_extra
 from ..store.base import ALL_STATUSES
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from ..engine.app import App
+    from ..engine.runtime import Runtime
 
 log = logging.getLogger("perdure.metrics")
 
@@ -49,8 +49,8 @@ STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0,
 class RunsCollector:
     """`perdure_runs{status}`, counted by the store at each scrape (from a thread of its own)."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     def describe(self) -> list[Metric]:
         return []  # no read of the store when registered
@@ -59,7 +59,7 @@ class RunsCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            counts = self.app.sync(self.app.store.count_runs(), "perdure_runs")
+            counts = self.runtime.sync(self.runtime.store.count_runs(), "perdure_runs")
         except PerdureError as exc:  # the store is away: say so, without runs figures
             log.warning("metrics: cannot count runs (%s)", exc)
             up = 0.0
@@ -72,7 +72,7 @@ class RunsCollector:
         yield GaugeMetricFamily("perdure_store_up", "1 if the store answered.", value=up)
 
 
-class Metrics(hooks.Observer):
+class Metrics(observers.Observer):
     """The metric families on one registry, fed by the engine's hooks once installed."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -115,13 +115,13 @@ class Metrics(hooks.Observer):
         self._watched: set[int] = set()
         self._lock = threading.Lock()
 
-    def watch(self, app: App) -> None:
+    def watch(self, runtime: Runtime) -> None:
         """Report `perdure_runs` of `app`'s store (once per app)."""
         with self._lock:
-            if id(app) in self._watched:
+            if id(runtime) in self._watched:
                 return
-            self._watched.add(id(app))
-        self.registry.register(RunsCollector(app))
+            self._watched.add(id(runtime))
+        self.registry.register(RunsCollector(runtime))
 
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes (reads the store: call it off the event loop)."""
@@ -168,7 +168,7 @@ _default: Metrics | None = None
 _default_lock = threading.Lock()
 
 
-def install_metrics(app: App | None = None) -> Metrics:
+def install_metrics(runtime: Runtime | None = None) -> Metrics:
     """The process's metrics, created and hooked into the engine on first use.
 
     Raises:
@@ -179,19 +179,19 @@ def install_metrics(app: App | None = None) -> Metrics:
         if _default is None:
             require_extra("observe", "/metrics", "prometheus_client")
             _default = Metrics()
-            hooks.install(_default)
-    if app is not None:
-        _default.watch(app)
+            observers.install(_default)
+    if runtime is not None:
+        _default.watch(runtime)
     return _default
 
 
-def serve_metrics(app: App, port: int, host: str | None = None) -> Any:
+def serve_metrics(runtime: Runtime, port: int, host: str | None = None) -> Any:
     """Serve this process's metrics at http://host:port/metrics from a thread of its own;
     returns the server (`.shutdown()` stops it).
 
     `host` defaults to `PERDURE_METRICS_HOST`, else 127.0.0.1 (0.0.0.0: every interface).
     """
-    metrics = install_metrics(app)
+    metrics = install_metrics(runtime)
     from prometheus_client import start_http_server
 
     host = host or os.environ.get("PERDURE_METRICS_HOST", "127.0.0.1")
@@ -206,9 +206,9 @@ async def metrics_endpoint(request: Request) -> Response:
     """GET /metrics: the Prometheus text format (503 with a hint without the extra)."""
     from starlette.responses import PlainTextResponse, Response
 
-    app: Any = request.app.state.perdure
+    runtime: Any = request.app.state.perdure
     try:
-        metrics = install_metrics(app)
+        metrics = install_metrics(runtime)
     except ConfigError as exc:
         return PlainTextResponse(str(exc) + "\n", status_code=503)
     from prometheus_client import CONTENT_TYPE_LATEST

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..store.base import CANCELLING, PENDING, RUNNING
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..engine.runtime import Runtime
     from ..store.base import QueueSpec, RunRow
 
 SCAN_LIMIT = 10_000  # running and pending runs read per frame
@@ -71,9 +71,9 @@ def _limits(spec: QueueSpec | None) -> str:
     return ", ".join(parts) or "-"
 
 
-async def _current_step(app: App, run: RunRow) -> str:
+async def _current_step(runtime: Runtime, run: RunRow) -> str:
     """The step at the journal's last position: `name #position` (and its attempt if > 1)."""
-    entries = await app.store.journal(run.id)
+    entries = await runtime.store.journal(run.id)
     last = next((e for e in reversed(entries) if e.position is not None), None)
     if last is None:
         return "-"
@@ -83,32 +83,32 @@ async def _current_step(app: App, run: RunRow) -> str:
     return text if not last.final else text + " done"
 
 
-async def snapshot(app: App, *, limit: int = 30) -> Snapshot:
+async def snapshot(runtime: Runtime, *, limit: int = 30) -> Snapshot:
     """Read one frame from `app`'s store; at most `limit` running runs are listed."""
-    await app.open_store()
-    now = app.clock.now()
-    counts = await app.store.count_runs()
-    running = await app.store.list_runs(statuses=[RUNNING, CANCELLING], limit=SCAN_LIMIT)
-    pending = await app.store.list_runs(statuses=[PENDING], limit=SCAN_LIMIT)
+    await runtime.open_store()
+    now = runtime.clock.now()
+    counts = await runtime.store.count_runs()
+    running = await runtime.store.list_runs(statuses=[RUNNING, CANCELLING], limit=SCAN_LIMIT)
+    pending = await runtime.store.list_runs(statuses=[PENDING], limit=SCAN_LIMIT)
     frame = Snapshot(now=now, counts=counts)
     held: dict[str, list[RunRow]] = {}
     for run in running:
         if run.lease_owner:
             held.setdefault(run.lease_owner, []).append(run)
-    alive = {w.id: w for w in await app.store.list_workers(now - 3600) if w.stopped_at is None}
+    alive = {w.id: w for w in await runtime.store.list_workers(now - 3600) if w.stopped_at is None}
     for owner in sorted(set(held) | set(alive)):  # idle workers too, from the registry
         runs = held.get(owner, [])
         lease = max(r.lease_until or now for r in runs) - now if runs else None
         beat = alive.get(owner)
         ago = None if beat is None else now - beat.heartbeat_at
         frame.workers.append(WorkerLine(owner, len(runs), lease, ago))
-    names = sorted({r.queue for r in running} | {r.queue for r in pending} | set(app.queues))
+    names = sorted({r.queue for r in running} | {r.queue for r in pending} | set(runtime.queues))
     frame.queues = [
         QueueLine(
             name,
             sum(r.queue == name for r in running),
             sum(r.queue == name for r in pending),
-            _limits(app.queues.get(name)),
+            _limits(runtime.queues.get(name)),
         )
         for name in names
     ]
@@ -117,7 +117,7 @@ async def snapshot(app: App, *, limit: int = 30) -> Snapshot:
         frame.runs.append(
             RunLine(
                 run.id, run.workflow, run.queue, run.lease_owner or "-",
-                now - (run.started_at or run.created_at), await _current_step(app, run),
+                now - (run.started_at or run.created_at), await _current_step(runtime, run),
             )
         )  # fmt: skip
     frame.more_runs = max(0, len(running) - limit)

@@ -22,8 +22,8 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..engine import hooks
-from ..engine.hooks import RunEvent, StepEvent
+from ..engine import observers
+from ..engine.observers import RunEvent, StepEvent
 from ..errors import ConfigError, MissingExtra
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def configure_tracing(
 ) -> Tracing | None:
     """Export spans of runs and steps if OTEL_* asks for it (or to `exporter`, for tests).
 
-    Returns the installed observer (uninstall it with `perdure.engine.hooks.uninstall`),
+    Returns the installed observer (uninstall it with `perdure.engine.observers.uninstall`),
     or None when tracing is off.
 
     Raises:
@@ -126,11 +126,11 @@ def configure_tracing(
 
         trace.set_tracer_provider(provider)  # other instrumented libraries export here too
     tracing = Tracing(provider)
-    hooks.install(tracing)
+    observers.install(tracing)
     return tracing
 
 
-class Tracing(hooks.Observer):
+class Tracing(observers.Observer):
     """Turns engine hooks into spans; one open span per run execution and per step attempt."""
 
     def __init__(self, provider: TracerProvider) -> None:
@@ -147,7 +147,7 @@ class Tracing(hooks.Observer):
 
     def shutdown(self) -> None:
         """Export what is pending and stop (also done at interpreter exit)."""
-        hooks.uninstall(self)
+        observers.uninstall(self)
         self.provider.shutdown()
 
     @staticmethod

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..app import App
 
 SCOPES = ("read", "operate", "approve", "admin")
 TOKEN_PREFIX = "pdr_"

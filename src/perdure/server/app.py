@@ -8,11 +8,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..engine.app import App
+from ..app import App
 from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
-from .hooks import receive_hook
+from .webhooks import receive_hook
 
 
 async def healthz(request: Request) -> JSONResponse:

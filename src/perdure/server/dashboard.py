@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..engine.app import App
+from ..app import App
 from ..engine.client import resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound

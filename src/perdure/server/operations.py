@@ -16,7 +16,7 @@ from ..errors import PerdureError
 from .access import Principal, record
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..app import App
 
 APPROVE_PREFIX = "event:approve:"
 QUESTION_PREFIX = "event:human:"

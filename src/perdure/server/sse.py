@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..store.base import FINAL, Entry, RunRow
 
 if TYPE_CHECKING:
-    from ..engine.app import App
+    from ..app import App
 
 POLL = 0.5  # seconds between reads of the store
 HEARTBEAT = 15.0  # seconds of silence before a comment line keeps proxies from closing

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
 from ..store.base import ALL_STATUSES, RunRow, Store
-from .hooks import Refused, read_body
+from .webhooks import Refused, read_body
 
 MAX_BODY = 1_048_576  # bytes of request body, refused with 413 beyond
 MAX_TEXT = 200  # characters of an id or a name

@@ -1,10 +1,11 @@
 """Event triggers: an event type starts a workflow, once per event id however often it arrives.
 
-`App.on_event("invoice.paid")` maps a type to a workflow; `App.emit(type, payload,
-event_id=...)` starts one run per trigger of that type with the run id
-`event:{trigger}:{event_id}`, so a redelivered event finds its run and starts
-nothing. With `run_id=`, the same call delivers the event to that run instead
-(for a run parked in `wait_event(type)`), deduplicated by the event id too.
+`App.on_event("invoice.paid")` maps a type to a workflow (kept in the app's
+`EventTriggers`); `App.emit(type, payload, event_id=...)` starts one run per
+trigger of that type with the run id `event:{trigger}:{event_id}`, so a
+redelivered event finds its run and starts nothing. With `run_id=`, the same
+call delivers the event to that run instead (for a run parked in
+`wait_event(type)`), deduplicated by the event id too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from ..errors import ConfigError
 from .ids import check_id
 
 if TYPE_CHECKING:
-    from ..engine.app import App, Workflow
+    from ..engine.client import Client
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -37,70 +40,73 @@ class Emitted:
     started: list[str]
 
 
-def triggers_of(app: App) -> dict[str, EventTrigger]:
-    found: dict[str, EventTrigger] | None = getattr(app, "event_triggers", None)
-    if found is None:
-        found = {}
-        app.event_triggers = found  # type: ignore[attr-defined]
-    return found
+class EventTriggers:
+    """The event triggers of one app: which workflows each event type starts."""
 
+    def __init__(self, runtime: Runtime, client: Client) -> None:
+        self.runtime = runtime
+        self.client = client
+        self.known: dict[str, EventTrigger] = {}
 
-def add_trigger(
-    app: App, event_type: str, workflow: Workflow[..., Any] | str, *, name: str | None = None
-) -> EventTrigger:
-    """Map `event_type` to `workflow` (which takes the event's payload as its one argument)."""
-    wf_name = workflow if isinstance(workflow, str) else workflow.name
-    check_id(event_type, "event type")
-    definition = app.workflows.get(wf_name)
-    if definition is None:
-        raise ConfigError(f"event trigger for {event_type!r}: no workflow named {wf_name!r}")
-    try:
-        definition.signature.bind(None)
-    except TypeError:
-        raise ConfigError(
-            f"event trigger for {event_type!r}: workflow {wf_name!r} must take the event's "
-            "payload as its one argument"
-        ) from None
-    trigger = EventTrigger(name or wf_name, event_type, wf_name)
-    check_id(trigger.name, "trigger name")
-    known = triggers_of(app)
-    if trigger.name in known and known[trigger.name] != trigger:
-        raise ConfigError(f"two event triggers are named {trigger.name!r}; pass name=... to one")
-    known[trigger.name] = trigger
-    return trigger
+    def add(
+        self, event_type: str, workflow: Workflow[..., Any] | str, *, name: str | None = None
+    ) -> EventTrigger:
+        """Map `event_type` to `workflow` (which takes the event's payload as its one argument)."""
+        wf_name = workflow if isinstance(workflow, str) else workflow.name
+        check_id(event_type, "event type")
+        definition = self.runtime.workflows.get(wf_name)
+        if definition is None:
+            raise ConfigError(f"event trigger for {event_type!r}: no workflow named {wf_name!r}")
+        try:
+            definition.signature.bind(None)
+        except TypeError:
+            raise ConfigError(
+                f"event trigger for {event_type!r}: workflow {wf_name!r} must take the event's "
+                "payload as its one argument"
+            ) from None
+        trigger = EventTrigger(name or wf_name, event_type, wf_name)
+        check_id(trigger.name, "trigger name")
+        if trigger.name in self.known and self.known[trigger.name] != trigger:
+            raise ConfigError(
+                f"two event triggers are named {trigger.name!r}; pass name=... to one"
+            )
+        self.known[trigger.name] = trigger
+        return trigger
 
+    def on(
+        self, event_type: str, *, name: str | None = None
+    ) -> Callable[[Workflow[..., Any]], Workflow[..., Any]]:
+        """Decorator over a workflow: each event of `event_type` starts one run of it."""
 
-def on_event(
-    app: App, event_type: str, name: str | None
-) -> Callable[[Workflow[..., Any]], Workflow[..., Any]]:
-    def decorator(workflow: Workflow[..., Any]) -> Workflow[..., Any]:
-        add_trigger(app, event_type, workflow, name=name)
-        return workflow
+        def decorator(workflow: Workflow[..., Any]) -> Workflow[..., Any]:
+            self.add(event_type, workflow, name=name)
+            return workflow
 
-    return decorator
+        return decorator
 
-
-async def emit(
-    app: App, event_type: str, payload: Any, *, event_id: str, run_id: str | None = None
-) -> Emitted:
-    """Start the runs `event_type` triggers (or deliver to `run_id`), once per `event_id`."""
-    check_id(event_id, "event id")
-    if run_id is not None:
-        await app.client.send_event(run_id, event_type, payload, key=event_id)
-        return Emitted([run_id], [])
-    matching = [t for t in triggers_of(app).values() if t.event_type == event_type]
-    if not matching:
-        types = sorted({t.event_type for t in triggers_of(app).values()}) or ["none"]
-        raise ConfigError(
-            f"no trigger listens to event type {event_type!r} (known: {', '.join(types)}); "
-            "pass run_id=... to deliver it to one run"
-        )
-    ids: list[str] = []
-    started: list[str] = []
-    for trigger in matching:
-        target = f"event:{trigger.name}:{event_id}"
-        run, created = await app.client.start_run(trigger.workflow, (payload,), {}, run_id=target)
-        ids.append(run.id)
-        if created:
-            started.append(run.id)
-    return Emitted(ids, started)
+    async def emit(
+        self, event_type: str, payload: Any, *, event_id: str, run_id: str | None = None
+    ) -> Emitted:
+        """Start the runs `event_type` triggers (or deliver to `run_id`), once per `event_id`."""
+        check_id(event_id, "event id")
+        if run_id is not None:
+            await self.client.send_event(run_id, event_type, payload, key=event_id)
+            return Emitted([run_id], [])
+        matching = [t for t in self.known.values() if t.event_type == event_type]
+        if not matching:
+            types = sorted({t.event_type for t in self.known.values()}) or ["none"]
+            raise ConfigError(
+                f"no trigger listens to event type {event_type!r} (known: {', '.join(types)}); "
+                "pass run_id=... to deliver it to one run"
+            )
+        ids: list[str] = []
+        started: list[str] = []
+        for trigger in matching:
+            target = f"event:{trigger.name}:{event_id}"
+            run, created = await self.client.start_run(
+                trigger.workflow, (payload,), {}, run_id=target
+            )
+            ids.append(run.id)
+            if created:
+                started.append(run.id)
+        return Emitted(ids, started)

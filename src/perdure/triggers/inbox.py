@@ -48,11 +48,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.client import Client
 from ..engine.retry import seconds
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..engine.app import App, Workflow
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
     from ..engine.worker import Worker
 
 __all__ = ["Inbox", "add_inbox"]
@@ -87,7 +89,7 @@ class Inbox:
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         folder: str | os.PathLike[str],
         workflow: str,
         *,
@@ -99,7 +101,7 @@ class Inbox:
         force_polling: bool = False,
     ) -> None:
         where = f"inbox {name!r}"
-        self.app = app
+        self.runtime = runtime
         self.workflow = workflow
         self.name = f"inbox:{name}"
         self.folder = _prepare_folder(Path(folder).expanduser().absolute(), where)
@@ -281,19 +283,19 @@ class Inbox:
 
     async def _start_one(self, digest: str, path: str) -> str:
         kwargs: dict[str, Any] = {"sha256": digest} if self._wants_digest() else {}
-        handle = await self.app.start_async(
-            self.workflow, path, run_id=self.run_id(digest), **kwargs
+        run = await Client(self.runtime).start(
+            self.workflow, (path,), kwargs, run_id=self.run_id(digest)
         )
-        return handle.id
+        return run.id
 
     def _wants_digest(self) -> bool:
-        definition = self.app.workflows.get(self.workflow)
+        definition = self.runtime.workflows.get(self.workflow)
         return definition is not None and "sha256" in definition.signature.parameters
 
     def _check_workflow(self, where: str) -> None:
         """Refuse now a registered workflow that cannot take a path (one registered later
         is checked at its first start)."""
-        definition = self.app.workflows.get(self.workflow)
+        definition = self.runtime.workflows.get(self.workflow)
         if definition is None:
             return
         kwargs = {"sha256": "0" * 64} if self._wants_digest() else {}
@@ -307,7 +309,7 @@ class Inbox:
 
 
 def add_inbox(
-    app: App,
+    runtime: Runtime,
     folder: str | os.PathLike[str],
     workflow: Workflow[..., Any] | str,
     *,
@@ -342,10 +344,10 @@ def add_inbox(
     """
     wf_name = workflow if isinstance(workflow, str) else workflow.name
     label = name or wf_name
-    if any(service.name == f"inbox:{label}" for service in app.services):
+    if any(service.name == f"inbox:{label}" for service in runtime.services):
         raise ConfigError(f"two inboxes are named {label!r}; pass name=... to one")
     inbox = Inbox(
-        app,
+        runtime,
         folder,
         wf_name,
         name=label,
@@ -355,7 +357,7 @@ def add_inbox(
         poll=poll,
         force_polling=force_polling,
     )
-    app.services.append(inbox)
+    runtime.add_service(inbox)
     return inbox
 
 

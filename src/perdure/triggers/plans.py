@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, PerdureError, RunFailed
 
 if TYPE_CHECKING:
-    from ..engine.app import App, RunHandle, Workflow
+    from ..engine.handles import RunHandle, Workflow
+    from ..engine.runtime import Runtime
 
 PLAN_WORKFLOW = "perdure.plan"
 ON_FAILURE = ("stop", "continue")
@@ -33,7 +34,7 @@ def _name(workflow: Workflow[..., Any] | str) -> str:
     return workflow if isinstance(workflow, str) else workflow.name
 
 
-def _item(app: App, item: Item, where: str) -> dict[str, Any]:
+def _item(runtime: Runtime, item: Item, where: str) -> dict[str, Any]:
     """One run of a batch in the plan's JSON form, checked against its workflow now."""
     workflow: Any
     args: list[Any] = []
@@ -51,7 +52,7 @@ def _item(app: App, item: Item, where: str) -> dict[str, Any]:
     if not isinstance(workflow, str) and not hasattr(workflow, "definition"):
         raise ConfigError(f"{where}: {workflow!r} is not a workflow or a workflow's name")
     name = _name(workflow)
-    definition = app.workflows.get(name)
+    definition = runtime.workflows.get(name)
     if definition is None:
         raise ConfigError(f"{where}: no workflow named {name!r} is registered")
     try:
@@ -62,7 +63,7 @@ def _item(app: App, item: Item, where: str) -> dict[str, Any]:
 
 
 def make_spec(
-    app: App,
+    runtime: Runtime,
     batches: Sequence[Sequence[Item]],
     check: Workflow[..., Any] | str | None,
     on_failure: str,
@@ -72,13 +73,13 @@ def make_spec(
     if not batches or any(not batch for batch in batches):
         raise ConfigError("plan: give at least one batch, and at least one run in each")
     spec_batches = [
-        [_item(app, item, f"plan batch {k} item {i}") for i, item in enumerate(batch)]
+        [_item(runtime, item, f"plan batch {k} item {i}") for i, item in enumerate(batch)]
         for k, batch in enumerate(batches)
     ]
     check_name = None
     if check is not None:
         check_name = _name(check)
-        definition = app.workflows.get(check_name)
+        definition = runtime.workflows.get(check_name)
         if definition is None:
             raise ConfigError(f"plan check: no workflow named {check_name!r} is registered")
         try:
@@ -90,17 +91,17 @@ def make_spec(
     return {"batches": spec_batches, "check": check_name, "on_failure": on_failure}
 
 
-def register(app: App) -> None:
+def register(runtime: Runtime) -> None:
     """Register the built-in plan workflow, so every worker of the app can run plans."""
-    from ..engine.app import Workflow
+    from ..engine.handles import Workflow
 
-    @app.workflow(name=PLAN_WORKFLOW)
+    @runtime.workflow(name=PLAN_WORKFLOW)
     async def plan(spec: dict[str, Any]) -> dict[str, Any]:
         report: list[dict[str, Any]] = []
         for k, batch in enumerate(spec["batches"]):
             handles = []
             for item in batch:
-                child: Workflow[..., Any] = Workflow(app, app.workflows[item["workflow"]])
+                child: Workflow[..., Any] = Workflow(runtime, runtime.workflows[item["workflow"]])
                 handles.append(await child.start(*item["args"], **item["kwargs"]))
             results: list[Any] = []
             failed: list[str] = []
@@ -112,7 +113,7 @@ def register(app: App) -> None:
                     failed.append(handle.id)
             passed: bool | None = None
             if not failed and spec["check"] is not None:
-                checker: Workflow[..., Any] = Workflow(app, app.workflows[spec["check"]])
+                checker: Workflow[..., Any] = Workflow(runtime, runtime.workflows[spec["check"]])
                 passed = bool(await checker(k, results))
             report.append(
                 {"batch": k, "runs": [h.id for h in handles], "failed": failed, "check": passed}
@@ -135,13 +136,20 @@ def register(app: App) -> None:
 
 
 def start(
-    app: App,
+    runtime: Runtime,
     name: str,
     batches: Sequence[Sequence[Item]],
     *,
     check: Workflow[..., Any] | str | None = None,
     on_failure: str = "stop",
 ) -> RunHandle:
-    """Start (or find) the plan run `plan:{name}`."""
-    spec = make_spec(app, batches, check, on_failure)
-    return app.start(PLAN_WORKFLOW, spec, run_id=f"plan:{name}")
+    """Start (or find) the plan run `plan:{name}`: each batch's runs (items `(workflow,
+    args, kwargs)`, a dict, or a workflow) start once the previous batch finished and its
+    `check(index, results)` returned true; `on_failure`: `stop` or `continue`."""
+    from ..engine.client import Client
+    from ..engine.handles import RunHandle
+
+    spec = make_spec(runtime, batches, check, on_failure)
+    client = Client(runtime)
+    run = runtime.sync(client.start(PLAN_WORKFLOW, (spec,), run_id=f"plan:{name}"), "App.plan()")
+    return RunHandle(client, run.id)

@@ -23,19 +23,20 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..engine import hooks
+from ..engine import observers
 from ..engine.signal import Signal
 from ..errors import ConfigError, StoreError
 from ..store.base import Entry, NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
 
 if TYPE_CHECKING:
-    from ..engine.app import App, Workflow
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
     from ..engine.worker import Worker
 
 log = logging.getLogger("perdure.schedules")
@@ -148,7 +149,7 @@ def _seconds(value: float | timedelta | None) -> float | None:
     return value.total_seconds() if isinstance(value, timedelta) else value
 
 
-def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
+def make_row(runtime: Runtime, s: Schedule, *, source: str, now: float) -> ScheduleRow:
     """The stored form of a declaration: timing checked, input encoded and type-checked."""
     from ..engine.client import checked_input
 
@@ -169,15 +170,15 @@ def make_row(app: App, s: Schedule, *, source: str, now: float) -> ScheduleRow:
             updated_at=now,
         )
     )
-    _, row.input = checked_input(app, s.workflow, s.args, s.kwargs, f"schedule {s.name!r}")
+    _, row.input = checked_input(runtime, s.workflow, s.args, s.kwargs, f"schedule {s.name!r}")
     row.next_fire = next_tick(row, now)
     return row
 
 
-async def save(app: App, row: ScheduleRow) -> ScheduleRow:
+async def save(runtime: Runtime, row: ScheduleRow) -> ScheduleRow:
     """Store a schedule; its next tick is kept unless its timing changed (the store decides,
     atomically: many workers store the same declaration at start)."""
-    return await app.store.put_schedule(row, replace_state=False)
+    return await runtime.store.put_schedule(row, replace_state=False)
 
 
 # -- one scheduler step ------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def _overlap(
 
 
 def step(
-    app: App, row: ScheduleRow, now: float, active: list[RunRow], queued: list[TickRow]
+    runtime: Runtime, row: ScheduleRow, now: float, active: list[RunRow], queued: list[TickRow]
 ) -> ScheduleAdvance:
     """What one scheduler pass does for a due schedule (pure: the store applies it)."""
     due, next_fire, beyond = _due(row, now)
@@ -287,7 +288,7 @@ def step(
         )
     candidates = _catchup(row, due, now, plan)
     cancel = _overlap(row, candidates, active, queued, now, plan)
-    new_runs = [_new_run(app, row, t, now) for t in plan.fire]
+    new_runs = [_new_run(runtime, row, t, now) for t in plan.fire]
     for t, new in zip(plan.fire, new_runs, strict=True):
         plan.records.append(TickRow(row.name, t, "fired", run_id=new.id, at=now))
     return ScheduleAdvance(
@@ -301,8 +302,8 @@ def step(
     )
 
 
-def _new_run(app: App, row: ScheduleRow, fire_at: float, now: float) -> NewRun:
-    definition = app.workflows[row.workflow]
+def _new_run(runtime: Runtime, row: ScheduleRow, fire_at: float, now: float) -> NewRun:
+    definition = runtime.workflows[row.workflow]
     run_id = run_id_for(row.name, fire_at)
     origin = json.dumps({"schedule": row.name, "tick": _iso(fire_at)}, separators=(",", ":"))
     return NewRun(
@@ -325,8 +326,8 @@ class Scheduler:
 
     name = "perdure-scheduler"
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.declared: dict[str, Schedule] = {}
         # Woken by this process's schedule changes only (declare, pause, resume): every
         # store notification (each run finishing) would cost every worker a pass. Others'
@@ -344,7 +345,7 @@ class Scheduler:
     async def sync(self, now: float) -> None:
         """Store every declared schedule (a changed timing restarts from the next tick)."""
         for s in self.declared.values():
-            await save(self.app, make_row(self.app, s, source="code", now=now))
+            await save(self.runtime, make_row(self.runtime, s, source="code", now=now))
         self._synced = True
 
     async def run_pass(self, now: float) -> int:
@@ -352,25 +353,27 @@ class Scheduler:
         if not self._synced:
             await self.sync(now)
         started = 0
-        for row in await self.app.store.due_schedules(now):
-            if row.workflow not in self.app.workflows:
+        for row in await self.runtime.store.due_schedules(now):
+            if row.workflow not in self.runtime.workflows:
                 continue  # a worker that has this workflow's code will handle it
             prefix = f"sched:{row.name}:"
-            active = await self.app.store.active_runs(prefix)
+            active = await self.runtime.store.active_runs(prefix)
             queued = (
-                await self.app.store.schedule_ticks(row.name, statuses=["queued"], limit=1000)
+                await self.runtime.store.schedule_ticks(row.name, statuses=["queued"], limit=1000)
                 if row.overlap == "queue"
                 else []
             )
-            advance = step(self.app, row, now, active, queued)
+            advance = step(self.runtime, row, now, active, queued)
             if not (advance.ticks or advance.cancel) and advance.next_fire == row.next_fire:
                 continue
-            if await self.app.store.advance_schedule(advance):
+            if await self.runtime.store.advance_schedule(advance):
                 started += len(advance.new_runs)
                 was_queued = {q.fire_at for q in queued}  # counted when first queued
                 for tick in advance.ticks:
                     if not (tick.status == "queued" and tick.fire_at in was_queued):
-                        hooks.schedule_tick(row.name, tick.status)
+                        observers.emit(
+                            "schedule_tick", row.name, tick.status
+                        )  # fired|missed|skipped|queued
                     if tick.status != "fired":
                         log.info("schedule %s: tick %s %s (%s)", row.name, tick.fire_at,
                                  tick.status, tick.reason)  # fmt: skip
@@ -381,7 +384,7 @@ class Scheduler:
         while not worker.stopping.is_set():
             try:
                 await self.run_pass(worker.clock.now())
-                nxt = await self.app.store.next_schedule_fire()
+                nxt = await self.runtime.store.next_schedule_fire()
             except StoreError as exc:
                 log.warning("worker %s: scheduler pass failed (%s)", worker.id, exc)
                 nxt = None
@@ -391,32 +394,45 @@ class Scheduler:
             await self.wake.wait(wait)
 
 
-def scheduler_of(app: App) -> Scheduler:
+def scheduler_of(runtime: Runtime) -> Scheduler:
     """The app's scheduler, created (and registered as a worker service) on first use."""
-    found = next((s for s in app.services if isinstance(s, Scheduler)), None)
+    found = next((s for s in runtime.services if isinstance(s, Scheduler)), None)
     if found is None:
-        found = Scheduler(app)
-        app.services.append(found)
+        found = Scheduler(runtime)
+        runtime.add_service(found)
     return found
 
 
-def schedule_decorator(
-    app: App,
+def declare_schedule(
+    runtime: Runtime,
     *,
-    cron: str | None,
-    every: float | timedelta | None,
-    tz: str,
-    name: str | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    catchup: str,
-    catchup_limit: int,
-    overlap: str,
-    jitter: float | timedelta,
-    grace: float | timedelta,
-    workflow: Workflow[..., Any] | str | None,
-) -> Callable[[Workflow[..., Any]], Workflow[..., Any]] | Schedule:
-    """`App.schedule`: declare now when `workflow` is given, else return a decorator."""
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    tz: str = "UTC",
+    name: str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    catchup: str = "latest",
+    catchup_limit: int = 10,
+    overlap: str = "skip",
+    jitter: float | timedelta = 0.0,
+    grace: float | timedelta = 60.0,
+    workflow: Workflow[..., Any] | str | None = None,
+) -> Any:
+    """Start a workflow on a cron expression (in `tz`) or `every` N seconds, once per tick
+    across all workers; a decorator over `@app.workflow`, or a call with `workflow=`.
+
+    Args:
+        args, kwargs: the task spec every run of the schedule receives.
+        catchup: ticks later than `grace` (no worker ran them in time): `skip` them,
+            fire the `latest` one, or fire `all` (at most `catchup_limit`).
+        overlap: a tick while the previous run is unfinished: `skip` it, `queue` it,
+            `allow` both, or `cancel_previous`.
+        jitter: each tick fires up to this much later (the same delay on every worker).
+
+    Returns:
+        The declared `Schedule` when `workflow` is given, else a decorator.
+    """
 
     def declare(target: Workflow[..., Any] | str) -> Schedule:
         wf_name = target if isinstance(target, str) else target.name
@@ -441,7 +457,7 @@ def schedule_decorator(
                 jitter=s.jitter, grace=s.grace,
             )
         )  # fmt: skip
-        scheduler_of(app).declare(s)
+        scheduler_of(runtime).declare(s)
         return s
 
     if workflow is not None:
@@ -457,37 +473,37 @@ def schedule_decorator(
 # -- operating schedules (App methods and the CLI call these) ----------------------------------
 
 
-async def add(app: App, schedule: Schedule) -> ScheduleRow:
+async def add(runtime: Runtime, schedule: Schedule) -> ScheduleRow:
     """Store a schedule made outside code (CLI, API); it lives until deleted."""
-    row = await save(app, make_row(app, schedule, source="api", now=app.clock.now()))
-    scheduler_of(app).wake.fire()
+    row = await save(runtime, make_row(runtime, schedule, source="api", now=runtime.clock.now()))
+    scheduler_of(runtime).wake.fire()
     return row
 
 
-async def get(app: App, name: str) -> ScheduleRow:
-    row = await app.store.get_schedule(name)
+async def get(runtime: Runtime, name: str) -> ScheduleRow:
+    row = await runtime.store.get_schedule(name)
     if row is None:
-        known = ", ".join(r.name for r in await app.store.list_schedules()) or "none"
+        known = ", ".join(r.name for r in await runtime.store.list_schedules()) or "none"
         raise ConfigError(f"no schedule named {name!r} (known: {known})")
     return row
 
 
-async def pause(app: App, name: str) -> ScheduleRow:
+async def pause(runtime: Runtime, name: str) -> ScheduleRow:
     """Stop firing at once; ticks until `resume` are recorded as skipped then."""
-    await get(app, name)
-    return await app.store.set_schedule_paused(name, True, app.clock.now(), None)  # at once:
-    # a scheduler reads only unpaused schedules
+    await get(runtime, name)
+    # at once: a scheduler reads only unpaused schedules
+    return await runtime.store.set_schedule_paused(name, True, runtime.clock.now(), None)
 
 
-async def resume(app: App, name: str) -> ScheduleRow:
+async def resume(runtime: Runtime, name: str) -> ScheduleRow:
     """Fire again from the next tick; the ticks passed while paused are recorded as skipped."""
-    row = await get(app, name)
+    row = await get(runtime, name)
     if not row.paused:
         return row
-    now = app.clock.now()
+    now = runtime.clock.now()
     nxt = next_tick(row, now)
     first = row.next_fire  # the first tick the pause held back
-    await app.store.set_schedule_paused(name, False, now, nxt)
+    await runtime.store.set_schedule_paused(name, False, now, nxt)
     skipped: list[float] = []
     t = first if first is not None and first < nxt else None
     while t is not None and t < nxt and len(skipped) < ENUMERATE_LIMIT:
@@ -497,17 +513,17 @@ async def resume(app: App, name: str) -> ScheduleRow:
         span = f"{_iso(skipped[0])} to {_iso(skipped[-1])}"
         why = f"{len(skipped)} tick(s) passed while the schedule was paused ({span})"
         tick = TickRow(name, skipped[0], "skipped", reason=why, at=now)
-        await app.store.advance_schedule(
+        await runtime.store.advance_schedule(
             ScheduleAdvance(name=name, expected=nxt, next_fire=nxt, now=now, ticks=[tick])
         )
-    scheduler_of(app).wake.fire()
-    return await get(app, name)
+    scheduler_of(runtime).wake.fire()
+    return await get(runtime, name)
 
 
-async def delete(app: App, name: str) -> None:
-    await get(app, name)
-    await app.store.delete_schedule(name)
-    scheduler_of(app).declared.pop(name, None)
+async def delete(runtime: Runtime, name: str) -> None:
+    await get(runtime, name)
+    await runtime.store.delete_schedule(name)
+    scheduler_of(runtime).declared.pop(name, None)
 
 
 def _iso(t: float) -> str:

@@ -27,11 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.client import Client
 from ..errors import ConfigError
 from .ids import MAX_ID, id_problem
 
 if TYPE_CHECKING:
-    from ..engine.app import App, Workflow
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
 
 __all__ = ["Delivery", "Webhook", "add_webhook", "check_delivery_id", "deliver", "sign"]
 
@@ -104,7 +106,7 @@ class Webhook:
         """The id of the run a delivery starts: the same delivery always names the same run."""
         return f"hook:{self.name}:{delivery_id}"
 
-    def check(self, app: App, environ: Mapping[str, str] | None = None) -> None:
+    def check(self, runtime: Runtime, environ: Mapping[str, str] | None = None) -> None:
         """Refuse to serve a hook that cannot work: no secret, or a workflow that is not
         registered or does not take the payload as its one argument.
 
@@ -112,7 +114,16 @@ class Webhook:
             ConfigError: naming the hook and the fix.
         """
         self.key(environ)
-        _check_workflow(app, self.name, self.workflow, required=True)
+        _check_workflow(runtime, self.name, self.workflow, required=True)
+
+
+class Webhooks(dict[str, "Webhook"]):
+    """The webhooks of one app by name (served by `perdure serve`), checked against its
+    registered workflows."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +135,7 @@ class Delivery:
 
 
 def add_webhook(
-    app: App,
+    webhooks: Webhooks,
     name: str,
     workflow: Workflow[..., Any] | str,
     *,
@@ -148,7 +159,7 @@ def add_webhook(
         max_body: larger bodies are refused with 413 before they are read.
 
     Returns:
-        The `Webhook`, also kept in `app.hooks[name]`.
+        The `Webhook`, also kept in `webhooks[name]`.
 
     Raises:
         ConfigError: a bad name or header, no secret (unsigned hooks are refused),
@@ -177,7 +188,7 @@ def add_webhook(
     if max_body < 1:
         raise ConfigError(f"webhook {name!r}: max_body must be at least 1 byte")
     wf_name = workflow if isinstance(workflow, str) else workflow.name
-    _check_workflow(app, name, wf_name, required=False)
+    _check_workflow(webhooks.runtime, name, wf_name, required=False)
     hook = Webhook(
         name=name,
         workflow=wf_name,
@@ -187,14 +198,13 @@ def add_webhook(
         signature_header=signature_header,
         max_body=max_body,
     )
-    hooks: dict[str, Any] = app.hooks
-    if name in hooks and hooks[name] != hook:
+    if name in webhooks and webhooks[name] != hook:
         raise ConfigError(f"two webhooks are named {name!r}; give one another name")
-    hooks[name] = hook
+    webhooks[name] = hook
     return hook
 
 
-async def deliver(app: App, hook: Webhook, delivery_id: str, payload: Any) -> Delivery:
+async def deliver(runtime: Runtime, hook: Webhook, delivery_id: str, payload: Any) -> Delivery:
     """Start `hook`'s workflow with `payload` for this delivery, or find the run it started.
 
     Starting is idempotent by run id, so a delivery never starts two runs; `duplicate`
@@ -206,18 +216,18 @@ async def deliver(app: App, hook: Webhook, delivery_id: str, payload: Any) -> De
         ConfigError: the workflow is not registered or does not take one argument.
     """
     run_id = hook.run_id(delivery_id)
-    await app.open_store()
-    run, created = await app.client.start_run(hook.workflow, (payload,), {}, run_id=run_id)
+    await runtime.open_store()
+    run, created = await Client(runtime).start_run(hook.workflow, (payload,), {}, run_id=run_id)
     return Delivery(run.id, not created)
 
 
-def _check_workflow(app: App, hook: str, workflow: str, *, required: bool) -> None:
-    definition = app.workflows.get(workflow)
+def _check_workflow(runtime: Runtime, hook: str, workflow: str, *, required: bool) -> None:
+    definition = runtime.workflows.get(workflow)
     if definition is None:
         if required:
             raise ConfigError(
                 f"webhook {hook!r}: no workflow named {workflow!r} is registered "
-                f"(known: {', '.join(sorted(app.workflows)) or 'none'})"
+                f"(known: {', '.join(sorted(runtime.workflows)) or 'none'})"
             )
         return
     try:

@@ -59,7 +59,7 @@ from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
 if TYPE_CHECKING:
-    from ...engine.app import App
+    from ...app import App
 
 log = logging.getLogger("perdure.mcp")
 

@@ -47,7 +47,7 @@ from ...store.base import (
 from ..operations import APPROVE_PREFIX, QUESTION_PREFIX, gate_call
 
 if TYPE_CHECKING:
-    from ...engine.app import App
+    from ...app import App
 
 TASK_PREFIX = "mcp:"  # runs started by a tools/call have the id `mcp:<uuid>`
 DEFAULT_POLL_MS = 500

@@ -35,7 +35,7 @@ from ...engine.worker import Worker, WorkerOptions
 from ..access import authenticate
 
 if TYPE_CHECKING:
-    from ...engine.app import App
+    from ...app import App
     from .server import PerdureMcp
 
 STDIN_LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message a line

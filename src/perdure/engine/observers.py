@@ -1,4 +1,4 @@
-"""Observer hooks: what the engine tells logs, metrics and tracing, with no-op defaults.
+"""Observers: what the engine tells logs, metrics and tracing, with no-op defaults.
 
 The engine calls the functions here where runs and steps execute; they do
 nothing until an observer is installed (`perdure.observe` installs them), so
@@ -11,7 +11,10 @@ raises is logged and skipped: a hook can never break a run.
     step_retry                      an attempt failed and another is scheduled
     step_recovered                  replay found a step cut between intent and outcome
     lease_lost                      a worker learnt that its lease was taken over
-    schedule_tick, model_usage      from triggers and agents, which sit above the engine
+
+Layers above the engine report their own events through `emit` (the triggers'
+`schedule_tick`, the agent's `model_usage`): an observer gets each event it has a
+method for, and the engine knows none of their names.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
     from .context import RunContext, StepInfo
     from .registry import StepDef
 
-log = logging.getLogger("perdure.hooks")
+log = logging.getLogger("perdure.observers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +75,6 @@ class Observer:
     def step_retry(self, event: StepEvent) -> None: ...
     def step_recovered(self, event: StepEvent) -> None: ...
     def lease_lost(self, run_id: str, worker: str, how: str) -> None: ...
-    def schedule_tick(self, schedule: str, status: str) -> None: ...
-    def model_usage(
-        self, agent: str, model: str, input_tokens: int, output_tokens: int, cost: float
-    ) -> None: ...
 
 
 _observers: tuple[Observer, ...] = ()
@@ -97,10 +96,15 @@ def installed() -> tuple[Observer, ...]:
     return _observers
 
 
-def _emit(method: str, *args: Any) -> None:
+def emit(method: str, *args: Any) -> None:
+    """Call `method(*args)` on every installed observer that has it (layers above the
+    engine report their events this way); one that raises is logged and skipped."""
     for observer in _observers:
+        handler = getattr(observer, method, None)
+        if handler is None:
+            continue
         try:
-            getattr(observer, method)(*args)
+            handler(*args)
         except Exception as exc:  # an observer must never break a run
             log.warning("observer %s failed in %s: %r", type(observer).__name__, method, exc)
 
@@ -116,7 +120,7 @@ def _run(ctx: RunContext, **more: Any) -> RunEvent:
 def run_started(ctx: RunContext, recovered_from: str | None) -> float:
     """A worker starts executing a claimed run; returns the start time for `run_finished`."""
     if _observers:
-        _emit("run_started", _run(ctx, recovered_from=recovered_from))
+        emit("run_started", _run(ctx, recovered_from=recovered_from))
     return time.monotonic()
 
 
@@ -124,12 +128,12 @@ def run_finished(ctx: RunContext, outcome: str, started: float) -> None:
     if _observers:
         if ctx.lost and outcome in ("stopped", "crashed"):
             outcome = "lost"
-        _emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
+        emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
 
 
 def run_recovered(run_id: str, worker: str, previous: str) -> None:
     if _observers:
-        _emit("run_recovered", run_id, worker, previous)
+        emit("run_recovered", run_id, worker, previous)
 
 
 def _step(
@@ -143,7 +147,7 @@ def _step(
 
 def step_started(ctx: RunContext, info: StepInfo) -> None:
     if _observers:
-        _emit("step_started", _step(ctx, info.name, info.position, info.attempt, info.effect))
+        emit("step_started", _step(ctx, info.name, info.position, info.attempt, info.effect))
 
 
 def step_finished(
@@ -157,7 +161,7 @@ def step_finished(
             seconds=time.monotonic() - started,
             error=None if error is None else type(error).__name__,
         )  # fmt: skip
-        _emit("step_finished", event)
+        emit("step_finished", event)
 
 
 def step_retry(
@@ -168,32 +172,17 @@ def step_retry(
             ctx, step.name, pos, attempt, step.effect, outcome="error", delay=delay,
             error=type(error).__name__,
         )  # fmt: skip
-        _emit("step_retry", event)
+        emit("step_retry", event)
 
 
 def step_recovered(ctx: RunContext, step: StepDef, pos: int, attempt: int, action: str) -> None:
     if _observers:
-        _emit("step_recovered", _step(ctx, step.name, pos, attempt, step.effect, action=action))
+        emit("step_recovered", _step(ctx, step.name, pos, attempt, step.effect, action=action))
 
 
 def lease_lost(run_id: str, worker: str, how: str) -> None:
     if _observers:
-        _emit("lease_lost", run_id, worker, how)
-
-
-# -- called by triggers and agents ----------------------------------------------------------
-
-
-def schedule_tick(schedule: str, status: str) -> None:
-    """A tick was recorded: fired, missed, skipped or queued."""
-    if _observers:
-        _emit("schedule_tick", schedule, status)
-
-
-def model_usage(agent: str, model: str, input_tokens: int, output_tokens: int, cost: float) -> None:
-    """A model call executed (a replayed one spent nothing and is not reported)."""
-    if _observers:
-        _emit("model_usage", agent, model, input_tokens, output_tokens, cost)
+        emit("lease_lost", run_id, worker, how)
 
 
 # -- read by log processors ------------------------------------------------------------------

@@ -17,7 +17,7 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..engine.app import App
+from ..app import App
 from ..errors import ConfigError, PayloadError, StoreUnavailable
 from ..triggers.webhooks import Webhook, check_delivery_id, deliver
 
@@ -55,7 +55,7 @@ async def receive_hook(request: Request) -> JSONResponse:
     """Start (or find) the run for one webhook delivery; see the module docstring."""
     app: App = request.app.state.perdure
     name = request.path_params["name"]
-    hook: Webhook | None = app.hooks.get(name)
+    hook: Webhook | None = app.webhooks.get(name)
     try:
         if hook is None:
             raise Refused(404, f"no webhook named {name!r}")

@@ -268,7 +268,7 @@ def test_registration_refuses_hooks_that_cannot_work(app: perdure.App) -> None:
     app.webhook("fine", one, secret="a")
     with pytest.raises(perdure.ConfigError, match="two webhooks"):
         app.webhook("fine", one, secret="b")
-    assert list(app.hooks) == ["fine"]
+    assert list(app.webhooks) == ["fine"]
 
 
 def test_serve_refuses_a_hook_whose_secret_is_unset(

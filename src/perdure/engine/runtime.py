@@ -1,0 +1,272 @@
+"""`Runtime`: what the engine runs on — the store, the clock, the registries of workflows,
+steps and queues, wake-up signals, the runs this process holds, and worker services.
+
+The worker, client, runner and steps take a Runtime, never the user-facing `App`
+(which builds on it, in `perdure.app`, with the triggers and the sync facade).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from ..errors import ConfigError
+from ..store import open_store, resolve_url
+from ..store.base import QueueSpec, Store
+from ..store.blobs import DEFAULT_BLOB_THRESHOLD
+from .clock import Clock, SystemClock
+from .effects import Effect, check_effect
+from .portal import Portal
+from .registry import StepDef, WorkflowDef, qualified_name
+from .retention import Retention
+from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
+from .services import Service
+from .signal import Signal
+from .steps import Step
+
+if TYPE_CHECKING:
+    from .context import RunContext
+    from .handles import Workflow
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Runtime:
+    """Workflows and steps registered against one store (resolved when first used).
+
+    Args:
+        db: store URL; default `PERDURE_DB`, else `sqlite:///.perdure/perdure.db`. It is
+            read when the store is first used, so a module can define workflows on an
+            App before the URL is known; `open(url)` picks it explicitly.
+        clock: where all engine time comes from (tests pass a driven clock).
+        blob_threshold: payloads larger than this many bytes of JSON go to the blob table.
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        clock: Clock | None = None,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    ) -> None:
+        self._db = db
+        self._store: Store | None = None
+        self.clock: Clock = clock or SystemClock()
+        self.blob_threshold = blob_threshold
+        self.workflows: dict[str, WorkflowDef] = {}
+        self.steps: dict[str, StepDef] = {}
+        self.queues: dict[str, QueueSpec] = {}
+        self.services: list[Service] = []  # loops every worker runs (triggers add them)
+        self.on_notify: list[Callable[[], None]] = []  # also called by notify() (any thread)
+        self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
+        # runs held by workers in this process, so operator calls reach them at once
+        self.active: dict[str, RunContext] = {}
+        self._portal = Portal()
+        self._work = Signal()
+        self._change = Signal()
+        self._opened = False
+
+    # -- the store ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The store URL: the one given (or opened), else `PERDURE_DB`, else the default."""
+        if self._db is None:
+            self._db = resolve_url(None)
+        return self._db
+
+    @property
+    def store(self) -> Store:
+        """The store, built from `url` on first use (not connected until `open_store`)."""
+        if self._store is None:
+            self._store = open_store(self.url)
+        return self._store
+
+    def open(self, url: str | None = None) -> Runtime:
+        """Bind to the store at `url` (default: `PERDURE_DB`, else the embedded default).
+
+        Refused once the store is in use with another URL: runs, leases and wake-ups of
+        one process belong to one store."""
+        wanted = resolve_url(url)
+        if self._store is not None and wanted != self.url:
+            raise ConfigError(
+                f"this app already uses the store {self.url!r}; open({wanted!r}) would "
+                "move it mid-flight: build a second App for a second store"
+            )
+        self._db = wanted
+        return self
+
+    async def open_store(self) -> None:
+        if not self._opened:
+            store = self.store
+            await store.open()
+            subscribe = getattr(store, "subscribe", None)
+            if subscribe is not None:  # other processes' new work wakes this one's workers
+                subscribe(self.notify)
+            self._opened = True
+
+    def close(self) -> None:
+        """Release the store connection and background threads."""
+        if self._store is not None:
+            self.sync(self._store.close(), "App.close()")
+        self._portal.close()
+        self.step_executor.shutdown(wait=False)
+        self._opened = False
+
+    def sync(self, coro: Any, what: str) -> Any:
+        """Run `coro` to completion from sync code (refused inside a running event loop)."""
+        return self._portal.call(coro, what)
+
+    # -- wake-ups ----------------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Tell in-process workers that there may be new work."""
+        self._work.fire()
+        self._change.fire()
+        for listener in self.on_notify:
+            listener()
+
+    def notify_change(self) -> None:
+        self._change.fire()
+
+    def listen_work(self) -> None:
+        self._work.listen()
+
+    async def wait_work(self, timeout: float) -> None:
+        await self._work.wait(timeout)
+
+    async def wait_change(self, timeout: float) -> None:
+        await self._change.wait(timeout)
+
+    def add_service(self, service: Service) -> Service:
+        """Run `service` in every worker of this process (triggers add their loops here);
+        a second service with the same name is refused."""
+        if any(s.name == service.name for s in self.services):
+            raise ConfigError(f"a worker service named {service.name!r} is already registered")
+        self.services.append(service)
+        return service
+
+    # -- registration --------------------------------------------------------------
+
+    @overload
+    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+    @overload
+    def step(
+        self,
+        *,
+        name: str | None = None,
+        effect: Effect = "once",
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+        commit: bool = False,
+    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+
+    def step(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        effect: Effect = "once",
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+        commit: bool = False,
+    ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
+        """Register a step. `effect` says what recovery may do (default `once`: never repeat).
+
+        `retry` defaults to 3 attempts for read/idempotent/keyed/transactional and to
+        a single attempt for `once`; `timeout` bounds each attempt. `commit=True` commits
+        the outcome before the workflow goes on even when recovery could re-run the step
+        (an expensive result, such as a billed model call, is then never bought twice).
+        """
+
+        def wrap(func: Callable[P, R]) -> Step[P, R]:
+            step_name = name or qualified_name(func)
+            kind = check_effect(effect, f"step {step_name!r}")
+            if kind == "transactional" and inspect.iscoroutinefunction(func):
+                raise ConfigError(
+                    f"step {step_name!r}: transactional steps run inside the store's transaction "
+                    "and must be plain (sync) functions"
+                )
+            policy = retry or (NO_RETRY if kind == "once" else DEFAULT_RETRY)
+            definition = StepDef(step_name, func, kind, policy, seconds(timeout), commit)
+            if step_name in self.steps and self.steps[step_name].fn is not func:
+                raise ConfigError(f"two steps are named {step_name!r}; pass name=... to one")
+            self.steps[step_name] = definition
+            return Step(definition)
+
+        return wrap(fn) if fn is not None else wrap
+
+    @overload
+    def workflow(self, fn: Callable[P, R], /) -> Workflow[P, R]: ...
+    @overload
+    def workflow(
+        self,
+        *,
+        name: str | None = None,
+        version: str = "",
+        deadline: float | timedelta | None = None,
+        retention: Retention | None = None,
+        queue: str = "default",
+    ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
+
+    def workflow(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = "",
+        deadline: float | timedelta | None = None,
+        retention: Retention | None = None,
+        queue: str = "default",
+    ) -> Workflow[P, R] | Callable[[Callable[P, R]], Workflow[P, R]]:
+        """Register a workflow. `version` labels the code (default: a hash of its source);
+        `deadline` fails runs that are not done that long after they start; `retention`
+        says how long finished runs are kept before gc deletes them (default: forever)."""
+        from .handles import Workflow
+
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigError(
+                f"retention={retention!r}: pass perdure.Retention(keep_days=..., keep_last=...)"
+            )
+
+        def wrap(func: Callable[P, R]) -> Workflow[P, R]:
+            wf_name = name or qualified_name(func)
+            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention, queue)
+            if wf_name in self.workflows and self.workflows[wf_name].fn is not func:
+                raise ConfigError(f"two workflows are named {wf_name!r}; pass name=... to one")
+            self.workflows[wf_name] = definition
+            return Workflow(self, definition)
+
+        return wrap(fn) if fn is not None else wrap
+
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        per_worker: int | None = None,
+        rate: tuple[int, float | timedelta] | None = None,
+    ) -> QueueSpec:
+        """Declare limits for a named queue (workflows join one with `queue=`).
+
+        Args:
+            concurrency: runs of the queue running at once across every worker and host.
+            per_worker: runs of the queue one worker runs at once.
+            rate: `(n, period)`: at most n runs of the queue start per period (seconds or
+                a timedelta). Sleeping or waiting runs hold no slot.
+        """
+        for label, value in (("concurrency", concurrency), ("per_worker", per_worker)):
+            if value is not None and value < 1:
+                raise ConfigError(f"queue {name!r}: {label} must be at least 1")
+        count, period = rate if rate is not None else (None, 1.0)
+        if count is not None and (count < 1 or (seconds(period) or 0) <= 0):
+            raise ConfigError(f"queue {name!r}: rate must be (n >= 1, period > 0)")
+        spec = QueueSpec(name, concurrency, per_worker, count, seconds(period) or 1.0)
+        self.queues[name] = spec
+        return spec
