@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 
 import perdure
 import perdure.testing
@@ -16,10 +17,14 @@ EXPECTED = [
     "Effect",
     "EFFECTS",
     "Retention",
+    "QueueSpec",
     # runs
+    "Client",
     "RunHandle",
     "ChildHandle",
     "RunRow",
+    "RunStatus",
+    "Entry",
     "GcReport",
     # triggers
     "ScheduleRow",
@@ -31,6 +36,8 @@ EXPECTED = [
     "sleep",
     "wait_event",
     "patched",
+    "current_run",
+    "RunInfo",
     "current_step",
     "StepInfo",
     # workers and time
@@ -42,6 +49,7 @@ EXPECTED = [
     "PerdureError",
     "ConfigError",
     "StoreError",
+    "StoreUnavailable",
     "SchemaVersionError",
     "LeaseLost",
     "RunNotFound",
@@ -86,7 +94,7 @@ def test_errors_share_one_root() -> None:
         for name in perdure.__all__
         if name.endswith(("Error", "Lost", "NotFound", "Timeout", "Failed", "Exceeded"))
     ]
-    assert len(errors) == 14
+    assert len(errors) == 14  # StoreUnavailable ends in none of the suffixes
     assert all(issubclass(cls, perdure.PerdureError) for cls in errors)
 
 
@@ -100,3 +108,24 @@ def test_version_is_a_string() -> None:
     """perdure.__version__ is a dotted version string."""
     assert isinstance(perdure.__version__, str)
     assert perdure.__version__.count(".") >= 1
+
+
+def test_run_status_names_every_status() -> None:
+    """`RunStatus` is the literal of exactly the statuses a run can have."""
+    from perdure.store.base import ALL_STATUSES
+
+    assert sorted(typing.get_args(perdure.RunStatus)) == sorted(ALL_STATUSES)
+
+
+def test_what_the_api_returns_or_raises_is_exported() -> None:
+    """`App.journal` returns `Entry`s, `App.queue` a `QueueSpec`; the store being down
+    raises `StoreUnavailable`, a `StoreError`; `app.client` is the public async `Client`."""
+    app = perdure.App("sqlite:///:memory:")
+    try:
+        assert isinstance(app.queue("q", concurrency=1), perdure.QueueSpec)
+        assert isinstance(app.client, perdure.Client)
+        assert issubclass(perdure.StoreUnavailable, perdure.StoreError)
+        hints = typing.get_type_hints(perdure.App.journal)
+        assert hints["return"] == list[perdure.Entry]
+    finally:
+        app.close()

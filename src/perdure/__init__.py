@@ -6,9 +6,10 @@ The public API, and nothing else.
 from __future__ import annotations
 
 from .app import App
+from .engine.client import Client
 from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
-from .engine.durable import now, patched, random, sleep, uuid, wait_event
+from .engine.durable import RunInfo, current_run, now, patched, random, sleep, uuid, wait_event
 from .engine.effects import EFFECTS, Effect
 from .engine.handles import ChildHandle, RunHandle, Workflow
 from .engine.retention import GcReport, Retention
@@ -28,10 +29,11 @@ from .errors import (
     StepError,
     StepTimeout,
     StoreError,
+    StoreUnavailable,
     SyncInAsyncError,
     WaitTimeout,
 )
-from .store.base import RunRow, ScheduleRow, TickRow
+from .store.base import Entry, QueueSpec, RunRow, RunStatus, ScheduleRow, TickRow
 
 __version__ = "0.1.0"
 
@@ -44,10 +46,14 @@ __all__ = [
     "Effect",
     "EFFECTS",
     "Retention",
+    "QueueSpec",
     # runs
+    "Client",
     "RunHandle",
     "ChildHandle",
     "RunRow",
+    "RunStatus",
+    "Entry",
     "GcReport",
     # triggers
     "ScheduleRow",
@@ -59,6 +65,8 @@ __all__ = [
     "sleep",
     "wait_event",
     "patched",
+    "current_run",
+    "RunInfo",
     "current_step",
     "StepInfo",
     # workers and time
@@ -70,6 +78,7 @@ __all__ = [
     "PerdureError",
     "ConfigError",
     "StoreError",
+    "StoreUnavailable",
     "SchemaVersionError",
     "LeaseLost",
     "RunNotFound",

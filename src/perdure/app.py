@@ -172,12 +172,23 @@ class App(Runtime):
         return self.sync(self.client.get(run_id), "App.get_run()")  # type: ignore[no-any-return]
 
     def list_runs(
-        self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        workflow: str | None = None,
+        ids: Sequence[str] = (),
+        limit: int = 100,
     ) -> list[RunRow]:
+        """Runs newest first, filtered by status, workflow and run ids (unknown ids are
+        left out)."""
         return self.sync(  # type: ignore[no-any-return]
-            self.client.list_runs(statuses=statuses, workflow=workflow, limit=limit),
+            self.client.list_runs(statuses=statuses, workflow=workflow, ids=ids, limit=limit),
             "App.list_runs()",
         )
+
+    def statuses(self, ids: Sequence[str]) -> dict[str, str | None]:
+        """The status of each run id in one call; None for an id no run has."""
+        return self.sync(self.client.statuses(ids), "App.statuses()")  # type: ignore[no-any-return]
 
     def journal(self, run_id: str) -> list[Entry]:
         return self.sync(self.client.journal(run_id), "App.journal()")  # type: ignore[no-any-return]

@@ -40,6 +40,15 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 
+def origin_entry(origin: dict[str, Any], now: float) -> Entry:
+    """The journal's `run.origin` entry: what started the run (its first key names the
+    kind: schedule, event, webhook, inbox, plan, fork, parent)."""
+    return Entry(kind="run.origin", data=dumps(origin, "run origin"), at=now)
+
+
+IDS_PER_QUERY = 500  # run ids per store query (SQL parameter limits)
+
+
 async def resolve_text(store: Store, text: str | None) -> str | None:
     """Follow a blob reference, if `text` is one."""
     key = blob_ref(text)
@@ -118,8 +127,10 @@ class Client:
         queue: str | None = None,
         priority: int = 0,
         partition_key: str | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> tuple[RunRow, bool]:
-        """`start`, also saying whether this call created the run (False: it existed)."""
+        """`start`, also saying whether this call created the run (False: it existed).
+        `origin` says what started it (`{"event": trigger, "id": ...}`; see `current_run`)."""
         definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
         await self.runtime.open_store()
         text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
@@ -136,6 +147,8 @@ class Client:
             priority=priority,
             partition_key=partition_key,
         )
+        if origin:
+            new.entries.append(origin_entry(origin, now))
         if blob is not None:
             new.blobs.append(blob)
         run, created = await self.store.create_run(new)
@@ -159,10 +172,35 @@ class Client:
         return await self.store.journal(run_id)
 
     async def list_runs(
-        self, *, statuses: Sequence[str] = (), workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        statuses: Sequence[str] = (),
+        workflow: str | None = None,
+        ids: Sequence[str] = (),
+        limit: int = 100,
     ) -> list[RunRow]:
+        """Runs newest first, filtered by status, workflow and run ids (unknown ids are left
+        out; `limit` still applies)."""
         await self.runtime.open_store()
-        return await self.store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+        if isinstance(ids, str):
+            raise ConfigError(f"ids={ids!r}: pass a list of run ids, not one string")
+        if not ids:
+            return await self.store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+        wanted = list(dict.fromkeys(ids))
+        found: list[RunRow] = []
+        for start in range(0, len(wanted), IDS_PER_QUERY):
+            found += await self.store.list_runs(
+                statuses=statuses, workflow=workflow, limit=limit,
+                ids=wanted[start : start + IDS_PER_QUERY],
+            )  # fmt: skip
+        found.sort(key=lambda r: (-r.created_at, r.id))
+        return found[:limit]
+
+    async def statuses(self, ids: Sequence[str]) -> dict[str, str | None]:
+        """The status of each run id, in the order given; None for an id no run has."""
+        rows = await self.list_runs(ids=ids, limit=max(1, len(ids)))
+        by_id = {r.id: r.status for r in rows}
+        return {run_id: by_id.get(run_id) for run_id in ids}
 
     async def stuck(self, grace: float = 60.0) -> list[tuple[RunRow, str]]:
         """Runs nobody has moved for `grace` seconds past their time, each with the reason."""
@@ -385,12 +423,14 @@ class Client:
             for e in await self.store.journal(run_id)
             if e.position is not None and e.position < from_step
         ]
+        now = self.runtime.clock.now()
+        entries.insert(0, origin_entry({"fork": run_id, "from_step": from_step}, now))
         new = NewRun(
             id=new_id or f"{run_id}~fork-{uuid.uuid4().hex[:8]}",
             workflow=run.workflow,
             input=run.input,
             code_version=definition.version if definition else run.code_version,
-            now=self.runtime.clock.now(),
+            now=now,
             entries=entries,
         )
         forked, created = await self.store.create_run(new)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import threading
 import time
@@ -107,9 +108,13 @@ class RunContext:
         self.sync_mode = sync_mode
         self.inline_sleep = inline_sleep
         self.by_position: dict[int, list[Entry]] = {}
+        self.origin: dict[str, Any] = {}  # what started the run (`run.origin`; {}: a client)
         for entry in entries:
             if entry.position is not None:
                 self.by_position.setdefault(entry.position, []).append(entry)
+            elif entry.kind == "run.origin" and entry.data:
+                found = json.loads(entry.data)
+                self.origin = found if isinstance(found, dict) else {}
         self.position = 0
         self.buffer: list[Entry] = []
         self.precious = False

@@ -5,6 +5,8 @@ and `wait_event()` return awaitables in async workflows and values in sync ones.
 What each records:
 
 - `now()`, `uuid()`, `random()`: the value produced, returned unchanged on replay.
+- `current_run()`: the run's recoveries so far (the rest of what it returns is fixed
+  when the run is created).
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +40,57 @@ def uuid() -> _uuid.UUID:
 def random() -> float:
     """A random float in [0, 1), journaled."""
     return float(_value("random", lambda ctx: _random.random()))
+
+
+TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent")
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """The calling run: its id, workflow, parent, what started it, and its recoveries.
+
+    `trigger` is what started the run: `schedule`, `event`, `webhook`, `inbox`,
+    `plan`, `fork`, `parent` (a child run) or `client` (started by a call such as
+    `App.start`, the CLI or the API). `origin` holds the details: e.g.
+    `{"schedule": "nightly", "tick": "2026-12-01T02:00:00Z"}`,
+    `{"event": "on_paid", "type": "invoice.paid", "id": "evt_1"}`,
+    `{"webhook": "github", "delivery": "..."}`, `{"inbox": "docs", "path": ..., "sha256": ...}`.
+    """
+
+    id: str
+    workflow: str
+    parent_id: str | None
+    trigger: str
+    origin: dict[str, Any] = field(default_factory=dict)
+    recoveries: int = 0  # times another worker took the run over after a crash or a stop
+    code_version: str = ""
+
+
+def current_run() -> RunInfo:
+    """The run the calling workflow (or step) belongs to.
+
+    In a workflow, `recoveries` is journaled like `now()`: replay sees the count the
+    first execution saw, so branching on it is deterministic. In a step (never replayed)
+    it is the live count. Raises `PerdureError` outside a run.
+    """
+    from .steps import _step_info
+
+    ctx = require("current_run")
+    if _step_info.get() is not None:
+        recoveries = ctx.run.recoveries
+    else:
+        recoveries = int(_value("current_run", lambda c: c.run.recoveries))
+    origin = dict(ctx.origin)
+    trigger = next((key for key in origin if key in TRIGGERS), "client")
+    return RunInfo(
+        id=ctx.run_id,
+        workflow=ctx.run.workflow,
+        parent_id=ctx.run.parent_id,
+        trigger=trigger,
+        origin=origin,
+        recoveries=recoveries,
+        code_version=ctx.run.code_version,
+    )
 
 
 def _datetime(value: float) -> datetime:

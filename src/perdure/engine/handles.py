@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..store.blobs import inline_or_blob
-from .client import Client, encode_input
+from .client import Client, encode_input, origin_entry
 from .context import current
 from .durable import child_result
 from .registry import WorkflowDef
@@ -133,6 +133,7 @@ class Workflow(Generic[P, R]):
                 now=ctx.now(),
                 parent_id=ctx.run_id,
             )
+            new.entries.append(origin_entry({"parent": ctx.run_id, "position": pos}, ctx.now()))
             if blob is not None:
                 new.blobs.append(blob)
             final = ctx.entry(

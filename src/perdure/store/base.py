@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from .access_sql import AuditRow, TokenRow
@@ -28,6 +28,12 @@ COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
 DEAD = "dead"  # recovery kept crashing its workers; parked until an operator acts
+
+RunStatus = Literal[
+    "pending", "running", "sleeping", "waiting", "paused", "needs_attention", "cancelling",
+    "completed", "failed", "cancelled", "dead",
+]  # fmt: skip
+"""A run's status, as `RunRow.status` and every interface report it."""
 
 FINAL = frozenset({COMPLETED, FAILED, CANCELLED})  # can never run again
 TERMINAL = FINAL | {DEAD}  # ends every wait for the run (a dead run may still be resumed)
@@ -302,6 +308,7 @@ class Store(Protocol):
         parent_id: str | None = None,
         limit: int = 100,
         after: tuple[float, str] | None = None,  # keyset: the last (created_at, id) seen
+        ids: Sequence[str] = (),  # only these runs (unknown ids are left out)
     ) -> list[RunRow]: ...
     async def count_runs(self) -> dict[str, int]: ...
     async def journal(self, run_id: str, after: int = -1, limit: int = -1) -> list[Entry]: ...

@@ -95,10 +95,15 @@ def list_runs(
     parent_id: str | None,
     limit: int,
     after: tuple[float, str] | None = None,
+    ids: Sequence[str] = (),
 ) -> list[RunRow]:
-    """Newest first (ties by id); `after` = (created_at, id) of the last run of a page."""
+    """Newest first (ties by id); `after` = (created_at, id) of the last run of a page;
+    `ids` keeps only those runs."""
     where: list[str] = []
     params: list[Any] = []
+    if ids:
+        where.append(f"id IN ({_in(ids)})")
+        params.extend(ids)
     if statuses:
         where.append(f"status IN ({_in(statuses)})")
         params.extend(statuses)

@@ -526,9 +526,10 @@ class ThreadedStore:
         parent_id: str | None = None,
         limit: int = 100,
         after: tuple[float, str] | None = None,
+        ids: Sequence[str] = (),
     ) -> list[RunRow]:
         return await self._call(
-            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit, after),
+            lambda c: sqlops.list_runs(c, statuses, workflow, parent_id, limit, after, ids),
             write=False,
         )
 

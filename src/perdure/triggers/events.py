@@ -103,8 +103,9 @@ class EventTriggers:
         started: list[str] = []
         for trigger in matching:
             target = f"event:{trigger.name}:{event_id}"
+            origin = {"event": trigger.name, "type": event_type, "id": event_id}
             run, created = await self.client.start_run(
-                trigger.workflow, (payload,), {}, run_id=target
+                trigger.workflow, (payload,), {}, run_id=target, origin=origin
             )
             ids.append(run.id)
             if created:

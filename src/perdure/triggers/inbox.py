@@ -283,8 +283,9 @@ class Inbox:
 
     async def _start_one(self, digest: str, path: str) -> str:
         kwargs: dict[str, Any] = {"sha256": digest} if self._wants_digest() else {}
+        origin = {"inbox": self.name.removeprefix("inbox:"), "path": path, "sha256": digest}
         run = await Client(self.runtime).start(
-            self.workflow, (path,), kwargs, run_id=self.run_id(digest)
+            self.workflow, (path,), kwargs, run_id=self.run_id(digest), origin=origin
         )
         return run.id
 

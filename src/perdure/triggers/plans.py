@@ -151,5 +151,6 @@ def start(
 
     spec = make_spec(runtime, batches, check, on_failure)
     client = Client(runtime)
-    run = runtime.sync(client.start(PLAN_WORKFLOW, (spec,), run_id=f"plan:{name}"), "App.plan()")
+    start = client.start(PLAN_WORKFLOW, (spec,), run_id=f"plan:{name}", origin={"plan": name})
+    run = runtime.sync(start, "App.plan()")
     return RunHandle(client, run.id)

@@ -20,7 +20,6 @@ behind a running one) and shown by `perdure schedules show`.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -30,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..engine import observers
+from ..engine.client import origin_entry
 from ..engine.signal import Signal
 from ..errors import ConfigError, StoreError
-from ..store.base import Entry, NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
+from ..store.base import NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
@@ -305,7 +305,7 @@ def step(
 def _new_run(runtime: Runtime, row: ScheduleRow, fire_at: float, now: float) -> NewRun:
     definition = runtime.workflows[row.workflow]
     run_id = run_id_for(row.name, fire_at)
-    origin = json.dumps({"schedule": row.name, "tick": _iso(fire_at)}, separators=(",", ":"))
+    origin = origin_entry({"schedule": row.name, "tick": _iso(fire_at)}, now)
     return NewRun(
         id=run_id,
         workflow=row.workflow,
@@ -314,7 +314,7 @@ def _new_run(runtime: Runtime, row: ScheduleRow, fire_at: float, now: float) -> 
         now=now,
         deadline_at=None if definition.deadline is None else now + definition.deadline,
         queue=definition.queue,
-        entries=[Entry(kind="run.origin", data=origin, at=now)],
+        entries=[origin],
     )
 
 

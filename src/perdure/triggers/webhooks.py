@@ -217,7 +217,10 @@ async def deliver(runtime: Runtime, hook: Webhook, delivery_id: str, payload: An
     """
     run_id = hook.run_id(delivery_id)
     await runtime.open_store()
-    run, created = await Client(runtime).start_run(hook.workflow, (payload,), {}, run_id=run_id)
+    origin = {"webhook": hook.name, "delivery": delivery_id}
+    run, created = await Client(runtime).start_run(
+        hook.workflow, (payload,), {}, run_id=run_id, origin=origin
+    )
     return Delivery(run.id, not created)
 
 
