@@ -71,7 +71,7 @@ def test_tools_run_and_finish_needs_the_acceptance(
     agent, model = make(
         app, tmp_path,
         [
-            call("read_file", path="in.txt"),
+            call("read_file", path="data/in.txt"),  # from the spec's folder, like read_paths
             call("write_file", path=str(tmp_path / "out" / "res.txt"), content="ALPHA BETA"),
             call("finish", summary="copied in upper case"),
         ],
@@ -247,7 +247,7 @@ def test_a_long_transcript_is_compacted_without_splitting_a_call_from_its_result
 ) -> None:
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "big.txt").write_text("x" * 3000)
-    replies: list[Any] = [call("read_file", path="big.txt") for _ in range(4)]
+    replies: list[Any] = [call("read_file", path="data/big.txt") for _ in range(4)]
     replies += ["the notes", call("finish", summary="done")]
     agent, model = make(app, tmp_path, replies, iterations=8)
     agent.spec.models["fast"].context_tokens = 2000

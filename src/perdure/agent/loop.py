@@ -135,7 +135,8 @@ class Agent:
             hosts=t.hosts,
             granted=[*t.grant, *(f"{m.name}__{g}" for m in t.mcp for g in m.grant)],
             approval_required=t.approval,
-        )  # relative paths the model gives start at the first read root
+            workdir=spec.workdir(),  # where the spec's paths start: the model's too
+        )
         extra = [*(tools or []), *self._mcp_tools()]
         self.toolbox = Toolbox([*builtin_tools(), *extra], self.boundary)
         self.workflow = self._register()

@@ -189,6 +189,12 @@ class AgentSpec(_Strict):
         """A path of the spec, relative to the spec's folder."""
         return (self.folder / relative).resolve()
 
+    def workdir(self) -> Path:
+        """Where the paths the model gives start and its commands run: the workspace if
+        the spec has one, else the spec's folder (where `read_paths` are named from, so
+        `tickets/t1.txt` means the same to the spec and to the model)."""
+        return self.path(self.workspace.path if self.workspace is not None else ".")
+
     def tier(self, name: str) -> ModelSpec:
         return self.models[name]
 

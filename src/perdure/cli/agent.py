@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -88,8 +89,8 @@ def run_spec(
     """Start one run of the agent SPEC (with --wait, also work it here to the end)."""
     app, agent = _agent(ctx, spec_path, model)
     task: dict[str, Any] = {"prompt": prompt or agent.spec.goal}
-    if file:
-        task["file"] = file
+    if file:  # a path typed here means one from here, not from the agent's workspace
+        task["file"] = os.path.abspath(file)
     handle = app.start(agent.workflow, task, run_id=run_id)
     click.echo(handle.id)
     if not wait:
