@@ -135,3 +135,24 @@ def test_run_resolves_the_models_paths_from_the_spec_folder(
         f"refused: read 't1.txt': {folder / 't1.txt'} is outside the allowed paths "
         f"({folder / 'tickets'}, {folder / 'drafts'})"
     )
+
+
+def test_validate_and_run_refuse_a_grant_of_no_tool(tmp_path: Path) -> None:
+    """`grant = ["rm_rf"]`: validate and run exit 2 in one line naming the known tools and
+    MCP servers; no run is started. A declared MCP server's SERVER__TOOL grant is valid."""
+    spec = tmp_path / "agent.toml"
+    mcp = '\n[[tools.mcp]]\nname = "gh"\ncommand = "github-mcp-server"\n'
+    spec.write_text(SPEC.replace("[tools]", '[tools]\ngrant = ["read_file", "rm_rf"]') + mcp)
+    db = f"sqlite:///{tmp_path}/s.db"
+    runner = CliRunner()
+    for args in (["validate", str(spec)], ["--db", db, "run", str(spec), "--prompt", "go"]):
+        refused = runner.invoke(cli, args)
+        assert refused.exit_code == 2, refused.output
+        assert refused.output.strip().splitlines() == [
+            f"error: {spec}:10: tools.grant: no tool 'rm_rf' (known tools: ask_human, finish, "
+            "http_request, list_dir, read_file, recall, remember, run_command, write_file; "
+            "MCP servers: gh (grant their tools as SERVER__TOOL))"
+        ]
+    assert not (tmp_path / "s.db").exists()  # nothing started: not even a store made
+    spec.write_text(SPEC.replace("[tools]", '[tools]\ngrant = ["read_file", "gh__*"]') + mcp)
+    assert runner.invoke(cli, ["validate", str(spec)]).exit_code == 0

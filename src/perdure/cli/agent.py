@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
-from ..agent.spec import AgentSpec, duration, load_spec
+from ..agent.spec import AgentSpec, check_grants, duration, load_spec
+from ..agent.tools.builtins import builtin_tools
 from ..errors import PerdureError
 from . import render
 
@@ -40,6 +41,7 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
 def validate(spec_path: str, model: str) -> None:
     """Check an agent spec, and show the tiers that will answer (with --model as given)."""
     spec = with_model(load_spec(spec_path), model)
+    check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
     click.echo(f"{spec_path}: ok: {_describe(spec, model)}")
 
 
