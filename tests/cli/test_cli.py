@@ -161,6 +161,21 @@ def test_user_errors_are_one_line_exit_2(
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", ['"str"', "5", "true", "null"])
+def test_start_refuses_args_that_are_neither_list_nor_object(
+    env: dict[str, str], args: str
+) -> None:
+    """`perdure start checkout '"str"'`: one line, exit 2, and no run is started."""
+    assert run("start", "checkout", '["seed"]', "--id", "seed").exit_code == 0
+    result = CliRunner().invoke(cli, ["start", "checkout", args])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: ARGS must be a JSON list (positional) or object (keywords), not {args!r}; "
+        f"e.g. '[{args}]' to pass it as the one argument"
+    ]
+    assert [r.id for r in app_module().app.list_runs()] == ["seed"]
+
+
 def test_stuck_reports_runs_nobody_moves(env: dict[str, str]) -> None:
     """`perdure stuck` exits 0 when all is well and 1, naming the run and why, when one is stuck."""
     run("start", "checkout", '["o9"]', "--id", "r9")

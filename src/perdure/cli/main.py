@@ -131,11 +131,14 @@ def start(
     ctx: click.Context, workflow: str, args: str | None, run_id: str | None, wait: bool
 ) -> None:
     """Start WORKFLOW with ARGS: a JSON list (positional) or object (keyword)."""
-    app = get_app(ctx, need_code=True)
     value = parse_json(args, "ARGS")
+    if args is not None and not isinstance(value, list | dict):
+        raise PerdureError(
+            f"ARGS must be a JSON list (positional) or object (keywords), not {args!r}; "
+            f"e.g. '[{args}]' to pass it as the one argument"
+        )
+    app = get_app(ctx, need_code=True)
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
-    if not isinstance(positional, list):
-        positional = [positional]
     handle = app.start(workflow, *positional, run_id=run_id, **keywords)
     click.echo(handle.id)
     if wait:
