@@ -156,3 +156,21 @@ def test_validate_and_run_refuse_a_grant_of_no_tool(tmp_path: Path) -> None:
     assert not (tmp_path / "s.db").exists()  # nothing started: not even a store made
     spec.write_text(SPEC.replace("[tools]", '[tools]\ngrant = ["read_file", "gh__*"]') + mcp)
     assert runner.invoke(cli, ["validate", str(spec)]).exit_code == 0
+
+
+def test_run_takes_file_from_the_callers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`perdure run project/agent.toml --file project/in/a.txt` from the parent folder: the
+    file is the one the caller named, not a path inside the agent's workspace."""
+    project = tmp_path / "project"
+    (project / "in").mkdir(parents=True)
+    (project / "in" / "a.txt").write_text("First sentence here. Second one. Third.")
+    (project / "agent.toml").write_text(SPEC)
+    monkeypatch.chdir(tmp_path)
+    db = f"sqlite:///{tmp_path}/s.db"
+    args = ["--db", db, "run", "project/agent.toml", "--file", "project/in/a.txt", "--wait"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output.split("\n", 1)[1])["status"] == "done"
+    assert (project / "out" / "a.md").read_text().startswith("Summary: First sentence here.")
