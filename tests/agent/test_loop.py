@@ -13,6 +13,7 @@ import perdure
 from perdure.agent.loop import Agent, raise_budget
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
+from perdure.agent.tools import ToolContext, tool
 from perdure.store.agent_sql import Budget
 from perdure.testing import SimulatedCrash, TestWorker
 
@@ -71,7 +72,7 @@ def test_tools_run_and_finish_needs_the_acceptance(
     agent, model = make(
         app, tmp_path,
         [
-            call("read_file", path="in.txt"),
+            call("read_file", path="data/in.txt"),  # from the spec's folder, like read_paths
             call("write_file", path=str(tmp_path / "out" / "res.txt"), content="ALPHA BETA"),
             call("finish", summary="copied in upper case"),
         ],
@@ -247,7 +248,7 @@ def test_a_long_transcript_is_compacted_without_splitting_a_call_from_its_result
 ) -> None:
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "big.txt").write_text("x" * 3000)
-    replies: list[Any] = [call("read_file", path="big.txt") for _ in range(4)]
+    replies: list[Any] = [call("read_file", path="data/big.txt") for _ in range(4)]
     replies += ["the notes", call("finish", summary="done")]
     agent, model = make(app, tmp_path, replies, iterations=8)
     agent.spec.models["fast"].context_tokens = 2000
@@ -279,3 +280,25 @@ def test_a_workspace_gets_progress_notes_committed_once_per_change(
     assert [line for line in log if line] == ["helper: run w2", "helper: run w1"]
     progress = (tmp_path / "ws" / "PROGRESS.md").read_text()
     assert "done: w1" in progress and "done: w2" in progress
+
+
+def test_an_agent_refuses_a_grant_of_no_tool_unless_it_is_given_that_tool(
+    app: perdure.App, tmp_path: Path
+) -> None:
+    """A run from the spec checks grants as validate does; a tool given in Python counts."""
+    with pytest.raises(perdure.ConfigError, match=r"tools.grant: no tool 'shred'"):
+        make(app, tmp_path, [], grant=("shred",))
+    assert "agent:helper" not in app.workflows  # nothing registered
+
+    @tool(effect="once")
+    def shred(ctx: ToolContext, name: str) -> str:
+        """Shred a document.
+
+        Args:
+            name: Which one.
+        """
+        return name
+
+    spec = load_spec(tmp_path / "agent.toml")
+    agent = Agent(app, spec, providers={"fast": ScriptedModel([])}, tools=[shred])
+    assert "shred" in {t.name for t in agent.toolbox.offered()}

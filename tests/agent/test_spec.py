@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import perdure
-from perdure.agent.spec import duration, load_spec
+from perdure.agent.spec import check_grants, duration, load_spec
+from perdure.agent.tools import builtin_tools
 
 GOOD = """
 name = "summariser"
@@ -97,3 +98,38 @@ def test_unreadable_or_broken_files_are_one_line_errors(tmp_path: Path) -> None:
         load_spec(tmp_path / "missing.toml")
     with pytest.raises(perdure.ConfigError, match="not valid TOML"):
         load_spec(write(tmp_path, "name = "))
+
+
+BUILTIN_NAMES = [t.name for t in builtin_tools()]
+MCP = '\n[[tools.mcp]]\nname = "gh"\ncommand = "github-mcp-server"\ngrant = ["list_issues"]\n'
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        ["read_file", "finish"],
+        ["*"],
+        ["re*"],  # a pattern matching built-in tools
+        ["gh__list_issues", "gh__*"],  # a declared MCP server's tools, as SERVER__TOOL
+        ["ledger_once"],  # a tool the agent is given in Python
+    ],
+)
+def test_grants_naming_a_tool_are_accepted(tmp_path: Path, grant: list[str]) -> None:
+    """Built-in tools, patterns matching one, a declared MCP server's tools, Python tools."""
+    spec = load_spec(
+        write(tmp_path, GOOD.replace('["read_file", "write_file"]', repr(grant)) + MCP)
+    )
+    check_grants(spec, [*BUILTIN_NAMES, "ledger_once"])
+
+
+@pytest.mark.parametrize("grant", ["rm_rf", "rm_*", "github__list_issues", "gh_list_issues"])
+def test_a_grant_naming_no_tool_is_refused_in_one_line(tmp_path: Path, grant: str) -> None:
+    """An unknown tool (or an undeclared server's) is refused naming the line, the entry,
+    the known tools and the declared MCP servers."""
+    path = write(tmp_path, GOOD.replace('"write_file"]', f'"write_file", "{grant}"]') + MCP)
+    with pytest.raises(perdure.ConfigError) as info:
+        check_grants(load_spec(path), BUILTIN_NAMES)
+    message = str(info.value)
+    assert message.startswith(f"{path}:12: tools.grant: no tool {grant!r} (known tools: ")
+    assert "read_file" in message and "run_command" in message and "\n" not in message
+    assert "MCP servers: gh (grant their tools as SERVER__TOOL)" in message

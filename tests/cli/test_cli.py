@@ -106,7 +106,7 @@ def test_fork_and_effects(env: dict[str, str]) -> None:
     forked = run("fork", "r4", "--from-step", "1", "--id", "r4b")
     assert forked.output.strip() == "r4b"
     kinds = [(e.position, e.kind) for e in app_module().app.journal("r4b")]
-    assert kinds == [(0, "step.intent"), (0, "step.outcome")]
+    assert kinds == [(None, "run.origin"), (0, "step.intent"), (0, "step.outcome")]
     effects = run("effects")
     assert "charge" in effects.output and "keyed" in effects.output
     assert "send_mail" in effects.output and "needs_attention" in effects.output
@@ -161,6 +161,21 @@ def test_user_errors_are_one_line_exit_2(
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", ['"str"', "5", "true", "null"])
+def test_start_refuses_args_that_are_neither_list_nor_object(
+    env: dict[str, str], args: str
+) -> None:
+    """`perdure start checkout '"str"'`: one line, exit 2, and no run is started."""
+    assert run("start", "checkout", '["seed"]', "--id", "seed").exit_code == 0
+    result = CliRunner().invoke(cli, ["start", "checkout", args])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: ARGS must be a JSON list (positional) or object (keywords), not {args!r}; "
+        f"e.g. '[{args}]' to pass it as the one argument"
+    ]
+    assert [r.id for r in app_module().app.list_runs()] == ["seed"]
+
+
 def test_stuck_reports_runs_nobody_moves(env: dict[str, str]) -> None:
     """`perdure stuck` exits 0 when all is well and 1, naming the run and why, when one is stuck."""
     run("start", "checkout", '["o9"]', "--id", "r9")
@@ -169,6 +184,43 @@ def test_stuck_reports_runs_nobody_moves(env: dict[str, str]) -> None:
     result = CliRunner().invoke(cli, ["stuck"])
     assert result.exit_code == 1
     assert "r9" in result.output and "pending" in result.output
+
+
+def test_stuck_lists_a_skip_schedule_held_by_a_run_that_needs_attention(
+    env: dict[str, str],
+) -> None:
+    """A schedule's run parks in needs_attention: later ticks say so in `schedules show`,
+    and `perdure stuck` lists the schedule as blocked, with the run and the command to
+    resolve it, and exits 1; once resolved, stuck is clean again."""
+    assert run("schedules", "add", "nightly", "checkout", '["n1"]', "--every", "60").exit_code == 0
+    app = app_module().app
+    first = "sched:nightly:2026-01-01T00:01:00Z"
+    app.clock.advance(60)
+    TestWorker(app).run_until_idle()
+    run("send", first, "approved", "true")
+    dying = TestWorker(app)
+    dying.crash_after_intent("send_mail")
+    with pytest.raises(SimulatedCrash):
+        dying.run_until_idle()
+    app.clock.advance(31)
+    TestWorker(app).run_until_idle()
+    assert app.get_run(first).status == "needs_attention"
+    app.clock.advance(29)  # 00:02 is skipped behind it
+    TestWorker(app).run_until_idle()
+    shown = run("schedules", "show", "nightly").output
+    assert f"previous run {first} needs attention" in shown and "still running" not in shown
+    result = CliRunner().invoke(cli, ["stuck"])
+    assert result.exit_code == 1, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split() == ["SCHEDULE", "BLOCKED", "BY", "RUN", "STATUS", "HELD", "BACK",
+                              "TO", "FREE", "IT"]  # fmt: skip
+    assert row.split()[:5] == ["nightly", first, "needs_attention", "1", "tick(s)"]
+    fix = f"perdure resolve {first} send_mail --value JSON | --retry | --fail"
+    assert row.endswith(fix)
+    assert run("resolve", first, "send_mail", "--value", '"mailed by hand"').exit_code == 0
+    TestWorker(app).run_until_idle()
+    clean = run("stuck")
+    assert clean.exit_code == 0 and "no stuck runs or blocked schedules" in clean.output
 
 
 def test_gc_deletes_runs_beyond_retention(env: dict[str, str]) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import perdure
-from perdure.testing import TestClock, TestWorker
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
 from perdure.triggers import schedules
 from perdure.triggers.schedules import next_tick, run_id_for
 
@@ -341,3 +341,108 @@ def test_workers_storing_the_same_schedule_at_once_never_lose_or_repeat_a_tick(
     finally:
         for a in apps:
             a.close()
+
+
+def test_skip_behind_a_run_that_needs_attention_says_so_and_is_listed_as_blocked(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """overlap=skip keeps skipping while its run needs attention (no pile-up behind an
+    operator's problem), records that true reason, and `blocked` names the run and the fix;
+    once resolved, the next tick fires again. A paused run holds it the same way."""
+
+    @app.step(name="charge", effect="once")
+    def charge(n: int) -> int:
+        return n
+
+    @app.schedule(every=60, overlap="skip")
+    @app.workflow(name="bill")
+    async def bill() -> int:
+        return await charge(1)
+
+    worker.run_until_idle()
+    clock.advance(60)  # 00:01 fires; its worker dies mid-charge
+    worker.crash_after_intent("charge")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    first = run_id_for("bill", utc(2026, 1, 1, 0, 1))
+    clock.advance(31)  # past the dead worker's lease: recovery parks the once step
+    TestWorker(app).run_until_idle()
+    assert app.get_run(first).status == "needs_attention"
+    for _ in range(2):  # 00:02 and 00:03
+        clock.advance(60)
+        TestWorker(app).run_until_idle()
+    skipped = sorted(
+        (t for t in app.schedule_ticks("bill", limit=100) if t.status == "skipped"),
+        key=lambda t: t.fire_at,
+    )
+    assert [t.reason for t in skipped] == [
+        f"previous run {first} needs attention; overlap=skip skips until an operator acts "
+        "(perdure stuck)"
+    ] * 2
+    assert app.sync(schedules.blocked(app), "blocked") == [
+        schedules.Blocked(
+            schedule="bill", run_id=first, status="needs_attention",
+            since=app.get_run(first).updated_at, held=2,
+            fix=f"perdure resolve {first} charge --value JSON | --retry | --fail",
+        )
+    ]  # fmt: skip
+    app.resolve(first, "charge", value=1)
+    TestWorker(app).run_until_idle()
+    assert app.get_run(first).status == "completed"
+    assert app.sync(schedules.blocked(app), "blocked") == []
+    clock.advance(60)  # 00:04 fires again
+    TestWorker(app).run_until_idle()
+    assert statuses(app, "bill")[-1] == ("00:04", "fired")
+
+
+def test_skip_behind_a_paused_run_says_it_is_paused(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """A paused run holds a skip schedule; the reason and the fix say `paused` and `resume`."""
+
+    @app.schedule(every=60, overlap="skip")
+    @app.workflow(name="slow")
+    async def slow() -> str:
+        return str(await perdure.wait_event("go"))
+
+    worker.run_until_idle()
+    clock.advance(60)
+    worker.run_until_idle()
+    first = run_id_for("slow", utc(2026, 1, 1, 0, 1))
+    clock.advance(60)  # waiting for its event: an ordinary busy run, not a blocked schedule
+    worker.run_until_idle()
+    assert app.sync(schedules.blocked(app), "blocked") == []
+    assert app.pause(first) == "paused"
+    clock.advance(60)
+    worker.run_until_idle()
+    reasons = [t.reason for t in sorted(app.schedule_ticks("slow"), key=lambda t: t.fire_at)]
+    assert reasons[1:] == [
+        f"previous run {first} is still waiting; overlap=skip",
+        f"previous run {first} is paused; overlap=skip skips until an operator acts "
+        "(perdure stuck)",
+    ]
+    [held] = app.sync(schedules.blocked(app), "blocked")
+    assert (held.status, held.fix) == ("paused", f"perdure resume {first}")
+
+
+def test_queue_behind_a_paused_run_names_it_and_is_listed_as_blocked(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """overlap=queue queues behind a parked run (saying which, and why) and is blocked too."""
+
+    @app.schedule(every=60, overlap="queue")
+    @app.workflow(name="slow")
+    async def slow() -> str:
+        return str(await perdure.wait_event("go"))
+
+    worker.run_until_idle()
+    clock.advance(60)
+    worker.run_until_idle()
+    first = run_id_for("slow", utc(2026, 1, 1, 0, 1))
+    app.pause(first)
+    clock.advance(60)
+    worker.run_until_idle()
+    [queued] = [t for t in app.schedule_ticks("slow") if t.status == "queued"]
+    assert queued.reason == f"waiting for the previous run {first}, which is paused (perdure stuck)"
+    [held] = app.sync(schedules.blocked(app), "blocked")
+    assert (held.schedule, held.run_id, held.held) == ("slow", first, 1)

@@ -34,7 +34,7 @@ from ..store.agent_sql import Budget, UsageRow
 from .grounding import check as check_grounding
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
-from .spec import AgentSpec, deadline_seconds
+from .spec import AgentSpec, check_grants, deadline_seconds
 from .tools.base import Memory, Tool
 from .tools.boundary import Boundary
 from .tools.builtins import builtin_tools, gate_event
@@ -127,6 +127,8 @@ class Agent:
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
+        # a misspelt grant is refused before anything is made or started, never silently ignored
+        check_grants(spec, [t.name for t in (*builtin_tools(), *(tools or []))])
         t = spec.tools
         for folder in t.write_paths:  # the agent's own output folders: created if missing
             spec.path(folder).mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,8 @@ class Agent:
             hosts=t.hosts,
             granted=[*t.grant, *(f"{m.name}__{g}" for m in t.mcp for g in m.grant)],
             approval_required=t.approval,
-        )  # relative paths the model gives start at the first read root
+            workdir=spec.workdir(),  # where the spec's paths start: the model's too
+        )
         extra = [*(tools or []), *self._mcp_tools()]
         self.toolbox = Toolbox([*builtin_tools(), *extra], self.boundary)
         self.workflow = self._register()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -182,12 +184,19 @@ class AgentSpec(_Strict):
     workspace: WorkspaceSpec | None = None
     output: OutputSpec | None = None
 
-    # not in the file: where it came from, to resolve relative paths
+    # not in the file: where it came from, to resolve relative paths and name lines
     folder: Path = Field(default=Path("."), exclude=True)
+    file: Path | None = Field(default=None, exclude=True)
 
     def path(self, relative: str) -> Path:
         """A path of the spec, relative to the spec's folder."""
         return (self.folder / relative).resolve()
+
+    def workdir(self) -> Path:
+        """Where the paths the model gives start and its commands run: the workspace if
+        the spec has one, else the spec's folder (where `read_paths` are named from, so
+        `tickets/t1.txt` means the same to the spec and to the model)."""
+        return self.path(self.workspace.path if self.workspace is not None else ".")
 
     def tier(self, name: str) -> ModelSpec:
         return self.models[name]
@@ -246,6 +255,7 @@ def load_spec(path: str | Path) -> AgentSpec:
             problems.append(f"{where}: {field}: {error['msg']}")
         raise ConfigError("; ".join(problems)) from None
     spec.folder = file.resolve().parent
+    spec.file = file
     _check_references(spec, file, text)
     return spec
 
@@ -289,6 +299,41 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
             raise fail(("trigger", kinds[1]), f"one trigger kind per agent (also {kinds[0]})")
         if trigger.webhook and not trigger.secret_env:
             raise fail(("trigger", "webhook"), 'a webhook needs secret_env = "VARIABLE"')
+
+
+def check_grants(spec: AgentSpec, tools: Iterable[str]) -> None:
+    """Refuse a `tools.grant` entry that names no tool: not one of `tools` (the built-in
+    tools, and any the agent is given in Python), and not `SERVER__TOOL` of a declared MCP
+    server (whose tools are only known once it runs). A pattern (`"*"`, `"gh__*"`) must
+    match at least one of these.
+
+    Raises:
+        ConfigError: file:line: tools.grant: the entry, the known tools and the MCP servers.
+    """
+    known = sorted(set(tools))
+    servers = [m.name for m in spec.tools.mcp]
+    for entry in spec.tools.grant:
+        server, sep, _ = entry.partition("__")
+        if any(fnmatchcase(name, entry) for name in known):
+            continue
+        if sep and any(fnmatchcase(name, server) for name in servers):
+            continue
+        text = ""
+        if spec.file is not None:
+            try:
+                text = spec.file.read_text(encoding="utf-8")
+            except OSError:
+                text = ""
+        line = _line_of(text, ("tools", "grant")) if text else None
+        where = f"{spec.file}:{line}" if line else str(spec.file or spec.name)
+        mcp = (
+            f"MCP servers: {', '.join(servers)} (grant their tools as SERVER__TOOL)"
+            if servers
+            else "no MCP servers declared"
+        )
+        raise ConfigError(
+            f"{where}: tools.grant: no tool {entry!r} (known tools: {', '.join(known)}; {mcp})"
+        )
 
 
 def deadline_seconds(spec: AgentSpec) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import click
 
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
-from ..agent.spec import AgentSpec, duration, load_spec
+from ..agent.spec import AgentSpec, check_grants, duration, load_spec
+from ..agent.tools.builtins import builtin_tools
 from ..errors import PerdureError
 from . import render
 
@@ -39,6 +41,7 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
 def validate(spec_path: str, model: str) -> None:
     """Check an agent spec, and show the tiers that will answer (with --model as given)."""
     spec = with_model(load_spec(spec_path), model)
+    check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
     click.echo(f"{spec_path}: ok: {_describe(spec, model)}")
 
 
@@ -88,8 +91,8 @@ def run_spec(
     """Start one run of the agent SPEC (with --wait, also work it here to the end)."""
     app, agent = _agent(ctx, spec_path, model)
     task: dict[str, Any] = {"prompt": prompt or agent.spec.goal}
-    if file:
-        task["file"] = file
+    if file:  # a path typed here means one from here, not from the agent's workspace
+        task["file"] = os.path.abspath(file)
     handle = app.start(agent.workflow, task, run_id=run_id)
     click.echo(handle.id)
     if not wait:

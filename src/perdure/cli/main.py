@@ -131,11 +131,14 @@ def start(
     ctx: click.Context, workflow: str, args: str | None, run_id: str | None, wait: bool
 ) -> None:
     """Start WORKFLOW with ARGS: a JSON list (positional) or object (keyword)."""
-    app = get_app(ctx, need_code=True)
     value = parse_json(args, "ARGS")
+    if args is not None and not isinstance(value, list | dict):
+        raise PerdureError(
+            f"ARGS must be a JSON list (positional) or object (keywords), not {args!r}; "
+            f"e.g. '[{args}]' to pass it as the one argument"
+        )
+    app = get_app(ctx, need_code=True)
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
-    if not isinstance(positional, list):
-        positional = [positional]
     handle = app.start(workflow, *positional, run_id=run_id, **keywords)
     click.echo(handle.id)
     if wait:
@@ -161,18 +164,29 @@ def list_runs(
 )
 @click.pass_context
 def stuck(ctx: click.Context, grace: float) -> None:
-    """Runs nobody is moving (lease long expired, timer long due, pending long); exit 1 if any."""
+    """Runs nobody is moving (lease long expired, timer long due, pending long) and schedules
+    held back by a run waiting for an operator; exit 1 if any."""
+    from ..triggers.schedules import blocked
+
     app = get_app(ctx, existing=True)
     found = app.sync(app.client.stuck(grace), "perdure stuck")
-    if not found:
-        click.echo(f"no stuck runs (grace {grace:g}s)")
+    held = app.sync(blocked(app), "perdure stuck")
+    if not found and not held:
+        click.echo(f"no stuck runs or blocked schedules (grace {grace:g}s)")
         return
-    click.echo(
-        render.table(
-            [(r.id, r.workflow, r.status, why) for r, why in found],
-            ("RUN", "WORKFLOW", "STATUS", "WHY"),
+    if found:
+        click.echo(
+            render.table(
+                [(r.id, r.workflow, r.status, why) for r, why in found],
+                ("RUN", "WORKFLOW", "STATUS", "WHY"),
+            )
         )
-    )
+    if held:
+        if found:
+            click.echo()
+        rows = [(b.schedule, b.run_id, b.status, f"{b.held} tick(s)", b.fix) for b in held]
+        header = ("SCHEDULE", "BLOCKED BY RUN", "STATUS", "HELD BACK", "TO FREE IT")
+        click.echo(render.table(rows, header))
     sys.exit(1)
 
 

@@ -15,6 +15,14 @@ schedules tick every N seconds of real time, aligned to the Unix epoch.
 Nothing is silent: every tick that does not start a run is recorded with its
 reason (missed while no worker ran, skipped by a policy or a pause, queued
 behind a running one) and shown by `perdure schedules show`.
+
+A run parked for an operator (`needs_attention`, or paused) holds its schedule
+like a running one: `overlap="skip"` keeps skipping and `"queue"` keeps queueing
+until it is resolved or resumed, so runs never pile up behind an operator's
+problem. That is never silent either: each tick held back says why ("previous
+run ... needs attention"), and `perdure stuck` lists the schedule as blocked,
+with the run and the command that frees it (`blocked` below). A dead run has
+ended (for now): it holds nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +40,16 @@ from ..engine import observers
 from ..engine.client import origin_entry
 from ..engine.signal import Signal
 from ..errors import ConfigError, StoreError
-from ..store.base import NewRun, RunRow, ScheduleAdvance, ScheduleRow, TickRow
+from ..store.base import (
+    NEEDS_ATTENTION,
+    PAUSED,
+    RUNNING,
+    NewRun,
+    RunRow,
+    ScheduleAdvance,
+    ScheduleRow,
+    TickRow,
+)
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
@@ -226,6 +243,19 @@ def _catchup(row: ScheduleRow, due: list[float], now: float, plan: _Plan) -> lis
     return allowed + on_time
 
 
+PARKED = (NEEDS_ATTENTION, PAUSED)  # unfinished, and moving again only when an operator acts
+HOLDING = ("skip", "queue")  # the overlap policies a parked run holds back
+
+
+def _holding(run: RunRow) -> str:
+    """What the previous run is doing, as the reason for a tick held back behind it."""
+    if run.status == NEEDS_ATTENTION:
+        return "needs attention"
+    if run.status == PAUSED:
+        return "is paused"
+    return f"is still {'running' if run.status == RUNNING else run.status}"
+
+
 def _overlap(
     row: ScheduleRow,
     candidates: list[float],
@@ -248,9 +278,12 @@ def _overlap(
                 )
             plan.fire = candidates[-1:]
     elif row.overlap == "skip":
+        doing = _holding(active[0]) if active else "is still running"
         for t in candidates:
             if busy:
-                why = f"previous run {busy[0]} still running; overlap=skip"
+                why = f"previous run {busy[0]} {doing}; overlap=skip"
+                if active and active[0].status in PARKED:
+                    why += " skips until an operator acts (perdure stuck)"
                 plan.records.append(TickRow(row.name, t, "skipped", reason=why, at=now))
             else:
                 plan.fire.append(t)
@@ -259,10 +292,11 @@ def _overlap(
         waiting = sorted(q.fire_at for q in queued) + candidates
         if not busy and waiting:
             plan.fire.append(waiting.pop(0))
+        why = "waiting for the previous run"
+        if active and active[0].status in PARKED:
+            why += f" {active[0].id}, which {_holding(active[0])} (perdure stuck)"
         for t in waiting[:QUEUE_LIMIT]:
-            plan.records.append(
-                TickRow(row.name, t, "queued", reason="waiting for the previous run", at=now)
-            )
+            plan.records.append(TickRow(row.name, t, "queued", reason=why, at=now))
         for t in waiting[QUEUE_LIMIT:]:
             why = f"queue full ({QUEUE_LIMIT} ticks waiting); overlap=queue"
             plan.records.append(TickRow(row.name, t, "skipped", reason=why, at=now))
@@ -524,6 +558,45 @@ async def delete(runtime: Runtime, name: str) -> None:
     await get(runtime, name)
     await runtime.store.delete_schedule(name)
     scheduler_of(runtime).declared.pop(name, None)
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A schedule held back by a run of its own that waits for an operator."""
+
+    schedule: str
+    run_id: str
+    status: str  # needs_attention or paused
+    since: float  # when the run was last updated (when it parked)
+    held: int  # ticks skipped or queued behind it so far (of the last 1000 recorded)
+    fix: str  # the command that lets the run, and so the schedule, move again
+
+
+async def blocked(runtime: Runtime) -> list[Blocked]:
+    """Schedules whose overlap policy (skip, queue) holds them behind a parked run: each
+    with the run and the command that frees it (what `perdure stuck` lists)."""
+    found: list[Blocked] = []
+    for row in await runtime.store.list_schedules():
+        if row.overlap not in HOLDING:
+            continue
+        active = await runtime.store.active_runs(f"sched:{row.name}:")
+        run = active[0] if active else None
+        if run is None or run.status not in PARKED:
+            continue
+        if run.status == NEEDS_ATTENTION:
+            parked = [
+                e for e in await runtime.store.journal(run.id) if e.kind == "step.needs_attention"
+            ]
+            step = (parked[-1].name or str(parked[-1].position)) if parked else "STEP"
+            fix = f"perdure resolve {run.id} {step} --value JSON | --retry | --fail"
+        else:
+            fix = f"perdure resume {run.id}"
+        ticks = await runtime.store.schedule_ticks(
+            row.name, statuses=["skipped", "queued"], limit=1000
+        )
+        held = sum(1 for t in ticks if run.id in (t.reason or ""))
+        found.append(Blocked(row.name, run.id, run.status, run.updated_at, held, fix))
+    return found
 
 
 def _iso(t: float) -> str:

@@ -47,7 +47,8 @@ class Boundary:
         approval_required: Tools that open a gate before they execute; `"*"` means every
             destructive tool.
         workdir: Where relative paths start and commands run; defaults to the first read
-            root, else the first write root.
+            root, else the first write root. An agent passes its workspace (the spec's
+            folder by default), where the spec's own paths start.
     """
 
     def __init__(
@@ -113,11 +114,14 @@ class Boundary:
         lexical = Path(os.path.normpath(candidate))
         live = [r for r in roots if r.is_dir()]
         real_roots = [Path(os.path.realpath(r)) for r in live]
+        # Every refusal names the path as resolved and the roots it was checked against,
+        # so the model (and the journal) can see why, whatever the working directory.
+        allowed = f"the allowed paths ({', '.join(dict.fromkeys(str(r) for r in roots))})"
         if not any(_inside(lexical, r) for r in (*roots, *real_roots)):
-            allowed = ", ".join(str(r) for r in roots)
-            raise ToolRefused(f"{verb} {path!r}: outside the allowed paths ({allowed})")
+            raise ToolRefused(f"{verb} {path!r}: {lexical} is outside {allowed}")
         if not any(_inside(lexical, r) for r in (*live, *real_roots)):
-            raise ToolRefused(f"{verb} {path!r}: its allowed root does not exist")
+            missing = next(r for r in roots if _inside(lexical, r))
+            raise ToolRefused(f"{verb} {path!r}: its allowed root {missing} does not exist")
         # Every existing step at or below a root, and the target itself, must stay inside
         # once symlinks are followed (a dangling symlink resolves to where it points).
         step = Path(candidate.anchor)
@@ -126,11 +130,14 @@ class Boundary:
             below = Path(os.path.normpath(step))
             if not any(_inside(below, r) for r in (*live, *real_roots)):
                 continue  # an ancestor of the root: the root's own realpath covers it
-            if os.path.lexists(step) and not _within(Path(os.path.realpath(step)), real_roots):
-                raise ToolRefused(f"{verb} {path!r}: a symlink on the way leads outside")
+            target = Path(os.path.realpath(step))
+            if os.path.lexists(step) and not _within(target, real_roots):
+                raise ToolRefused(
+                    f"{verb} {path!r}: the symlink {below} leads to {target}, outside {allowed}"
+                )
         real = Path(os.path.realpath(candidate))
         if not _within(real, real_roots):
-            raise ToolRefused(f"{verb} {path!r}: resolves outside the allowed paths")
+            raise ToolRefused(f"{verb} {path!r}: {lexical} resolves to {real}, outside {allowed}")
         return real
 
     # -- commands -----------------------------------------------------------------------

@@ -52,17 +52,19 @@ def read_file(
     """Read a text file inside the allowed paths.
 
     Args:
-        path: The file, relative to the working directory or absolute inside an allowed path.
+        path: The file, relative to the workspace (where the allowed paths are named from,
+            e.g. "tickets/t1.txt") or absolute inside an allowed path.
         max_bytes: Read at most this many bytes; longer files are cut with a note.
     """
     real = ctx.boundary.resolve_read(path)
     fd = _open_nofollow(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), path)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    info = os.fstat(fd)  # before fdopen, which refuses a directory with an OSError of its own
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
         if stat.S_ISDIR(info.st_mode):
             raise ToolFailed(f"{path!r} is a directory; use list_dir")
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolFailed(f"{path!r} is not a regular file")
+        raise ToolFailed(f"{path!r} is not a regular file")
+    with os.fdopen(fd, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if b"\x00" in data[:8192]:
         return f"[{path} is a binary file of {info.st_size} bytes; not shown]"
@@ -82,13 +84,17 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a text file inside the allowed write paths (parents are created).
 
     Args:
-        path: The file, relative to the working directory or absolute inside a write path.
+        path: The file, relative to the workspace (e.g. "drafts/reply.md") or absolute
+            inside a write path.
         content: The whole new content of the file (UTF-8).
     """
     real = ctx.boundary.resolve_write(path)
     if real.is_dir():
         raise ToolFailed(f"{path!r} is a directory")
-    real.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ToolFailed(f"{path!r}: a file stands where a folder on the way should be") from None
     # Write a sibling and rename it over: a crash leaves the old or the new file, never
     # half of one, and rename replaces a symlink planted meanwhile instead of following it.
     mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o644
@@ -114,7 +120,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     `@` after symlinks.
 
     Args:
-        path: The directory, relative to the working directory or absolute.
+        path: The directory, relative to the workspace (e.g. "tickets") or absolute.
     """
     real = ctx.boundary.resolve_read(path)
     if not real.is_dir():
@@ -135,7 +141,7 @@ def _open_nofollow(real: Path, flags: int, shown: str) -> int:
     try:
         return os.open(real, flags | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
-        raise ToolFailed(f"{shown!r} does not exist") from None
+        raise ToolFailed(f"{shown!r} does not exist ({real})") from None
     except OSError as exc:
         if real.is_symlink():  # swapped for a symlink since the check
             raise ToolRefused(f"{shown!r}: is a symlink") from None
