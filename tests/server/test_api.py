@@ -97,9 +97,13 @@ def start(client: TestClient, token: str, workflow: str, *args: Any, **extra: An
     return answer.json()["run"]
 
 
-def audit_actions(client: TestClient, token: str, target: str) -> list[tuple[str, str, Any]]:
+def audit_actions(
+    client: TestClient, token: str, target: str, outcome: str | None = "ok"
+) -> list[tuple[str, str, Any]]:
+    """(actor, action, detail) of `target`'s audit entries with `outcome` (None: all)."""
     entries = client.get(f"/api/v1/audit?target={target}", headers=auth(token)).json()["entries"]
-    return [(e["actor"], e["action"], e["detail"]) for e in entries]
+    return [(e["actor"], e["action"], e["detail"]) for e in entries
+            if outcome is None or e["outcome"] == outcome]  # fmt: skip
 
 
 # -- health, readiness, tokens and scopes -------------------------------------------------
@@ -286,10 +290,12 @@ def test_cancel_pause_and_resume_are_done_and_audited(
     assert client.post("/api/v1/runs/nope/cancel", headers=op).status_code == 404
     assert audit_actions(client, tokens["read"], "run:n1") == [
         ("operate-er", "run.cancel", {"comment": "no need"}),
-        ("operate-er", "run.resume", {"comment": ""}),
+        ("operate-er", "run.resume", {}),
         ("operate-er", "run.pause", {"comment": "hold on"}),
-        ("operate-er", "run.start", {"workflow": "nap", "created": True}),
+        ("operate-er", "run.start", {"workflow": "nap", "via": "api", "created": True}),
     ]
+    [refused] = audit_actions(client, tokens["read"], "run:n1", "refused")
+    assert refused[:2] == ("operate-er", "run.pause")
 
 
 def test_resolve_settles_a_needs_attention_step(
@@ -320,9 +326,11 @@ def test_resolve_settles_a_needs_attention_step(
     late = client.post("/api/v1/runs/p1/resolve", json={"step": 0, "fail": True}, headers=op)
     assert late.status_code == 409
     [(actor, action, detail)] = audit_actions(client, tokens["read"], "run:p1")[:1]
-    assert (actor, action, detail["value"], detail["comment"]) == (
-        "operate-er", "run.resolve", "by hand", "checked",
+    assert (actor, action, detail["how"], detail["value"], detail["comment"]) == (
+        "operate-er", "run.resolve", "value", "by hand", "checked",
     )  # fmt: skip
+    [(_, _, late_detail)] = audit_actions(client, tokens["read"], "run:p1", "refused")[:1]
+    assert late_detail["how"] == "fail"
 
 
 def test_fork_retries_from_a_step(
@@ -388,9 +396,11 @@ def test_a_token_without_approve_cannot_approve_and_the_audit_log_records_an_app
     )  # fmt: skip
     assert approved.json() == {"run_id": "g1", "call_id": "c1", "decision": "approve"}
     log = client.get("/api/v1/audit?target=run:g1", headers=auth(tokens["read"])).json()["entries"]
-    assert [(e["actor"], e["action"]) for e in log] == [
-        ("approve-er", "gate.approve"), ("operate-er", "run.start"),
+    assert [(e["actor"], e["action"], e["outcome"]) for e in log] == [
+        ("approve-er", "gate.approve", "ok"), ("operate-er", "gate.approve", "refused"),
+        ("read-er", "gate.approve", "refused"), ("operate-er", "run.start", "ok"),
     ]  # fmt: skip
+    assert "'approve' scope" in log[1]["reason"]
     assert log[0]["detail"] == {"call": "c1", "comment": "looks right"}
     assert log[0]["at"] == app.clock.now()
     worker.run_until_idle()
@@ -467,7 +477,10 @@ def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
     bad_name = client.put("/api/v1/schedules/a:b", json=body, headers=admin)
     assert bad_name.status_code == 400
     actions = [a for _, a, _ in audit_actions(client, tokens["read"], "schedule:s1")]
-    assert actions == ["schedule.delete", "schedule.resume", "schedule.pause", "schedule.put"]
+    assert actions == ["schedule.delete", "schedule.resume", "schedule.pause", "schedule.add"]
+    refused = [(who, a) for who, a, _ in audit_actions(client, tokens["read"], "schedule:s1",
+                                                      "refused")]  # fmt: skip
+    assert refused == [("admin-er", "schedule.pause"), ("operate-er", "schedule.add")]
 
 
 def test_workflow_pauses(client: TestClient, tokens: dict[str, str]) -> None:
@@ -537,7 +550,7 @@ def test_the_audit_log_pages_with_a_cursor(client: TestClient, tokens: dict[str,
         seen += [e["id"] for e in page["entries"]]
         cursor = page["next_cursor"]
     assert seen == [e["id"] for e in everything] and seen == sorted(seen, reverse=True)
-    assert len(seen) == 7 + len(SCOPES)  # the starts and the token creations
+    assert len(seen) == 7  # the starts (the fixture's tokens are made below the audited path)
     assert client.get("/api/v1/audit?cursor=eyJ4IjoxfQ", headers=read).status_code == 400
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import perdure
-from perdure.server import create_app, dashboard
-from perdure.server.access import create_token
+from perdure.server import create_app, dashboard, operations
+from perdure.server.access import local_operator
 from perdure.server.redact import Redactor
 from perdure.store.agent_sql import Budget, UsageRow
 from perdure.testing import TestClock, TestWorker
@@ -77,8 +77,9 @@ def register(app: perdure.App) -> None:
 
 
 def token(app: perdure.App, *scopes: str, name: str = "ana") -> str:
-    """A new token with `scopes`."""
-    _, value = app.sync(create_token(app, name, list(scopes)), "token")
+    """A new token with `scopes`, made as `perdure token create` makes it (audited)."""
+    made = operations.create_token(app, local_operator(), name, list(scopes))
+    _, value = app.sync(made, "token")
     return value
 
 
@@ -135,7 +136,7 @@ def test_every_page_renders_what_it_is_for_with_a_read_token(
         "/ui/schedules": ["hourly", "every 3600s", "2026-01-01 04:00:00Z", "skipped"],
         "/ui/agents": ["helper", "tokens this day", "300 of 1,000 (30%)", "no limit"],
         "/ui/workers": ["No worker holds a run right now", "Paused"],
-        "/ui/audit": ["token.create", "admin:cli", "token:"],
+        "/ui/audit": ["token.create", local_operator().name, "token:", "ok"],
     }
     for path, words in expected.items():
         response = server.get(path)
@@ -214,7 +215,11 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert refused.status_code == 403
     assert "needs the 'approve' scope" in text_of(refused.text)
     assert app.get_run("gate-1").status == "waiting"
-    assert [r.action for r in app.sync(app.store.audit_log(), "log")] == ["token.create"]
+    log = app.sync(app.store.audit_log(), "log")
+    assert [(r.action, r.outcome) for r in log] == [
+        ("gate.approve", "refused"), ("token.create", "ok"),
+    ]  # fmt: skip
+    assert log[0].actor == "ana" and "needs the 'approve' scope" in log[0].reason
     assert 'value="approve"' not in server.get("/ui/approvals").text  # no buttons shown either
 
 
