@@ -460,7 +460,8 @@ async def audit(call: Call) -> Any:
             raise BadInput(400, "give run or target, not both", "run")
         target = f"run:{run}"
     actor = query_text(call.request, "actor")
-    since = query_float(call.request, "since", 0.0) or None
+    since_text = query_text(call.request, "since")
+    since = ops.parse_since(since_text, call.app.clock.now()) if since_text else None
     limit = query_int(call.request, "limit", 50, 1, 500)
     before = id_cursor(call.request)
     await call.app.open_store()
@@ -568,7 +569,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              params=(Param("target", {"type": "string"}, "e.g. run:ID, schedule:NAME"),
                      Param("run", {"type": "string"}, "a run's id (target run:ID)"),
                      Param("actor", {"type": "string"}, "who acted, e.g. cli:alice@host1"),
-                     Param("since", {"type": "number"}, "Unix time: entries at or after it"),
+                     Param("since", {"type": "string"},
+                           "entries this recent: a duration (1h, 7d), an ISO time, Unix seconds"),
                      _LIMIT, _CURSOR),
              returns="AuditPage"),
 )  # fmt: skip
