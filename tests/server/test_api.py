@@ -12,6 +12,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -738,3 +739,111 @@ def test_a_reconnecting_client_resumes_after_its_last_event_id(
     assert seqs and seqs[0] == 1 and seqs == sorted(seqs)
     assert [e for e, _ in events][-2:] == ["status", "end"]
     assert events[-2][1]["status"] == "completed"
+
+
+# -- the audit log of every action, refused ones too ----------------------------------------
+
+
+def _entries(client: TestClient, token: str, query: str = "") -> list[dict[str, Any]]:
+    answer = client.get(f"/api/v1/audit?limit=500{query}", headers=auth(token))
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["entries"])
+
+
+def test_run_actions_through_the_api_are_audited_with_actor_target_and_outcome(
+    client: TestClient, tokens: dict[str, str], worker: TestWorker
+) -> None:
+    """start, send event, fork and a worker pause each leave an `ok` record naming the token,
+    the action and its target (a fork's new run in its detail)."""
+    op = auth(tokens["operate"])
+    start(client, tokens["operate"], "asks", id="a1")
+    worker.run_until_idle()
+    sent = client.post("/api/v1/runs/a1/events", json={"name": "human:q1", "payload": 1},
+                       headers=op)  # fmt: skip
+    assert sent.status_code == 202
+    worker.run_until_idle()
+    assert client.post("/api/v1/runs/a1/fork", json={"from_step": 0, "id": "a2"},
+                       headers=op).status_code == 201  # fmt: skip
+    body = {"scope": "worker", "name": "host9", "paused": True}
+    assert client.post("/api/v1/pauses", json=body, headers=op).status_code == 200
+    rows = [(e["actor"], e["action"], e["target"], e["outcome"])
+            for e in reversed(_entries(client, tokens["read"]))]  # fmt: skip
+    assert rows == [
+        ("operate-er", "run.start", "run:a1", "ok"), ("operate-er", "run.event", "run:a1", "ok"),
+        ("operate-er", "run.fork", "run:a1", "ok"),
+        ("operate-er", "worker.pause", "worker:host9", "ok"),
+    ]  # fmt: skip
+    fork = _entries(client, tokens["read"], "&target=run:a1")[0]
+    assert fork["detail"] == {"from_step": 0, "new_id": "a2"}
+
+
+def test_every_action_endpoint_audits_a_request_refused_for_its_scope(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    """Each endpoint that changes something names the action it performs, and a read token's
+    request to it is 403 and recorded as that action, refused, with the reason."""
+    actions = [e for e in ENDPOINTS if e.scope is not None and e.method != "GET"]
+    assert len(actions) >= 15
+    for endpoint in actions:
+        assert getattr(endpoint.handler, "audits", None), f"{endpoint.path} names no action"
+        answer = client.request(endpoint.method, fill(endpoint.path), headers=auth(tokens["read"]))
+        assert answer.status_code == 403, (endpoint.path, answer.text)
+        [entry] = _entries(client, tokens["read"], "&limit=1")
+        kind = "schedule" if "/schedules/" in endpoint.path else "agent" if "budgets" in (
+            endpoint.path) else "run"  # fmt: skip
+        target = f"{kind}:x" if "{" in endpoint.path else f"api:{endpoint.method} {endpoint.path}"
+        assert (entry["actor"], entry["action"], entry["target"], entry["outcome"]) == (
+            "read-er", endpoint.handler.audits, target, "refused",  # type: ignore[attr-defined]
+        ), endpoint.path  # fmt: skip
+        assert f"'{endpoint.scope}' scope" in entry["reason"]
+    assert len(_entries(client, tokens["read"])) == len(actions)
+
+
+def test_an_action_on_an_unknown_run_or_in_the_wrong_state_is_audited_as_refused(
+    client: TestClient, tokens: dict[str, str], worker: TestWorker
+) -> None:
+    """Cancelling an unknown run (404), sending to one (404) and pausing a finished run (409)
+    are recorded as refused with their one-line reason; nothing else is recorded for them."""
+    op = auth(tokens["operate"])
+    assert client.post("/api/v1/runs/nope/cancel", headers=op).status_code == 404
+    assert client.post("/api/v1/runs/nope/events", json={"name": "e"},
+                       headers=op).status_code == 404  # fmt: skip
+    start(client, tokens["operate"], "echo", 1, id="e1")
+    worker.run_until_idle()
+    assert client.post("/api/v1/runs/e1/pause", headers=op).status_code == 409
+    refused = [(e["action"], e["target"], e["reason"]) for e in _entries(client, tokens["read"])
+               if e["outcome"] == "refused"]  # fmt: skip
+    assert refused == [
+        ("run.pause", "run:e1", "run 'e1' is completed; it cannot be paused"),
+        ("run.event", "run:nope", "no run with id 'nope' (list runs with `perdure ls`)"),
+        ("run.cancel", "run:nope", "no run with id 'nope' (list runs with `perdure ls`)"),
+    ]
+
+
+def test_the_audit_endpoint_filters_by_run_actor_and_since(
+    app: perdure.App, client: TestClient, tokens: dict[str, str], clock: TestClock
+) -> None:
+    """`run`, `target`, `actor` and `since` (a duration, an ISO time or Unix seconds) narrow
+    the log together; a bad `since`, or `run` with another `target`, is 400."""
+    from perdure.server.access import record
+
+    def note(actor: str, action: str, target: str) -> int:
+        return int(app.sync(record(app, actor, action, target, {}), "record"))
+
+    note("ana", "run.pause", "run:x")
+    clock.advance(7200)
+    note("bob", "run.pause", "run:x")
+    note("ana", "run.pause", "run:y")
+    recent = note("ana", "run.resume", "run:x")
+    read = tokens["read"]
+
+    def ids(query: str) -> list[int]:
+        return [e["id"] for e in _entries(client, read, query)]
+
+    assert ids("&run=x&actor=ana&since=1h") == [recent]
+    assert ids(f"&target=run:x&actor=ana&since={clock.now() - 60}") == [recent]
+    assert len(ids("&run=x&actor=ana")) == 2 and len(ids("&actor=bob")) == 1
+    iso = datetime.fromtimestamp(clock.now() - 60, UTC).isoformat()
+    assert ids(f"&run=x&since={iso.replace('+', '%2B')}") == [recent, recent - 2]
+    for query in ("since=yesterday", "run=x&target=run:y"):
+        assert client.get(f"/api/v1/audit?{query}", headers=auth(read)).status_code == 400

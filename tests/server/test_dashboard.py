@@ -429,3 +429,67 @@ def test_the_workers_page_shows_leases_and_pauses(
     assert "workflow asking" in shown
     clock.advance(60)
     assert "(expired 30s ago)" in text_of(server.get("/ui/workers").text)
+
+
+def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: TestClient) -> None:
+    """Answering a question, pausing, resuming and cancelling a run and pausing and resuming a
+    schedule each leave an `ok` record naming the token; a cancel of an unknown run and a
+    schedule pause without the admin scope are recorded as refused, with the reason."""
+    csrf = sign_in(server, token(app, "approve", name="ana"))
+    answered = {"csrf": csrf, "run_id": "ask-1", "call_id": "q1", "answer": "blue"}
+    assert server.post("/ui/approvals/answer", data=answered).status_code == 200
+    csrf = sign_in(server, token(app, "operate", name="olga"))
+    for verb in ("pause", "resume", "cancel"):
+        form = {"csrf": csrf, "run_id": "gate-1", "action": verb}
+        assert server.post("/ui/runs/act", data=form).status_code == 200, verb
+    unknown = {"csrf": csrf, "run_id": "no-such-run", "action": "cancel"}
+    assert server.post("/ui/runs/act", data=unknown).status_code == 404
+    schedule = {"csrf": csrf, "name": "hourly", "action": "pause"}
+    assert server.post("/ui/schedules/act", data=schedule).status_code == 403
+    csrf = sign_in(server, token(app, "admin", name="root"))
+    for verb in ("pause", "resume"):
+        form = {"csrf": csrf, "name": "hourly", "action": verb}
+        assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
+    rows = [(r.actor, r.action, r.target, r.outcome)
+            for r in reversed(app.sync(app.store.audit_log(), "log"))
+            if r.action != "token.create"]  # fmt: skip
+    assert rows == [
+        ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
+        ("olga", "run.resume", "run:gate-1", "ok"), ("olga", "run.cancel", "run:gate-1", "ok"),
+        ("olga", "run.cancel", "run:no-such-run", "refused"),
+        ("olga", "schedule.pause", "schedule:hourly", "refused"),
+        ("root", "schedule.pause", "schedule:hourly", "ok"),
+        ("root", "schedule.resume", "schedule:hourly", "ok"),
+    ]  # fmt: skip
+    page = text_of(server.get("/ui/audit?actor=olga").text)
+    assert "refused: schedule.pause needs the 'admin' scope" in page
+    assert "no run with id 'no-such-run'" in page and "root" not in page.split("Filter", 1)[1]
+
+
+def test_the_audit_page_filters_by_target_actor_and_since(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """/ui/audit?target=&actor=&since= shows only the records all three allow (since as
+    `perdure audit --since` takes it), and its filter form keeps them."""
+    from perdure.server.access import record
+
+    def note(actor: str, target: str, mark: str) -> None:
+        app.sync(record(app, actor, "run.pause", target, {"mark": mark}), "record")
+
+    note("ana", "run:x", "old")
+    clock.advance(7200)
+    note("bob", "run:x", "other-actor")
+    note("ana", "run:y", "other-run")
+    note("ana", "run:x", "wanted")
+    sign_in(server, token(app, "read"))
+    page = server.get("/ui/audit?target=run:x&actor=ana&since=1h")
+    assert page.status_code == 200
+    shown = text_of(page.text)
+    assert "mark: wanted" in shown
+    assert not {"mark: old", "mark: other-actor", "mark: other-run"} & set(
+        re.findall(r"mark: [\w-]+", shown)
+    )
+    assert 'value="1h"' in page.text and 'value="ana"' in page.text
+    by_run = text_of(server.get("/ui/audit?run=x").text)
+    assert "mark: old" in by_run and "mark: other-run" not in by_run
+    assert server.get("/ui/audit?since=yesterday").status_code == 400
