@@ -268,7 +268,7 @@ class PerdureMcp:
 
         try:
             run = await ops.perform(self.app, who, action, start)
-        except Forbidden:
+        except (Forbidden, StoreError):
             raise
         except PerdureError as exc:  # an unknown tool, bad arguments: no run was made
             if as_task or tool is None:
