@@ -683,7 +683,8 @@ async def http_session(
 def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     served: tuple[Path, str],
 ) -> None:
-    """Streamable HTTP: 401 without a valid bearer token; a gate answered through the
+    """Streamable HTTP: 401 without a valid bearer token; a read token's tools/call refused
+    (and audited as refused); a gate answered through the
     client's elicitation (on the tasks/result stream); then the server is killed with
     SIGKILL right after a submission and a new one returns the result (a separate
     `perdure worker` runs the workflows)."""
@@ -733,6 +734,9 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             with pytest.raises(McpError) as refused:
                 await tasks(session).call_tool_as_task("ask", {})
             assert "operate" in refused.value.error.message
+            [audited] = await admin.store.audit_log(actor="reader")  # refused, and recorded
+            assert (audited.action, audited.outcome) == ("run.start", "refused")
+            assert "'operate' scope" in audited.reason
 
         async with AsyncExitStack() as stack:
             session = await http_session(stack, url, token, elicit)
