@@ -29,6 +29,7 @@ CORE = [
     "worker", "start", "ls", "show", "explain", "send", "cancel", "pause", "resume", "resolve",
     "fork", "effects", "stuck", "schedules", "gc", "emit", "validate", "replay-check", "run",
     "agent", "usage", "budget", "token", "workers", "schedules ls", "token create", "token ls",
+    "audit",
 ]  # fmt: skip
 NEEDS_EXTRA = ["serve", "mcp", "top"]  # their --help works all the same
 
@@ -117,8 +118,9 @@ def test_the_core_cli_imports_no_optional_package(tmp_path: Path) -> None:
     modules = [
         "perdure", "perdure.cli.main", "perdure.observe", "perdure.observe.logs",
         "perdure.observe.metrics", "perdure.observe.tracing", "perdure.server",
-        "perdure.server.access", "perdure.agent.serve", "perdure.agent.models",
-        "perdure.agent.providers.registry", "perdure.store.postgres", "perdure.testing",
+        "perdure.server.access", "perdure.server.operations", "perdure.agent.serve",
+        "perdure.agent.models", "perdure.agent.providers.registry", "perdure.store.postgres",
+        "perdure.testing",
     ]  # fmt: skip
     assert json.loads(blocked("imports", *modules, cwd=tmp_path)) == []
 

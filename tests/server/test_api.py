@@ -12,6 +12,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +98,13 @@ def start(client: TestClient, token: str, workflow: str, *args: Any, **extra: An
     return answer.json()["run"]
 
 
-def audit_actions(client: TestClient, token: str, target: str) -> list[tuple[str, str, Any]]:
+def audit_actions(
+    client: TestClient, token: str, target: str, outcome: str | None = "ok"
+) -> list[tuple[str, str, Any]]:
+    """(actor, action, detail) of `target`'s audit entries with `outcome` (None: all)."""
     entries = client.get(f"/api/v1/audit?target={target}", headers=auth(token)).json()["entries"]
-    return [(e["actor"], e["action"], e["detail"]) for e in entries]
+    return [(e["actor"], e["action"], e["detail"]) for e in entries
+            if outcome is None or e["outcome"] == outcome]  # fmt: skip
 
 
 # -- health, readiness, tokens and scopes -------------------------------------------------
@@ -286,10 +291,12 @@ def test_cancel_pause_and_resume_are_done_and_audited(
     assert client.post("/api/v1/runs/nope/cancel", headers=op).status_code == 404
     assert audit_actions(client, tokens["read"], "run:n1") == [
         ("operate-er", "run.cancel", {"comment": "no need"}),
-        ("operate-er", "run.resume", {"comment": ""}),
+        ("operate-er", "run.resume", {}),
         ("operate-er", "run.pause", {"comment": "hold on"}),
-        ("operate-er", "run.start", {"workflow": "nap", "created": True}),
+        ("operate-er", "run.start", {"workflow": "nap", "via": "api", "created": True}),
     ]
+    [refused] = audit_actions(client, tokens["read"], "run:n1", "refused")
+    assert refused[:2] == ("operate-er", "run.pause")
 
 
 def test_resolve_settles_a_needs_attention_step(
@@ -320,9 +327,11 @@ def test_resolve_settles_a_needs_attention_step(
     late = client.post("/api/v1/runs/p1/resolve", json={"step": 0, "fail": True}, headers=op)
     assert late.status_code == 409
     [(actor, action, detail)] = audit_actions(client, tokens["read"], "run:p1")[:1]
-    assert (actor, action, detail["value"], detail["comment"]) == (
-        "operate-er", "run.resolve", "by hand", "checked",
+    assert (actor, action, detail["how"], detail["value"], detail["comment"]) == (
+        "operate-er", "run.resolve", "value", "by hand", "checked",
     )  # fmt: skip
+    [(_, _, late_detail)] = audit_actions(client, tokens["read"], "run:p1", "refused")[:1]
+    assert late_detail["how"] == "fail"
 
 
 def test_fork_retries_from_a_step(
@@ -388,9 +397,11 @@ def test_a_token_without_approve_cannot_approve_and_the_audit_log_records_an_app
     )  # fmt: skip
     assert approved.json() == {"run_id": "g1", "call_id": "c1", "decision": "approve"}
     log = client.get("/api/v1/audit?target=run:g1", headers=auth(tokens["read"])).json()["entries"]
-    assert [(e["actor"], e["action"]) for e in log] == [
-        ("approve-er", "gate.approve"), ("operate-er", "run.start"),
+    assert [(e["actor"], e["action"], e["outcome"]) for e in log] == [
+        ("approve-er", "gate.approve", "ok"), ("operate-er", "gate.approve", "refused"),
+        ("read-er", "gate.approve", "refused"), ("operate-er", "run.start", "ok"),
     ]  # fmt: skip
+    assert "'approve' scope" in log[1]["reason"]
     assert log[0]["detail"] == {"call": "c1", "comment": "looks right"}
     assert log[0]["at"] == app.clock.now()
     worker.run_until_idle()
@@ -467,7 +478,10 @@ def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
     bad_name = client.put("/api/v1/schedules/a:b", json=body, headers=admin)
     assert bad_name.status_code == 400
     actions = [a for _, a, _ in audit_actions(client, tokens["read"], "schedule:s1")]
-    assert actions == ["schedule.delete", "schedule.resume", "schedule.pause", "schedule.put"]
+    assert actions == ["schedule.delete", "schedule.resume", "schedule.pause", "schedule.add"]
+    refused = [(who, a) for who, a, _ in audit_actions(client, tokens["read"], "schedule:s1",
+                                                      "refused")]  # fmt: skip
+    assert refused == [("admin-er", "schedule.pause"), ("operate-er", "schedule.add")]
 
 
 def test_workflow_pauses(client: TestClient, tokens: dict[str, str]) -> None:
@@ -537,7 +551,7 @@ def test_the_audit_log_pages_with_a_cursor(client: TestClient, tokens: dict[str,
         seen += [e["id"] for e in page["entries"]]
         cursor = page["next_cursor"]
     assert seen == [e["id"] for e in everything] and seen == sorted(seen, reverse=True)
-    assert len(seen) == 7 + len(SCOPES)  # the starts and the token creations
+    assert len(seen) == 7  # the starts (the fixture's tokens are made below the audited path)
     assert client.get("/api/v1/audit?cursor=eyJ4IjoxfQ", headers=read).status_code == 400
 
 
@@ -725,3 +739,111 @@ def test_a_reconnecting_client_resumes_after_its_last_event_id(
     assert seqs and seqs[0] == 1 and seqs == sorted(seqs)
     assert [e for e, _ in events][-2:] == ["status", "end"]
     assert events[-2][1]["status"] == "completed"
+
+
+# -- the audit log of every action, refused ones too ----------------------------------------
+
+
+def _entries(client: TestClient, token: str, query: str = "") -> list[dict[str, Any]]:
+    answer = client.get(f"/api/v1/audit?limit=500{query}", headers=auth(token))
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["entries"])
+
+
+def test_run_actions_through_the_api_are_audited_with_actor_target_and_outcome(
+    client: TestClient, tokens: dict[str, str], worker: TestWorker
+) -> None:
+    """start, send event, fork and a worker pause each leave an `ok` record naming the token,
+    the action and its target (a fork's new run in its detail)."""
+    op = auth(tokens["operate"])
+    start(client, tokens["operate"], "asks", id="a1")
+    worker.run_until_idle()
+    sent = client.post("/api/v1/runs/a1/events", json={"name": "human:q1", "payload": 1},
+                       headers=op)  # fmt: skip
+    assert sent.status_code == 202
+    worker.run_until_idle()
+    assert client.post("/api/v1/runs/a1/fork", json={"from_step": 0, "id": "a2"},
+                       headers=op).status_code == 201  # fmt: skip
+    body = {"scope": "worker", "name": "host9", "paused": True}
+    assert client.post("/api/v1/pauses", json=body, headers=op).status_code == 200
+    rows = [(e["actor"], e["action"], e["target"], e["outcome"])
+            for e in reversed(_entries(client, tokens["read"]))]  # fmt: skip
+    assert rows == [
+        ("operate-er", "run.start", "run:a1", "ok"), ("operate-er", "run.event", "run:a1", "ok"),
+        ("operate-er", "run.fork", "run:a1", "ok"),
+        ("operate-er", "worker.pause", "worker:host9", "ok"),
+    ]  # fmt: skip
+    fork = _entries(client, tokens["read"], "&target=run:a1")[0]
+    assert fork["detail"] == {"from_step": 0, "new_id": "a2"}
+
+
+def test_every_action_endpoint_audits_a_request_refused_for_its_scope(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    """Each endpoint that changes something names the action it performs, and a read token's
+    request to it is 403 and recorded as that action, refused, with the reason."""
+    actions = [e for e in ENDPOINTS if e.scope is not None and e.method != "GET"]
+    assert len(actions) >= 15
+    for endpoint in actions:
+        assert getattr(endpoint.handler, "audits", None), f"{endpoint.path} names no action"
+        answer = client.request(endpoint.method, fill(endpoint.path), headers=auth(tokens["read"]))
+        assert answer.status_code == 403, (endpoint.path, answer.text)
+        [entry] = _entries(client, tokens["read"], "&limit=1")
+        kind = "schedule" if "/schedules/" in endpoint.path else "agent" if "budgets" in (
+            endpoint.path) else "run"  # fmt: skip
+        target = f"{kind}:x" if "{" in endpoint.path else f"api:{endpoint.method} {endpoint.path}"
+        assert (entry["actor"], entry["action"], entry["target"], entry["outcome"]) == (
+            "read-er", endpoint.handler.audits, target, "refused",  # type: ignore[attr-defined]
+        ), endpoint.path  # fmt: skip
+        assert f"'{endpoint.scope}' scope" in entry["reason"]
+    assert len(_entries(client, tokens["read"])) == len(actions)
+
+
+def test_an_action_on_an_unknown_run_or_in_the_wrong_state_is_audited_as_refused(
+    client: TestClient, tokens: dict[str, str], worker: TestWorker
+) -> None:
+    """Cancelling an unknown run (404), sending to one (404) and pausing a finished run (409)
+    are recorded as refused with their one-line reason; nothing else is recorded for them."""
+    op = auth(tokens["operate"])
+    assert client.post("/api/v1/runs/nope/cancel", headers=op).status_code == 404
+    assert client.post("/api/v1/runs/nope/events", json={"name": "e"},
+                       headers=op).status_code == 404  # fmt: skip
+    start(client, tokens["operate"], "echo", 1, id="e1")
+    worker.run_until_idle()
+    assert client.post("/api/v1/runs/e1/pause", headers=op).status_code == 409
+    refused = [(e["action"], e["target"], e["reason"]) for e in _entries(client, tokens["read"])
+               if e["outcome"] == "refused"]  # fmt: skip
+    assert refused == [
+        ("run.pause", "run:e1", "run 'e1' is completed; it cannot be paused"),
+        ("run.event", "run:nope", "no run with id 'nope' (list runs with `perdure ls`)"),
+        ("run.cancel", "run:nope", "no run with id 'nope' (list runs with `perdure ls`)"),
+    ]
+
+
+def test_the_audit_endpoint_filters_by_run_actor_and_since(
+    app: perdure.App, client: TestClient, tokens: dict[str, str], clock: TestClock
+) -> None:
+    """`run`, `target`, `actor` and `since` (a duration, an ISO time or Unix seconds) narrow
+    the log together; a bad `since`, or `run` with another `target`, is 400."""
+    from perdure.server.access import record
+
+    def note(actor: str, action: str, target: str) -> int:
+        return int(app.sync(record(app, actor, action, target, {}), "record"))
+
+    note("ana", "run.pause", "run:x")
+    clock.advance(7200)
+    note("bob", "run.pause", "run:x")
+    note("ana", "run.pause", "run:y")
+    recent = note("ana", "run.resume", "run:x")
+    read = tokens["read"]
+
+    def ids(query: str) -> list[int]:
+        return [e["id"] for e in _entries(client, read, query)]
+
+    assert ids("&run=x&actor=ana&since=1h") == [recent]
+    assert ids(f"&target=run:x&actor=ana&since={clock.now() - 60}") == [recent]
+    assert len(ids("&run=x&actor=ana")) == 2 and len(ids("&actor=bob")) == 1
+    iso = datetime.fromtimestamp(clock.now() - 60, UTC).isoformat()
+    assert ids(f"&run=x&since={iso.replace('+', '%2B')}") == [recent, recent - 2]
+    for query in ("since=yesterday", "run=x&target=run:y"):
+        assert client.get(f"/api/v1/audit?{query}", headers=auth(read)).status_code == 400

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import perdure
-from perdure.server import create_app, dashboard
-from perdure.server.access import create_token
+from perdure.server import create_app, dashboard, operations
+from perdure.server.access import local_operator
 from perdure.server.redact import Redactor
 from perdure.store.agent_sql import Budget, UsageRow
 from perdure.testing import TestClock, TestWorker
@@ -77,8 +77,9 @@ def register(app: perdure.App) -> None:
 
 
 def token(app: perdure.App, *scopes: str, name: str = "ana") -> str:
-    """A new token with `scopes`."""
-    _, value = app.sync(create_token(app, name, list(scopes)), "token")
+    """A new token with `scopes`, made as `perdure token create` makes it (audited)."""
+    made = operations.create_token(app, local_operator(), name, list(scopes))
+    _, value = app.sync(made, "token")
     return value
 
 
@@ -135,7 +136,7 @@ def test_every_page_renders_what_it_is_for_with_a_read_token(
         "/ui/schedules": ["hourly", "every 3600s", "2026-01-01 04:00:00Z", "skipped"],
         "/ui/agents": ["helper", "tokens this day", "300 of 1,000 (30%)", "no limit"],
         "/ui/workers": ["No worker holds a run right now", "Paused"],
-        "/ui/audit": ["token.create", "admin:cli", "token:"],
+        "/ui/audit": ["token.create", local_operator().name, "token:", "ok"],
     }
     for path, words in expected.items():
         response = server.get(path)
@@ -214,7 +215,11 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert refused.status_code == 403
     assert "needs the 'approve' scope" in text_of(refused.text)
     assert app.get_run("gate-1").status == "waiting"
-    assert [r.action for r in app.sync(app.store.audit_log(), "log")] == ["token.create"]
+    log = app.sync(app.store.audit_log(), "log")
+    assert [(r.action, r.outcome) for r in log] == [
+        ("gate.approve", "refused"), ("token.create", "ok"),
+    ]  # fmt: skip
+    assert log[0].actor == "ana" and "needs the 'approve' scope" in log[0].reason
     assert 'value="approve"' not in server.get("/ui/approvals").text  # no buttons shown either
 
 
@@ -424,3 +429,67 @@ def test_the_workers_page_shows_leases_and_pauses(
     assert "workflow asking" in shown
     clock.advance(60)
     assert "(expired 30s ago)" in text_of(server.get("/ui/workers").text)
+
+
+def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: TestClient) -> None:
+    """Answering a question, pausing, resuming and cancelling a run and pausing and resuming a
+    schedule each leave an `ok` record naming the token; a cancel of an unknown run and a
+    schedule pause without the admin scope are recorded as refused, with the reason."""
+    csrf = sign_in(server, token(app, "approve", name="ana"))
+    answered = {"csrf": csrf, "run_id": "ask-1", "call_id": "q1", "answer": "blue"}
+    assert server.post("/ui/approvals/answer", data=answered).status_code == 200
+    csrf = sign_in(server, token(app, "operate", name="olga"))
+    for verb in ("pause", "resume", "cancel"):
+        form = {"csrf": csrf, "run_id": "gate-1", "action": verb}
+        assert server.post("/ui/runs/act", data=form).status_code == 200, verb
+    unknown = {"csrf": csrf, "run_id": "no-such-run", "action": "cancel"}
+    assert server.post("/ui/runs/act", data=unknown).status_code == 404
+    schedule = {"csrf": csrf, "name": "hourly", "action": "pause"}
+    assert server.post("/ui/schedules/act", data=schedule).status_code == 403
+    csrf = sign_in(server, token(app, "admin", name="root"))
+    for verb in ("pause", "resume"):
+        form = {"csrf": csrf, "name": "hourly", "action": verb}
+        assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
+    rows = [(r.actor, r.action, r.target, r.outcome)
+            for r in reversed(app.sync(app.store.audit_log(), "log"))
+            if r.action != "token.create"]  # fmt: skip
+    assert rows == [
+        ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
+        ("olga", "run.resume", "run:gate-1", "ok"), ("olga", "run.cancel", "run:gate-1", "ok"),
+        ("olga", "run.cancel", "run:no-such-run", "refused"),
+        ("olga", "schedule.pause", "schedule:hourly", "refused"),
+        ("root", "schedule.pause", "schedule:hourly", "ok"),
+        ("root", "schedule.resume", "schedule:hourly", "ok"),
+    ]  # fmt: skip
+    page = text_of(server.get("/ui/audit?actor=olga").text)
+    assert "refused: schedule.pause needs the 'admin' scope" in page
+    assert "no run with id 'no-such-run'" in page and "root" not in page.split("Filter", 1)[1]
+
+
+def test_the_audit_page_filters_by_target_actor_and_since(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """/ui/audit?target=&actor=&since= shows only the records all three allow (since as
+    `perdure audit --since` takes it), and its filter form keeps them."""
+    from perdure.server.access import record
+
+    def note(actor: str, target: str, mark: str) -> None:
+        app.sync(record(app, actor, "run.pause", target, {"mark": mark}), "record")
+
+    note("ana", "run:x", "old")
+    clock.advance(7200)
+    note("bob", "run:x", "other-actor")
+    note("ana", "run:y", "other-run")
+    note("ana", "run:x", "wanted")
+    sign_in(server, token(app, "read"))
+    page = server.get("/ui/audit?target=run:x&actor=ana&since=1h")
+    assert page.status_code == 200
+    shown = text_of(page.text)
+    assert "mark: wanted" in shown
+    assert not {"mark: old", "mark: other-actor", "mark: other-run"} & set(
+        re.findall(r"mark: [\w-]+", shown)
+    )
+    assert 'value="1h"' in page.text and 'value="ana"' in page.text
+    by_run = text_of(server.get("/ui/audit?run=x").text)
+    assert "mark: old" in by_run and "mark: other-run" not in by_run
+    assert server.get("/ui/audit?since=yesterday").status_code == 400

@@ -295,6 +295,44 @@ def test_tasks_cancel_cancels_the_run(mcp_app: perdure.App) -> None:
     asyncio.run(main())
 
 
+def test_mcp_starts_cancels_and_refusals_are_audited(mcp_app: perdure.App) -> None:
+    """A tools/call and a tasks/cancel are recorded `ok` as the client (`mcp:tester`); an
+    unknown tool, bad arguments, cancelling a finished task and an unknown one are recorded
+    as refused, with the reason."""
+
+    async def main() -> None:
+        async with connected(mcp_app) as session:
+            task_id = (await tasks(session).call_tool_as_task("hold", {})).task.taskId
+            await until(session, task_id, lambda x: "event:go" in (x.statusMessage or ""))
+            await tasks(session).cancel_task(task_id)
+            for refused in (
+                tasks(session).cancel_task(task_id),
+                tasks(session).cancel_task("mcp:nope"),
+                tasks(session).call_tool_as_task("nope", {}),
+                tasks(session).call_tool_as_task("add", {"a": "not a number"}),
+            ):
+                with pytest.raises(McpError):
+                    await refused
+            assert (await session.call_tool("add", {})).isError is True
+            log = list(reversed(await mcp_app.store.audit_log()))
+            rows = [(r.actor, r.action, r.target, r.outcome) for r in log]
+            assert rows[:4] == [
+                ("mcp:tester", "run.start", f"run:{task_id}", "ok"),
+                ("mcp:tester", "run.cancel", f"run:{task_id}", "ok"),
+                ("mcp:tester", "run.cancel", f"run:{task_id}", "refused"),
+                ("mcp:tester", "run.cancel", "run:mcp:nope", "refused"),
+            ]
+            assert [(r.action, r.outcome, json.loads(r.detail)["workflow"]) for r in log[4:]] == [
+                ("run.start", "refused", "nope"), ("run.start", "refused", "add"),
+                ("run.start", "refused", "add"),
+            ]  # fmt: skip
+            assert "already ended (cancelled)" in log[2].reason
+            assert log[3].reason == "Task not found: mcp:nope"
+            assert log[4].reason == "unknown tool 'nope'" and "argument a" in log[5].reason
+
+    asyncio.run(main())
+
+
 def test_a_failing_workflow_is_a_failed_task_with_its_error(mcp_app: perdure.App) -> None:
     async def main() -> None:
         async with connected(mcp_app) as session:
@@ -645,7 +683,8 @@ async def http_session(
 def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     served: tuple[Path, str],
 ) -> None:
-    """Streamable HTTP: 401 without a valid bearer token; a gate answered through the
+    """Streamable HTTP: 401 without a valid bearer token; a read token's tools/call refused
+    (and audited as refused); a gate answered through the
     client's elicitation (on the tasks/result stream); then the server is killed with
     SIGKILL right after a submission and a new one returns the result (a separate
     `perdure worker` runs the workflows)."""
@@ -695,6 +734,9 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             with pytest.raises(McpError) as refused:
                 await tasks(session).call_tool_as_task("ask", {})
             assert "operate" in refused.value.error.message
+            [audited] = await admin.store.audit_log(actor="reader")  # refused, and recorded
+            assert (audited.action, audited.outcome) == ("run.start", "refused")
+            assert "'operate' scope" in audited.reason
 
         async with AsyncExitStack() as stack:
             session = await http_session(stack, url, token, elicit)

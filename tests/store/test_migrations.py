@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import perdure
-from perdure.store import SQLiteStore
+from perdure.store import SQLiteStore, access_sql
+from perdure.store.access_sql import AuditQuery
 from perdure.store.base import GcRule, NewRun
 from perdure.store.migrations import LATEST, MIGRATIONS
 
@@ -74,6 +75,37 @@ def test_reopening_keeps_data_and_version(db_path: Path) -> None:
     again.stop()
     assert table_counts(db_path) == before
     assert before["runs"] == 1
+    assert meta_version(db_path) == str(LATEST)
+
+
+def test_audit_records_of_an_older_store_read_as_ok_after_the_upgrade(db_path: Path) -> None:
+    """A version-7 store's audit records (all of actions that succeeded) gain outcome `ok` and
+    no reason when version 8 adds those columns."""
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute("CREATE TABLE perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+        for script in MIGRATIONS[:7]:
+            for statement in script.split(";"):
+                text = statement.strip()
+                if text.startswith("/*sqlite*/"):
+                    text = text[len("/*sqlite*/") :]
+                if text and not text.startswith("/*postgres*/"):
+                    conn.execute(text)
+        conn.execute("INSERT INTO perdure_meta VALUES ('schema_version', '7')")
+        conn.execute(
+            "INSERT INTO audit_log (at, actor, action, target, detail) "
+            "VALUES (1.0, 'admin:cli', 'token.create', 'token:t1', '{}')"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    store = SQLiteStore(str(db_path))
+    store.start()
+    try:
+        [row] = store.submit(lambda c: access_sql.audit_log(c, AuditQuery()), write=False).result()
+    finally:
+        store.stop()
+    assert (row.action, row.outcome, row.reason) == ("token.create", "ok", "")
     assert meta_version(db_path) == str(LATEST)
 
 

@@ -93,7 +93,12 @@ def run_spec(
     task: dict[str, Any] = {"prompt": prompt or agent.spec.goal}
     if file:  # a path typed here means one from here, not from the agent's workspace
         task["file"] = os.path.abspath(file)
-    handle = app.start(agent.workflow, task, run_id=run_id)
+    from ..server import operations as ops
+    from .main import act, operator
+
+    run, _ = act(app, ops.start(app, operator(), agent.workflow.name, [task], run_id=run_id,
+                                via="cli"), "run")  # fmt: skip
+    handle = app.handle(run.id)
     click.echo(handle.id)
     if not wait:
         return
@@ -177,13 +182,13 @@ def budget(
     cost_per_day: float | None,
 ) -> None:
     """Set AGENT's budget (unset limits: none); runs waiting for budget continue if it allows."""
-    from ..agent.loop import raise_budget
+    from ..server import operations as ops
     from ..store.agent_sql import Budget
-    from .main import get_app
+    from .main import act, get_app, operator
 
     app = get_app(ctx, existing=True)
     limits = Budget(agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day)
-    woken = app.sync(raise_budget(app, agent, limits), "budget")
+    woken = act(app, ops.set_budget(app, operator(), limits), "budget")
     click.echo(f"{agent}: budget set; {woken} waiting run(s) woken")
 
 

@@ -14,8 +14,11 @@ from ..app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from ..extras import require_extra
+from ..server import operations as ops
+from ..server.access import Principal, local_operator
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
+from .audit import audit
 from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
@@ -57,6 +60,16 @@ def parse_json(text: str | None, what: str) -> Any:
 def cli(ctx: click.Context, db: str | None, app_spec: str | None) -> None:
     """perdure: durable workflows and persistent agents."""
     ctx.obj = (db, app_spec)
+
+
+def operator() -> Principal:
+    """Who the CLI acts as in the audit log: `cli:<OS user>@<host>`, every scope."""
+    return local_operator()
+
+
+def act(app: App, coro: Any, what: str) -> Any:
+    """Run an operator action (an `operations` coroutine, audited) from the sync CLI."""
+    return app.sync(coro, what)
 
 
 def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = False) -> App:
@@ -139,10 +152,11 @@ def start(
         )
     app = get_app(ctx, need_code=True)
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
-    handle = app.start(workflow, *positional, run_id=run_id, **keywords)
-    click.echo(handle.id)
+    run, _ = act(app, ops.start(app, operator(), workflow, positional, keywords, run_id=run_id,
+                                via="cli"), "start")  # fmt: skip
+    click.echo(run.id)
     if wait:
-        click.echo(json.dumps(handle.result()))
+        click.echo(json.dumps(app.handle(run.id).result()))
 
 
 @cli.command("ls")
@@ -220,7 +234,8 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> None:
     """Send EVENT with a JSON PAYLOAD to a run (kept until the run waits for it)."""
-    get_app(ctx, existing=True).send_event(run_id, event, parse_json(payload, "PAYLOAD"))
+    app = get_app(ctx, existing=True)
+    act(app, ops.send_event(app, operator(), run_id, event, parse_json(payload, "PAYLOAD")), "send")
     click.echo(f"sent {event} to {run_id}")
 
 
@@ -229,7 +244,8 @@ def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> No
 @click.pass_context
 def cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a run and its children."""
-    click.echo(get_app(ctx, existing=True).cancel(run_id))
+    app = get_app(ctx, existing=True)
+    click.echo(act(app, ops.cancel(app, operator(), run_id), "cancel"))
 
 
 def _whole(
@@ -244,7 +260,7 @@ def _whole(
     app = get_app(ctx, existing=True)
     scope, name = ("workflow", workflow) if workflow else ("worker", worker)
     assert name is not None
-    changed = app.sync(app.client.set_pause(scope, name, on), "pause")
+    changed = act(app, ops.set_pause(app, operator(), scope, name, on), "pause")
     verb = "paused" if on else "resumed"
     return f"{scope} {name}: {verb}" + ("" if changed else " (already)")
 
@@ -257,7 +273,10 @@ def _whole(
 def pause(ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None) -> None:
     """Pause a run, a workflow or a worker (at once if parked, at the next step if running)."""
     whole = _whole(ctx, run_id, workflow, worker, True)
-    click.echo(whole if whole is not None else get_app(ctx, existing=True).pause(run_id or ""))
+    if whole is None:
+        app = get_app(ctx, existing=True)
+        whole = act(app, ops.pause(app, operator(), run_id or ""), "pause")
+    click.echo(whole)
 
 
 @cli.command()
@@ -270,7 +289,10 @@ def resume(
 ) -> None:
     """Resume a paused run, workflow or worker where it was (a dead run replays again)."""
     whole = _whole(ctx, run_id, workflow, worker, False)
-    click.echo(whole if whole is not None else get_app(ctx, existing=True).resume(run_id or ""))
+    if whole is None:
+        app = get_app(ctx, existing=True)
+        whole = act(app, ops.resume(app, operator(), run_id or ""), "resume")
+    click.echo(whole)
 
 
 @cli.command()
@@ -280,7 +302,7 @@ def gc(ctx: click.Context, batch: int) -> None:
     """Delete finished runs beyond their workflow's retention, with journals, events and blobs."""
     app = get_app(ctx, need_code=True, existing=True)
     kept = sorted(name for name, wf in app.workflows.items() if wf.retention is None)
-    report = app.gc(batch=batch)
+    report = act(app, ops.gc(app, operator(), batch), "gc")
     click.echo(str(report))
     if kept:
         click.echo(
@@ -303,8 +325,9 @@ def resolve(
         raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
     target: int | str = int(step) if step.isdigit() else step
     app = get_app(ctx, existing=True)
-    status = app.resolve(run_id, target, value=parse_json(value, "--value"), retry=retry, fail=fail)
-    click.echo(status)
+    settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
+                         retry=retry, fail=fail)  # fmt: skip
+    click.echo(act(app, settle, "resolve"))
 
 
 @cli.command()
@@ -320,7 +343,8 @@ def resolve(
 @click.pass_context
 def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) -> None:
     """Start a new run from RUN_ID's step N (retry from here after a fix)."""
-    click.echo(get_app(ctx, existing=True).fork(run_id, from_step, new_id).id)
+    app = get_app(ctx, existing=True)
+    click.echo(act(app, ops.fork(app, operator(), run_id, from_step, new_id), "fork").id)
 
 
 @cli.command()
@@ -334,9 +358,9 @@ def emit(
 ) -> None:
     """Ingest an event: start the runs EVENT_TYPE triggers, or deliver it to --run."""
     app = get_app(ctx, need_code=run_id is None)
-    for rid in app.emit(
-        event_type, parse_json(payload, "PAYLOAD"), event_id=event_id, run_id=run_id
-    ):
+    ingest = ops.emit(app, operator(), event_type, parse_json(payload, "PAYLOAD"),
+                      event_id=event_id, run_id=run_id)  # fmt: skip
+    for rid in act(app, ingest, "emit"):
         click.echo(rid)
 
 
@@ -368,5 +392,6 @@ cli.add_command(token)
 cli.add_command(workers)
 cli.add_command(mcp_cmd)
 cli.add_command(top)
+cli.add_command(audit)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

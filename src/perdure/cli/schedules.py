@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import PerdureError
+from ..server import operations as ops
 from ..triggers import schedules as sched
 from . import render
 
@@ -66,7 +67,7 @@ def add(
     jitter: float,
 ) -> None:
     """Store a schedule starting WORKFLOW with ARGS (a JSON list or object) every tick."""
-    from .main import get_app, parse_json
+    from .main import act, get_app, operator, parse_json
 
     app = get_app(ctx, need_code=True)
     spec = parse_json(args, "ARGS")
@@ -87,20 +88,21 @@ def add(
         overlap=overlap,
         jitter=jitter,
     )
-    row = app.sync(sched.add(app, schedule), "schedules add")
+    row = act(app, ops.add_schedule(app, operator(), schedule), "schedules add")
     click.echo(f"{row.name}: next fire {render.when(row.next_fire)}")
 
 
 def _operate(ctx: click.Context, name: str, verb: str) -> None:
-    from .main import get_app
+    from .main import act, get_app, operator
 
     app = get_app(ctx, existing=True)
+    who = operator()
     if verb == "pause":
-        row = app.pause_schedule(name)
+        row = act(app, ops.pause_schedule(app, who, name), "schedules pause")
     elif verb == "resume":
-        row = app.resume_schedule(name)
+        row = act(app, ops.resume_schedule(app, who, name), "schedules resume")
     else:
-        app.delete_schedule(name)
+        act(app, ops.delete_schedule(app, who, name), "schedules delete")
         click.echo(f"{name}: deleted")
         return
     state = "paused" if row.paused else f"next fire {render.when(row.next_fire)}"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..server.access import SCOPES, create_token, record
+from ..server import operations as ops
+from ..server.access import SCOPES
 from . import render
 
 
@@ -20,10 +21,10 @@ def token() -> None:
 @click.pass_context
 def create(ctx: click.Context, name: str, scopes: tuple[str, ...]) -> None:
     """Create a token for NAME (a person or a program); prints it once."""
-    from .main import get_app
+    from .main import act, get_app, operator
 
     app = get_app(ctx)
-    token_id, secret = app.sync(create_token(app, name, scopes), "token create")
+    token_id, secret = act(app, ops.create_token(app, operator(), name, scopes), "token create")
     click.echo(f"token {token_id} for {name} ({' '.join(scopes)}); keep it, it is not shown again:")
     click.echo(secret)
 
@@ -47,10 +48,8 @@ def list_tokens(ctx: click.Context) -> None:
 @click.pass_context
 def revoke(ctx: click.Context, token_id: str) -> None:
     """Revoke a token at once."""
-    from .main import get_app
+    from .main import act, get_app, operator
 
     app = get_app(ctx, existing=True)
-    done = app.sync(app.store.revoke_token(token_id, app.clock.now()), "token revoke")
-    if done:
-        app.sync(record(app, "admin:cli", "token.revoke", f"token:{token_id}", {}), "audit")
-    click.echo(f"{token_id}: revoked" if done else f"{token_id}: no such active token")
+    act(app, ops.revoke_token(app, operator(), token_id), "token revoke")
+    click.echo(f"{token_id}: revoked")

@@ -3,14 +3,18 @@
 Scopes: `read` (look), `operate` (start, cancel, pause, resume, resolve, send),
 `approve` (answer gates and approvals), `admin` (tokens, budgets, schedules; all
 of the above). A token is shown once, when created; only its SHA-256 is kept,
-and it is never logged.
+and it is never logged. The CLI acts as `cli:<OS user>@<host>` with every scope:
+whoever can run it can reach the store directly anyway.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
+import os
 import secrets
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +42,15 @@ class Principal:
         return scope == "read" and bool(self.scopes & {"operate", "approve"})
 
 
+def local_operator() -> Principal:
+    """The person at this terminal, as the CLI acts: `cli:alice@host1`, every scope."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (some containers)
+        user = f"uid{os.getuid()}"
+    return Principal(f"cli:{user}@{socket.gethostname()}", frozenset({"admin"}))
+
+
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -49,19 +62,24 @@ def check_scopes(scopes: list[str] | tuple[str, ...]) -> str:
     return " ".join(s for s in SCOPES if s in scopes)
 
 
-async def create_token(app: App, name: str, scopes: list[str] | tuple[str, ...]) -> tuple[str, str]:
-    """A new token for `name` with `scopes`: (its id, the token, shown only now)."""
+async def create_token(
+    app: App, name: str, scopes: list[str] | tuple[str, ...], token_id: str | None = None
+) -> tuple[str, str]:
+    """A new token for `name` with `scopes`: (its id, the token, shown only now).
+
+    Not audited by itself: operators create tokens through `operations.create_token`."""
     if not name or len(name) > 100:
         raise ConfigError("a token needs a name of 1 to 100 characters (who or what holds it)")
     kept = check_scopes(scopes)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token_id = uuid.uuid4().hex[:12]
+    token_id = token_id or new_token_id()
     await app.open_store()
     await app.store.add_token(token_id, name, digest(token), kept, app.clock.now())
-    await record(
-        app, "admin:cli", "token.create", f"token:{token_id}", {"name": name, "scopes": kept}
-    )
     return token_id, token
+
+
+def new_token_id() -> str:
+    return uuid.uuid4().hex[:12]
 
 
 async def authenticate(app: App, authorization: str | None) -> Principal | None:
@@ -78,8 +96,17 @@ async def authenticate(app: App, authorization: str | None) -> Principal | None:
     return Principal(row.name, frozenset(row.scopes.split()))
 
 
-async def record(app: App, actor: str, action: str, target: str, detail: dict[str, Any]) -> int:
-    """Append an operator action to the audit log (who, what, on what, when, with what)."""
+async def record(
+    app: App,
+    actor: str,
+    action: str,
+    target: str,
+    detail: dict[str, Any],
+    outcome: str = "ok",
+    reason: str = "",
+) -> int:
+    """Append an operator action to the audit log (who, what, on what, when, with what, how
+    it ended); `operations.perform` is the one caller for actions."""
     await app.open_store()
     text = json.dumps(detail, separators=(",", ":"), sort_keys=True, default=str)
-    return await app.store.audit(app.clock.now(), actor, action, target, text)
+    return await app.store.audit(app.clock.now(), actor, action, target, text, outcome, reason)

@@ -4,10 +4,11 @@ Every endpoint but `/readyz` and the OpenAPI document needs `Authorization:
 Bearer <token>` (401 without a valid one) whose scopes allow the endpoint's
 scope (403 otherwise): `read` to look, `operate` to start and steer runs,
 `approve` to answer gates, `admin` for schedules and budgets. Operator actions
-are done through `server.operations` or recorded with `access.record`, so the
-audit log holds every one. Errors are JSON `{"error": ..., "field": ...}`:
-400/422 bad input (naming the field), 404 unknown, 409 wrong state, 413 body
-over 1 MiB, 503 store unreachable.
+are done through `server.operations`, so the audit log holds every one, refused
+ones too (a token without the scope is refused, and audited, before the body is
+read). Errors are JSON `{"error": ..., "field": ...}`: 400/422 bad input (naming
+the field), 404 unknown, 409 wrong state, 413 body over 1 MiB, 503 store
+unreachable.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
+from . import operations as ops
 from . import sse
-from .access import Principal, authenticate, record
-from .operations import Forbidden, decide, operate, pending_gates, require
-from .operations import answer as answer_gate
+from .access import Principal, authenticate
+from .operations import Action, Forbidden, pending_gates, require
 from .validation import (
     Answer,
     BadInput,
@@ -185,14 +186,25 @@ async def list_runs(call: Call) -> Any:
     return {"runs": [run_summary(r) for r in rows], "next_cursor": cursor}
 
 
+def audits(action: str) -> Callable[[Handler], Handler]:
+    """Names the operator action a handler performs, so a request refused for its scope
+    before the handler runs is audited as that action."""
+
+    def mark(handler: Handler) -> Handler:
+        handler.audits = action  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+@audits("run.start")
 async def start_run(call: Call) -> Any:
     body: StartRun = call.body
-    run, created = await call.app.client.start_run(
-        body.workflow, body.args, body.kwargs, run_id=body.id, deadline=body.deadline,
-        queue=body.queue, priority=body.priority, partition_key=body.partition_key,
+    run, created = await ops.start(
+        call.app, call.actor, body.workflow, body.args, body.kwargs, run_id=body.id, via="api",
+        deadline=body.deadline, queue=body.queue, priority=body.priority,
+        partition_key=body.partition_key,
     )  # fmt: skip
-    detail = {"workflow": body.workflow, "created": created}
-    await record(call.app, call.actor.name, "run.start", f"run:{run.id}", detail)
     answer = {"run": await run_detail(call.app, run), "created": created}
     return JSONResponse(answer, status_code=201 if created else 200)
 
@@ -226,13 +238,14 @@ def _run_action(action: str) -> Handler:
     async def act(call: Call) -> Any:
         run_id = call.path("run_id")
         comment = call.body.comment
-        status = await operate(call.app, call.actor, action, run_id, comment)
+        status = await ops.operate(call.app, call.actor, action, run_id, comment)
         return {"run_id": run_id, "status": status}
 
     act.__name__ = f"{action}_run"
-    return act
+    return audits(f"run.{action}")(act)
 
 
+@audits("run.resolve")
 async def resolve_run(call: Call) -> Any:
     body: Resolve = call.body
     given = [name for name in ("value", "retry", "fail") if name in body.model_fields_set]
@@ -240,31 +253,28 @@ async def resolve_run(call: Call) -> Any:
     if len(chosen) != 1:
         raise BadInput(422, "value, retry, fail: give exactly one", "value")
     run_id = call.path("run_id")
-    status = await operate(
-        call.app, call.actor, "resolve", run_id, body.comment,
-        step=body.step, value=body.value, retry=body.retry or None, fail=body.fail or None,
+    status = await ops.resolve(
+        call.app, call.actor, run_id, body.step, value=body.value, retry=bool(body.retry),
+        fail=bool(body.fail), comment=body.comment,
     )  # fmt: skip
     return {"run_id": run_id, "status": status}
 
 
+@audits("run.fork")
 async def fork_run(call: Call) -> Any:
     body: Fork = call.body
     run_id = call.path("run_id")
-    new_id = await operate(
-        call.app, call.actor, "fork", run_id, body.comment, from_step=body.from_step,
-        new_id=body.id,
-    )  # fmt: skip
-    run = await call.app.client.get(new_id)
+    run = await ops.fork(call.app, call.actor, run_id, body.from_step, body.id, body.comment)
     return JSONResponse({"run": await run_detail(call.app, run), "forked_from": run_id}, 201)
 
 
+@audits("run.event")
 async def send_event(call: Call) -> Any:
     body: SendEvent = call.body
-    run_id = call.path("run_id")
-    await call.app.client.get(run_id)  # 404 for an unknown run, before anything is kept
-    event_id = await call.app.client.send_event(run_id, body.name, body.payload, key=body.key)
-    detail = {"event": body.name, "key": body.key, "event_id": event_id}
-    await record(call.app, call.actor.name, "run.event", f"run:{run_id}", detail)
+    run_id = call.path("run_id")  # an unknown run is 404, before anything is kept
+    event_id = await ops.send_event(
+        call.app, call.actor, run_id, body.name, body.payload, key=body.key
+    )
     return {"run_id": run_id, "event_id": event_id}
 
 
@@ -289,16 +299,17 @@ async def list_gates(call: Call) -> Any:
 def _decision(approve: bool) -> Handler:
     async def act(call: Call) -> Any:
         run_id, call_id = call.path("run_id"), call.path("call_id")
-        await decide(call.app, call.actor, run_id, call_id, approve, call.body.comment)
+        await ops.decide(call.app, call.actor, run_id, call_id, approve, call.body.comment)
         return {"run_id": run_id, "call_id": call_id, "decision": "approve" if approve else "deny"}
 
     act.__name__ = "approve_gate" if approve else "deny_gate"
-    return act
+    return audits("gate.approve" if approve else "gate.deny")(act)
 
 
+@audits("gate.answer")
 async def answer(call: Call) -> Any:
     run_id, call_id = call.path("run_id"), call.path("call_id")
-    await answer_gate(call.app, call.actor, run_id, call_id, call.body.text)
+    await ops.answer(call.app, call.actor, run_id, call_id, call.body.text)
     return {"run_id": run_id, "call_id": call_id, "decision": "answer"}
 
 
@@ -333,38 +344,46 @@ async def get_schedule(call: Call) -> Any:
     }
 
 
+@audits("schedule.add")
 async def put_schedule(call: Call) -> Any:
     body: PutSchedule = call.body
     name = call.path("name")
     fields = body.model_dump()
     args, kwargs = fields.pop("args"), fields.pop("kwargs")
     schedule = sched.Schedule(name=name, args=tuple(args), kwargs=kwargs, **fields)
-    await call.app.open_store()
-    row = await sched.add(call.app, schedule)
-    await record(call.app, call.actor.name, "schedule.put", f"schedule:{name}", body.model_dump())
-    return schedule_json(row)
+    return schedule_json(await ops.add_schedule(call.app, call.actor, schedule))
 
 
+async def _known_schedule(call: Call, action: str) -> str:
+    """The schedule's name; an unknown one is 404, audited as refused."""
+    name = call.path("name")
+    try:
+        await _schedule(call)
+    except BadInput as bad:
+        await ops.refuse(call.app, call.actor, Action(action, f"schedule:{name}", "admin"),
+                         PerdureError(bad.message))  # fmt: skip
+        raise
+    return name
+
+
+@audits("schedule.delete")
 async def delete_schedule(call: Call) -> Any:
-    row = await _schedule(call)
-    await sched.delete(call.app, row.name)
-    await record(call.app, call.actor.name, "schedule.delete", f"schedule:{row.name}", {})
-    return {"deleted": row.name}
+    name = await _known_schedule(call, "schedule.delete")
+    await ops.delete_schedule(call.app, call.actor, name)
+    return {"deleted": name}
 
 
 def _schedule_action(paused: bool) -> Handler:
+    action = "schedule.pause" if paused else "schedule.resume"
+
     async def act(call: Call) -> Any:
-        row = await _schedule(call)
+        name = await _known_schedule(call, action)
         if paused:
-            row = await sched.pause(call.app, row.name)
-        else:
-            row = await sched.resume(call.app, row.name)
-        action = "schedule.pause" if paused else "schedule.resume"
-        await record(call.app, call.actor.name, action, f"schedule:{row.name}", {})
-        return schedule_json(row)
+            return schedule_json(await ops.pause_schedule(call.app, call.actor, name))
+        return schedule_json(await ops.resume_schedule(call.app, call.actor, name))
 
     act.__name__ = "pause_schedule" if paused else "resume_schedule"
-    return act
+    return audits(action)(act)
 
 
 async def list_pauses(call: Call) -> Any:
@@ -373,12 +392,12 @@ async def list_pauses(call: Call) -> Any:
     return {"pauses": [{"scope": s, "name": n, "since": t} for s, n, t in rows]}
 
 
+@audits("pause.set")
 async def set_pause(call: Call) -> Any:
     body: SetPause = call.body
-    changed = await call.app.client.set_pause(body.scope, body.name, body.paused)
-    action = f"{body.scope}.{'pause' if body.paused else 'resume'}"
-    detail = {"comment": body.comment, "changed": changed}
-    await record(call.app, call.actor.name, action, f"{body.scope}:{body.name}", detail)
+    changed = await ops.set_pause(
+        call.app, call.actor, body.scope, body.name, body.paused, body.comment
+    )
     return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
 
 
@@ -423,24 +442,32 @@ async def get_budget(call: Call) -> Any:
     return await _budget_json(call.app, call.path("agent"))
 
 
+@audits("budget.set")
 async def put_budget(call: Call) -> Any:
-    from ..agent.loop import raise_budget  # the agent layer, only when a budget changes
     from ..store.agent_sql import Budget
 
     body: PutBudget = call.body
     agent = call.path("agent")
-    await call.app.open_store()
-    woken = await raise_budget(call.app, agent, Budget(agent, **body.model_dump()))
-    await record(call.app, call.actor.name, "budget.set", f"agent:{agent}", body.model_dump())
+    woken = await ops.set_budget(call.app, call.actor, Budget(agent, **body.model_dump()))
     return {**await _budget_json(call.app, agent), "woken": woken}
 
 
 async def audit(call: Call) -> Any:
     target = query_text(call.request, "target")
+    run = query_text(call.request, "run")
+    if run is not None:
+        if target is not None and target != f"run:{run}":
+            raise BadInput(400, "give run or target, not both", "run")
+        target = f"run:{run}"
+    actor = query_text(call.request, "actor")
+    since_text = query_text(call.request, "since")
+    since = ops.parse_since(since_text, call.app.clock.now()) if since_text else None
     limit = query_int(call.request, "limit", 50, 1, 500)
     before = id_cursor(call.request)
     await call.app.open_store()
-    rows = await call.app.store.audit_log(target=target, limit=limit + 1, before=before)
+    rows = await call.app.store.audit_log(
+        target=target, limit=limit + 1, before=before, actor=actor, since=since
+    )
     page = rows[:limit]
     entries = [{**dataclasses.asdict(r), "detail": _json(r.detail)} for r in page]
     cursor = encode_cursor(page[-1].id) if len(rows) > limit else None
@@ -539,7 +566,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Set an agent's budget; its runs waiting for budget continue if it allows",
              body=PutBudget, returns="BudgetSet"),
     Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
-             params=(Param("target", {"type": "string"}, "e.g. run:ID"), _LIMIT, _CURSOR),
+             params=(Param("target", {"type": "string"}, "e.g. run:ID, schedule:NAME"),
+                     Param("run", {"type": "string"}, "a run's id (target run:ID)"),
+                     Param("actor", {"type": "string"}, "who acted, e.g. cli:alice@host1"),
+                     Param("since", {"type": "string"},
+                           "entries this recent: a duration (1h, 7d), an ISO time, Unix seconds"),
+                     _LIMIT, _CURSOR),
              returns="AuditPage"),
 )  # fmt: skip
 
@@ -566,12 +598,32 @@ async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
         if who is None:
             return _error(401, "a valid `Authorization: Bearer <token>` header is required "
                           "(perdure token create)", **{"WWW-Authenticate": "Bearer"})  # fmt: skip
-        require(who, endpoint.scope, f"{endpoint.method} {endpoint.path}")
+        try:
+            require(who, endpoint.scope, f"{endpoint.method} {endpoint.path}")
+        except Forbidden as exc:
+            await _audit_refusal(app, who, endpoint, request, exc)
+            raise
     body = await parse_body(request, endpoint.body) if endpoint.body is not None else None
     result = await endpoint.handler(Call(app, who, request, body))
     if isinstance(result, Response):
         return result
     return JSONResponse(result, status_code=endpoint.status)
+
+
+_TARGETS = (("run_id", "run"), ("name", "schedule"), ("agent", "agent"))
+
+
+async def _audit_refusal(
+    app: App, who: Principal, endpoint: Endpoint, request: Request, exc: Forbidden
+) -> None:
+    """A request refused for its scope is audited as the action its handler performs."""
+    name = getattr(endpoint.handler, "audits", None)
+    if name is None:  # it only reads
+        return
+    params = request.path_params
+    kind, value = next(((k, params[p]) for p, k in _TARGETS if p in params), ("api", ""))
+    target = f"{kind}:{value}" if value else f"api:{endpoint.method} {endpoint.path}"
+    await ops.refuse(app, who, Action(name, target, endpoint.scope or "read"), exc)
 
 
 def _route(endpoint: Endpoint) -> Route:

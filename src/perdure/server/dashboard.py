@@ -34,7 +34,7 @@ from ..errors import ConfigError, PerdureError, RunNotFound
 from ..store.base import ALL_STATUSES, FINAL, Entry, RunRow
 from ..triggers import schedules
 from . import operations
-from .access import Principal, authenticate, record
+from .access import Principal, authenticate
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .redact import Redactor
 
@@ -435,7 +435,7 @@ async def approvals_page(request: Request, app: App, who: Principal) -> Response
     decided = [
         (a, redactor.value(_json(a.detail)))
         for a in await app.store.audit_log(limit=200)
-        if a.action.startswith("gate.")
+        if a.action.startswith("gate.") and a.outcome == "ok"
     ][:20]
     return await render(request, who, "approvals.html", pending=gates, decided=decided)
 
@@ -483,14 +483,12 @@ async def schedule_action(
     request: Request, app: App, who: Principal, form: dict[str, str]
 ) -> Response:
     name, verb = form.get("name", ""), form.get("action", "")
-    require(who, "admin", f"{verb or 'changing'} a schedule")
     if verb == "pause":
-        await schedules.pause(app, name)
+        await operations.pause_schedule(app, who, name)
     elif verb == "resume":
-        await schedules.resume(app, name)
+        await operations.resume_schedule(app, who, name)
     else:
         raise PerdureError(f"unknown action {verb!r}")
-    await record(app, who.name, f"schedule.{verb}", f"schedule:{name}", {})
     return back(request, "/ui/schedules", f"Schedule {name}: {verb}d.")
 
 
@@ -573,17 +571,27 @@ async def workers_page(request: Request, app: App, who: Principal) -> Response:
 
 @page
 async def audit_page(request: Request, app: App, who: Principal) -> Response:
-    """The audit log, newest first: who did what to which run, schedule or token, and when."""
-    before_text = request.query_params.get("before", "")
+    """The audit log, newest first: who did what to which run, schedule or token, when, and
+    how it ended; filtered by target (or run), actor and since (a duration, time or date)."""
+    query = request.query_params
+    before_text = query.get("before", "")
     before = int(before_text) if before_text.isdigit() else None
-    target = request.query_params.get("target") or None
-    rows = await app.store.audit_log(target=target, limit=PAGE + 1, before=before)
+    run = query.get("run") or None
+    target = f"run:{run}" if run else query.get("target") or None
+    actor = query.get("actor") or None
+    since_text = query.get("since") or ""
+    since = operations.parse_since(since_text, app.clock.now()) if since_text else None
+    rows = await app.store.audit_log(
+        target=target, limit=PAGE + 1, before=before, actor=actor, since=since
+    )
     redactor = Redactor()
-    shown = [(a, redactor.value(_json(a.detail))) for a in rows[:PAGE]]
+    shown = [(a, redactor.value(_json(a.detail)), redactor.value(a.reason)) for a in rows[:PAGE]]
+    filters = {"target": target or "", "actor": actor or "", "since": since_text}
     older = ""
     if len(rows) > PAGE:
-        older = "/ui/audit?" + urlencode({"before": rows[PAGE - 1].id, "target": target or ""})
-    return await render(request, who, "audit.html", entries=shown, older=older, target=target)
+        older = "/ui/audit?" + urlencode({"before": rows[PAGE - 1].id, **filters})
+    return await render(request, who, "audit.html", entries=shown, older=older, target=target,
+                        filters=filters)  # fmt: skip
 
 
 # -- live updates ---------------------------------------------------------------------------

@@ -1,25 +1,41 @@
-"""Operator actions for every interface (HTTP API, dashboard, MCP): checked, done, audited.
+"""Operator actions for every interface (CLI, HTTP API, dashboard, MCP): checked, done, audited.
 
-Each action takes the acting `Principal`, refuses with `Forbidden` unless its
-scope allows it, acts through the App, and appends an audit record (who, what,
-on which run, when, with the comment). Gates are runs waiting for a person: an
-approval (`approve:<call id>`) or a question (`human:<call id>`).
+Each action is an `Action` value (its name, target, the scope it needs, its detail)
+handed to `perform`, the one path: it refuses with `Forbidden` unless the acting
+`Principal`'s scopes allow the action, does it through the App, and appends one
+audit record whatever happens: `ok`, `refused` (a `PerdureError`: not allowed, an
+unknown target, a state that does not allow it; the reason is its one line) or
+`failed` (anything else). Plain Python, so a bare install's CLI uses it too (as
+`access.local_operator()`). Gates are runs waiting for a person: an approval
+(`approve:<call id>`) or a question (`human:<call id>`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import PerdureError
-from .access import Principal, record
+from ..errors import ConfigError, PerdureError, StoreError
+from .access import Principal, check_scopes, new_token_id, record
+from .access import create_token as _create_token
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..engine.retention import GcReport
+    from ..store.agent_sql import Budget
+    from ..store.base import RunRow, ScheduleRow
+    from ..triggers.schedules import Schedule
 
 APPROVE_PREFIX = "event:approve:"
 QUESTION_PREFIX = "event:human:"
+OK, REFUSED, FAILED = "ok", "refused", "failed"
+
+log = logging.getLogger("perdure.audit")
+T = TypeVar("T")
 
 
 class Forbidden(PerdureError):
@@ -31,6 +47,345 @@ def require(who: Principal, scope: str, action: str) -> None:
         raise Forbidden(
             f"{action} needs the {scope!r} scope; {who.name!r} has {sorted(who.scopes)}"
         )
+
+
+@dataclass(frozen=True)
+class Action:
+    """One operator action as a value: what (`run.cancel`), on what (`run:ID`), the scope
+    it needs, and the detail the audit log keeps (a comment, options)."""
+
+    name: str
+    target: str
+    scope: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def with_detail(self, **more: Any) -> Action:
+        return replace(self, detail={**self.detail, **more})
+
+
+async def perform(
+    app: App,
+    who: Principal,
+    action: Action,
+    do: Callable[[], Awaitable[T]],
+    settled: Callable[[T], Action] | None = None,
+) -> T:
+    """Check `who` may do `action`, do it, and audit how it ended; returns what `do` did.
+
+    `settled` gives the action as recorded on success (a target or detail known only
+    then, e.g. a new run's id). A refusal or failure is recorded, then raised as it was.
+    """
+    try:
+        require(who, action.scope, action.name)
+        result = await do()
+    except PerdureError as exc:
+        outcome = FAILED if isinstance(exc, StoreError) else REFUSED
+        await _record_quietly(app, who, action, outcome, exc)
+        raise
+    except Exception as exc:  # a bug or an outside failure: the log says so, then it goes on up
+        await _record_quietly(app, who, action, FAILED, exc)
+        raise
+    done = settled(result) if settled is not None else action
+    await record(app, who.name, done.name, done.target, _kept(done.detail))
+    return result
+
+
+async def refuse(app: App, who: Principal, action: Action, reason: PerdureError) -> None:
+    """Audit an action refused before it could be performed (e.g. an HTTP request whose
+    token lacks the scope), as `perform` would have."""
+    await _record_quietly(app, who, action, REFUSED, reason)
+
+
+async def _record_quietly(
+    app: App, who: Principal, action: Action, outcome: str, exc: BaseException
+) -> None:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    try:
+        await record(app, who.name, action.name, action.target, _kept(action.detail),
+                     outcome, reason[:500])  # fmt: skip
+    except Exception as failure:  # the store that refused the action may refuse this too
+        log.warning("audit: could not record %s %s (%s): %s", action.name, action.target,
+                    outcome, failure)  # fmt: skip
+
+
+def parse_since(text: str, now: float) -> float:
+    """The time `--since`/`since=` names: a duration back from `now` (90s, 30m, 2h, 7d, as
+    `perdure usage --since` takes), an ISO 8601 time or date (UTC unless it says), or Unix
+    seconds. Raises ConfigError, naming the forms, for anything else."""
+    from ..agent.spec import duration
+
+    text = text.strip()
+    try:
+        return now - duration(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"since {text!r}: give a duration (90m, 24h, 7d), an ISO time "
+            "(2026-12-01T09:00) or Unix seconds"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _kept(detail: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in detail.items() if v is not None and v != ""}
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+async def start(
+    app: App,
+    who: Principal,
+    workflow: str,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    via: str | None = None,
+    **options: Any,
+) -> tuple[RunRow, bool]:
+    """Start a run of `workflow` (or find the run `run_id` names): (the run, created)."""
+    target = f"run:{run_id}" if run_id else f"workflow:{workflow}"
+    action = Action("run.start", target, "operate", {"workflow": workflow, "via": via})
+
+    async def do() -> tuple[RunRow, bool]:
+        return await app.client.start_run(workflow, args, kwargs, run_id=run_id, **options)
+
+    def settled(done: tuple[RunRow, bool]) -> Action:
+        return replace(action, target=f"run:{done[0].id}").with_detail(created=done[1])
+
+    return await perform(app, who, action, do, settled)
+
+
+async def cancel(app: App, who: Principal, run_id: str, comment: str = "") -> str:
+    """Cancel a run and its children; returns its status."""
+    action = Action("run.cancel", f"run:{run_id}", "operate", {"comment": comment})
+    return await perform(app, who, action, lambda: app.client.cancel(run_id))
+
+
+async def pause(app: App, who: Principal, run_id: str, comment: str = "") -> str:
+    action = Action("run.pause", f"run:{run_id}", "operate", {"comment": comment})
+    return await perform(app, who, action, lambda: app.client.pause(run_id))
+
+
+async def resume(app: App, who: Principal, run_id: str, comment: str = "") -> str:
+    action = Action("run.resume", f"run:{run_id}", "operate", {"comment": comment})
+    return await perform(app, who, action, lambda: app.client.resume(run_id))
+
+
+async def resolve(
+    app: App,
+    who: Principal,
+    run_id: str,
+    step: int | str,
+    *,
+    value: Any = None,
+    retry: bool = False,
+    fail: bool = False,
+    comment: str = "",
+) -> str:
+    """Settle a needs_attention step: a value (neither `retry` nor `fail`), retry, or fail."""
+    how = "retry" if retry else "fail" if fail else "value"
+    detail = {"step": step, "how": how, "value": value, "comment": comment}
+    action = Action("run.resolve", f"run:{run_id}", "operate", detail)
+
+    async def do() -> str:
+        return await app.client.resolve(
+            run_id, step, value=value, has_value=how == "value", retry=retry, fail=fail
+        )
+
+    return await perform(app, who, action, do)
+
+
+async def fork(
+    app: App,
+    who: Principal,
+    run_id: str,
+    from_step: int,
+    new_id: str | None = None,
+    comment: str = "",
+) -> RunRow:
+    """A new run reusing `run_id`'s first `from_step` outcomes; the action's target is the
+    source, the new run's id is in the detail."""
+    detail = {"from_step": from_step, "new_id": new_id, "comment": comment}
+    action = Action("run.fork", f"run:{run_id}", "operate", detail)
+
+    async def do() -> RunRow:
+        return await app.client.fork(run_id, from_step, new_id)
+
+    return await perform(app, who, action, do, lambda run: action.with_detail(new_id=run.id))
+
+
+async def send_event(
+    app: App, who: Principal, run_id: str, name: str, payload: Any = None, key: str | None = None
+) -> int:
+    """Deliver event `name` to a run (an unknown run is refused before anything is kept)."""
+    action = Action("run.event", f"run:{run_id}", "operate", {"event": name, "key": key})
+
+    async def do() -> int:
+        await app.client.get(run_id)
+        return await app.client.send_event(run_id, name, payload, key=key)
+
+    return await perform(app, who, action, do, lambda eid: action.with_detail(event_id=eid))
+
+
+async def emit(
+    app: App,
+    who: Principal,
+    event_type: str,
+    payload: Any = None,
+    *,
+    event_id: str,
+    run_id: str | None = None,
+) -> list[str]:
+    """Ingest an event: start the runs its type triggers, or deliver it to `run_id`."""
+    target = f"run:{run_id}" if run_id else f"event:{event_type}"
+    detail = {"event": event_type, "event_id": event_id}
+    action = Action("event.emit", target, "operate", detail)
+
+    async def do() -> list[str]:
+        emitted = await app.events.emit(event_type, payload, event_id=event_id, run_id=run_id)
+        return list(emitted.run_ids)
+
+    return await perform(app, who, action, do, lambda ids: action.with_detail(runs=ids))
+
+
+async def set_pause(
+    app: App, who: Principal, scope: str, name: str, paused: bool, comment: str = ""
+) -> bool:
+    """Pause or resume a whole workflow or worker; False if it already was."""
+    verb = "pause" if paused else "resume"
+    action = Action(f"{scope}.{verb}", f"{scope}:{name}", "operate", {"comment": comment})
+
+    async def do() -> bool:
+        if scope not in ("workflow", "worker"):
+            raise PerdureError(f"pause: scope {scope!r}: use workflow or worker")
+        return await app.client.set_pause(scope, name, paused)
+
+    return await perform(app, who, action, do, lambda changed: action.with_detail(changed=changed))
+
+
+async def gc(app: App, who: Principal, batch: int = 200) -> GcReport:
+    """Delete finished runs beyond their workflow's retention."""
+    action = Action("gc", "store", "admin", {"batch": batch})
+
+    def settled(report: GcReport) -> Action:
+        return action.with_detail(report=str(report))
+
+    return await perform(app, who, action, lambda: app.client.gc(batch=batch), settled)
+
+
+async def operate(
+    app: App, who: Principal, action: str, run_id: str, comment: str = "", **options: Any
+) -> str:
+    """cancel | pause | resume | resolve | fork a run by name (the dashboard's and the
+    API's verbs); returns the new status (or, for fork, the new run's id)."""
+    if action == "cancel":
+        return await cancel(app, who, run_id, comment)
+    if action == "pause":
+        return await pause(app, who, run_id, comment)
+    if action == "resume":
+        return await resume(app, who, run_id, comment)
+    if action == "resolve":
+        return await resolve(
+            app, who, run_id, options["step"], value=options.get("value"),
+            retry=bool(options.get("retry")), fail=bool(options.get("fail")), comment=comment,
+        )  # fmt: skip
+    if action == "fork":
+        forked = await fork(
+            app, who, run_id, int(options["from_step"]), options.get("new_id"), comment
+        )
+        return forked.id
+    raise PerdureError(f"unknown action {action!r}")
+
+
+# -- schedules, budgets, tokens --------------------------------------------------------------
+
+
+async def add_schedule(app: App, who: Principal, schedule: Schedule) -> ScheduleRow:
+    """Store (add or replace) a schedule."""
+    from ..triggers import schedules
+
+    detail = {"workflow": schedule.workflow, "cron": schedule.cron, "every": schedule.every}
+    action = Action("schedule.add", f"schedule:{schedule.name}", "admin", detail)
+    return await perform(app, who, action, lambda: schedules.add(app, schedule))
+
+
+async def pause_schedule(app: App, who: Principal, name: str) -> ScheduleRow:
+    from ..triggers import schedules
+
+    action = Action("schedule.pause", f"schedule:{name}", "admin")
+    return await perform(app, who, action, lambda: schedules.pause(app, name))
+
+
+async def resume_schedule(app: App, who: Principal, name: str) -> ScheduleRow:
+    from ..triggers import schedules
+
+    action = Action("schedule.resume", f"schedule:{name}", "admin")
+    return await perform(app, who, action, lambda: schedules.resume(app, name))
+
+
+async def delete_schedule(app: App, who: Principal, name: str) -> None:
+    from ..triggers import schedules
+
+    async def do() -> None:
+        await app.open_store()
+        if await app.store.get_schedule(name) is None:
+            raise PerdureError(f"no schedule named {name!r} (list them: perdure schedules ls)")
+        await schedules.delete(app, name)
+
+    await perform(app, who, Action("schedule.delete", f"schedule:{name}", "admin"), do)
+
+
+async def set_budget(app: App, who: Principal, budget: Budget) -> int:
+    """Set an agent's budget; returns how many runs waiting for budget were woken."""
+    from ..agent.loop import raise_budget  # the agent layer, only when a budget changes
+
+    limits = {k: getattr(budget, k) for k in
+              ("tokens_per_hour", "tokens_per_day", "cost_per_hour", "cost_per_day")}  # fmt: skip
+    action = Action("budget.set", f"agent:{budget.agent}", "admin", limits)
+
+    async def do() -> int:
+        await app.open_store()
+        return await raise_budget(app, budget.agent, budget)
+
+    return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
+
+
+async def create_token(
+    app: App, who: Principal, name: str, scopes: Sequence[str]
+) -> tuple[str, str]:
+    """A new token for `name`: (its id, the token, shown only now; never recorded)."""
+    token_id = new_token_id()
+    detail = {"name": name, "scopes": " ".join(scopes)}
+    action = Action("token.create", f"token:{token_id}", "admin", detail)
+
+    async def do() -> tuple[str, str]:
+        check_scopes(list(scopes))
+        return await _create_token(app, name, list(scopes), token_id)
+
+    return await perform(app, who, action, do)
+
+
+async def revoke_token(app: App, who: Principal, token_id: str) -> None:
+    """Revoke a token at once (an unknown or already revoked one is refused)."""
+
+    async def do() -> None:
+        await app.open_store()
+        if not await app.store.revoke_token(token_id, app.clock.now()):
+            raise PerdureError(f"{token_id}: no such active token (list them: perdure token ls)")
+
+    await perform(app, who, Action("token.revoke", f"token:{token_id}", "admin"), do)
+
+
+# -- gates ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -82,53 +437,30 @@ async def decide(
     app: App, who: Principal, run_id: str, call_id: str, approve: bool, comment: str = ""
 ) -> None:
     """Approve or deny a gated tool call (the run continues either way)."""
-    require(who, "approve", "approving a gate")
-    await _expect_gate(app, run_id, APPROVE_PREFIX + call_id)
-    await app.client.send_event(
-        run_id, f"approve:{call_id}", {"approve": approve, "comment": comment}
-    )
-    action = "gate.approve" if approve else "gate.deny"
-    await record(app, who.name, action, f"run:{run_id}", {"call": call_id, "comment": comment})
+    name = "gate.approve" if approve else "gate.deny"
+    action = Action(name, f"run:{run_id}", "approve", {"call": call_id, "comment": comment})
+
+    async def do() -> None:
+        await _expect_gate(app, run_id, APPROVE_PREFIX + call_id)
+        await app.client.send_event(
+            run_id, f"approve:{call_id}", {"approve": approve, "comment": comment}
+        )
+
+    await perform(app, who, action, do)
 
 
 async def answer(app: App, who: Principal, run_id: str, call_id: str, text: str) -> None:
     """Answer an agent's question (ask_human)."""
-    require(who, "approve", "answering a question")
-    await _expect_gate(app, run_id, QUESTION_PREFIX + call_id)
-    await app.client.send_event(run_id, f"human:{call_id}", text)
-    await record(app, who.name, "gate.answer", f"run:{run_id}", {"call": call_id, "answer": text})
+    action = Action("gate.answer", f"run:{run_id}", "approve", {"call": call_id, "answer": text})
+
+    async def do() -> None:
+        await _expect_gate(app, run_id, QUESTION_PREFIX + call_id)
+        await app.client.send_event(run_id, f"human:{call_id}", text)
+
+    await perform(app, who, action, do)
 
 
 async def _expect_gate(app: App, run_id: str, waiting_for: str) -> None:
     run = await app.client.get(run_id)
     if run.status != "waiting" or run.waiting_for != waiting_for:
         raise PerdureError(f"run {run_id!r} is not waiting at that gate (it is {run.status})")
-
-
-async def operate(
-    app: App, who: Principal, action: str, run_id: str, comment: str = "", **options: Any
-) -> str:
-    """cancel | pause | resume | resolve | fork a run, as `who`; returns the new status (or,
-    for fork, the new run's id)."""
-    require(who, "operate", action)
-    client = app.client
-    if action == "cancel":
-        result = await client.cancel(run_id)
-    elif action == "pause":
-        result = await client.pause(run_id)
-    elif action == "resume":
-        result = await client.resume(run_id)
-    elif action == "resolve":
-        result = await client.resolve(
-            run_id, options["step"], value=options.get("value"),
-            has_value=not (options.get("retry") or options.get("fail")),
-            retry=bool(options.get("retry")), fail=bool(options.get("fail")),
-        )  # fmt: skip
-    elif action == "fork":
-        forked = await client.fork(run_id, int(options["from_step"]), options.get("new_id"))
-        result = forked.id
-    else:
-        raise PerdureError(f"unknown action {action!r}")
-    detail = {"comment": comment, **{k: v for k, v in options.items() if v is not None}}
-    await record(app, who.name, f"run.{action}", f"run:{run_id}", detail)
-    return str(result)

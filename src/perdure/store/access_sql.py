@@ -23,7 +23,8 @@ class TokenRow:
 
 @dataclass(slots=True)
 class AuditRow:
-    """Who did what to which run, schedule or agent, when, with any comment."""
+    """Who did what to which run, schedule or agent, when, with any comment, and how it
+    ended: `ok`, `refused` (not allowed, or not possible: the reason says why) or `failed`."""
 
     id: int
     at: float
@@ -31,6 +32,19 @@ class AuditRow:
     action: str
     target: str
     detail: str  # JSON
+    outcome: str = "ok"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """Which audit records to read, newest first: all filters given must hold."""
+
+    target: str | None = None  # e.g. run:ID, schedule:NAME
+    actor: str | None = None
+    since: float | None = None  # at or after this time
+    before: int | None = None  # ids below this one (the next page)
+    limit: int = 100
 
 
 def add_token(conn: Db, token_id: str, name: str, digest: str, scopes: str, now: float) -> None:
@@ -64,28 +78,31 @@ def revoke_token(conn: Db, token_id: str, now: float) -> bool:
     return cur.rowcount == 1
 
 
-def audit(conn: Db, at: float, actor: str, action: str, target: str, detail: str) -> int:
-    row = conn.execute(
-        "INSERT INTO audit_log (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?) "
-        "RETURNING id",
-        (at, actor, action, target, detail),
+def audit(conn: Db, row: AuditRow) -> int:
+    found = conn.execute(
+        "INSERT INTO audit_log (at, actor, action, target, detail, outcome, reason) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (row.at, row.actor, row.action, row.target, row.detail, row.outcome, row.reason),
     ).fetchone()
-    return int(row[0])
+    return int(found[0])
 
 
-def audit_log(conn: Db, target: str | None, limit: int, before: int | None) -> list[AuditRow]:
+def audit_log(conn: Db, query: AuditQuery) -> list[AuditRow]:
     where: list[str] = []
-    params: list[str | int] = []
-    if target is not None:
-        where.append("target = ?")
-        params.append(target)
-    if before is not None:
-        where.append("id < ?")
-        params.append(before)
-    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    params: list[str | int | float] = []
+    for clause, value in (
+        ("target = ?", query.target),
+        ("actor = ?", query.actor),
+        ("at >= ?", query.since),
+        ("id < ?", query.before),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    text = f"WHERE {' AND '.join(where)} " if where else ""
     rows = conn.execute(
-        f"SELECT id, at, actor, action, target, detail FROM audit_log {clause}"
-        "ORDER BY id DESC LIMIT ?",
-        (*params, limit),
+        "SELECT id, at, actor, action, target, detail, outcome, reason FROM audit_log "
+        f"{text}ORDER BY id DESC LIMIT ?",
+        (*params, query.limit),
     ).fetchall()
     return [AuditRow(*r) for r in rows]

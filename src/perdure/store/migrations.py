@@ -206,6 +206,13 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX workers_by_heartbeat ON workers (heartbeat_at)
     """,
+    # 8: the audit log says how each action ended (ok, refused, failed) and why, and is
+    # searched by actor; rows written before were all of actions that succeeded
+    """
+    ALTER TABLE audit_log ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';
+    ALTER TABLE audit_log ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+    CREATE INDEX audit_by_actor ON audit_log (actor, id)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
 from . import access_sql, agent_sql, retention, schedule_sql, sqlops, workers_sql
-from .access_sql import AuditRow, TokenRow
+from .access_sql import AuditQuery, AuditRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
     Append,
@@ -732,14 +732,16 @@ class ThreadedStore:
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
 
-    async def audit(self, at: float, actor: str, action: str, target: str, detail: str) -> int:
-        return await self._call(
-            lambda c: access_sql.audit(c, at, actor, action, target, detail), write=True
-        )
+    async def audit(
+        self, at: float, actor: str, action: str, target: str, detail: str,
+        outcome: str = "ok", reason: str = "",
+    ) -> int:  # fmt: skip
+        row = AuditRow(0, at, actor, action, target, detail, outcome, reason)
+        return await self._call(lambda c: access_sql.audit(c, row), write=True)
 
     async def audit_log(
-        self, target: str | None = None, limit: int = 100, before: int | None = None
-    ) -> list[AuditRow]:
-        return await self._call(
-            lambda c: access_sql.audit_log(c, target, limit, before), write=False
-        )
+        self, target: str | None = None, limit: int = 100, before: int | None = None,
+        *, actor: str | None = None, since: float | None = None,
+    ) -> list[AuditRow]:  # fmt: skip
+        query = AuditQuery(target, actor, since, before, limit)
+        return await self._call(lambda c: access_sql.audit_log(c, query), write=False)

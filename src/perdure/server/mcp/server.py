@@ -53,8 +53,9 @@ from mcp.shared.message import ServerMessageMetadata
 
 from ...errors import PerdureError, StoreError
 from ...store.base import CANCELLING, FINAL, RunRow
-from ..access import Principal, record
-from ..operations import Forbidden, answer, decide, operate, require
+from .. import operations as ops
+from ..access import Principal
+from ..operations import Action, Forbidden, answer, decide, require
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
@@ -250,21 +251,29 @@ class PerdureMcp:
 
     async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
         who, state, session, request_id = self._context()
-        tool = self.tools.get(req.params.name)
-        if tool is None:
-            raise _error(types.INVALID_PARAMS, f"unknown tool {req.params.name!r}")
-        require(who, "operate", f"calling tool {tool.name!r}")
+        name = req.params.name
+        tool = self.tools.get(name)
         as_task = req.params.task is not None
         run_id = TASK_PREFIX + uuid.uuid4().hex
-        try:
+        workflow = tool.workflow if tool is not None else name
+        action = Action("run.start", f"run:{run_id}", "operate",
+                        {"workflow": workflow, "via": "mcp", "task": as_task})  # fmt: skip
+
+        async def start() -> RunRow:
+            if tool is None:
+                raise PerdureError(f"unknown tool {name!r}")
             args, kwargs = tool.arguments(req.params.arguments or {})
             run, _ = await self.app.client.start_run(tool.workflow, args, kwargs, run_id=run_id)
-        except PerdureError as exc:  # bad arguments: nothing was recorded
-            if as_task:
+            return run
+
+        try:
+            run = await ops.perform(self.app, who, action, start)
+        except (Forbidden, StoreError):
+            raise
+        except PerdureError as exc:  # an unknown tool, bad arguments: no run was made
+            if as_task or tool is None:
                 raise _error(types.INVALID_PARAMS, str(exc)) from None
             return types.ServerResult(_text_error(str(exc)))
-        await record(self.app, who.name, "run.start", f"run:{run.id}",
-                     {"workflow": tool.workflow, "via": "mcp", "task": as_task})  # fmt: skip
         if as_task:
             task = await task_of(self.app, run, self.poll_ms)
             state.watch(task)
@@ -330,10 +339,18 @@ class PerdureMcp:
     async def _cancel_task(self, req: types.CancelTaskRequest) -> types.ServerResult:
         who, *_ = self._context()
         task_id = req.params.taskId
-        run = await self._run(task_id)
-        if run.status in FINAL:
-            raise _error(types.INVALID_PARAMS, f"task {task_id} already ended ({run.status})")
-        await operate(self.app, who, "cancel", task_id, comment="tasks/cancel over MCP")
+        action = Action("run.cancel", f"run:{task_id}", "operate",
+                        {"comment": "tasks/cancel over MCP"})  # fmt: skip
+
+        async def cancel() -> str:
+            found = await self.app.store.get_run(task_id)
+            if found is None:
+                raise PerdureError(f"Task not found: {task_id}")
+            if found.status in FINAL:
+                raise PerdureError(f"task {task_id} already ended ({found.status})")
+            return await self.app.client.cancel(task_id)
+
+        await ops.perform(self.app, who, action, cancel)
         # a run held by a worker elsewhere stops at its next step (its heartbeat: ≤ 1 s)
         with anyio.move_on_after(self.options.cancel_wait):
             while (run := await self._run(task_id)).status == CANCELLING:

@@ -1,0 +1,80 @@
+"""`perdure audit`: the append-only log of operator actions, newest first, filtered."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import PerdureError
+from . import render
+
+SINCE_HELP = "Only entries this recent: 90m, 24h, 7d, an ISO time (UTC) or Unix seconds."
+
+
+@click.command("audit")
+@click.option("--since", default=None, help=SINCE_HELP)
+@click.option("--actor", default=None, help="Only this actor: cli:alice@host1, a token name.")
+@click.option("--run", "run_id", default=None, help="Only actions on this run (target run:ID).")
+@click.option("--target", default=None, help="Only this target: schedule:NAME, token:ID, ...")
+@click.option("--limit", default=50, show_default=True, help="Entries shown.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def audit(
+    ctx: click.Context,
+    since: str | None,
+    actor: str | None,
+    run_id: str | None,
+    target: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Who did what, to which run, schedule, workflow, worker or token, when, and how it
+    ended (ok, refused or failed, with the reason), from every interface."""
+    from ..server.operations import parse_since
+    from .main import get_app
+
+    if run_id and target:
+        raise PerdureError("audit: give --run or --target, not both")
+    if limit < 1:
+        raise PerdureError("audit: --limit must be 1 or more")
+    app = get_app(ctx, existing=True)
+    after = parse_since(since, app.clock.now()) if since else None
+    rows = app.sync(
+        app.store.audit_log(
+            target=f"run:{run_id}" if run_id else target, limit=limit, actor=actor, since=after
+        ),
+        "audit",
+    )
+    if as_json:
+        for r in rows:
+            entry = {"id": r.id, "at": r.at, "actor": r.actor, "action": r.action,
+                     "target": r.target, "outcome": r.outcome, "reason": r.reason,
+                     "detail": json.loads(r.detail)}  # fmt: skip
+            click.echo(json.dumps(entry, sort_keys=True))
+        return
+    if not rows:
+        click.echo("no audit entries" + (" match" if since or actor or run_id or target else ""))
+        return
+    body = [
+        [str(r.id), render.when(r.at), r.actor, r.action, r.target,
+         r.outcome if r.outcome == "ok" else f"{r.outcome}: {_short(r.reason, 60)}",
+         _short(_detail(r.detail), 60)]
+        for r in rows
+    ]  # fmt: skip
+    click.echo(render.table(body, ["#", "WHEN", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"]))
+
+
+def _detail(text: str) -> str:
+    try:
+        detail = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(detail, dict):
+        return str(detail)
+    return " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                    for k, v in detail.items())  # fmt: skip
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
