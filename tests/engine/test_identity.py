@@ -3,6 +3,7 @@ is chosen after its workflows are defined."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,36 @@ def test_an_app_built_without_a_store_opens_the_url_given_later(
 def test_an_explicit_bad_url_is_still_refused_at_once() -> None:
     with pytest.raises(perdure.ConfigError, match="unknown scheme"):
         perdure.App("nosuch://x")
+
+
+def test_the_async_client_starts_waits_and_lists_in_the_callers_loop(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """`perdure.Client` is the public async client: its coroutines run in the caller's
+    event loop, take a Workflow or its name, and see what the App sees."""
+
+    @app.workflow(name="double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    client = perdure.Client(app)
+
+    async def start() -> list[str]:
+        a = await client.start(double, (21,), run_id="d1")
+        b = await client.start("double", (1,), run_id="d2")
+        return [a.id, b.id]
+
+    assert asyncio.run(start()) == ["d1", "d2"]
+    worker.run_until_idle()
+
+    async def inspect() -> tuple[Any, dict[str, str | None], list[str]]:
+        result = await client.result("d1", timeout=5)
+        statuses = await client.statuses(["d1", "d2", "d3"])
+        rows = await client.list_runs(ids=["d2"])
+        return result, statuses, [r.id for r in rows]
+
+    assert asyncio.run(inspect()) == (
+        42,
+        {"d1": "completed", "d2": "completed", "d3": None},
+        ["d2"],
+    )

@@ -10,7 +10,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
 from ..store.base import (
@@ -44,6 +44,13 @@ def origin_entry(origin: dict[str, Any], now: float) -> Entry:
     """The journal's `run.origin` entry: what started the run (its first key names the
     kind: schedule, event, webhook, inbox, plan, fork, parent)."""
     return Entry(kind="run.origin", data=dumps(origin, "run origin"), at=now)
+
+
+class Named(Protocol):
+    """Anything with a workflow name (a `Workflow`)."""
+
+    @property
+    def name(self) -> str: ...
 
 
 IDS_PER_QUERY = 500  # run ids per store query (SQL parameter limits)
@@ -95,7 +102,11 @@ def checked_input(
 
 
 class Client:
-    """Operations on runs, by id, against an app's store."""
+    """The async client: start, inspect, wait for and steer runs, by id, in an app's store.
+
+    `app.client` is one (`perdure.Client(app)` makes another); every method is a
+    coroutine, for async code where the App's blocking methods would stall the loop.
+    """
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -106,7 +117,7 @@ class Client:
 
     async def start(
         self,
-        workflow: str,
+        workflow: str | Named,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         **options: Any,
@@ -118,7 +129,7 @@ class Client:
 
     async def start_run(
         self,
-        workflow: str,
+        workflow: str | Named,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         *,
@@ -131,6 +142,8 @@ class Client:
     ) -> tuple[RunRow, bool]:
         """`start`, also saying whether this call created the run (False: it existed).
         `origin` says what started it (`{"event": trigger, "id": ...}`; see `current_run`)."""
+        if not isinstance(workflow, str):
+            workflow = workflow.name
         definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
         await self.runtime.open_store()
         text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
