@@ -248,7 +248,7 @@ class Worker:
             ctx.hold_requested = True  # each hands its run back at the next step boundary
         if self.tasks:
             log.info(
-                "worker %s: stopping: no new steps; waiting up to %.0fs for %d run(s) to "
+                "worker %s: stopping: no new steps; waiting up to %gs for %d run(s) to "
                 "reach a step boundary (a second signal stops at once)",
                 self.id,
                 self.options.grace,
@@ -285,15 +285,15 @@ class Worker:
             return
         if not self.stop_now.is_set():
             log.warning(
-                "worker %s: grace of %.0fs ended: %d step(s) executing left to recovery",
+                "worker %s: grace of %gs ended: %d step(s) executing left to recovery",
                 self.id,
                 self.options.grace,
                 self.executing(),
             )
         why = (
-            "a second signal" if self.stop_now.is_set() else f"its grace of {self.options.grace:g}s"
+            "second signal" if self.stop_now.is_set() else f"grace of {self.options.grace:g}s ended"
         )
-        reason = f"worker {self.id} was stopping and {why} ended the drain"
+        reason = f"{why} while stopping worker {self.id}"
         for rid in leftover:
             ctx = self.contexts.get(rid)
             if ctx is not None:
