@@ -182,13 +182,15 @@ class Worker:
                 if task is not stop_wait and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            self.stopping.set()
-            self.app.notify()
-            # a claim in flight must finish, or its runs would wait out their leases
-            _, late = await asyncio.wait(stoppable, timeout=max(5.0, self.options.lease / 3))
+            if not self.stopping.is_set():  # a loop failed: stop as if signalled
+                self.stop()
+            # a claim in flight must finish, or its runs would wait out their leases; they
+            # start as the worker stops and are handed back at once
+            await asyncio.wait(stoppable[:1], timeout=max(5.0, self.options.lease / 3))
+            await self._drain()  # meanwhile the services and gc end on their own
+            _, late = await asyncio.wait(stoppable, timeout=5.0)
             for task in late:
                 task.cancel()
-            await self._drain()
             for task in lasting:
                 task.cancel()
             await asyncio.gather(*loops, stop_wait, return_exceptions=True)
@@ -222,6 +224,8 @@ class Worker:
             self.app.notify()
 
     def _announce(self) -> None:
+        if self.stopping.is_set():
+            return  # stopped before it claimed anything: never ready
         self.ready.set()
         log.info("worker %s: claiming (concurrency %d)", self.id, self.options.concurrency)
         if self.options.announce:
