@@ -4,6 +4,11 @@ Recovery of a step whose intent was journaled but whose outcome was not follows
 its effect (DESIGN.md): `read`, `idempotent` and `keyed` run again (keyed with
 the same idempotency key); `once` parks the run in `needs_attention`;
 `transactional` cannot be in that state because effect and outcome commit together.
+
+A stopping worker starts no step body. One whose body it cut off when its grace
+ended is journaled `step.stopped` (executing): recovered as above, but the reason
+says stopped, not crashed. One whose intent was written as the stop came, but
+whose body never started, is journaled `step.stopped` (not executing) and simply runs.
 """
 
 from __future__ import annotations
@@ -196,8 +201,8 @@ async def run_step(
     attempt = 1
     last = entries[-1] if entries else None
     stopped = (ctx.data(last) or {}) if last is not None and last.kind == "step.stopped" else None
-    if stopped is not None and not stopped.get("executing"):
-        attempt = last.attempt  # type: ignore[union-attr]  # its body never ran: run it now
+    if last is not None and stopped is not None and not stopped.get("executing"):
+        attempt = last.attempt  # withdrawn by a stopping worker before its body ran: run it
     elif last is not None and last.kind in ("step.intent", "step.stopped"):
         action = "needs_attention" if step.effect == "once" else "rerun"
         hooks.step_recovered(ctx, step, pos, last.attempt, action)
