@@ -230,3 +230,45 @@ def test_a_stop_during_a_once_intent_write_never_starts_the_body(
     assert app.handle(run_id).result(timeout=5) == "paid"
     assert ran == [1]
     assert reasons(app, run_id) == []
+
+
+def test_a_short_sleep_met_while_stopping_hands_the_run_back(db_url: str) -> None:
+    """A sleep (short enough to wait in process) met while stopping is a step boundary: the
+    run is handed back at once, not after sleeping, and a later worker finishes it."""
+    app = perdure.App(db_url)
+    go = asyncio.Event()
+
+    @app.step(effect="idempotent")
+    async def first() -> str:
+        await go.wait()
+        return "first"
+
+    @app.workflow
+    async def job() -> str:
+        value = await first()
+        await perdure.sleep(0.9)
+        return value
+
+    async def main() -> tuple[str, float]:
+        worker = app.worker(lease=30, poll=0.02, grace=30)
+        task = asyncio.create_task(worker.run())
+        handle = await app.start_async(job)
+        await until(lambda: worker.executing() == 1)
+        worker.stop()
+        began = time.monotonic()
+        go.set()
+        await asyncio.wait_for(task, 10)
+        run = await app.client.get(handle.id)
+        assert (run.status, run.lease_until) == ("running", 0)
+        took = time.monotonic() - began
+        again = app.worker(lease=30, poll=0.02)
+        task = asyncio.create_task(again.run())
+        assert await handle.result_async(timeout=10) == "first"
+        again.stop()
+        await asyncio.wait_for(task, 10)
+        return run.status, took
+
+    try:
+        assert asyncio.run(main())[1] < 0.8
+    finally:
+        app.close()

@@ -285,7 +285,7 @@ async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) ->
     delay = retry_at - ctx.now()
     if delay <= 0:
         return
-    if delay <= ctx.inline_sleep:
+    if delay <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
         await ctx.flush()
         await asyncio.sleep(delay)
         return

@@ -187,11 +187,8 @@ class Worker:
             # a claim in flight must finish, or its runs would wait out their leases; they
             # start as the worker stops and are handed back at once
             await asyncio.wait(stoppable[:1], timeout=max(5.0, self.options.lease / 3))
-            await self._drain()  # meanwhile the services and gc end on their own
-            _, late = await asyncio.wait(stoppable, timeout=5.0)
-            for task in late:
-                task.cancel()
-            for task in lasting:
+            await self._drain()  # services and gc saw `stopping` too; what is left is cut
+            for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, stop_wait, return_exceptions=True)
             self.executor.shutdown(wait=False, cancel_futures=True)
