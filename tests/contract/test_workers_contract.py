@@ -22,3 +22,32 @@ def test_beats_refresh_and_stops_are_kept(store: Store) -> None:
     a = rows["h:1:a"]
     assert (a.started_at, a.heartbeat_at, a.running, a.stopped_at) == (10.0, 20.0, 3, None)
     assert (rows["h:2:b"].stopped_at, rows["h:2:b"].running) == (15.0, 0)
+
+
+def test_register_refuses_an_id_held_by_a_live_worker(store: Store) -> None:
+    """worker_register takes a new id, refuses one whose holder is not reusable (returning
+    that holder), and takes over one whose holder is."""
+
+    async def main() -> list[WorkerRow | None]:
+        first = await store.worker_register(
+            WorkerRow("w", "h", 1, 10.0, 10.0, 4, 0), lambda r: False
+        )
+        refused = await store.worker_register(
+            WorkerRow("w", "h", 2, 20.0, 20.0, 8, 0), lambda r: r.pid != 1
+        )
+        taken = await store.worker_register(
+            WorkerRow("w", "h2", 3, 30.0, 30.0, 2, 0), lambda r: r.pid == 1
+        )
+        rows = await store.list_workers(since=0.0)
+        return [first, refused, taken, *rows]
+
+    first, refused, taken, *rows = asyncio.run(main())
+    assert first is None and taken is None
+    assert refused is not None and (refused.host, refused.pid) == ("h", 1)
+    (row,) = rows
+    assert row is not None and (row.host, row.pid, row.started_at, row.concurrency) == (
+        "h2",
+        3,
+        30.0,
+        2,
+    )

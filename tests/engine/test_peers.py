@@ -108,3 +108,21 @@ def test_kill_minus_nine_is_recovered_before_the_lease_expires(
                 proc.wait(timeout=30)
         app.close()
         sys.modules.pop("peers_app", None)
+
+
+def test_a_chosen_id_is_found_dead_through_the_worker_registry() -> None:
+    """An owner named by a chosen id is judged by the host and pid it registered: gone on
+    this host means dead; alive, another host or unregistered means not."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    here = "h"
+    registry = {
+        "gone": (here, child.pid),
+        "alive": (here, os.getppid()),
+        "far": ("x", child.pid),
+    }
+    me = f"{here}:{os.getpid()}:me"
+    assert dead_owner("gone", me, here, registry)
+    assert not dead_owner("alive", me, here, registry)
+    assert not dead_owner("far", me, here, registry)
+    assert not dead_owner("unknown", me, here, registry)

@@ -13,7 +13,6 @@ import click
 from ..app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
-from ..extras import require_extra
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
 from . import render
@@ -25,7 +24,7 @@ from .schedules import schedules
 from .serve import serve
 from .tokens import token
 from .top import top
-from .workers import workers
+from .workers import worker, workers
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
@@ -84,54 +83,6 @@ def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = Fal
             f"no perdure store at {os.path.abspath(path)} (pass --db or set PERDURE_DB)"
         )
     return app
-
-
-@cli.command()
-@click.option("--concurrency", default=16, show_default=True, help="Runs executed at once.")
-@click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
-@click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
-@click.option("--grace", default=30.0, show_default=True, help="Drain seconds on SIGTERM.")
-@click.option(
-    "--max-recoveries",
-    default=5,
-    show_default=True,
-    help="Crashed recoveries in a row before a run is made dead (-1: never).",
-)
-@click.option(
-    "--gc-every", default=300.0, show_default=True, help="Seconds between gc passes (0: off)."
-)
-@click.option("--metrics-port", type=int, default=None, help="Serve /metrics on this port.")
-@click.pass_context
-def worker(
-    ctx: click.Context,
-    concurrency: int,
-    lease: float,
-    poll: float,
-    grace: float,
-    max_recoveries: int,
-    gc_every: float,
-    metrics_port: int | None,
-) -> None:
-    """Run workflows until SIGTERM/SIGINT (then drain and release leases)."""
-    from ..observe import instrument
-
-    if metrics_port is not None:
-        require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
-    app = get_app(ctx, need_code=True)
-    instrument(app)
-    if metrics_port is not None:
-        from ..observe.metrics import serve_metrics
-
-        serve_metrics(app, metrics_port)
-    click.echo(f"perdure worker: {len(app.workflows)} workflow(s) on {app.url}", err=True)
-    app.run_worker(
-        concurrency=concurrency,
-        lease=lease,
-        poll=poll,
-        grace=grace,
-        max_recoveries=None if max_recoveries < 0 else max_recoveries,
-        gc_every=gc_every or None,
-    )
 
 
 @cli.command()
@@ -389,6 +340,7 @@ def main() -> None:
 cli.add_command(serve)
 cli.add_command(schedules)
 cli.add_command(token)
+cli.add_command(worker)
 cli.add_command(workers)
 cli.add_command(mcp_cmd)
 cli.add_command(top)

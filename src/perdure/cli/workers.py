@@ -1,15 +1,96 @@
-"""`perdure workers`: every worker the store has heard of lately, where it runs, how alive."""
+"""`perdure worker` runs one; `perdure workers` lists every worker the store heard of lately."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import sys
 import time
 
 import click
 
-from ..engine.worker import PRESENCE
+from ..engine.worker import SILENT_AFTER, Worker, WorkerOptions, public_url
+from ..extras import require_extra
 from . import render
 
-SILENT_AFTER = 3 * PRESENCE  # seconds without a heartbeat before a worker counts as silent
+
+@click.command("worker")
+@click.option("--id", "worker_id", default=None, help="Worker name, unique among live workers.")
+@click.option("--concurrency", default=16, show_default=True, help="Runs executed at once.")
+@click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
+@click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
+@click.option("--grace", default=30.0, show_default=True, help="Drain seconds on SIGTERM.")
+@click.option(
+    "--max-recoveries",
+    default=5,
+    show_default=True,
+    help="Crashed recoveries in a row before a run is made dead (-1: never).",
+)
+@click.option(
+    "--gc-every", default=300.0, show_default=True, help="Seconds between gc passes (0: off)."
+)
+@click.option("--metrics-port", type=int, default=None, help="Serve /metrics on this port.")
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    worker_id: str | None,
+    concurrency: int,
+    lease: float,
+    poll: float,
+    grace: float,
+    max_recoveries: int,
+    gc_every: float,
+    metrics_port: int | None,
+) -> None:
+    """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
+    next step boundary, and after --grace seconds leave what still executes to recovery (a
+    second signal: at once). Prints one `ready worker=ID store=URL concurrency=N` line on
+    stdout once claiming; logs go to stderr."""
+    from ..observe import instrument
+    from .main import get_app
+
+    if metrics_port is not None:
+        require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
+    app = get_app(ctx, need_code=True)
+    instrument(app)
+    if metrics_port is not None:
+        from ..observe.metrics import serve_metrics
+
+        serve_metrics(app, metrics_port)
+    click.echo(
+        f"perdure worker: {len(app.workflows)} workflow(s) on {public_url(app.url)}", err=True
+    )
+    options = WorkerOptions(
+        id=worker_id,
+        concurrency=concurrency,
+        lease=lease,
+        poll=poll,
+        grace=grace,
+        max_recoveries=None if max_recoveries < 0 else max_recoveries,
+        gc_every=gc_every or None,
+        announce=True,
+    )
+    run_until_signalled(app.worker(options))
+
+
+def run_until_signalled(worker: Worker) -> None:
+    """Run `worker` until SIGTERM/SIGINT (a second one: stop now). Steps it abandoned may
+    still run on threads; their runs are handed back, so the process exits without them."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+    if worker.abandoned:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @click.command("workers")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -283,8 +284,8 @@ class Client:
         await self.runtime.open_store()
         changed = await self.store.set_pause(scope, name, paused, self.runtime.clock.now())
         if paused:
+            host = socket.gethostname()  # the runs held in this process run on this host
             for ctx in list(self.runtime.active.values()):
-                host = (ctx.worker_id or "").split(":", 1)[0]
                 if (scope == "workflow" and ctx.run.workflow == name) or (
                     scope == "worker" and name in (ctx.worker_id, host)
                 ):

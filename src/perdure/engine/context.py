@@ -28,6 +28,7 @@ from ..errors import (
     NonDeterminismError,
     PerdureError,
     RunSuspended,
+    StoreError,
     StoreUnavailable,
     WorkerStopping,
 )
@@ -129,7 +130,8 @@ class RunContext:
         self.cancel_signalled = False
         self.task: asyncio.Task[Any] | None = None
         self.pause_requested = run.pause_requested
-        self.hold_requested = False  # its workflow or worker was paused: hand the run back
+        self.hold_requested = False  # its workflow or worker paused, or the worker stops
+        self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
         self.lost = False
         self.closed = False
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
@@ -199,6 +201,43 @@ class RunContext:
         task = self.task
         if task is not None and not self.sync_mode:
             self.loop.call_soon_threadsafe(task.cancel)
+
+    async def hand_back_if_held(self) -> None:
+        """Before a step body starts: if the run is to be handed back, commit and unwind."""
+        if self.hold_requested and not self.lost:
+            await self.flush()
+            raise WorkerStopping()
+
+    async def abandon(self, reason: str) -> int:
+        """The worker stops now: commit what is buffered plus a `step.stopped` entry for every
+        step still executing (so recovery knows it was a stop, not a crash), then write no
+        more. Returns how many steps were executing."""
+        executing = list(self.executing.values())
+        if self.lost or self.closed or self.check_only:
+            self.lost = True
+            return len(executing)
+        stops = [
+            self.entry(
+                "step.stopped",
+                info.name,
+                position=info.position,
+                attempt=info.attempt,
+                data={"executing": True, "effect": info.effect, "reason": reason},
+            )
+            for info in executing
+            if info.effect not in ("read", "transactional")  # nothing to tell recovery
+        ]
+        append, _, _ = self._take(tuple(stops), None, None, None, None, None, False)
+        self.lost = True  # from here on the run's own code writes nothing
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        try:
+            await self.store.append(append)
+        except StoreError as exc:  # recovery then sees a crash: the safe reading
+            log.warning("worker %s: run %s: stop not journaled (%s)", self.worker_id,
+                        self.run_id, exc)  # fmt: skip
+        return len(executing)
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""

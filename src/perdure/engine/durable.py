@@ -131,7 +131,7 @@ async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
     remaining = wake_at - ctx.now()
     if remaining <= 0:
         return
-    if remaining <= ctx.inline_sleep:
+    if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
         import asyncio
 
         await ctx.flush()

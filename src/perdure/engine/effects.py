@@ -24,6 +24,19 @@ RECOVERY: dict[str, str] = {
 }
 
 
+# Why recovery found a `once` step with an intent and no outcome (the needs_attention reason).
+CRASHED = "crashed between intent and outcome of a once step"
+STOPPED = "stopped while executing a once step"
+
+
+def stopped_reason(why: str) -> str:
+    """The needs_attention reason of a once step cut off by a stopping worker (`why`)."""
+    return f"{STOPPED} ({why}); not a crash, but its effect may or may not have happened"
+
+
+NOT_STARTED = "the worker stopped before the step's body started"
+
+
 def check_effect(effect: str, where: str) -> Effect:
     """Return `effect` if it is one of the five, else raise a ConfigError naming `where`."""
     from ..errors import ConfigError

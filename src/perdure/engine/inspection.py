@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NonDeterminismError
 from ..store.base import FINAL, Entry, RunRow
 from .context import ReplayEnd, RunContext
-from .effects import MEANING, RECOVERY
+from .effects import CRASHED, MEANING, NOT_STARTED, RECOVERY
 from .runner import call_workflow, decode_input, load_entries
 
 if TYPE_CHECKING:
@@ -99,9 +99,17 @@ def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
     if last.kind == "step.needs_attention":
         return (
             "needs_attention",
-            "crashed between intent and outcome",
+            str((_load(last.data) or {}).get("reason") or CRASHED),
             "none until an operator resolves: --value JSON, --retry or --fail",
         )
+    if last.kind == "step.stopped":
+        data = _load(last.data) or {}
+        if not data.get("executing"):
+            return ("handed back", str(data.get("reason", NOT_STARTED)), "runs it (it never ran)")
+        recovery = RECOVERY.get(effect, "re-run")
+        if effect == "once":
+            recovery = "not re-run: run goes to needs_attention (stopped, not crashed)"
+        return ("stopped while executing", str(data.get("reason", "")), recovery)
     if last.kind in ("step.attempt_failed", "step.retry"):
         data = _load(last.data) or {}
         error = (data.get("error") or {}).get("message", "")

@@ -1,6 +1,7 @@
 """Workers on this host that are provably dead lose their leases at once, not after expiry.
 
-A lease owner is `host:pid:random`. On the same host, a pid that no longer exists (or
+A lease owner is `host:pid:random`, or a chosen id whose host and pid the worker
+registry knows. On the same host, a pid that no longer exists (or
 is a zombie) cannot be executing anything, so its runs are handed back for immediate
 recovery: a restart after `kill -9` resumes in well under a second. A frozen or
 stopped process is alive: only its lease, and the epoch fence, decide for it. A reused
@@ -37,12 +38,21 @@ def pid_gone(pid: int) -> bool:
         return False  # no /proc (not Linux): alive as far as we can tell
 
 
-def dead_owner(owner: str, me: str, host: str) -> bool:
-    """Is `owner` a lease owner of this host whose process is gone?"""
-    parts = owner.split(":", 2)
-    if owner == me or len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+def dead_owner(
+    owner: str, me: str, host: str, registry: dict[str, tuple[str, int]] | None = None
+) -> bool:
+    """Is `owner` a lease owner of this host whose process is gone? A chosen id is looked
+    up in `registry` (worker id -> host, pid)."""
+    if owner == me:
         return False
-    return int(parts[1]) != os.getpid() and pid_gone(int(parts[1]))
+    parts = owner.split(":", 2)
+    if len(parts) == 3 and parts[1].isdigit():
+        where = (parts[0], int(parts[1]))
+    elif registry is not None and owner in registry:
+        where = registry[owner]
+    else:
+        return False
+    return where[0] == host and where[1] != os.getpid() and pid_gone(where[1])
 
 
 async def release_dead_peers(store: Store, me: str, now: float) -> int:
@@ -52,9 +62,12 @@ async def release_dead_peers(store: Store, me: str, now: float) -> int:
     for run in await store.list_runs(statuses=RUNNING, limit=100_000):
         if run.lease_owner and (run.lease_until or 0) > now:
             held[run.lease_owner].append(run.id)
+    registry: dict[str, tuple[str, int]] = {}
+    if any(o.count(":") != 2 for o in held):  # chosen ids: where they run is registered
+        registry = {w.id: (w.host, w.pid) for w in await store.list_workers(now - 86_400 * 30)}
     released = 0
     for owner, run_ids in held.items():
-        if dead_owner(owner, me, host):
+        if dead_owner(owner, me, host, registry):
             log.info("worker %s: %s is gone; recovering its %d run(s) now", me, owner,
                      len(run_ids))  # fmt: skip
             await store.release(owner, run_ids)

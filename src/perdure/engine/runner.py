@@ -87,13 +87,15 @@ async def execute(
     inline_sleep: float,
     executor: Executor | None,
     contexts: dict[str, RunContext],
+    stopping: asyncio.Event | None = None,
     crash_after_intent: frozenset[str] = frozenset(),
     max_recoveries: int | None = None,
 ) -> None:
     """Drive one claimed run until it finishes or parks; never raises for run-level failures.
 
     A recovered run whose recoveries keep crashing (more than `max_recoveries` in a
-    row) is made `dead` instead of being replayed again.
+    row) is made `dead` instead of being replayed again. Once `stopping` is set the run
+    is handed back at its next step boundary.
     """
     run = claim.run
     definition = runtime.workflows[run.workflow]
@@ -126,6 +128,7 @@ async def execute(
     ctx.crash_after_intent = crash_after_intent
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
+    ctx.hold_requested = stopping is not None and stopping.is_set()  # claimed as it stopped
     runtime.active[run.id] = ctx  # newest holder in this process, for operator calls
     started, outcome = observers.run_started(ctx, claim.recovered_from), "stopped"
     try:
@@ -188,9 +191,11 @@ async def execute(
 
 
 async def release_held(runtime: Runtime, ctx: RunContext, worker_id: str) -> None:
-    """Release the lease of a run stopped by a pause, so it resumes as soon as it is lifted."""
+    """Release the lease of a run stopped by a pause or a stopping worker at a step
+    boundary, so it resumes (elsewhere) as soon as it may."""
     try:
         await runtime.store.release(worker_id, [ctx.run_id])
+        log.info("worker %s: run %s handed back at a step boundary", worker_id, ctx.run_id)
     except StoreError as exc:  # the lease will expire instead
         log.warning("worker %s: could not release paused run %s (%s)", worker_id, ctx.run_id, exc)
 

@@ -4,6 +4,11 @@ Recovery of a step whose intent was journaled but whose outcome was not follows
 its effect (DESIGN.md): `read`, `idempotent` and `keyed` run again (keyed with
 the same idempotency key); `once` parks the run in `needs_attention`;
 `transactional` cannot be in that state because effect and outcome commit together.
+
+A stopping worker starts no step body. One whose body it cut off when its grace
+ended is journaled `step.stopped` (executing): recovered as above, but the reason
+says stopped, not crashed. One whose intent was written as the stop came, but
+whose body never started, is journaled `step.stopped` (not executing) and simply runs.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import functools
 import traceback
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from ..errors import PayloadError, RunSuspended, StepError, StepTimeout
+from ..errors import PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
 from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
-from . import observers
+from . import effects, observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .registry import StepDef
@@ -85,6 +90,7 @@ def _direct_ok(ctx: RunContext, step: StepDef) -> bool:
         or step.effect == "transactional"
         or ctx.cancel_requested
         or ctx.pause_requested
+        or ctx.hold_requested
         or ctx.lost
         or ctx.closed
         or ctx.diverged is not None
@@ -114,17 +120,26 @@ def _run_direct(
             ctx.buffer_entry(intent)
     if ctx.precious:
         ctx.write_now()  # a once step's outcome must not wait behind this step
+    if ctx.hold_requested:  # the worker began stopping meanwhile: the body must not start
+        ctx.call(_withdraw(ctx, step, pos, 1))
     if step.name in ctx.crash_after_intent:
         ctx.call(ctx.flush())
         raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
     observers.step_started(ctx, info)
     started = monotonic()
     token = _step_info.set(info)
+    ctx.executing[pos] = info
     try:
         data = to_json(step.fn(*args, **kwargs), f"{where} result")
     except Exception as exc:
         observers.step_finished(ctx, info, started, exc)
-        return ctx.call(run_step(ctx, step, pos, args, kwargs, failed=(exc, 1)), track=True)
+        try:
+            return ctx.call(run_step(ctx, step, pos, args, kwargs, failed=(exc, 1)), track=True)
+        finally:
+            ctx.executing.pop(pos, None)
+    except BaseException:
+        ctx.executing.pop(pos, None)
+        raise
     finally:
         _step_info.reset(token)
     observers.step_finished(ctx, info, started)
@@ -138,6 +153,7 @@ def _run_direct(
         data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
     )
     ctx.buffer_entry(entry, precious=step.precious)
+    ctx.executing.pop(pos, None)  # only now: a stop in between finds the outcome buffered
     if elapsed > SLOW_STEP:
         ctx.call(ctx.flush())
     return from_json(data, step.return_hint, where)
@@ -184,10 +200,18 @@ async def run_step(
     await ctx.checkpoint()
     attempt = 1
     last = entries[-1] if entries else None
-    if last is not None and last.kind == "step.intent":
+    stopped = (ctx.data(last) or {}) if last is not None and last.kind == "step.stopped" else None
+    if last is not None and stopped is not None and not stopped.get("executing"):
+        attempt = last.attempt  # withdrawn by a stopping worker before its body ran: run it
+    elif last is not None and last.kind in ("step.intent", "step.stopped"):
         action = "needs_attention" if step.effect == "once" else "rerun"
         observers.step_recovered(ctx, step, pos, last.attempt, action)
         if step.effect == "once":
+            reason = (
+                effects.CRASHED
+                if stopped is None
+                else effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
+            )
             raise await ctx.suspend(
                 NEEDS_ATTENTION,
                 "needs_attention",
@@ -196,7 +220,7 @@ async def run_step(
                     step.name,
                     position=pos,
                     attempt=last.attempt,
-                    data={"reason": "crashed between intent and outcome of a once step"},
+                    data={"reason": reason},
                 ),
             )
         attempt = last.attempt  # same attempt, same key: the effect re-runs
@@ -261,7 +285,7 @@ async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) ->
     delay = retry_at - ctx.now()
     if delay <= 0:
         return
-    if delay <= ctx.inline_sleep:
+    if delay <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
         await ctx.flush()
         await asyncio.sleep(delay)
         return
@@ -281,6 +305,7 @@ async def _attempt(
     """One attempt; returns the replay-equal value, or the exception it failed with."""
     where = f"step {step.name!r}"
     info = StepInfo(ctx.run_id, step.name, pos, attempt, step.effect)
+    await ctx.hand_back_if_held()  # e.g. the worker began stopping during a retry backoff
     if step.effect == "transactional":
         return await _attempt_transactional(ctx, step, pos, attempt, args, kwargs, info)
     if step.effect != "read":
@@ -298,22 +323,28 @@ async def _attempt(
             ctx.buffer_entry(intent)
     if ctx.precious:
         await ctx.flush()  # a once step's outcome must not wait behind this step's execution
+    if ctx.hold_requested:  # the worker began stopping meanwhile: the body must not start
+        await _withdraw(ctx, step, pos, attempt)
     if step.name in ctx.crash_after_intent:
         await ctx.flush()
         raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
     observers.step_started(ctx, info)
     started = monotonic()
+    ctx.executing[pos] = info
     try:
         value = await _execute(ctx, step, info, args, kwargs)
         data = to_json(value, f"{where} result")
     except (RunSuspended, asyncio.CancelledError) as stop:
+        ctx.executing.pop(pos, None)
         observers.step_finished(ctx, info, started, stop)
         raise
     except BaseException as exc:
+        ctx.executing.pop(pos, None)  # the caller records the failure before any await
         if not isinstance(exc, Exception):
             raise
         observers.step_finished(ctx, info, started, exc)
         return exc
+    ctx.executing.pop(pos, None)  # the outcome is buffered below, before any await
     observers.step_finished(ctx, info, started)
     elapsed = monotonic() - started
     entry = ctx.entry(
@@ -328,6 +359,18 @@ async def _attempt(
     if elapsed > SLOW_STEP or ctx.needs_flush():
         await ctx.flush()
     return from_json(data, step.return_hint, where)
+
+
+async def _withdraw(ctx: RunContext, step: StepDef, pos: int, attempt: int) -> None:
+    """The worker began stopping after this step's intent and before its body: hand the run
+    back, journaling for a `once` step that its body never ran (so recovery may run it)."""
+    if step.effect == "once":
+        data = {"executing": False, "effect": step.effect, "reason": effects.NOT_STARTED}
+        await ctx.write(ctx.entry("step.stopped", step.name, position=pos, attempt=attempt,
+                                  data=data))  # fmt: skip
+    else:
+        await ctx.flush()
+    raise WorkerStopping()
 
 
 async def _execute(

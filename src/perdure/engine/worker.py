@@ -2,6 +2,12 @@
 
 Loops (claim, heartbeat) run as tasks supervised together: if one fails, the
 worker stops. Recovery is bulk: one claim takes every expired lease it can fit.
+
+A graceful stop (`stop()`, SIGTERM/SIGINT) claims nothing more and starts no new
+step: each run is handed back (its buffered outcomes committed, its lease
+released) at its next step boundary. Leases keep being renewed meanwhile. When
+the grace ends, or at a second `stop()`, the steps still executing are abandoned:
+the journal says they were stopped, not crashed, and their runs are released.
 """
 
 from __future__ import annotations
@@ -12,27 +18,33 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import socket
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode
 
-from ..errors import StoreError
+from ..errors import ConfigError, PerdureError, StoreError
 from ..store.base import CANCELLING, Claim
 from . import observers
 from .client import Client
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
-from .peers import release_dead_peers
+from .peers import RUNNING, pid_gone, release_dead_peers
 from .runner import execute
 from .services import supervise
 
 if TYPE_CHECKING:
+    from ..store.workers_sql import WorkerRow
     from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
 PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
+SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
+_LIVE_IDS: set[str] = set()  # ids registered by workers of this process that still run
 
 
 def make_worker_id() -> str:
@@ -40,11 +52,45 @@ def make_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def public_url(url: str) -> str:
+    """A store URL fit to print: no password, no query option but the schema."""
+    base, _, query = url.partition("?")
+    base = re.sub(r"(://[^:/@]*):[^@/]*@", r"\1@", base)
+    kept = urlencode([(k, v) for k, v in parse_qsl(query) if k == "schema"])
+    return f"{base}?{kept}" if kept else base
+
+
+def id_reusable(row: WorkerRow, now: float) -> bool:
+    """May a starting worker take the id `row` was registered under? Only if that worker
+    stopped, or is provably dead (this host, pid gone), or is of another host and silent."""
+    if row.stopped_at is not None:
+        return True
+    if row.host == socket.gethostname():
+        if row.pid == os.getpid():
+            return row.id not in _LIVE_IDS  # this pid's earlier life (a container restart)
+        return pid_gone(row.pid)
+    return now - row.heartbeat_at > SILENT_AFTER
+
+
+def check_worker_id(worker_id: str) -> str:
+    """`worker_id` if it can name a worker (printable, no spaces), else a ConfigError."""
+    if (
+        not worker_id
+        or len(worker_id) > 200
+        or not worker_id.isprintable()
+        or any(c.isspace() for c in worker_id)
+    ):
+        raise ConfigError(f"worker id {worker_id!r}: use 1-200 printable characters without spaces")
+    return worker_id
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerOptions:
     """How a worker runs.
 
     Args:
+        id: the worker's name (lease owner, `perdure workers`, `pause --worker`); unique
+            among live workers of the store. None: `host:pid:random`.
         concurrency: runs executed at once.
         lease: seconds a claim lasts without a heartbeat; heartbeats every third of it.
         poll: longest idle wait between claims when nothing signals new work.
@@ -54,8 +100,11 @@ class WorkerOptions:
             instead of replayed again (None: never).
         gc_every: seconds between background gc passes applying workflows' `retention`
             (None or 0: no background gc; `perdure gc` still works).
+        announce: print one `ready worker=... store=... concurrency=...` line on stdout
+            once claiming (for supervisors and scripts to wait for).
     """
 
+    id: str | None = None
     concurrency: int = 16
     lease: float = 30.0
     poll: float = 0.5
@@ -63,6 +112,7 @@ class WorkerOptions:
     inline_sleep: float = 1.0
     max_recoveries: int | None = 5
     gc_every: float | None = 300.0
+    announce: bool = False
 
 
 class Worker:
@@ -74,15 +124,19 @@ class Worker:
         self.runtime = runtime
         self.options = options or WorkerOptions()
         self.clock = clock or runtime.clock
-        self.id = make_worker_id()
+        self.id = check_worker_id(self.options.id) if self.options.id else make_worker_id()
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.contexts: dict[str, RunContext] = {}
-        self.stopping = asyncio.Event()
+        self.stopping = asyncio.Event()  # no new claim, no new step
+        self.stop_now = asyncio.Event()  # a second stop: abandon what still executes
+        self.ready = asyncio.Event()  # claiming
         self.executor = ThreadPoolExecutor(
             max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"
         )
+        self.started_at = self.clock.now()
         self.claimed = 0
         self.finished = 0
+        self.abandoned = 0  # steps left executing when the drain ended
         self.crash_after_intent: frozenset[str] = frozenset()
         self.crashed: BaseException | None = None
         if isinstance(self.clock, SystemClock):
@@ -93,61 +147,165 @@ class Worker:
     # -- lifecycle -----------------------------------------------------------------
 
     async def run(self) -> None:
-        """Claim and run until `stop()`; then drain for `grace` seconds and release leases."""
+        """Claim and run until `stop()`; then drain for `grace` seconds and release leases.
+
+        Raises:
+            PerdureError: the chosen `id` belongs to a live worker.
+        """
         await self.runtime.open_store()
+        await self._register()
+        try:
+            await self._serve()
+        finally:
+            _LIVE_IDS.discard(self.id)
+
+    async def _serve(self) -> None:
         self.runtime.listen_work()
-        loops = [
+        # stop with the first signal; the heartbeat and presence loops go on while draining
+        stoppable = [
             asyncio.create_task(self._claim_loop(), name="perdure-claim"),
-            asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
-            asyncio.create_task(self._presence_loop(), name="perdure-presence"),
             asyncio.create_task(self._peers_loop(), name="perdure-peers"),
         ]
+        lasting = [
+            asyncio.create_task(self._heartbeat_loop(), name="perdure-heartbeat"),
+            asyncio.create_task(self._presence_loop(), name="perdure-presence"),
+        ]
         if self.options.gc_every:
-            loops.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
+            stoppable.append(asyncio.create_task(self._gc_loop(), name="perdure-gc"))
         for service in self.runtime.services:
-            loops.append(asyncio.create_task(supervise(service, self), name=service.name))
+            stoppable.append(asyncio.create_task(supervise(service, self), name=service.name))
         stop_wait = asyncio.create_task(self.stopping.wait())
+        self._announce()
+        loops = [*stoppable, *lasting]
         try:
             done, _ = await asyncio.wait([*loops, stop_wait], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stop_wait and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            self.stopping.set()
-            await self._drain()
+            if not self.stopping.is_set():  # a loop failed: stop as if signalled
+                self.stop()
+            # a claim in flight must finish, or its runs would wait out their leases; they
+            # start as the worker stops and are handed back at once
+            await asyncio.wait(stoppable[:1], timeout=max(5.0, self.options.lease / 3))
+            await self._drain()  # services and gc saw `stopping` too; what is left is cut
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, stop_wait, return_exceptions=True)
             self.executor.shutdown(wait=False, cancel_futures=True)
 
+    async def _register(self) -> None:
+        """Enter the worker registry; a chosen id a live worker holds is refused."""
+        from ..store.workers_sql import WorkerRow
+
+        self.started_at = self.clock.now()
+        if self.options.id is None:
+            return  # host:pid:random is unique by construction; presence registers it
+        now = self.started_at
+        row = WorkerRow(self.id, socket.gethostname(), os.getpid(), now, now,
+                        self.options.concurrency, 0)  # fmt: skip
+        holder = await self.runtime.store.worker_register(row, lambda r: id_reusable(r, now))
+        if holder is not None:
+            raise PerdureError(
+                f"worker id {self.id!r} is taken by a live worker (host {holder.host}, "
+                f"pid {holder.pid}, last seen {max(0.0, now - holder.heartbeat_at):.0f}s ago); "
+                "stop it or choose another --id"
+            )
+        _LIVE_IDS.add(self.id)
+        # the runs a dead previous holder of this id still leases: recover them now
+        held = [r.id for r in await self.runtime.store.list_runs(statuses=RUNNING, limit=100_000)
+                if r.lease_owner == self.id and (r.lease_until or 0) > now]  # fmt: skip
+        if held:
+            log.info("worker %s: recovering the %d run(s) this id held before", self.id,
+                     len(held))  # fmt: skip
+            await self.runtime.store.release(self.id, held)
+            self.runtime.notify()
+
+    def _announce(self) -> None:
+        if self.stopping.is_set():
+            return  # stopped before it claimed anything: never ready
+        self.ready.set()
+        log.info("worker %s: claiming (concurrency %d)", self.id, self.options.concurrency)
+        if self.options.announce:
+            line = (
+                f"ready worker={self.id} store={public_url(self.runtime.url)} "
+                f"concurrency={self.options.concurrency}"
+            )
+            print(line, file=sys.stdout, flush=True)
+
     def stop(self) -> None:
+        """Stop gracefully: claim nothing more, start no new step, hand runs back at their
+        next step boundary, abandon after `grace` seconds. A second call stops now."""
+        if self.stopping.is_set():
+            if not self.stop_now.is_set():
+                log.warning(
+                    "worker %s: second signal: stopping now, %d step(s) executing left to recovery",
+                    self.id,
+                    self.executing(),
+                )
+                self.stop_now.set()
+            return
         self.stopping.set()
+        for ctx in self.contexts.values():
+            ctx.hold_requested = True  # each hands its run back at the next step boundary
+        if self.tasks:
+            log.info(
+                "worker %s: stopping: no new steps; waiting up to %gs for %d run(s) to "
+                "reach a step boundary (a second signal stops at once)",
+                self.id,
+                self.options.grace,
+                len(self.tasks),
+            )
+        else:
+            log.info("worker %s: stopping", self.id)
         self.runtime.notify()
+
+    def executing(self) -> int:
+        """How many steps are executing in this worker right now."""
+        return sum(len(ctx.executing) for ctx in self.contexts.values())
 
     async def _drain(self) -> None:
         if self.crashed is not None:
             return
-        running = list(self.tasks.values())
-        if running:
-            log.info(
-                "worker %s: waiting up to %.0fs for %d run(s)",
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.grace
+        now_wait = asyncio.create_task(self.stop_now.wait())
+        try:
+            while self.tasks and not self.stop_now.is_set():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                await asyncio.wait(
+                    [*self.tasks.values(), now_wait],
+                    timeout=left,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            now_wait.cancel()
+        leftover = [rid for rid, t in self.tasks.items() if not t.done()]
+        if not leftover:
+            return
+        if not self.stop_now.is_set():
+            log.warning(
+                "worker %s: grace of %gs ended: %d step(s) executing left to recovery",
                 self.id,
                 self.options.grace,
-                len(running),
+                self.executing(),
             )
-            await asyncio.wait(running, timeout=self.options.grace)
-        leftover = [rid for rid, t in self.tasks.items() if not t.done()]
+        why = (
+            "second signal" if self.stop_now.is_set() else f"grace of {self.options.grace:g}s ended"
+        )
+        reason = f"{why} while stopping worker {self.id}"
         for rid in leftover:
             ctx = self.contexts.get(rid)
             if ctx is not None:
-                ctx.lost = True
+                self.abandoned += await ctx.abandon(reason)
             self.tasks[rid].cancel()
-        if leftover:
-            await asyncio.gather(*(self.tasks[r] for r in leftover), return_exceptions=True)
-            try:
-                await self.runtime.store.release(self.id, leftover)
-            except StoreError as exc:  # the leases will simply expire
-                log.warning("worker %s: could not release leases (%s)", self.id, exc)
+        await asyncio.gather(*(self.tasks[r] for r in leftover), return_exceptions=True)
+        try:
+            await self.runtime.store.release(self.id, leftover)
+        except StoreError as exc:  # the leases will simply expire
+            log.warning("worker %s: could not release leases (%s)", self.id, exc)
 
     # -- claiming ----------------------------------------------------------------------
 
@@ -185,6 +343,7 @@ class Worker:
                 inline_sleep=self.inline_sleep,
                 executor=self.executor,
                 contexts=self.contexts,
+                stopping=self.stopping,
                 crash_after_intent=self.crash_after_intent,
                 max_recoveries=self.options.max_recoveries,
             ),
@@ -266,8 +425,9 @@ class Worker:
                 ctx.request_cancel()
 
     async def _heartbeat_loop(self) -> None:
+        """Renew held leases until cancelled (after the drain: a draining run keeps its lease)."""
         interval = self.options.lease / 3
-        while not self.stopping.is_set():
+        while True:
             await asyncio.sleep(min(interval, 1.0) if self.tasks else interval)
             try:
                 await self.heartbeat_once()
@@ -286,23 +446,22 @@ class Worker:
                 await asyncio.wait_for(self.stopping.wait(), self.options.lease / 3)
 
     async def _presence_loop(self) -> None:
-        """Tell the store this worker exists and is alive (idle or not), every PRESENCE
-        seconds at most; on the way out, that it stopped."""
+        """Tell the store this worker exists and is alive (idle, busy or draining), every
+        PRESENCE seconds at most; on the way out, that it stopped."""
         from ..store.workers_sql import WorkerRow
 
-        host, pid, _ = self.id.split(":", 2)
+        host, pid = socket.gethostname(), os.getpid()
         every = min(self.options.lease / 3, PRESENCE)
-        started = self.clock.now()
+        started = self.started_at
         try:
-            while not self.stopping.is_set():
-                row = WorkerRow(self.id, host, int(pid), started, self.clock.now(),
+            while True:  # until cancelled after the drain: a draining worker is alive
+                row = WorkerRow(self.id, host, pid, started, self.clock.now(),
                                 self.options.concurrency, len(self.tasks))  # fmt: skip
                 try:
                     await self.runtime.store.worker_beat(row)
                 except StoreError as exc:
                     log.warning("worker %s: presence not recorded (%s)", self.id, exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), every)
+                await asyncio.sleep(every)
         finally:
             if self.crashed is None:  # a (simulated) crash writes nothing more, like kill -9
                 with contextlib.suppress(StoreError, asyncio.CancelledError):

@@ -630,10 +630,13 @@ def heartbeat(
 
 
 def _worker_paused(conn: Conn, owner: str) -> bool:
-    """Is this worker paused, by its id or by its host (ids are host:pid:random)?"""
+    """Is this worker paused, by its id or by its host (ids are host:pid:random, or chosen:
+    then the worker registry knows the host)?"""
     host = owner.split(":", 1)[0]
     row = conn.execute(
-        "SELECT 1 FROM pauses WHERE scope = 'worker' AND name IN (?, ?)", (owner, host)
+        "SELECT 1 FROM pauses WHERE scope = 'worker' AND (name IN (?, ?) "
+        "OR name IN (SELECT host FROM workers WHERE id = ?))",
+        (owner, host, owner),
     ).fetchone()
     return row is not None
 

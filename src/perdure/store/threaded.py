@@ -708,6 +708,11 @@ class ThreadedStore:
     async def worker_beat(self, row: WorkerRow) -> None:
         await self._call(lambda c: workers_sql.beat(c, row), write=True)
 
+    async def worker_register(
+        self, row: WorkerRow, reusable: Callable[[WorkerRow], bool]
+    ) -> WorkerRow | None:
+        return await self._call(lambda c: workers_sql.register(c, row, reusable), write=True)
+
     async def worker_stopped(self, worker_id: str, now: float) -> None:
         await self._call(lambda c: workers_sql.stopped(c, worker_id, now), write=True)
 

@@ -7,6 +7,7 @@ before any run of it is found stuck.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .dialect import Db
@@ -34,6 +35,36 @@ def beat(conn: Db, w: WorkerRow) -> None:
         "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL",
         (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.running),
     )
+
+
+def register(conn: Db, w: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> WorkerRow | None:
+    """Register a starting worker under its id, unless the worker already registered under
+    that id is not `reusable` (alive, as far as can be told): then return that one.
+
+    The existing row is locked (PostgreSQL) so two workers starting under one id at once
+    cannot both take it; SQLite writes one transaction at a time anyway.
+    """
+    cur = conn.execute(
+        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running) "
+        "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING",
+        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency),
+    )
+    if cur.rowcount == 1:
+        return None
+    lock = " FOR UPDATE" if conn.dialect == "postgres" else ""
+    row = conn.execute(
+        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at "
+        f"FROM workers WHERE id = ?{lock}",
+        (w.id,),
+    ).fetchone()
+    if row is not None and not reusable(WorkerRow(*row)):
+        return WorkerRow(*row)
+    conn.execute(
+        "UPDATE workers SET host = ?, pid = ?, started_at = ?, heartbeat_at = ?, "
+        "concurrency = ?, running = 0, stopped_at = NULL WHERE id = ?",
+        (w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.id),
+    )
+    return None
 
 
 def stopped(conn: Db, worker_id: str, now: float) -> None:
