@@ -3,9 +3,7 @@ the triggers built on it and a sync API over the async `Client`."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import signal
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -16,7 +14,7 @@ from .engine.handles import RunHandle, Workflow
 from .engine.retention import GcReport
 from .engine.retry import seconds
 from .engine.runtime import Runtime
-from .engine.worker import Worker, WorkerOptions
+from .engine.worker import Worker, WorkerOptions, run_until_signalled
 from .store.base import Entry, RunRow, ScheduleRow, TickRow
 from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import plans, schedules
@@ -267,17 +265,12 @@ class App(Runtime):
         return Worker(self, options or WorkerOptions(**kwargs))
 
     def run_worker(self, options: WorkerOptions | None = None, **kwargs: Any) -> None:
-        """Run a worker in this thread until SIGTERM/SIGINT, then drain and release leases."""
-        worker = self.worker(options, **kwargs)
-
-        async def main() -> None:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop)
-            await worker.run()
-
+        """Run a worker in this thread until SIGTERM/SIGINT: no new step starts, runs are
+        handed back at their next step boundary, and after `grace` (or a second signal)
+        what still executes is left to recovery, journaled as stopped. A sync step cut off
+        that way keeps its thread until it returns (`perdure worker` exits without it)."""
         self._portal.call(_noop(), "App.run_worker()")  # refuses inside a running loop
-        asyncio.run(main())
+        run_until_signalled(self.worker(options, **kwargs))
 
 
 async def _noop() -> None:

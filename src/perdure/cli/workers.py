@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
 import sys
 import time
 
 import click
 
-from ..engine.worker import SILENT_AFTER, Worker, WorkerOptions, public_url
+from ..engine.worker import SILENT_AFTER, WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
 
@@ -72,22 +70,10 @@ def worker(
         gc_every=gc_every or None,
         announce=True,
     )
-    run_until_signalled(app.worker(options))
-
-
-def run_until_signalled(worker: Worker) -> None:
-    """Run `worker` until SIGTERM/SIGINT (a second one: stop now). Steps it abandoned may
-    still run on threads; their runs are handed back, so the process exits without them."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.stop)
-        await worker.run()
-
-    asyncio.run(main())
-    if worker.abandoned:
-        logging.shutdown()
+    worker = app.worker(options)
+    run_until_signalled(worker)
+    if worker.abandoned:  # abandoned steps may still run on threads: their runs are handed
+        logging.shutdown()  # back, so the process exits without waiting for them
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

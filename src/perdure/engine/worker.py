@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import uuid
@@ -506,3 +507,17 @@ class Worker:
                     await asyncio.wait(list(self.tasks.values()))
                 raise self.crashed
         return total
+
+
+def run_until_signalled(worker: Worker) -> None:
+    """Run `worker` in this thread until SIGTERM/SIGINT (a second one: stop now). Steps it
+    abandoned may still be running on their threads when this returns (`worker.abandoned`);
+    their runs were handed back to the store."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
