@@ -299,8 +299,8 @@ def test_two_stores_never_claim_the_same_run(new_store: Callable[[], Store]) -> 
     assert sorted(got["a"] + got["b"]) == sorted(f"r{i}" for i in range(60))
 
 
-def test_overdue_lists_runs_nobody_is_moving(store: Store) -> None:
-    """Expired leases, long-due timers and long-pending runs are overdue; fresh ones are not."""
+def test_stuck_lists_runs_nobody_is_moving(store: Store) -> None:
+    """Expired leases, long-due timers and long-pending runs are stuck; fresh ones are not."""
     run(store.create_run(new("held")))
     run(store.claim("w1", 100.0, 30.0, 1, ["wf"]))  # lease until 130
     run(store.create_run(new("waiting-long", now=100.0)))
@@ -317,9 +317,9 @@ def test_overdue_lists_runs_nobody_is_moving(store: Store) -> None:
         )
     )
     run(store.create_run(new("fresh", now=290.0)))
-    late = {r.id for r in run(store.overdue(300.0, 60.0))}
+    late = {r.id for r in run(store.stuck(300.0, 60.0))}
     assert late == {"held", "waiting-long"}
-    assert {r.id for r in run(store.overdue(300.0, 5.0))} == {"held", "waiting-long", "fresh"}
+    assert {r.id for r in run(store.stuck(300.0, 5.0))} == {"held", "waiting-long", "fresh"}
 
 
 def test_a_plain_append_of_several_entries_keeps_the_sequence(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""Store URLs: resolve_url picks the URL, open_store turns it into a store (or a clear error)."""
+"""Store URLs: store_url picks the URL, open_store turns it into a store (or a clear error)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import perdure
-from perdure.store import DEFAULT_URL, SQLiteStore, open_store, resolve_url
+from perdure.store import DEFAULT_URL, SQLiteStore, open_store, store_url
 
 
 def sqlite_store(url: str | None, environ: dict[str, str] | None = None) -> SQLiteStore:
@@ -132,20 +132,20 @@ def test_sqlite_url_without_a_path_is_a_config_error() -> None:
 def test_perdure_db_env_var_is_used_when_no_url_is_given() -> None:
     """Without a URL, PERDURE_DB from the given environment names the store."""
     env = {"PERDURE_DB": "sqlite:////srv/perdure.db"}
-    assert resolve_url(None, env) == "sqlite:////srv/perdure.db"
+    assert store_url(None, env) == "sqlite:////srv/perdure.db"
     assert sqlite_store(None, env).path == "/srv/perdure.db"
 
 
 def test_explicit_url_wins_over_env_var() -> None:
     """An explicit URL is used even when PERDURE_DB is set."""
     env = {"PERDURE_DB": "sqlite:////srv/perdure.db"}
-    assert resolve_url("sqlite:///mine.db", env) == "sqlite:///mine.db"
+    assert store_url("sqlite:///mine.db", env) == "sqlite:///mine.db"
     assert sqlite_store("sqlite:///mine.db", env).path == "mine.db"
 
 
 def test_default_url_without_env_var() -> None:
     """With neither URL nor PERDURE_DB the embedded default under .perdure/ is used."""
-    assert resolve_url(None, {}) == DEFAULT_URL
+    assert store_url(None, {}) == DEFAULT_URL
     assert sqlite_store(None, {}).path == ".perdure/perdure.db"
 
 

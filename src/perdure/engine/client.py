@@ -18,7 +18,7 @@ from ..store.base import (
     COMPLETED,
     DEAD,
     FAILED,
-    FINAL,
+    FINISHED,
     NEEDS_ATTENTION,
     PAUSED,
     PENDING,
@@ -221,7 +221,7 @@ class Client:
         await self.runtime.open_store()
         now = self.runtime.clock.now()
         found = []
-        for run in await self.store.overdue(now, grace):
+        for run in await self.store.stuck(now, grace):
             if run.status in (RUNNING, "cancelling"):
                 why = (
                     f"lease of {run.lease_owner} expired {now - (run.lease_until or now):.0f}s "
@@ -296,7 +296,7 @@ class Client:
     async def cancel(self, run_id: str) -> str:
         """Cancel a run and its children: at once if parked, at the next boundary if running."""
         run = await self.get(run_id)
-        if run.status in FINAL:
+        if run.status in FINISHED:
             return run.status
         for touched in await self.store.cancel(run_id, self.runtime.clock.now()):
             ctx = self.runtime.active.get(touched)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NonDeterminismError
-from ..store.base import FINAL, Entry, RunRow
+from ..store.base import FINISHED, Entry, RunRow
 from .context import ReplayEnd, RunContext
 from .effects import CRASHED, MEANING, NOT_STARTED, RECOVERY
 from .runner import call_workflow, decode_input, load_entries
@@ -171,7 +171,7 @@ async def replay_check(runtime: Runtime, limit: int = 100_000) -> ReplayReport:
     report = ReplayReport()
     loop = asyncio.get_running_loop()
     # dead runs too: `perdure resume` would replay them against this code
-    unfinished = [r for r in await runtime.store.list_runs(limit=limit) if r.status not in FINAL]
+    unfinished = [r for r in await runtime.store.list_runs(limit=limit) if r.status not in FINISHED]
     for run in unfinished:
         report.checked += 1
         definition = runtime.workflows.get(run.workflow)

@@ -17,7 +17,7 @@ from ..errors import (
     StoreUnavailable,
     WorkerStopping,
 )
-from ..store.base import CANCELLED, COMPLETED, FAILED, FINAL, Append, Claim, Entry, RunRow
+from ..store.base import CANCELLED, COMPLETED, FAILED, FINISHED, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from . import observers
 from .client import resolve_text
@@ -224,7 +224,7 @@ async def finish_cancel(ctx: RunContext) -> None:
     ctx.buffer.clear()
     children = await ctx.store.list_runs(parent_id=ctx.run_id, limit=10_000)
     for child in children:
-        if child.status not in FINAL:  # a dead child is cancelled with its parent too
+        if child.status not in FINISHED:  # a dead child is cancelled with its parent too
             await ctx.store.cancel(child.id, ctx.now())
     await ctx.store.append(
         Append(

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError
-from ..store import open_store, resolve_url
+from ..store import open_store, store_url
 from ..store.base import QueueSpec, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
 from .clock import Clock, SystemClock
@@ -76,7 +76,7 @@ class Runtime:
     def url(self) -> str:
         """The store URL: the one given (or opened), else `PERDURE_DB`, else the default."""
         if self._db is None:
-            self._db = resolve_url(None)
+            self._db = store_url(None)
         return self._db
 
     @property
@@ -91,7 +91,7 @@ class Runtime:
 
         Refused once the store is in use with another URL: runs, leases and wake-ups of
         one process belong to one store."""
-        wanted = resolve_url(url)
+        wanted = store_url(url)
         if self._store is not None and wanted != self.url:
             raise ConfigError(
                 f"this app already uses the store {self.url!r}; open({wanted!r}) would "

@@ -31,7 +31,7 @@ from ..app import App
 from ..engine.client import resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound
-from ..store.base import ALL_STATUSES, FINAL, Entry, RunRow
+from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..triggers import schedules
 from . import operations
 from .access import Principal, authenticate
@@ -391,7 +391,7 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
     waiting = run.waiting_for or ""
     gate = run.status == "waiting" and waiting.startswith((APPROVE_PREFIX, QUESTION_PREFIX))
     actions = {
-        "cancel": run.status not in FINAL,
+        "cancel": run.status not in FINISHED,
         "pause": run.status in ("pending", "running", "sleeping", "waiting")
         and not run.pause_requested,
         "resume": run.status in ("paused", "dead") or run.pause_requested,
@@ -400,7 +400,7 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         request, who, "run.html", run=run, rows=rows[-MAX_ENTRIES:], hidden=len(rows) > MAX_ENTRIES,
         error=error, result=_pretty(result), arguments=_pretty(arguments),
         audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
-        children=children, gate=gate, actions=actions, final=run.status in FINAL,
+        children=children, gate=gate, actions=actions, final=run.status in FINISHED,
     )  # fmt: skip
 
 
@@ -610,7 +610,7 @@ async def digest(app: App, run_id: str | None) -> str:
     if run_id:
         run = await app.store.get_run(run_id)
         if run is not None:
-            moving = run.status not in FINAL and run.status != "waiting"
+            moving = run.status not in FINISHED and run.status != "waiting"
             size = len(await app.store.journal(run_id)) if moving else 0
             parts.append((run.status, run.updated_at, run.lease_owner, size))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]

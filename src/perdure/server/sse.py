@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..store.base import FINAL, Entry, RunRow
+from ..store.base import FINISHED, Entry, RunRow
 
 if TYPE_CHECKING:
     from ..app import App
@@ -100,7 +100,7 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
                 last_sent = now
             if len(entries) == BATCH:
                 continue  # more to send at once
-            if run.status in FINAL:
+            if run.status in FINISHED:
                 yield _frame("end", {"run_id": run_id, "status": run.status})
                 return
             if now - started >= MAX_AGE:

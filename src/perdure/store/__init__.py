@@ -12,10 +12,10 @@ from .sqlite import SQLiteStore
 
 DEFAULT_URL = "sqlite:///.perdure/perdure.db"
 
-__all__ = ["DEFAULT_URL", "SQLiteStore", "Store", "open_store", "resolve_url"]
+__all__ = ["DEFAULT_URL", "SQLiteStore", "Store", "open_store", "store_url"]
 
 
-def resolve_url(url: str | None, environ: Mapping[str, str] | None = None) -> str:
+def store_url(url: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The store URL to use: the argument, else `PERDURE_DB`, else the embedded default."""
     env = os.environ if environ is None else environ
     return url or env.get("PERDURE_DB") or DEFAULT_URL
@@ -27,7 +27,7 @@ def open_store(url: str | None = None, environ: Mapping[str, str] | None = None)
     `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` and `sqlite:///:memory:`
     name SQLite files; `?synchronous=NORMAL` picks the fsync policy (default FULL).
     """
-    url = resolve_url(url, environ)
+    url = store_url(url, environ)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":

@@ -35,8 +35,8 @@ RunStatus = Literal[
 ]  # fmt: skip
 """A run's status, as `RunRow.status` and every interface report it."""
 
-FINAL = frozenset({COMPLETED, FAILED, CANCELLED})  # can never run again
-TERMINAL = FINAL | {DEAD}  # ends every wait for the run (a dead run may still be resumed)
+FINISHED = frozenset({COMPLETED, FAILED, CANCELLED})  # can never run again
+TERMINAL = FINISHED | {DEAD}  # ends every wait for the run (a dead run may still be resumed)
 SUSPENDED = frozenset({SLEEPING, WAITING, PAUSED, NEEDS_ATTENTION})
 ALL_STATUSES = (
     PENDING,
@@ -335,7 +335,7 @@ class Store(Protocol):
     ) -> int: ...
     async def next_event(self, run_id: str, name: str) -> EventRow | None: ...
     async def cancel(self, run_id: str, now: float) -> list[str]: ...
-    async def overdue(self, now: float, grace: float, limit: int = 1000) -> list[RunRow]: ...
+    async def stuck(self, now: float, grace: float, limit: int = 1000) -> list[RunRow]: ...
     async def get_blob(self, key: str) -> str: ...
     async def gc(
         self, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .base import FINAL, TERMINAL, GcBatch, GcRule
+from .base import FINISHED, TERMINAL, GcBatch, GcRule
 from .blobs import BLOB_KEY, blob_ref
 from .dialect import Db
 
@@ -78,7 +78,7 @@ def _unit(conn: Db, run_id: str, parent_id: str | None) -> list[str] | None:
     """The run and all its descendants, locked, if every one may go now; else None."""
     if parent_id is not None:
         row = conn.execute("SELECT status FROM runs WHERE id = ?", (parent_id,)).fetchone()
-        if row is not None and row[0] not in FINAL:
+        if row is not None and row[0] not in FINISHED:
             return None  # its parent may still run and read this child's outcome
     unit, frontier = {run_id: None}, [run_id]
     while frontier:

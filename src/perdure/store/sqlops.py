@@ -14,7 +14,7 @@ from ..errors import LeaseLost, RunNotFound, StoreError
 from .base import (
     CANCELLED,
     CANCELLING,
-    FINAL,
+    FINISHED,
     PAUSED,
     PENDING,
     RUNNING,
@@ -705,7 +705,7 @@ def send_event(
     ).fetchone()
     if row is None:
         raise RunNotFound(run_id)
-    if row[0] in FINAL:  # a dead run keeps its events for when it is resumed
+    if row[0] in FINISHED:  # a dead run keeps its events for when it is resumed
         raise StoreError(f"run {run_id!r} is {row[0]}; event {name!r} was not delivered")
     event_id = conn.execute(
         "INSERT INTO events (run_id, name, payload, sent_at, dedup_key) VALUES (?, ?, ?, ?, ?) "
@@ -739,7 +739,7 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
     while stack:
         rid = stack.pop()
         row = conn.execute("SELECT status FROM runs WHERE id = ?", (rid,)).fetchone()
-        if row is None or row[0] in FINAL:
+        if row is None or row[0] in FINISHED:
             continue
         # A run a worker holds finishes its own cancellation; one parked anywhere ends now.
         held = row[0] in (RUNNING, CANCELLING)
@@ -760,7 +760,7 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
     return touched
 
 
-def overdue(conn: Conn, now: float, grace: float, limit: int) -> list[RunRow]:
+def stuck(conn: Conn, now: float, grace: float, limit: int) -> list[RunRow]:
     """Runs that should be moving but nobody has taken for `grace` seconds past their time."""
     cutoff = now - grace
     rows = conn.execute(

@@ -609,8 +609,8 @@ class ThreadedStore:
     async def cancel(self, run_id: str, now: float) -> list[str]:
         return await self._call(lambda c: sqlops.cancel_tree(c, run_id, now), write=True)
 
-    async def overdue(self, now: float, grace: float, limit: int = 1000) -> list[RunRow]:
-        return await self._call(lambda c: sqlops.overdue(c, now, grace, limit), write=False)
+    async def stuck(self, now: float, grace: float, limit: int = 1000) -> list[RunRow]:
+        return await self._call(lambda c: sqlops.stuck(c, now, grace, limit), write=False)
 
     async def get_blob(self, key: str) -> str:
         return await self._call(lambda c: sqlops.get_blob(c, key), write=False)

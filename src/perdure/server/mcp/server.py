@@ -52,7 +52,7 @@ from mcp.shared.experimental.tasks.helpers import RELATED_TASK_METADATA_KEY
 from mcp.shared.message import ServerMessageMetadata
 
 from ...errors import PerdureError, StoreError
-from ...store.base import CANCELLING, FINAL, RunRow
+from ...store.base import CANCELLING, FINISHED, RunRow
 from .. import operations as ops
 from ..access import Principal
 from ..operations import Action, Forbidden, answer, decide, require
@@ -279,7 +279,7 @@ class PerdureMcp:
             state.watch(task)
             return types.ServerResult(types.CreateTaskResult(task=task))
         run = await self._follow(run.id, who, session, request_id, self.options.call_wait, False)
-        if run.status in FINAL:
+        if run.status in FINISHED:
             return types.ServerResult(await tool_result(self.app, run))
         waited = f"{self.options.call_wait:g}s"
         result = _text_error(
@@ -310,7 +310,7 @@ class PerdureMcp:
         task_id = req.params.taskId
         state.watch(await task_of(self.app, await self._run(task_id), self.poll_ms))
         run = await self._follow(task_id, who, session, request_id, self.options.result_wait, True)
-        if run.status not in FINAL:
+        if run.status not in FINISHED:
             raise _error(
                 REQUEST_TIMEOUT,
                 f"task {task_id} is still {run.status} after {self.options.result_wait:g}s; "
@@ -346,7 +346,7 @@ class PerdureMcp:
             found = await self.app.store.get_run(task_id)
             if found is None:
                 raise PerdureError(f"Task not found: {task_id}")
-            if found.status in FINAL:
+            if found.status in FINISHED:
                 raise PerdureError(f"task {task_id} already ended ({found.status})")
             return await self.app.client.cancel(task_id)
 
@@ -376,7 +376,7 @@ class PerdureMcp:
         while True:
             run = await self._run(run_id)
             remaining = deadline - anyio.current_time()
-            if run.status in FINAL or remaining <= 0:
+            if run.status in FINISHED or remaining <= 0:
                 return run
             gate = await gate_of(self.app, run)
             key = f"{run.id}\n{run.waiting_for}"
