@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard
 from perdure.server.access import create_token
-from perdure.server.redact import Redactor
 from perdure.store.agent_sql import Budget, UsageRow
 from perdure.testing import TestClock, TestWorker
 

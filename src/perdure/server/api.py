@@ -5,7 +5,9 @@ Bearer <token>` (401 without a valid one) whose scopes allow the endpoint's
 scope (403 otherwise): `read` to look, `operate` to start and steer runs,
 `approve` to answer gates, `admin` for schedules and budgets. Operator actions
 are done through `server.operations` or recorded with `access.record`, so the
-audit log holds every one. Errors are JSON `{"error": ..., "field": ...}`:
+audit log holds every one. Run data in answers (input, result, error, journal
+data, step details, gate arguments) is masked by `observe.redact`, as the CLI, the
+dashboard and MCP show it. Errors are JSON `{"error": ..., "field": ...}`:
 400/422 bad input (naming the field), 404 unknown, 409 wrong state, 413 body
 over 1 MiB, 503 store unreachable.
 """
@@ -30,6 +32,7 @@ from ..engine.app import App
 from ..engine.client import resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
+from ..observe.redact import Redactor
 from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
 from . import sse
@@ -128,7 +131,7 @@ def _json(text: str | None) -> Any:
         return text
 
 
-def run_summary(run: RunRow) -> dict[str, Any]:
+def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
     return {
         "id": run.id, "workflow": run.workflow, "status": run.status,
         "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
@@ -136,15 +139,16 @@ def run_summary(run: RunRow) -> dict[str, Any]:
         "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
         "partition_key": run.partition_key, "pause_requested": run.pause_requested,
         "recoveries": run.recoveries, "code_version": run.code_version,
-        "error": _json(run.error),
+        "error": redactor.value(_json(run.error)),
     }  # fmt: skip
 
 
 async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
+    redactor = Redactor()
     return {
-        **run_summary(run),
-        "input": _json(await resolve_text(app.store, run.input)),
-        "result": _json(await resolve_text(app.store, run.result)),
+        **run_summary(run, redactor),
+        "input": redactor.value(_json(await resolve_text(app.store, run.input))),
+        "result": redactor.value(_json(await resolve_text(app.store, run.result))),
         "lease_owner": run.lease_owner,
         "lease_until": run.lease_until,
         "lease_epoch": run.lease_epoch,
@@ -182,7 +186,8 @@ async def list_runs(call: Call) -> Any:
     await call.app.open_store()
     rows, following = await runs_page(call.app.store, statuses, workflow, after, limit)
     cursor = None if following is None else encode_cursor(list(following))
-    return {"runs": [run_summary(r) for r in rows], "next_cursor": cursor}
+    redactor = Redactor()
+    return {"runs": [run_summary(r, redactor) for r in rows], "next_cursor": cursor}
 
 
 async def start_run(call: Call) -> Any:
@@ -208,10 +213,11 @@ async def journal(call: Call) -> Any:
     entries = await call.app.store.journal(run.id, after=after, limit=limit + 1)
     more = len(entries) > limit
     entries = entries[:limit]
+    redactor = Redactor()
     return {
         "run_id": run.id,
         "status": run.status,
-        "entries": [sse.entry_json(e) for e in entries],
+        "entries": [sse.entry_json(e, redactor) for e in entries],
         "next_after": entries[-1].seq if more else None,
     }
 
@@ -219,7 +225,9 @@ async def journal(call: Call) -> Any:
 async def explain_run(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     steps = explain(call.app, run, await call.app.store.journal(run.id))
-    return {"run_id": run.id, "status": run.status, "steps": [dataclasses.asdict(s) for s in steps]}
+    redactor = Redactor()
+    shown = [{**dataclasses.asdict(s), "detail": redactor.text(s.detail)} for s in steps]
+    return {"run_id": run.id, "status": run.status, "steps": shown}
 
 
 def _run_action(action: str) -> Handler:
@@ -283,7 +291,9 @@ async def stream(call: Call) -> Any:
 
 
 async def list_gates(call: Call) -> Any:
-    return {"gates": [dataclasses.asdict(g) for g in await pending_gates(call.app)]}
+    redactor = Redactor()
+    gates = [dataclasses.asdict(g) for g in await pending_gates(call.app)]
+    return {"gates": [{**g, "arguments": redactor.value(g["arguments"])} for g in gates]}
 
 
 def _decision(approve: bool) -> Handler:
