@@ -170,7 +170,8 @@ def test_start_is_idempotent_by_id_and_checks_its_input(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
     """Starting an id twice gives 201 then 200 and one run; an id of another workflow is 409;
-    an unknown workflow or ill-typed arguments are 400, before anything is recorded."""
+    an unknown workflow is 404 and ill-typed arguments are 422 (`args`), before anything is
+    recorded."""
     op = auth(tokens["operate"])
     first = client.post(
         "/api/v1/runs", json={"workflow": "echo", "args": [1], "id": "e1"}, headers=op
@@ -184,11 +185,13 @@ def test_start_is_idempotent_by_id_and_checks_its_input(
     other = client.post("/api/v1/runs", json={"workflow": "gated", "id": "e1"}, headers=op)
     assert other.status_code == 409 and "e1" in other.json()["error"]
     unknown = client.post("/api/v1/runs", json={"workflow": "nope"}, headers=op)
-    assert unknown.status_code == 400 and "nope" in unknown.json()["error"]
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    assert unknown.json()["field"] == "workflow"
     typed = client.post("/api/v1/runs", json={"workflow": "echo", "args": ["a"]}, headers=op)
-    assert typed.status_code == 400 and "x" in typed.json()["error"]
+    assert typed.status_code == 422 and "x" in typed.json()["error"]
+    assert typed.json()["field"] == "args"
     missing = client.post("/api/v1/runs", json={"workflow": "echo"}, headers=op)
-    assert missing.status_code == 400
+    assert missing.status_code == 422
     runs = client.get("/api/v1/runs", headers=op).json()["runs"]
     assert [r["id"] for r in runs] == ["e1"]
 
@@ -438,7 +441,7 @@ def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
     """An admin stores a schedule (an operate token cannot), reads its next fire times, pauses,
-    resumes and deletes it; a bad cron is 400, a bad policy 422, an unknown name 404."""
+    resumes and deletes it; a bad cron or policy is 422, an unknown name 404."""
     admin = auth(tokens["admin"])
     body = {"workflow": "echo", "every": 60, "args": [3]}
     assert (
@@ -459,7 +462,7 @@ def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
     cron = client.put(
         "/api/v1/schedules/s2", json={"workflow": "echo", "cron": "nope"}, headers=admin
     )
-    assert cron.status_code == 400 and "cron" in cron.json()["error"]
+    assert cron.status_code == 422 and cron.json()["field"] == "cron"
     policy = client.put(
         "/api/v1/schedules/s2", json={**body, "overlap": "sometimes"}, headers=admin
     )

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..engine.app import App
-from ..engine.client import resolve_text
+from ..engine.client import checked_input, resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
@@ -40,44 +40,62 @@ from .access import Principal, authenticate, record
 from .operations import Forbidden, decide, operate, pending_gates, require
 from .operations import answer as answer_gate
 from .validation import (
+    BIG,
+    ID_CURSOR,
+    RUN_CURSOR,
     Answer,
     BadInput,
     Body,
+    ChoiceQuery,
     Comment,
+    CursorQuery,
     Fork,
+    IntQuery,
     PutBudget,
     PutSchedule,
+    Query,
     Resolve,
     SendEvent,
     SetPause,
     StartRun,
+    StatusQuery,
+    TextQuery,
+    TimeQuery,
     encode_cursor,
     id_cursor,
     parse_body,
-    query_choice,
-    query_float,
+    path_param,
     query_int,
-    query_statuses,
     query_text,
     run_cursor,
     runs_page,
-    text_param,
 )
 
 log = logging.getLogger("perdure.server")
 
 PREFIX = "/api/v1"
 READY_TIMEOUT = 5.0  # seconds the store has to answer /readyz
+USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
 
-
-@dataclass(frozen=True)
-class Param:
-    """A query parameter, for the OpenAPI document (path parameters come from the path)."""
-
-    name: str
-    schema: dict[str, Any]
-    description: str
-    required: bool = False
+# The query parameters: each handler reads its own with these, and the document says the same.
+STATUS = StatusQuery(name="status", description="run states, comma-separated (or repeated)")
+WORKFLOW = TextQuery(name="workflow", description="workflow name")
+LIMIT = IntQuery(name="limit", default=50, low=1, high=500, description="page size")
+RUNS_CURSOR = CursorQuery(name="cursor", pattern=RUN_CURSOR,
+                          description="`next_cursor` of the previous page")  # fmt: skip
+AFTER = IntQuery(name="after", default=-1, low=-1, high=BIG, description="only entries with a "
+                 "greater seq")  # fmt: skip
+ENTRIES = IntQuery(name="limit", default=1000, low=1, high=5000, description="entries")
+RUN = TextQuery(name="run", required=True, description="the run's id")
+NEXT = IntQuery(name="next", default=5, low=0, high=100, description="upcoming fire times")
+TICKS = IntQuery(name="ticks", default=20, low=0, high=500, description="recent ticks")
+AGENT = TextQuery(name="agent", description="one agent only")
+SINCE = TimeQuery(name="since", description="Unix time (default: 7 days ago)")
+BY = ChoiceQuery(name="by", choices=tuple(USAGE_KEYS), default="agent", description="group by")
+# the audit log's (its handler reads them with the same bounds)
+TARGET = TextQuery(name="target", description="e.g. run:ID")
+AUDIT_CURSOR = CursorQuery(name="cursor", pattern=ID_CURSOR,
+                           description="`next_cursor` of the previous page")  # fmt: skip
 
 
 @dataclass
@@ -95,9 +113,21 @@ class Call:
         return self.who
 
     def path(self, name: str) -> str:
-        value = text_param(self.request.path_params[name], name, required=True)
-        assert value is not None
-        return value
+        return path_param(self.request, name)
+
+    def workflow(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+        """`name`, if this server knows a workflow of that name (404 if not) whose signature
+        and argument types `args` and `kwargs` fit (422, field `args`, if not: the one rule
+        the OpenAPI document cannot state, as it knows no workflow)."""
+        if name not in self.app.workflows:
+            known = ", ".join(sorted(self.app.workflows)) or "none"
+            raise BadInput(404, f"no workflow named {name!r} is registered (known: {known})",
+                           "workflow")  # fmt: skip
+        try:
+            checked_input(self.app, name, args, kwargs)
+        except (ConfigError, PayloadError) as exc:
+            raise BadInput(422, f"args: {exc}", "args") from None
+        return name
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -113,7 +143,7 @@ class Endpoint:
     scope: str | None
     summary: str
     body: type[Body] | None = None
-    params: tuple[Param, ...] = ()
+    params: tuple[Query, ...] = ()  # query parameters (path parameters: PATH_PARAMS)
     returns: str = ""  # a schema of openapi.SCHEMAS for the success response
     status: int = 200
     errors: tuple[int, ...] = ()
@@ -179,9 +209,9 @@ async def readyz(call: Call) -> Any:
 
 async def list_runs(call: Call) -> Any:
     request = call.request
-    statuses = query_statuses(request)
-    workflow = query_text(request, "workflow")
-    limit = query_int(request, "limit", 50, 1, 500)
+    statuses = STATUS.read(request)
+    workflow = WORKFLOW.read(request)
+    limit = LIMIT.read(request)
     after = run_cursor(request)
     await call.app.open_store()
     rows, following = await runs_page(call.app.store, statuses, workflow, after, limit)
@@ -193,8 +223,10 @@ async def list_runs(call: Call) -> Any:
 async def start_run(call: Call) -> Any:
     body: StartRun = call.body
     run, created = await call.app.client.start_run(
-        body.workflow, body.args, body.kwargs, run_id=body.id, deadline=body.deadline,
-        queue=body.queue, priority=body.priority, partition_key=body.partition_key,
+        call.workflow(body.workflow, body.args, body.kwargs), body.args, body.kwargs,
+        run_id=body.id,
+        deadline=body.deadline, queue=body.queue, priority=body.priority,
+        partition_key=body.partition_key,
     )  # fmt: skip
     detail = {"workflow": body.workflow, "created": created}
     await record(call.app, call.actor.name, "run.start", f"run:{run.id}", detail)
@@ -208,8 +240,8 @@ async def get_run(call: Call) -> Any:
 
 async def journal(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
-    after = query_int(call.request, "after", -1, -1, 2**53)
-    limit = query_int(call.request, "limit", 1000, 1, 5000)
+    after = AFTER.read(call.request)
+    limit = ENTRIES.read(call.request)
     entries = await call.app.store.journal(run.id, after=after, limit=limit + 1)
     more = len(entries) > limit
     entries = entries[:limit]
@@ -277,9 +309,9 @@ async def send_event(call: Call) -> Any:
 
 
 async def stream(call: Call) -> Any:
-    run_id = query_text(call.request, "run", required=True)
+    run_id = RUN.read(call.request)
     assert run_id is not None
-    after = query_int(call.request, "after", -1, -1, 2**53)
+    after = AFTER.read(call.request)
     last = call.request.headers.get("last-event-id")  # a reconnecting EventSource says this
     if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
         after = max(after, int(last))
@@ -331,8 +363,8 @@ async def list_schedules(call: Call) -> Any:
 
 async def get_schedule(call: Call) -> Any:
     row = await _schedule(call)
-    count = query_int(call.request, "next", 5, 0, 100)
-    limit = query_int(call.request, "ticks", 20, 0, 500)
+    count = NEXT.read(call.request)
+    limit = TICKS.read(call.request)
     after = max(call.app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused or count == 0 else sched.upcoming(row, count, after)
     ticks = await call.app.store.schedule_ticks(row.name, limit=limit) if limit else []
@@ -346,6 +378,7 @@ async def get_schedule(call: Call) -> Any:
 async def put_schedule(call: Call) -> Any:
     body: PutSchedule = call.body
     name = call.path("name")
+    call.workflow(body.workflow, body.args, body.kwargs)
     fields = body.model_dump()
     args, kwargs = fields.pop("args"), fields.pop("kwargs")
     schedule = sched.Schedule(name=name, args=tuple(args), kwargs=kwargs, **fields)
@@ -392,13 +425,10 @@ async def set_pause(call: Call) -> Any:
     return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
 
 
-USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
-
-
 async def usage(call: Call) -> Any:
-    agent = query_text(call.request, "agent")
-    since = query_float(call.request, "since", call.app.clock.now() - 7 * 86400)
-    by = query_choice(call.request, "by", tuple(USAGE_KEYS), "agent")
+    agent = AGENT.read(call.request)
+    since = SINCE.read(call.request, call.app.clock.now() - 7 * 86400)
+    by = BY.read(call.request)
     await call.app.open_store()
     totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
     for u in await call.app.store.usage(agent, since):
@@ -465,10 +495,6 @@ async def openapi(call: Call) -> Any:
 
 # -- the table ----------------------------------------------------------------------------------
 
-_STATUS = Param("status", {"type": "string"}, "run states, comma-separated (or repeated)")
-_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)")
-_CURSOR = Param("cursor", {"type": "string"}, "`next_cursor` of the previous page")
-_AFTER = Param("after", {"type": "integer", "minimum": -1}, "only entries with a greater seq")
 R = f"{PREFIX}/runs/{{run_id}}"
 G = f"{PREFIX}/gates/{{run_id}}/{{call_id}}"
 S = f"{PREFIX}/schedules/{{name}}"
@@ -478,16 +504,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              returns="Ready", errors=(503,)),
     Endpoint("GET", f"{PREFIX}/openapi.json", openapi, None, "This document", returns="Any"),
     Endpoint("GET", f"{PREFIX}/runs", list_runs, "read", "List runs, newest first",
-             params=(_STATUS, Param("workflow", {"type": "string"}, "workflow name"), _LIMIT,
-                     _CURSOR), returns="RunPage"),
+             params=(STATUS, WORKFLOW, LIMIT, RUNS_CURSOR), returns="RunPage"),
     Endpoint("POST", f"{PREFIX}/runs", start_run, "operate",
-             "Start a run (201), or find the run `id` names (200)", body=StartRun,
-             returns="Started", status=201, errors=(409,)),
+             "Start a run (201), or find the run `id` names (200); 404 for a workflow this "
+             "server does not know, 422 (`args`) for arguments that do not fit it", body=StartRun,
+             returns="Started", status=201, errors=(404, 409)),
     Endpoint("GET", R, get_run, "read", "A run: status, input, result, error",
              returns="Run", errors=(404,)),
     Endpoint("GET", f"{R}/journal", journal, "read", "A run's journal, in order",
-             params=(_AFTER, Param("limit", {"type": "integer", "minimum": 1, "maximum": 5000},
-                                   "entries (1000)")), returns="Journal", errors=(404,)),
+             params=(AFTER, ENTRIES), returns="Journal", errors=(404,)),
     Endpoint("GET", f"{R}/explain", explain_run, "read",
              "Per step: what happened and what recovery would do now", returns="Explanation",
              errors=(404,)),
@@ -509,7 +534,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              returns="EventSent", status=202, errors=(404,)),
     Endpoint("GET", f"{PREFIX}/events/stream", stream, "read",
              "Server-Sent Events: a run's status changes and new journal entries",
-             params=(Param("run", {"type": "string"}, "the run's id", required=True), _AFTER),
+             params=(RUN, AFTER),
              returns="Stream", errors=(404, 503)),
     Endpoint("GET", f"{PREFIX}/gates", list_gates, "read",
              "Runs waiting for a person: approvals and questions", returns="Gates"),
@@ -522,12 +547,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", f"{PREFIX}/schedules", list_schedules, "read", "Every schedule",
              returns="Schedules"),
     Endpoint("GET", S, get_schedule, "read", "A schedule, its next fire times and recent ticks",
-             params=(Param("next", {"type": "integer", "minimum": 0, "maximum": 100},
-                           "upcoming fire times (5)"),
-                     Param("ticks", {"type": "integer", "minimum": 0, "maximum": 500},
-                           "recent ticks (20)")), returns="ScheduleDetail", errors=(404,)),
-    Endpoint("PUT", S, put_schedule, "admin", "Store (add or replace) a schedule",
-             body=PutSchedule, returns="Schedule"),
+             params=(NEXT, TICKS), returns="ScheduleDetail", errors=(404,)),
+    Endpoint("PUT", S, put_schedule, "admin",
+             "Store (add or replace) a schedule; 404 and 422 (`args`) as for starting a run",
+             body=PutSchedule, returns="Schedule", errors=(404,)),
     Endpoint("DELETE", S, delete_schedule, "admin", "Delete a schedule", returns="Deleted",
              errors=(404,)),
     Endpoint("POST", f"{S}/pause", _schedule_action(True), "admin", "Pause a schedule",
@@ -539,9 +562,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",
              "Pause or resume a whole workflow or worker", body=SetPause, returns="Paused"),
     Endpoint("GET", f"{PREFIX}/usage", usage, "read", "Model tokens and cost, grouped",
-             params=(Param("agent", {"type": "string"}, "one agent only"),
-                     Param("since", {"type": "number"}, "Unix time (default: 7 days ago)"),
-                     Param("by", {"enum": list(USAGE_KEYS)}, "group by (agent)")),
+             params=(AGENT, SINCE, BY),
              returns="Usage"),
     Endpoint("GET", f"{PREFIX}/budgets/{{agent}}", get_budget, "read",
              "An agent's stored budget and what it spent this hour and day", returns="Budget"),
@@ -549,7 +570,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Set an agent's budget; its runs waiting for budget continue if it allows",
              body=PutBudget, returns="BudgetSet"),
     Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
-             params=(Param("target", {"type": "string"}, "e.g. run:ID"), _LIMIT, _CURSOR),
+             params=(TARGET, LIMIT, AUDIT_CURSOR),
              returns="AuditPage"),
 )  # fmt: skip
 
