@@ -81,6 +81,7 @@ def schema_valid_input_is_accepted(ctx: CheckContext, response: Any, case: Any) 
     return positive_data_acceptance(ctx, response, case)
 
 
+@pytest.mark.slow  # about 40 s on two cores: the coverage phase of every operation
 @schema.parametrize()
 @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_no_input_gets_a_server_error(case: Any, served: tuple[str, str]) -> None:
