@@ -1,4 +1,4 @@
-"""Reading API requests: JSON bodies into pydantic models, query values, opaque cursors, pages.
+"""Reading API requests: JSON bodies into pydantic models, query values, cursors, pages.
 
 Bad input is a `BadInput` (400, or 422 for a body that is JSON but does not fit)
 whose message and `field` name what is wrong; it never reaches the store. Runs
@@ -55,8 +55,6 @@ TEXT = r"^[^\x00]*$"  # free text: anything but NUL, which no store keeps
 # A page position: the `created_at` and id of the last run shown, or the id of an audit entry.
 RUN_CURSOR = r"^-?[0-9]{1,17}(\.[0-9]{1,17})?(e[+-]?[0-9]{1,2})?:[^\x00]+$"
 ID_CURSOR = r"^[1-9][0-9]{0,14}$"  # below 2**53
-
-
 MAX_LIST = 6  # items of a cron field's list
 
 
