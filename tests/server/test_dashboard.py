@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
-from perdure.server.redact import Redactor
 from perdure.store.agent_sql import Budget, UsageRow
 from perdure.testing import TestClock, TestWorker
 

@@ -21,7 +21,8 @@ import pytest
 
 import perdure
 from perdure.server import create_app
-from perdure.server.access import create_token
+from perdure.server import operations
+from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget, UsageRow
 
 pytestmark = pytest.mark.slow
@@ -87,7 +88,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     served, working = perdure.App(db), perdure.App(db)
     register(served)
     register(working)
-    _, token = served.sync(create_token(served, "ana", ["approve"]), "token")
+    made = operations.create_token(served, local_operator(), "ana", ["approve"])
+    _, token = served.sync(made, "token")  # as `perdure token create` does: audited
     now = served.clock.now()
     served.sync(served.store.put_budget(Budget("triage", tokens_per_hour=5000), now), "budget")
     usage = UsageRow("deploy-1", 0, "triage", "small", 1200, 300, 0.02, now - 60)

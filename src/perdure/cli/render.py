@@ -1,4 +1,9 @@
-"""Plain-text rendering of runs, journals and reports for the terminal."""
+"""Plain-text rendering of runs, journals and reports for the terminal.
+
+Run data (results, errors, journal data, step details) is shown through
+`observe.redact.Redactor`, the one the API, the dashboard and MCP use, and masked
+before it is cut to fit a column, so a cut never leaves part of a secret showing.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
+from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow, ScheduleRow, TickRow
 
 
@@ -35,6 +41,7 @@ def runs(rows: Sequence[RunRow]) -> str:
 
 
 def run_header(run: RunRow) -> str:
+    redactor = Redactor()
     lines = [
         f"run       {run.id}",
         f"workflow  {run.workflow}  (code version {run.code_version})",
@@ -54,19 +61,20 @@ def run_header(run: RunRow) -> str:
             f"(epoch {run.lease_epoch}, recoveries {run.recoveries})"
         )
     if run.result is not None:
-        lines.append(f"result    {run.result[:200]}")
+        lines.append(f"result    {(redactor.json_text(run.result) or '')[:200]}")
     if run.error is not None:
-        err = json.loads(run.error)
+        err = redactor.value(json.loads(run.error))
         lines.append(f"error     {err.get('type')}: {err.get('message')}")
     return "\n".join(lines)
 
 
 def timeline(entries: Sequence[Entry]) -> str:
+    redactor = Redactor()
     rows = []
     for e in entries:
         pos = "" if e.position is None else str(e.position)
         attempt = str(e.attempt) if e.attempt else ""
-        data = (e.data or "")[:70]
+        data = (redactor.json_text(e.data) or "")[:70]
         rows.append((str(e.seq), when(e.at), pos, e.kind, e.name, attempt, data))
     return table(rows, ("SEQ", "AT", "POS", "KIND", "NAME", "ATT", "DATA"))
 
@@ -74,6 +82,7 @@ def timeline(entries: Sequence[Entry]) -> str:
 def explanation(reports: Sequence[StepReport]) -> str:
     if not reports:
         return "no steps recorded yet"
+    redactor = Redactor()
     return table(
         [
             (
@@ -82,7 +91,7 @@ def explanation(reports: Sequence[StepReport]) -> str:
                 r.effect or "-",
                 str(r.attempts or ""),
                 r.state,
-                r.detail[:60],
+                redactor.text(r.detail)[:60],
                 r.recovery,
             )
             for r in reports

@@ -1,7 +1,7 @@
 """The HTTP interface `perdure serve` runs: a Starlette app over the public API.
 
 Needs the `server` extra (`pip install 'perdure[server]'`) for `create_app` and the
-modules that serve HTTP; `access`, `operations` and `redact` are plain Python, so the
+modules that serve HTTP; `access` and `operations` are plain Python, so the
 core CLI (`perdure token`) imports them from a bare install.
 """
 

@@ -6,9 +6,10 @@ scope (403 otherwise): `read` to look, `operate` to start and steer runs,
 `approve` to answer gates, `admin` for schedules and budgets. Operator actions
 are done through `server.operations`, so the audit log holds every one, refused
 ones too (a token without the scope is refused, and audited, before the body is
-read). Errors are JSON `{"error": ..., "field": ...}`: 400/422 bad input (naming
-the field), 404 unknown, 409 wrong state, 413 body over 1 MiB, 503 store
-unreachable.
+read). Run data in answers (input, result, error, journal data, step details, gate
+arguments) is masked by `observe.redact`, as the CLI, the dashboard and MCP show
+it. Errors are JSON `{"error": ..., "field": ...}`: 400/422 bad input (naming the
+field), 404 unknown, 409 wrong state, 413 body over 1 MiB, 503 store unreachable.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..app import App
-from ..engine.client import resolve_text
+from ..engine.client import checked_input, resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
+from ..observe.redact import Redactor
 from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
 from . import operations as ops
@@ -38,44 +40,68 @@ from . import sse
 from .access import Principal, authenticate
 from .operations import Action, Forbidden, pending_gates, require
 from .validation import (
+    BIG,
+    ID_CURSOR,
+    RUN_CURSOR,
     Answer,
     BadInput,
     Body,
+    ChoiceQuery,
     Comment,
+    CursorQuery,
     Fork,
+    IdsQuery,
+    IntQuery,
     PutBudget,
     PutSchedule,
+    Query,
     Resolve,
     SendEvent,
     SetPause,
+    SinceQuery,
     StartRun,
+    StatusQuery,
+    TextQuery,
+    TimeQuery,
     encode_cursor,
     id_cursor,
     parse_body,
-    query_choice,
-    query_float,
-    query_int,
-    query_statuses,
-    query_text,
+    path_param,
     run_cursor,
     runs_page,
-    text_param,
 )
 
 log = logging.getLogger("perdure.server")
 
 PREFIX = "/api/v1"
 READY_TIMEOUT = 5.0  # seconds the store has to answer /readyz
+USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
 
-
-@dataclass(frozen=True)
-class Param:
-    """A query parameter, for the OpenAPI document (path parameters come from the path)."""
-
-    name: str
-    schema: dict[str, Any]
-    description: str
-    required: bool = False
+# The query parameters: each handler reads its own with these, and the document says the same.
+STATUS = StatusQuery(name="status", description="run states, comma-separated (or repeated)")
+WORKFLOW = TextQuery(name="workflow", description="workflow name")
+IDS = IdsQuery(name="id", most=500, description="only these runs (repeat: id=a&id=b); the "
+               "answer's `missing` lists those no run has")  # fmt: skip
+LIMIT = IntQuery(name="limit", default=50, low=1, high=500, description="page size")
+RUNS_CURSOR = CursorQuery(name="cursor", pattern=RUN_CURSOR,
+                          description="`next_cursor` of the previous page")  # fmt: skip
+AFTER = IntQuery(name="after", default=-1, low=-1, high=BIG, description="only entries with a "
+                 "greater seq")  # fmt: skip
+ENTRIES = IntQuery(name="limit", default=1000, low=1, high=5000, description="entries")
+RUN = TextQuery(name="run", required=True, description="the run's id")
+NEXT = IntQuery(name="next", default=5, low=0, high=100, description="upcoming fire times")
+TICKS = IntQuery(name="ticks", default=20, low=0, high=500, description="recent ticks")
+AGENT = TextQuery(name="agent", description="one agent only")
+SINCE = TimeQuery(name="since", description="Unix time (default: 7 days ago)")
+BY = ChoiceQuery(name="by", choices=tuple(USAGE_KEYS), default="agent", description="group by")
+# the audit log's (its handler reads them with the same bounds)
+TARGET = TextQuery(name="target", description="e.g. run:ID, schedule:NAME")
+AUDIT_RUN = TextQuery(name="run", description="a run's id (the target run:ID)")
+ACTOR = TextQuery(name="actor", description="who acted, e.g. cli:alice@host1")
+AUDIT_SINCE = SinceQuery(name="since", description="entries this recent: a duration "
+                         "(1h, 7d), Unix seconds or an ISO time (UTC)")  # fmt: skip
+AUDIT_CURSOR = CursorQuery(name="cursor", pattern=ID_CURSOR,
+                           description="`next_cursor` of the previous page")  # fmt: skip
 
 
 @dataclass
@@ -93,9 +119,21 @@ class Call:
         return self.who
 
     def path(self, name: str) -> str:
-        value = text_param(self.request.path_params[name], name, required=True)
-        assert value is not None
-        return value
+        return path_param(self.request, name)
+
+    def workflow(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+        """`name`, if this server knows a workflow of that name (404 if not) whose signature
+        and argument types `args` and `kwargs` fit (422, field `args`, if not: the one rule
+        the OpenAPI document cannot state, as it knows no workflow)."""
+        if name not in self.app.workflows:
+            known = ", ".join(sorted(self.app.workflows)) or "none"
+            raise BadInput(404, f"no workflow named {name!r} is registered (known: {known})",
+                           "workflow")  # fmt: skip
+        try:
+            checked_input(self.app, name, args, kwargs)
+        except (ConfigError, PayloadError) as exc:
+            raise BadInput(422, f"args: {exc}", "args") from None
+        return name
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -111,7 +149,7 @@ class Endpoint:
     scope: str | None
     summary: str
     body: type[Body] | None = None
-    params: tuple[Param, ...] = ()
+    params: tuple[Query, ...] = ()  # query parameters (path parameters: PATH_PARAMS)
     returns: str = ""  # a schema of openapi.SCHEMAS for the success response
     status: int = 200
     errors: tuple[int, ...] = ()
@@ -129,7 +167,7 @@ def _json(text: str | None) -> Any:
         return text
 
 
-def run_summary(run: RunRow) -> dict[str, Any]:
+def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
     return {
         "id": run.id, "workflow": run.workflow, "status": run.status,
         "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
@@ -137,15 +175,16 @@ def run_summary(run: RunRow) -> dict[str, Any]:
         "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
         "partition_key": run.partition_key, "pause_requested": run.pause_requested,
         "recoveries": run.recoveries, "code_version": run.code_version,
-        "error": _json(run.error),
+        "error": redactor.value(_json(run.error)),
     }  # fmt: skip
 
 
 async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
+    redactor = Redactor()
     return {
-        **run_summary(run),
-        "input": _json(await resolve_text(app.store, run.input)),
-        "result": _json(await resolve_text(app.store, run.result)),
+        **run_summary(run, redactor),
+        "input": redactor.value(_json(await resolve_text(app.store, run.input))),
+        "result": redactor.value(_json(await resolve_text(app.store, run.result))),
         "lease_owner": run.lease_owner,
         "lease_until": run.lease_until,
         "lease_epoch": run.lease_epoch,
@@ -176,14 +215,21 @@ async def readyz(call: Call) -> Any:
 
 async def list_runs(call: Call) -> Any:
     request = call.request
-    statuses = query_statuses(request)
-    workflow = query_text(request, "workflow")
-    limit = query_int(request, "limit", 50, 1, 500)
+    statuses = STATUS.read(request)
+    workflow = WORKFLOW.read(request)
+    limit = LIMIT.read(request)
     after = run_cursor(request)
+    ids = IDS.read(request)
     await call.app.open_store()
-    rows, following = await runs_page(call.app.store, statuses, workflow, after, limit)
+    rows, following = await runs_page(call.app.store, statuses, workflow, after, limit, ids)
     cursor = None if following is None else encode_cursor(list(following))
-    return {"runs": [run_summary(r) for r in rows], "next_cursor": cursor}
+    redactor = Redactor()
+    answer: dict[str, Any] = {"runs": [run_summary(r, redactor) for r in rows],
+                              "next_cursor": cursor}  # fmt: skip
+    if ids:  # the bulk status call: which of the ids no run has
+        known = {r.id for r in await call.app.store.list_runs(ids=ids, limit=len(ids))}
+        answer["missing"] = [i for i in dict.fromkeys(ids) if i not in known]
+    return answer
 
 
 def audits(action: str) -> Callable[[Handler], Handler]:
@@ -201,7 +247,8 @@ def audits(action: str) -> Callable[[Handler], Handler]:
 async def start_run(call: Call) -> Any:
     body: StartRun = call.body
     run, created = await ops.start(
-        call.app, call.actor, body.workflow, body.args, body.kwargs, run_id=body.id, via="api",
+        call.app, call.actor, call.workflow(body.workflow, body.args, body.kwargs),
+        body.args, body.kwargs, run_id=body.id, via="api",
         deadline=body.deadline, queue=body.queue, priority=body.priority,
         partition_key=body.partition_key,
     )  # fmt: skip
@@ -215,15 +262,16 @@ async def get_run(call: Call) -> Any:
 
 async def journal(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
-    after = query_int(call.request, "after", -1, -1, 2**53)
-    limit = query_int(call.request, "limit", 1000, 1, 5000)
+    after = AFTER.read(call.request)
+    limit = ENTRIES.read(call.request)
     entries = await call.app.store.journal(run.id, after=after, limit=limit + 1)
     more = len(entries) > limit
     entries = entries[:limit]
+    redactor = Redactor()
     return {
         "run_id": run.id,
         "status": run.status,
-        "entries": [sse.entry_json(e) for e in entries],
+        "entries": [sse.entry_json(e, redactor) for e in entries],
         "next_after": entries[-1].seq if more else None,
     }
 
@@ -231,7 +279,9 @@ async def journal(call: Call) -> Any:
 async def explain_run(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     steps = explain(call.app, run, await call.app.store.journal(run.id))
-    return {"run_id": run.id, "status": run.status, "steps": [dataclasses.asdict(s) for s in steps]}
+    redactor = Redactor()
+    shown = [{**dataclasses.asdict(s), "detail": redactor.text(s.detail)} for s in steps]
+    return {"run_id": run.id, "status": run.status, "steps": shown}
 
 
 def _run_action(action: str) -> Handler:
@@ -279,9 +329,9 @@ async def send_event(call: Call) -> Any:
 
 
 async def stream(call: Call) -> Any:
-    run_id = query_text(call.request, "run", required=True)
+    run_id = RUN.read(call.request)
     assert run_id is not None
-    after = query_int(call.request, "after", -1, -1, 2**53)
+    after = AFTER.read(call.request)
     last = call.request.headers.get("last-event-id")  # a reconnecting EventSource says this
     if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
         after = max(after, int(last))
@@ -293,7 +343,9 @@ async def stream(call: Call) -> Any:
 
 
 async def list_gates(call: Call) -> Any:
-    return {"gates": [dataclasses.asdict(g) for g in await pending_gates(call.app)]}
+    redactor = Redactor()
+    gates = [dataclasses.asdict(g) for g in await pending_gates(call.app)]
+    return {"gates": [{**g, "arguments": redactor.value(g["arguments"])} for g in gates]}
 
 
 def _decision(approve: bool) -> Handler:
@@ -332,8 +384,8 @@ async def list_schedules(call: Call) -> Any:
 
 async def get_schedule(call: Call) -> Any:
     row = await _schedule(call)
-    count = query_int(call.request, "next", 5, 0, 100)
-    limit = query_int(call.request, "ticks", 20, 0, 500)
+    count = NEXT.read(call.request)
+    limit = TICKS.read(call.request)
     after = max(call.app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused or count == 0 else sched.upcoming(row, count, after)
     ticks = await call.app.store.schedule_ticks(row.name, limit=limit) if limit else []
@@ -348,6 +400,7 @@ async def get_schedule(call: Call) -> Any:
 async def put_schedule(call: Call) -> Any:
     body: PutSchedule = call.body
     name = call.path("name")
+    call.workflow(body.workflow, body.args, body.kwargs)
     fields = body.model_dump()
     args, kwargs = fields.pop("args"), fields.pop("kwargs")
     schedule = sched.Schedule(name=name, args=tuple(args), kwargs=kwargs, **fields)
@@ -401,13 +454,10 @@ async def set_pause(call: Call) -> Any:
     return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
 
 
-USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
-
-
 async def usage(call: Call) -> Any:
-    agent = query_text(call.request, "agent")
-    since = query_float(call.request, "since", call.app.clock.now() - 7 * 86400)
-    by = query_choice(call.request, "by", tuple(USAGE_KEYS), "agent")
+    agent = AGENT.read(call.request)
+    since = SINCE.read(call.request, call.app.clock.now() - 7 * 86400)
+    by = BY.read(call.request)
     await call.app.open_store()
     totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
     for u in await call.app.store.usage(agent, since):
@@ -453,17 +503,15 @@ async def put_budget(call: Call) -> Any:
 
 
 async def audit(call: Call) -> Any:
-    target = query_text(call.request, "target")
-    run = query_text(call.request, "run")
+    target, run = TARGET.read(call.request), AUDIT_RUN.read(call.request)
+    actor = ACTOR.read(call.request)
+    since = AUDIT_SINCE.read(call.request, call.app.clock.now())
+    limit = LIMIT.read(call.request)
+    before = id_cursor(call.request)
     if run is not None:
         if target is not None and target != f"run:{run}":
-            raise BadInput(400, "give run or target, not both", "run")
+            return {"entries": [], "next_cursor": None}  # the filters narrow together
         target = f"run:{run}"
-    actor = query_text(call.request, "actor")
-    since_text = query_text(call.request, "since")
-    since = ops.parse_since(since_text, call.app.clock.now()) if since_text else None
-    limit = query_int(call.request, "limit", 50, 1, 500)
-    before = id_cursor(call.request)
     await call.app.open_store()
     rows = await call.app.store.audit_log(
         target=target, limit=limit + 1, before=before, actor=actor, since=since
@@ -482,10 +530,6 @@ async def openapi(call: Call) -> Any:
 
 # -- the table ----------------------------------------------------------------------------------
 
-_STATUS = Param("status", {"type": "string"}, "run states, comma-separated (or repeated)")
-_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)")
-_CURSOR = Param("cursor", {"type": "string"}, "`next_cursor` of the previous page")
-_AFTER = Param("after", {"type": "integer", "minimum": -1}, "only entries with a greater seq")
 R = f"{PREFIX}/runs/{{run_id}}"
 G = f"{PREFIX}/gates/{{run_id}}/{{call_id}}"
 S = f"{PREFIX}/schedules/{{name}}"
@@ -495,16 +539,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              returns="Ready", errors=(503,)),
     Endpoint("GET", f"{PREFIX}/openapi.json", openapi, None, "This document", returns="Any"),
     Endpoint("GET", f"{PREFIX}/runs", list_runs, "read", "List runs, newest first",
-             params=(_STATUS, Param("workflow", {"type": "string"}, "workflow name"), _LIMIT,
-                     _CURSOR), returns="RunPage"),
+             params=(STATUS, WORKFLOW, IDS, LIMIT, RUNS_CURSOR), returns="RunPage"),
     Endpoint("POST", f"{PREFIX}/runs", start_run, "operate",
-             "Start a run (201), or find the run `id` names (200)", body=StartRun,
-             returns="Started", status=201, errors=(409,)),
+             "Start a run (201), or find the run `id` names (200); 404 for a workflow this "
+             "server does not know, 422 (`args`) for arguments that do not fit it", body=StartRun,
+             returns="Started", status=201, errors=(404, 409)),
     Endpoint("GET", R, get_run, "read", "A run: status, input, result, error",
              returns="Run", errors=(404,)),
     Endpoint("GET", f"{R}/journal", journal, "read", "A run's journal, in order",
-             params=(_AFTER, Param("limit", {"type": "integer", "minimum": 1, "maximum": 5000},
-                                   "entries (1000)")), returns="Journal", errors=(404,)),
+             params=(AFTER, ENTRIES), returns="Journal", errors=(404,)),
     Endpoint("GET", f"{R}/explain", explain_run, "read",
              "Per step: what happened and what recovery would do now", returns="Explanation",
              errors=(404,)),
@@ -526,7 +569,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              returns="EventSent", status=202, errors=(404,)),
     Endpoint("GET", f"{PREFIX}/events/stream", stream, "read",
              "Server-Sent Events: a run's status changes and new journal entries",
-             params=(Param("run", {"type": "string"}, "the run's id", required=True), _AFTER),
+             params=(RUN, AFTER),
              returns="Stream", errors=(404, 503)),
     Endpoint("GET", f"{PREFIX}/gates", list_gates, "read",
              "Runs waiting for a person: approvals and questions", returns="Gates"),
@@ -539,12 +582,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", f"{PREFIX}/schedules", list_schedules, "read", "Every schedule",
              returns="Schedules"),
     Endpoint("GET", S, get_schedule, "read", "A schedule, its next fire times and recent ticks",
-             params=(Param("next", {"type": "integer", "minimum": 0, "maximum": 100},
-                           "upcoming fire times (5)"),
-                     Param("ticks", {"type": "integer", "minimum": 0, "maximum": 500},
-                           "recent ticks (20)")), returns="ScheduleDetail", errors=(404,)),
-    Endpoint("PUT", S, put_schedule, "admin", "Store (add or replace) a schedule",
-             body=PutSchedule, returns="Schedule"),
+             params=(NEXT, TICKS), returns="ScheduleDetail", errors=(404,)),
+    Endpoint("PUT", S, put_schedule, "admin",
+             "Store (add or replace) a schedule; 404 and 422 (`args`) as for starting a run",
+             body=PutSchedule, returns="Schedule", errors=(404,)),
     Endpoint("DELETE", S, delete_schedule, "admin", "Delete a schedule", returns="Deleted",
              errors=(404,)),
     Endpoint("POST", f"{S}/pause", _schedule_action(True), "admin", "Pause a schedule",
@@ -556,9 +597,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",
              "Pause or resume a whole workflow or worker", body=SetPause, returns="Paused"),
     Endpoint("GET", f"{PREFIX}/usage", usage, "read", "Model tokens and cost, grouped",
-             params=(Param("agent", {"type": "string"}, "one agent only"),
-                     Param("since", {"type": "number"}, "Unix time (default: 7 days ago)"),
-                     Param("by", {"enum": list(USAGE_KEYS)}, "group by (agent)")),
+             params=(AGENT, SINCE, BY),
              returns="Usage"),
     Endpoint("GET", f"{PREFIX}/budgets/{{agent}}", get_budget, "read",
              "An agent's stored budget and what it spent this hour and day", returns="Budget"),
@@ -566,12 +605,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Set an agent's budget; its runs waiting for budget continue if it allows",
              body=PutBudget, returns="BudgetSet"),
     Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
-             params=(Param("target", {"type": "string"}, "e.g. run:ID, schedule:NAME"),
-                     Param("run", {"type": "string"}, "a run's id (target run:ID)"),
-                     Param("actor", {"type": "string"}, "who acted, e.g. cli:alice@host1"),
-                     Param("since", {"type": "string"},
-                           "entries this recent: a duration (1h, 7d), an ISO time, Unix seconds"),
-                     _LIMIT, _CURSOR),
+             params=(TARGET, AUDIT_RUN, ACTOR, AUDIT_SINCE, LIMIT, AUDIT_CURSOR),
              returns="AuditPage"),
 )  # fmt: skip
 

@@ -6,7 +6,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 
 from ..app import App
 from ..observe.metrics import metrics_endpoint
@@ -31,11 +31,35 @@ def routes() -> list[BaseRoute]:
     ]
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")  # the order `Allow` lists
+
+
+def allowed(request: Request) -> set[str]:
+    """Every method some route answers at the request's path.
+
+    Starlette answers a wrong method from the first route whose path matches, so
+    a path served by several routes (one per method) would list only that one's.
+    """
+    found: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                found |= route.methods
+    return found
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
-    """Errors as JSON too (404 for an unknown path, 405 for a wrong method)."""
+    """Errors as JSON too: 404 for an unknown path, 405 for a wrong method (its `Allow`
+    lists the methods of every route at the path)."""
     if not isinstance(exc, HTTPException):  # registered for HTTPException only
         raise exc
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        given = {m.strip() for m in headers.get("Allow", "").split(",") if m.strip()}
+        every = given | allowed(request)  # given: what a mounted app (static files) says
+        headers["Allow"] = ", ".join(sorted(every, key=lambda m: (*METHODS, m).index(m)))
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
 def create_app(app: App) -> Starlette:

@@ -31,12 +31,12 @@ from ..app import App
 from ..engine.client import resolve_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound
+from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..triggers import schedules
 from . import operations
 from .access import Principal, authenticate
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
-from .redact import Redactor
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")

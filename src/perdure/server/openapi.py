@@ -1,9 +1,11 @@
 """The OpenAPI 3.1 document of the HTTP API, built from `api.ENDPOINTS`; kept in docs/openapi.json.
 
-Request bodies are the JSON Schemas of the pydantic models that validate them;
-responses are described by `SCHEMAS` below. `python -m perdure.server.openapi
-[PATH]` writes the document (default `docs/openapi.json`); a test checks the
-committed file is what this module produces.
+Request bodies are the JSON Schemas of the pydantic models that validate them
+(with each body's `EXACTLY_ONE` as a `oneOf`), path and query parameters the
+patterns and bounds `validation` checks them with: what the document allows is
+what the server accepts. Responses are described by `SCHEMAS` below.
+`python -m perdure.server.openapi [PATH]` writes the document (default
+`docs/openapi.json`); a test checks the committed file is what this module produces.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from .api import ENDPOINTS, Endpoint
-from .validation import BODIES, MAX_BODY, MAX_TEXT
+from .validation import BODIES, MAX_BODY, MAX_TEXT, PATH_PARAMS, SCHEMA, TEXT, time_zones
 
 API_VERSION = "1"
 DEFAULT_PATH = Path("docs/openapi.json")
@@ -31,6 +33,18 @@ def _ref(name: str) -> dict[str, Any]:
 def _obj(required: str, **props: Any) -> dict[str, Any]:
     """An object schema; `required` lists the property names every answer has."""
     return {"type": "object", "required": required.split(), "properties": props}
+
+
+def _placed(value: Any) -> Any:
+    """`value` with each `{SCHEMA: name, ...}` of the models made a `$ref` to `name`."""
+    if isinstance(value, dict):
+        if SCHEMA in value:
+            rest = {k: _placed(v) for k, v in value.items() if k not in (SCHEMA, "title")}
+            return {**_ref(value[SCHEMA]), **rest}
+        return {k: _placed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_placed(v) for v in value]
+    return value
 
 
 def _array(item: dict[str, Any]) -> dict[str, Any]:
@@ -66,8 +80,22 @@ _LIMITS = _obj(
 _BUDGET = dict(agent=STR, budget={"anyOf": [_LIMITS, {"type": "null"}]},
                spent=_obj("hour day", hour=_SPENT, day=_SPENT))
 
+_JSON = _ref("JsonValue")
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Any": ANY,
+    "JsonValue": {
+        "description": "Any JSON value whose strings (and object keys) contain no NUL",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": TEXT},
+            {"type": "array", "items": _JSON},
+            {"type": "object", "propertyNames": {"pattern": TEXT}, "additionalProperties": _JSON},
+        ],
+    },
+    "TimeZone": {
+        "type": "string", "description": "an IANA time zone name (tzdata)", "default": "UTC",
+        "enum": list(time_zones()),
+    },
     "Error": _obj("error", error=STR, field=STR),
     "Ready": _obj("ready", ready=BOOL, error=STR),
     "RunSummary": _obj(_STATUS_KEYS, **_SUMMARY),
@@ -75,7 +103,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         _STATUS_KEYS, **_SUMMARY, input=ANY, result=ANY, lease_owner=OPT_STR,
         lease_until=OPT_NUM, lease_epoch=INT,
     ),
-    "RunPage": _obj("runs next_cursor", runs=_array(_ref("RunSummary")), next_cursor=OPT_STR),
+    "RunPage": _obj(
+        "runs next_cursor",
+        runs=_array(_ref("RunSummary")),
+        next_cursor=OPT_STR,
+        missing=_array(STR),
+    ),
     "Started": _obj("run created", run=_ref("Run"), created=BOOL),
     "Entry": _obj(
         "seq kind", seq=INT, kind=STR, name=STR, position=OPT_INT, attempt=INT, final=BOOL,
@@ -160,12 +193,13 @@ def _operation(endpoint: Endpoint, body_refs: dict[str, Any]) -> dict[str, Any]:
     }
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True,
-         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT}}
+         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+                    "pattern": PATH_PARAMS[name]}}
         for name in re.findall(r"{(\w+)}", endpoint.path)
     ]  # fmt: skip
     params += [
         {"name": p.name, "in": "query", "required": p.required, "description": p.description,
-         "schema": p.schema}
+         "schema": p.schema()}
         for p in endpoint.params
     ]  # fmt: skip
     if params:
@@ -174,8 +208,9 @@ def _operation(endpoint: Endpoint, body_refs: dict[str, Any]) -> dict[str, Any]:
     if params:
         errors.add(400)
     if endpoint.body is not None:
-        op["requestBody"] = {
-            "required": False,
+        needed = any(f.is_required() for f in endpoint.body.model_fields.values())
+        op["requestBody"] = {  # an absent body is `{}`, which will do if nothing is required
+            "required": needed,
             "content": {"application/json": {"schema": body_refs[endpoint.body.__name__]}},
         }
         errors |= {400, 413, 422}
@@ -230,7 +265,7 @@ def document() -> dict[str, Any]:
                 }
                 for code, text in ERRORS.items()
             },
-            "schemas": {**defs.get("$defs", {}), **SCHEMAS},
+            "schemas": {**_placed(defs.get("$defs", {})), **SCHEMAS},
         },
     }
 

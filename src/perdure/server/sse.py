@@ -2,8 +2,8 @@
 
 Each connection reads the store every `POLL` seconds, sooner when this process
 changes something (`App.notify`): first the journal entries it has not sent
-(`event: journal`, `id:` their sequence number, so a reconnecting client's
-`Last-Event-ID` resumes after them), then the run's status when it changed
+(`event: journal`, data masked by `observe.redact`; `id:` their sequence number, so a
+reconnecting client's `Last-Event-ID` resumes after them), then the run's status when it changed
 (`event: status`). A comment line goes out after `HEARTBEAT` seconds of silence.
 The stream ends with `event: end` once the run is finished and everything was
 sent, after `MAX_AGE` seconds (the client reconnects), or when the client leaves.
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..observe.redact import Redactor
 from ..store.base import FINISHED, Entry, RunRow
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ BATCH = 500  # journal entries read per poll
 MIN_GAP = 0.05  # seconds between reads however often this process notifies
 
 
-def entry_json(entry: Entry) -> dict[str, Any]:
-    """A journal entry as the API shows it (`data` decoded from its JSON text)."""
+def entry_json(entry: Entry, redactor: Redactor) -> dict[str, Any]:
+    """A journal entry as the API shows it (`data` decoded from its JSON text, masked)."""
     try:
         data = None if entry.data is None else json.loads(entry.data)
     except ValueError:
@@ -48,7 +49,7 @@ def entry_json(entry: Entry) -> dict[str, Any]:
         "attempt": entry.attempt,
         "final": entry.final,
         "at": entry.at,
-        "data": data,
+        "data": redactor.value(data),
     }
 
 
@@ -76,6 +77,7 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
             loop.call_soon_threadsafe(wake.set)
 
     app.on_notify.append(listener)
+    redactor = Redactor()
     try:
         started = last_sent = loop.time()
         shown: tuple[str, str | None] | None = None
@@ -89,7 +91,7 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
                 return
             sent = bool(entries)
             for entry in entries:
-                yield _frame("journal", entry_json(entry), entry.seq)
+                yield _frame("journal", entry_json(entry, redactor), entry.seq)
                 after = entry.seq
             if (run.status, run.waiting_for) != shown:
                 shown = (run.status, run.waiting_for)

@@ -18,6 +18,9 @@ while MCP terminal states are final; nor are they `input_required`, which would
 tell the client to answer through `tasks/result`, and the client cannot settle
 them: settling an interrupted side effect is an operator's decision (`perdure
 resolve`, `perdure resume`). The message says so.
+
+Run data a client sees (results, errors, gate calls and questions) is masked by
+`observe.redact`, as the CLI, the API and the dashboard show it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import mcp.types as types
 
 from ...engine.client import resolve_text
+from ...observe.redact import Redactor
 from ...store.base import (
     CANCELLED,
     CANCELLING,
@@ -98,7 +102,7 @@ async def gate_of(app: App, run: RunRow) -> GateQuestion | None:
     if waiting.startswith(APPROVE_PREFIX):
         call_id = waiting[len(APPROVE_PREFIX) :]
         tool, arguments = await gate_call(app, run.id, call_id)
-        shown = json.dumps(arguments, sort_keys=True)
+        shown = json.dumps(Redactor().value(arguments), sort_keys=True)
         shown = shown if len(shown) <= 400 else shown[:400] + "…"
         message = f"Approve the call {tool or 'tool'}({shown}) of run {run.id}?"
         return GateQuestion("approval", call_id, tool, arguments, message)
@@ -106,6 +110,7 @@ async def gate_of(app: App, run: RunRow) -> GateQuestion | None:
         call_id = waiting[len(QUESTION_PREFIX) :]
         tool, arguments = await gate_call(app, run.id, call_id)
         question = str(arguments.get("question") or f"Run {run.id} asks for an answer.")
+        question = Redactor().text(question)
         return GateQuestion("question", call_id, tool, arguments, question)
     return None
 
@@ -156,10 +161,11 @@ def error_text(run: RunRow) -> str:
 
 
 def _error(run: RunRow) -> tuple[str, str]:
+    redactor = Redactor()
     try:
-        error = json.loads(run.error) if run.error else None
+        error = redactor.value(json.loads(run.error)) if run.error else None
     except json.JSONDecodeError:
-        return "", run.error or ""
+        return "", redactor.text(run.error or "")
     if isinstance(error, dict):
         return str(error.get("type") or ""), str(error.get("message") or "")
     return "", "" if error is None else str(error)
@@ -202,7 +208,7 @@ async def tool_result(app: App, run: RunRow) -> types.CallToolResult:
     """
     if run.status == COMPLETED:
         text = await resolve_text(app.store, run.result)
-        value = json.loads(text) if text else None
+        value = Redactor().value(json.loads(text)) if text else None
         shown = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True)
         structured = value if isinstance(value, dict) else {"result": value}
         return types.CallToolResult(

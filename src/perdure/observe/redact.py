@@ -1,15 +1,21 @@
-"""Hide secrets in what the dashboard shows: what the log redactor masks (tokens, `sk-` keys,
-bearer credentials, secret-named environment variables, `PERDURE_REDACT`), plus
-`Authorization` values of any scheme and JSON fields named like secrets."""
+"""One redaction for everything perdure shows of a run: the CLI, the HTTP API, the dashboard
+and MCP all mask the same secrets the same way.
+
+What the log redactor masks (perdure tokens as `pdr_***`, `sk-` keys as `sk-***`, bearer
+credentials, the values of secret-named environment variables, `PERDURE_REDACT`), plus
+`Authorization` values of any scheme and JSON fields named like secrets (masked whole).
+Plain Python: the CLI of a bare install imports it.
+"""
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Any
 
-from ..observe.logs import MASK, TOKEN_SHAPED
-from ..observe.logs import Redactor as LogRedactor
+from .logs import MASK, TOKEN_SHAPED
+from .logs import Redactor as LogRedactor
 
 AUTHORIZATION = re.compile(
     r"(?P<head>authorization[\"']?\s*[:=]\s*[\"']?)"
@@ -25,7 +31,12 @@ SECRET_FIELD = re.compile(
 
 
 class Redactor(LogRedactor):
-    """Masks secrets in strings and in JSON-like values (see the module docstring)."""
+    """Masks secrets in strings, JSON-like values, JSON text and rendered pages.
+
+    Args:
+        patterns: regular expressions to mask besides the built-in ones.
+        env: where secret-named variables are read (default `os.environ`), read once here.
+    """
 
     def text(self, text: str) -> str:
         return AUTHORIZATION.sub(r"\g<head>" + MASK, super().text(text))
@@ -39,6 +50,19 @@ class Redactor(LogRedactor):
                 for k, v in value.items()
             }
         return super().value(value)
+
+    def json_text(self, text: str | None) -> str | None:
+        """JSON text (as a journal or a run row keeps it) with its secrets masked: the text
+        as it was when nothing needed masking, else the masked value as JSON again; text that
+        is not JSON is masked as text."""
+        if text is None:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return self.text(text)
+        masked = self.value(value)
+        return text if masked == value else json.dumps(masked, ensure_ascii=False)
 
     def page(self, markup: str) -> str:
         """A last pass over a rendered page, for what escaped the per-value pass: secret
