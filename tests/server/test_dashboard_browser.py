@@ -20,8 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import perdure
-from perdure.server import create_app
-from perdure.server import operations
+from perdure.server import create_app, operations
 from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget, UsageRow
 

@@ -57,7 +57,7 @@ class Named(Protocol):
 IDS_PER_QUERY = 500  # run ids per store query (SQL parameter limits)
 
 
-async def resolve_text(store: Store, text: str | None) -> str | None:
+async def unblob_text(store: Store, text: str | None) -> str | None:
     """Follow a blob reference, if `text` is one."""
     key = blob_ref(text)
     return await store.get_blob(key) if key else text
@@ -65,7 +65,7 @@ async def resolve_text(store: Store, text: str | None) -> str | None:
 
 async def run_outcome_json(store: Store, run: RunRow) -> str:
     """A finished run's status, result and error as one JSON object (for parents)."""
-    result = await resolve_text(store, run.result)
+    result = await unblob_text(store, run.result)
     error = loads(run.error)
     message = error.get("message") if isinstance(error, dict) else None
     return (
@@ -256,7 +256,7 @@ class Client:
             raise RunFailed(run_id, run.status, message)
         definition = self.runtime.workflows.get(run.workflow)
         hint = definition.hints.get("return") if definition else None
-        value = loads(await resolve_text(self.store, run.result))
+        value = loads(await unblob_text(self.store, run.result))
         return from_json(value, hint, f"result of run {run_id!r}")
 
     async def send_event(

@@ -20,7 +20,7 @@ from ..errors import (
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINISHED, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
 from . import observers
-from .client import resolve_text
+from .client import unblob_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
 from .dead import bury_if_poison
@@ -35,20 +35,20 @@ log = logging.getLogger("perdure.worker")
 
 
 async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
-    return await resolve_entries(runtime, await runtime.store.journal(run_id))
+    return await unblob_entries(runtime, await runtime.store.journal(run_id))
 
 
-async def resolve_entries(runtime: Runtime, entries: list[Entry]) -> list[Entry]:
+async def unblob_entries(runtime: Runtime, entries: list[Entry]) -> list[Entry]:
     """Replace blob references in the entries' data by the blobs' text."""
     for entry in entries:
-        entry.data = await resolve_text(runtime.store, entry.data)
+        entry.data = await unblob_text(runtime.store, entry.data)
     return entries
 
 
 async def decode_input(
     runtime: Runtime, run: RunRow, definition: WorkflowDef
 ) -> tuple[list[Any], dict[str, Any]]:
-    raw = loads(await resolve_text(runtime.store, run.input)) or {}
+    raw = loads(await unblob_text(runtime.store, run.input)) or {}
     args, kwargs = list(raw.get("args", [])), dict(raw.get("kwargs", {}))
     return typed_arguments(definition, args, kwargs, f"input of run {run.id!r}")
 
@@ -111,7 +111,7 @@ async def execute(
             worker_id=worker_id,
         ):
             return
-        entries = await resolve_entries(runtime, entries)
+        entries = await unblob_entries(runtime, entries)
     except StoreUnavailable as exc:  # the lease will expire; the journal decides on recovery
         log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
         return

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..app import App
-from ..engine.client import checked_input, resolve_text
+from ..engine.client import checked_input, unblob_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
@@ -183,8 +183,8 @@ async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
     redactor = Redactor()
     return {
         **run_summary(run, redactor),
-        "input": redactor.value(_json(await resolve_text(app.store, run.input))),
-        "result": redactor.value(_json(await resolve_text(app.store, run.result))),
+        "input": redactor.value(_json(await unblob_text(app.store, run.input))),
+        "result": redactor.value(_json(await unblob_text(app.store, run.result))),
         "lease_owner": run.lease_owner,
         "lease_until": run.lease_until,
         "lease_epoch": run.lease_epoch,

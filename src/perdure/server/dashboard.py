@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..app import App
-from ..engine.client import resolve_text
+from ..engine.client import unblob_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
@@ -377,14 +377,14 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
     run = await app.client.get(request.path_params["run_id"])
     entries = await app.store.journal(run.id)
     for entry in entries:
-        entry.data = await resolve_text(app.store, entry.data)
+        entry.data = await unblob_text(app.store, entry.data)
     redactor = Redactor()
     rows = timeline(app, run, entries, redactor)
     error = redactor.value(_json(run.error)) if run.error else None
     if error is not None and not isinstance(error, dict):
         error = {"message": str(error)}
-    result = redactor.value(_json(await resolve_text(app.store, run.result)))
-    arguments = redactor.value(_json(await resolve_text(app.store, run.input)))
+    result = redactor.value(_json(await unblob_text(app.store, run.result)))
+    arguments = redactor.value(_json(await unblob_text(app.store, run.input)))
     audit = await app.store.audit_log(target=f"run:{run.id}", limit=100)
     tokens, cost = await app.store.run_spent(run.id)
     children = await app.store.list_runs(parent_id=run.id, limit=200)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp.types as types
 
-from ...engine.client import resolve_text
+from ...engine.client import unblob_text
 from ...observe.redact import Redactor
 from ...store.base import (
     CANCELLED,
@@ -207,7 +207,7 @@ async def tool_result(app: App, run: RunRow) -> types.CallToolResult:
     wrapped as `{"result": value}`. The text content is the string itself, or the JSON.
     """
     if run.status == COMPLETED:
-        text = await resolve_text(app.store, run.result)
+        text = await unblob_text(app.store, run.result)
         value = Redactor().value(json.loads(text)) if text else None
         shown = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True)
         structured = value if isinstance(value, dict) else {"result": value}
