@@ -259,6 +259,27 @@ def test_a_question_is_answered_from_the_approvals_page(
     assert again.status_code == 409 and "not waiting at that gate" in again.text
 
 
+def test_a_live_refresh_leaves_the_flash_to_the_page_it_was_meant_for(
+    app: perdure.App, server: TestClient
+) -> None:
+    """The approve form redirects to a page that shows "approved" once. A live refresh
+    (perdure.js marks it) fired by the page being left may reach the server between the
+    POST and the redirect's GET: it must neither show nor spend the message (that race made
+    the browser test miss the flash one run in N)."""
+    csrf = sign_in(server, token(app, "approve"))
+    form = {"csrf": csrf, "run_id": "gate-1", "call_id": "c1", "decision": "approve"}
+    posted = server.post("/ui/approvals/decide", data=form, follow_redirects=False)
+    assert posted.status_code == 303
+    assert server.cookies.get(dashboard.FLASH_COOKIE)
+    refreshed = server.get("/ui/approvals", headers={dashboard.REFRESH_HEADER: "1"})
+    assert refreshed.status_code == 200 and 'class="flash"' not in refreshed.text
+    assert server.cookies.get(dashboard.FLASH_COOKIE)  # still there for the page load
+    landed = server.get(posted.headers["location"])
+    assert "Call c1 of run gate-1 approved." in text_of(landed.text)
+    assert not server.cookies.get(dashboard.FLASH_COOKIE)  # shown once
+    assert 'class="flash"' not in server.get("/ui/approvals").text
+
+
 def test_run_buttons_need_the_operate_scope(app: perdure.App, server: TestClient) -> None:
     """Cancel from an approve token answers 403; from an operate token it cancels the run
     and the run page shows who did it."""

@@ -43,6 +43,7 @@ templates = Jinja2Templates(directory=HERE / "templates")
 SESSION_COOKIE = "perdure_session"
 CSRF_COOKIE = "perdure_csrf"
 FLASH_COOKIE = "perdure_flash"
+REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
 SESSION_SECONDS = 12 * 3600
 PAGE = 50  # rows per page of runs and audit entries
@@ -135,7 +136,10 @@ async def render(
     secret the redactor knows is hidden from the whole page."""
     app: App = request.app.state.perdure
     csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(24)
-    flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
+    # a live refresh (perdure.js) neither shows nor spends the flash: it belongs to the page
+    # a form redirected to, and a refresh fired by the page being left may come first
+    refresh = request.headers.get(REFRESH_HEADER) == "1"
+    flash = "" if refresh else unquote(request.cookies.get(FLASH_COOKIE, ""))
     gates = 0
     if who is not None:
         waiting = await app.store.list_runs(statuses=["waiting"], limit=10_000)

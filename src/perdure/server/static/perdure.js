@@ -33,7 +33,11 @@
   function refresh() {
     if (busy) { again = true; return; }
     busy = true;
-    fetch(window.location.href, { credentials: "same-origin", cache: "no-store" })
+    // Marked as a refresh: the server then leaves a one-shot flash message to the page
+    // load it was meant for (a refresh racing a form's redirect would otherwise eat it).
+    fetch(window.location.href, {
+      credentials: "same-origin", cache: "no-store", headers: { "X-Perdure-Refresh": "1" },
+    })
       .then(function (response) {
         if (!response.ok || response.redirected) throw new Error("signed out or gone");
         return response.text();
