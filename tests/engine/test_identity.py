@@ -237,3 +237,23 @@ def test_the_async_client_starts_waits_and_lists_in_the_callers_loop(
         {"d1": "completed", "d2": "completed", "d3": None},
         ["d2"],
     )
+
+
+def test_a_child_start_with_run_options_is_refused_not_dropped(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """`deadline=`, `queue=`, `priority=` belong to a top-level start; a child run would
+    silently lose them, so asking for them inside a workflow fails the run clearly."""
+
+    @app.workflow(name="leaf")
+    def leaf() -> int:
+        return 1
+
+    @app.workflow(name="root")
+    async def root() -> Any:
+        return await leaf.start(priority=5)
+
+    handle = app.start(root)
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match="takes run_id= only"):
+        handle.result(timeout=5)

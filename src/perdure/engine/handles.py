@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from ..errors import ConfigError
 from ..store.blobs import inline_or_blob
 from .client import Client, encode_input, origin_entry
 from .context import current
@@ -103,6 +104,11 @@ class Workflow(Generic[P, R]):
                 "Workflow.start()",
             )  # fmt: skip
             return RunHandle(client, run.id)
+        if deadline is not None or queue is not None or priority or partition_key is not None:
+            raise ConfigError(
+                f"{self.name}.start() inside a workflow starts a child run, which takes "
+                "run_id= only (its queue and deadline are its workflow's)"
+            )
         pos = ctx.next_position()
         return ctx.call(self._start_child(ctx, pos, args, kwargs, run_id))
 
