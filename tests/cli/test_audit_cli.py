@@ -4,13 +4,11 @@ too, and `perdure audit` shows the log newest first, filtered by run, actor and 
 from __future__ import annotations
 
 import getpass
-import importlib
 import json
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -20,25 +18,9 @@ from click.testing import CliRunner, Result
 from perdure.cli.main import cli
 from perdure.server.access import record
 from perdure.store.access_sql import AuditRow
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import SimulatedCrash, TestWorker
 
-HERE = Path(__file__).parent
 ME = f"cli:{getpass.getuser()}@{socket.gethostname()}"  # who runs the tests, where
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """PERDURE_DB and PERDURE_APP for a fresh store, with a freshly imported app module."""
-    monkeypatch.syspath_prepend(str(HERE))
-    sys.modules.pop("cli_app", None)
-    values = {"PERDURE_DB": f"sqlite:///{tmp_path}/cli.db", "PERDURE_APP": "cli_app:app"}
-    for key, value in values.items():
-        monkeypatch.setenv(key, value)
-    importlib.import_module("cli_app").app.clock = TestClock()
-    yield values
-    module = sys.modules.pop("cli_app", None)
-    if module is not None:
-        module.app.close()
 
 
 def run(*args: str) -> Result:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -13,24 +11,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from perdure.cli.main import cli
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import SimulatedCrash, TestWorker
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """PERDURE_DB and PERDURE_APP for a fresh store, with a freshly imported app module."""
-    monkeypatch.syspath_prepend(str(HERE))
-    sys.modules.pop("cli_app", None)
-    values = {"PERDURE_DB": f"sqlite:///{tmp_path}/cli.db", "PERDURE_APP": "cli_app:app"}
-    for key, value in values.items():
-        monkeypatch.setenv(key, value)
-    importlib.import_module("cli_app").app.clock = TestClock()
-    yield values
-    module = sys.modules.pop("cli_app", None)
-    if module is not None:
-        module.app.close()
 
 
 def run(*args: str) -> Result:
