@@ -163,6 +163,18 @@ class PostgresStore(ThreadedStore):
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
 
+    def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
+        """The server lost during start-up, after the first connection worked (a restart
+        begins): the same one-line error as a server never reached, so a worker fails fast
+        (`perdure worker` exits 2) and its supervisor starts another, instead of a raw
+        driver error and a traceback."""
+        if isinstance(exc, StoreUnavailable) or (lost and isinstance(exc, self.db_errors)):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return ConfigError(
+                f"cannot connect to PostgreSQL at {self.url}: lost during start-up ({first})"
+            )
+        return exc
+
     def _db(self, conn: Any) -> Db:
         return PostgresDb(conn, self.schema)
 
@@ -247,5 +259,6 @@ class PostgresStore(ThreadedStore):
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(Exception):  # a lost connection: the error that lost it
+                conn.execute("ROLLBACK")
             raise

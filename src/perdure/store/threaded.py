@@ -174,6 +174,11 @@ class ThreadedStore:
         """Begin an inline write without waiting; False if the database is busy."""
         return False
 
+    def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
+        """What `start()` raises when connecting or migrating failed with `exc` (`lost`: the
+        connection broke meanwhile)."""
+        return exc
+
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
@@ -218,13 +223,14 @@ class ThreadedStore:
         try:
             conn = self._connect()
         except BaseException as exc:
-            ready.set_exception(exc)
+            ready.set_exception(self._start_failure(exc, lost=False))
             return
         try:
             self._migrate(conn)
         except BaseException as exc:
+            lost = self._broken(conn)
             self._disconnect(conn)
-            ready.set_exception(exc)
+            ready.set_exception(self._start_failure(exc, lost=lost))
             return
         ready.set_result(None)
         try:
