@@ -12,7 +12,9 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -29,7 +31,6 @@ from perdure.store.base import NEEDS_ATTENTION, TERMINAL
 
 T = TypeVar("T")
 
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 N_RUNS = 500  # started up front; more are added if everything settles before enough kills
 EXTRA_BATCH = 20
 WORKERS = 4
@@ -44,73 +45,153 @@ RESOLVE_SECONDS = 45.0  # phase 2 (resolve needs_attention, no kills) must finis
 OUTAGE_SECONDS = 60.0  # the longest the test's own store calls retry around the restart
 
 
-def _cluster_command(action: str) -> list[str] | None:
-    """`pg_ctlcluster VERSION main ACTION` for the machine's cluster, or None if there is none."""
-    if shutil.which("pg_ctlcluster") is None or os.geteuid() != 0:
-        return None
-    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
-    if not versions:
-        return None
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", action]
+def _pg_bin(name: str) -> str | None:
+    """The PostgreSQL server program `name` (initdb, pg_ctl), on PATH or in Debian's place."""
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name)
+    for bin_dir in reversed(versions):
+        if (bin_dir / name).exists():
+            return str(bin_dir / name)
+    return None
 
 
-def _pg_up() -> bool:
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateServer:
+    """A throwaway PostgreSQL cluster of this test's own (initdb in a temp dir, its own port).
+
+    The test restarts its server mid-run: that must never be the machine's server, which
+    other suites (CI, other checkouts) use at the same time. As root, the server programs
+    run as the `postgres` user (PostgreSQL refuses to run as root).
+    """
+
+    def __init__(self) -> None:
+        self.initdb, self.pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            self.as_user = [runuser, "-u", "postgres", "--"] if runuser else []
+        self.root = Path(tempfile.mkdtemp(prefix="perdure-chaos-pg-"))
+        self.data = self.root / "data"
+        self.port = 0
+        self.url = ""
+
+    def missing(self) -> str | None:
+        """Why this machine cannot run a private server, or None."""
+        if self.initdb is None or self.pg_ctl is None:
+            return "needs PostgreSQL's initdb and pg_ctl (apt-get install postgresql)"
+        if os.geteuid() == 0 and not self.as_user:
+            return "running as root needs runuser to start PostgreSQL as the postgres user"
+        return None
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.as_user, *args], check=True, capture_output=True, text=True, timeout=timeout
+        )
+
+    def init(self) -> None:
+        if self.as_user:
+            shutil.chown(self.root, user="postgres")
+        assert self.initdb is not None
+        self._run(self.initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
+
+    def _options(self) -> str:
+        return f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+
+    def start(self) -> None:
+        assert self.pg_ctl is not None
+        for attempt in range(5):  # another process may take the free port first
+            self.port = _free_port()
+            try:
+                self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                          "-o", self._options(), "start")  # fmt: skip
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 4:
+                    raise
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "server.log"
+
+    def restart(self) -> None:
+        """Fast shutdown (every session is cut), then start again on the same port."""
+        assert self.pg_ctl is not None
+        self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                  "-m", "fast", "-o", self._options(), "restart")  # fmt: skip
+
+    def ensure_running(self) -> None:
+        assert self.pg_ctl is not None
+        status = subprocess.run([*self.as_user, self.pg_ctl, "-D", str(self.data), "status"],
+                                capture_output=True, timeout=30)  # fmt: skip
+        if status.returncode != 0:
+            self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                      "-o", self._options(), "start")  # fmt: skip
+
+    def destroy(self) -> None:
+        if self.pg_ctl is not None and (self.data / "postmaster.pid").exists():
+            subprocess.run([*self.as_user, self.pg_ctl, "-D", str(self.data), "-m", "immediate",
+                            "-w", "stop"], capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pg_up(url: str) -> bool:
     import psycopg
 
     try:
-        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=3) as conn:
+        with psycopg.connect(url, autocommit=True, connect_timeout=3) as conn:
             conn.execute("SELECT 1")
         return True
     except psycopg.Error:
         return False
 
 
-def _wait_pg_up(timeout: float) -> None:
+def _wait_pg_up(url: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not _pg_up():
+    while not _pg_up(url):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"PostgreSQL at {PG_URL} did not come back within {timeout}s")
+            raise RuntimeError(f"PostgreSQL at {url} did not come back within {timeout}s")
         time.sleep(0.2)
 
 
-def restart_postgres() -> float:
-    """Restart the server (fast shutdown: every session is cut); seconds until it answers."""
-    command = _cluster_command("restart")
-    assert command is not None
+def restart_postgres(server: PrivateServer) -> float:
+    """Restart the test's server (fast shutdown: every session is cut); seconds until it answers."""
     started = time.monotonic()
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
-    _wait_pg_up(60)
+    server.restart()
+    _wait_pg_up(server.url, 60)
     return time.monotonic() - started
 
 
-def ensure_postgres_running() -> None:
-    """Leave the server up for the tests that follow, whatever happened here."""
-    if _pg_up():
-        return
-    command = _cluster_command("start")
-    if command is not None:
-        subprocess.run(command, check=False, capture_output=True, timeout=120)
-    _wait_pg_up(60)
+@pytest.fixture
+def pg_server(tmp_path: Path) -> Iterator[PrivateServer]:
+    """This test's own PostgreSQL server, destroyed afterwards (its log kept in tmp_path)."""
+    server = PrivateServer()
+    why = server.missing()
+    if why is not None:  # the PostgreSQL suites run in CI too: a machine without it fails, loudly
+        shutil.rmtree(server.root, ignore_errors=True)
+        pytest.fail(why)
+    try:
+        server.init()
+        server.start()
+        _wait_pg_up(server.url, 60)
+        yield server
+    finally:
+        if server.log.exists():
+            shutil.copy(server.log, tmp_path / "postgresql.log")
+        server.destroy()
 
 
 @pytest.fixture
-def pg_chaos_url() -> Iterator[str]:
-    """A fresh schema on the machine's server; the server is left running, the schema dropped."""
-    # The PostgreSQL suites run in CI too: a machine without the server fails, loudly.
-    if _cluster_command("restart") is None:
-        pytest.fail("needs root and pg_ctlcluster to restart the local PostgreSQL")
-    if not _pg_up():
-        pytest.fail(f"no PostgreSQL at {PG_URL}: start it (see .ci/run)")
-    schema = f"chaos_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{PG_URL}?schema={schema}"
-    finally:
-        import psycopg
-
-        ensure_postgres_running()
-        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=10) as conn:
-            conn.execute("SET lock_timeout = '20s'")
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+def pg_chaos_url(pg_server: PrivateServer) -> str:
+    """A schema on the test's own server (the whole server is thrown away afterwards)."""
+    return f"{pg_server.url}?schema=chaos_{uuid.uuid4().hex[:12]}"
 
 
 _START_REFUSED = "error: cannot connect to PostgreSQL"
@@ -148,6 +229,7 @@ def through_outage(fn: Callable[[], T]) -> T:
 @pytest.mark.postgres
 @pytest.mark.timeout(290)
 def test_kill_minus_nine_and_postgres_restart_chaos(
+    pg_server: PrivateServer,
     pg_chaos_url: str,
     tmp_path: Path,
     chaos_app: ModuleType,
@@ -194,7 +276,7 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
                 statuses = Counter(r.status for r in runs.values())
                 restart["at_seconds"] = round(time.monotonic() - t0, 1)
                 restart["runs_then"] = dict(statuses)
-                restart["seconds"] = round(restart_postgres(), 2)
+                restart["seconds"] = round(restart_postgres(pg_server), 2)
                 continue
             settled = done == len(runs)
             if settled and chaos.frozen:
@@ -270,6 +352,12 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
         assert report["recoveries"] > 0, summary
         assert restart["runs_then"].get("running", 0) > 0, f"nothing ran at the restart: {summary}"
         assert report["pg_reconnects"] > 0, f"no worker saw the restart: {summary}"
+    except BaseException:
+        # pytest shows this on failure: where the worker logs, ledger and server log are kept
+        print(f"chaos failed after {time.monotonic() - t0:.1f}s; restart {restart}; "
+              f"{len(pool.procs)} worker processes, {chaos.kills} kills; worker logs, ledger "
+              f"in {workdir}, server log in {tmp_path / 'postgresql.log'}")  # fmt: skip
+        raise
     finally:
         pool.reap()  # first: a frozen worker may hold row locks the test's own calls wait for
         chaos.app.close()
