@@ -40,8 +40,9 @@ MIN_KILLS = 40
 MIN_BUSY_KILLS = 25  # kills of a worker that held at least one run
 STRIKE_EVERY = (0.2, 1.0)  # seconds between chaos events
 RESTART_AFTER = 0.25  # restart PostgreSQL once this share of the runs has settled
-CHAOS_SECONDS = 150.0  # phase 1 must settle within this
-RESOLVE_SECONDS = 45.0  # phase 2 (resolve needs_attention, no kills) must finish within this
+# Liveness is judged by progress, not by wall-clock speed (the machine may be loaded):
+STALL_SECONDS = 60.0  # phase 1 fails if no run settles for this long
+RESOLVE_STALL_SECONDS = 45.0  # phase 2 (resolve needs_attention) fails if no run ends this long
 OUTAGE_SECONDS = 60.0  # the longest the test's own store calls retry around the restart
 
 
@@ -227,7 +228,7 @@ def through_outage(fn: Callable[[], T]) -> T:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.timeout(290)
+@pytest.mark.timeout(600)  # about 80 s here; the stall checks name a stall long before this
 def test_kill_minus_nine_and_postgres_restart_chaos(
     pg_server: PrivateServer,
     pg_chaos_url: str,
@@ -248,6 +249,7 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
     chaos = Chaos(workdir, chaos_app, pool, rng)
     restart: dict[str, Any] = {}
     refused_start: list[int] = []  # workers that found the server down as they started
+    witness: Any = None  # the worker spared from strikes until it reconnected
     t0 = time.monotonic()
     try:
         for _ in range(WORKERS):
@@ -258,7 +260,7 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
 
         # Phase 1: kill -9 (or freeze) a random worker at random moments until every run has
         # settled; restart PostgreSQL once, while a good part of the runs is still in flight.
-        deadline = t0 + CHAOS_SECONDS
+        progress = (-1, time.monotonic())  # (runs settled, when that count last grew)
         while True:
             time.sleep(rng.uniform(*STRIKE_EVERY))
             supervise(chaos, restart, refused_start)
@@ -272,12 +274,36 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
                     del chaos.cancel_at[run_id]
             runs = through_outage(chaos.runs)
             done = sum(r.status in TERMINAL or r.status == NEEDS_ATTENTION for r in runs.values())
+            if done > progress[0]:
+                progress = (done, time.monotonic())
             if not restart and done >= RESTART_AFTER * len(runs):
+                # A witness lives through the restart: strikes spare it until it has
+                # reconnected, so that a worker seeing the outage does not depend on the
+                # kills happening to miss every connected worker for long enough.
+                witness = next((p for p in pool.alive() if p.pid not in chaos.frozen
+                                and ": claiming" in pool.log_text(p)), None)  # fmt: skip
+                if witness is None:  # every worker is starting up or frozen: next round
+                    chaos.strike(runs)
+                    continue
+                chaos.spared.add(witness.pid)
                 statuses = Counter(r.status for r in runs.values())
                 restart["at_seconds"] = round(time.monotonic() - t0, 1)
                 restart["runs_then"] = dict(statuses)
+                restart["witness"] = witness.pid
                 restart["seconds"] = round(restart_postgres(pg_server), 2)
+                restart["done_at"] = time.monotonic()
                 continue
+            if witness is not None and witness.pid in chaos.spared:
+                if ": reconnected" in pool.log_text(witness):
+                    chaos.spared.discard(witness.pid)
+                    restart["witness_reconnected_after"] = round(
+                        time.monotonic() - restart["done_at"], 1
+                    )
+                elif time.monotonic() - restart["done_at"] > OUTAGE_SECONDS:
+                    pytest.fail(
+                        f"worker {witness.pid} lived through the restart but did not reconnect "
+                        f"in {OUTAGE_SECONDS}s:\n" + pool.log_text(witness)[-4000:]
+                    )
             settled = done == len(runs)
             if settled and chaos.frozen:
                 # Wake the zombies and give them time to finish whatever step they were in
@@ -286,14 +312,15 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
                 time.sleep(2 * LEASE)
                 continue
             if settled and not chaos.cancel_at:
-                if chaos.kills >= MIN_KILLS and chaos.busy_kills >= MIN_BUSY_KILLS and restart:
+                enough = chaos.kills >= MIN_KILLS and chaos.busy_kills >= MIN_BUSY_KILLS
+                if enough and restart and not chaos.spared:
                     break
                 chaos.start_runs(EXTRA_BATCH)  # not enough kills yet: give them work to land in
                 chaos.extra_runs += EXTRA_BATCH
                 continue
-            if time.monotonic() > deadline:
+            if time.monotonic() - progress[1] > STALL_SECONDS:
                 pending = Counter(r.status for r in runs.values())
-                pytest.fail(f"runs did not settle in {CHAOS_SECONDS}s under chaos: {pending}")
+                pytest.fail(f"no run settled for {STALL_SECONDS}s under chaos: {pending}")
             chaos.strike(runs)
         t_chaos = time.monotonic() - t0
 
@@ -303,17 +330,21 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
 
         # Phase 2: no more kills; the operator resolves every needs_attention run.
         t1 = time.monotonic()
+        progress = (-1, t1)  # (runs ended, when that count last grew)
         while True:
             supervise(chaos, restart, refused_start)
             runs = chaos.runs()
+            ended = sum(r.status in TERMINAL for r in runs.values())
+            if ended > progress[0]:
+                progress = (ended, time.monotonic())
             for run in runs.values():
                 if run.status == NEEDS_ATTENTION:
                     chaos.resolve(run.id)
             if all(r.status in TERMINAL for r in runs.values()):
                 break
-            if time.monotonic() - t1 > RESOLVE_SECONDS:
+            if time.monotonic() - progress[1] > RESOLVE_STALL_SECONDS:
                 pending = {r.id: r.status for r in runs.values() if r.status not in TERMINAL}
-                pytest.fail(f"resolved runs did not finish in {RESOLVE_SECONDS}s: {pending}")
+                pytest.fail(f"no resolved run ended for {RESOLVE_STALL_SECONDS}s: {pending}")
             time.sleep(0.1)
         t_resolve = time.monotonic() - t1
 
@@ -335,7 +366,7 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
             resolved_with_value=chaos.resolved_value,
             resolved_by_retry=chaos.resolved_retry,
             lease_lost_warnings=sum("refused" in x or "lost the lease" in x for x in lines),
-            pg_restart=restart,
+            pg_restart={k: v for k, v in restart.items() if k != "done_at"},
             pg_runs_stopped_by_outage=sum(" stopped: store " in x for x in lines),
             pg_reconnects=sum(": reconnected" in x for x in lines),
             pg_claim_retries=sum("cannot claim" in x for x in lines),
@@ -352,6 +383,7 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
         assert report["recoveries"] > 0, summary
         assert restart["runs_then"].get("running", 0) > 0, f"nothing ran at the restart: {summary}"
         assert report["pg_reconnects"] > 0, f"no worker saw the restart: {summary}"
+        assert ": reconnected" in pool.log_text(witness), f"no witness reconnected: {summary}"
     except BaseException:
         # pytest shows this on failure: where the worker logs, ledger and server log are kept
         print(f"chaos failed after {time.monotonic() - t0:.1f}s; restart {restart}; "
