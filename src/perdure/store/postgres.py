@@ -43,6 +43,7 @@ def redact(url: str) -> str:
 
 _OPTIONS = ("schema", "pooler", "pool_size")
 POOL_SIZE = 4  # store thread, listener, inline path, and one to spare
+RECONNECT_WAIT = 0.25  # seconds one reconnect attempt of the store thread waits for the pool
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -138,6 +139,12 @@ class PostgresStore(ThreadedStore):
             raise StoreUnavailable(
                 f"store {self.url} unreachable: no connection within {timeout:g} s"
             ) from None
+
+    def _connect_again(self) -> Any:
+        """A short wait: the pool tries once and gives up on a refused connection
+        (`reconnect_timeout=0`), so a longer wait here only outlasts an outage the
+        server is already back from; the store's loop retries with its own backoff."""
+        return self._connect(timeout=RECONNECT_WAIT)
 
     def _disconnect(self, conn: Any) -> None:
         pool = self._pool

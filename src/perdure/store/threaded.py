@@ -153,6 +153,10 @@ class ThreadedStore:
         """Give up a connection (close it, or hand it back to a pool)."""
         conn.close()
 
+    def _connect_again(self) -> Any:
+        """One attempt at replacing a lost connection (the reconnect loop retries)."""
+        return self._connect()
+
     def _migrate(self, conn: Any) -> None:
         raise NotImplementedError
 
@@ -285,7 +289,7 @@ class ThreadedStore:
         delay = 0.05
         while self._thread is not None:
             try:
-                conn = self._connect()
+                conn = self._connect_again()
             except Exception as exc:
                 log.warning("store %s unreachable (%s); retrying in %.2fs", self.url, exc, delay)
                 time.sleep(delay)
