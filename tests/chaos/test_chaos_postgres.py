@@ -1,9 +1,10 @@
 """kill -9 and a PostgreSQL restart: four workers on one PostgreSQL store keep every promise.
 
-The SQLite chaos test's app, operator and checks (test_chaos.py), with the store in a
-PostgreSQL schema of its own: workers die by SIGKILL at random moments (a fresh one
-replaces each), some are frozen past their lease, and the server itself is restarted
-once while runs are in flight. Every run must still end as its plan says.
+The SQLite chaos test's app, operator and checks (test_chaos.py), with the store on a
+PostgreSQL server of the test's own (initdb in a temp dir, never the machine's server):
+workers die by SIGKILL at random moments (a fresh one replaces each), some are frozen
+past their lease, and the server itself is restarted once while runs are in flight.
+Every run must still end as its plan says.
 """
 
 from __future__ import annotations
@@ -92,9 +93,17 @@ class PrivateServer:
         return None
 
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.as_user, *args], check=True, capture_output=True, text=True, timeout=timeout
-        )
+        """Run a server program; a failure names its output and the server log's tail."""
+        try:
+            return subprocess.run(
+                [*self.as_user, *args], check=True, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.CalledProcessError as exc:
+            tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise RuntimeError(
+                f"{' '.join(args[:1] + args[-1:])} failed ({exc.returncode}): "
+                f"{exc.stdout}{exc.stderr}\nserver log:\n{tail}"
+            ) from None
 
     def init(self) -> None:
         if self.as_user:
@@ -113,7 +122,7 @@ class PrivateServer:
                 self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                           "-o", self._options(), "start")  # fmt: skip
                 break
-            except subprocess.CalledProcessError:
+            except RuntimeError:
                 if attempt == 4:
                     raise
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -127,14 +136,6 @@ class PrivateServer:
         assert self.pg_ctl is not None
         self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                   "-m", "fast", "-o", self._options(), "restart")  # fmt: skip
-
-    def ensure_running(self) -> None:
-        assert self.pg_ctl is not None
-        status = subprocess.run([*self.as_user, self.pg_ctl, "-D", str(self.data), "status"],
-                                capture_output=True, timeout=30)  # fmt: skip
-        if status.returncode != 0:
-            self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                      "-o", self._options(), "start")  # fmt: skip
 
     def destroy(self) -> None:
         if self.pg_ctl is not None and (self.data / "postmaster.pid").exists():
