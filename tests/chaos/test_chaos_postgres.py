@@ -394,3 +394,45 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
     finally:
         pool.reap()  # first: a frozen worker may hold row locks the test's own calls wait for
         chaos.app.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+def test_a_worker_starting_as_the_server_restarts_runs_or_fails_fast(
+    pg_server: PrivateServer,
+    pg_chaos_url: str,
+    tmp_path: Path,
+    chaos_app: ModuleType,
+    worker_pool: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restart landing while a worker connects and migrates: the worker runs on, or exits 2
+    with the one `cannot connect` line its supervisor restarts on; never a traceback."""
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    monkeypatch.setenv(chaos_app.STORE_URL_ENV, pg_chaos_url)
+    workdir = tmp_path / "chaos"
+    chaos_app.prepare(workdir)
+    pool = worker_pool(workdir, concurrency=2, lease=LEASE)
+    outcomes: Counter[str] = Counter()
+    for _ in range(12):
+        proc = pool.spawn()
+        deadline = time.monotonic() + OUTAGE_SECONDS
+        while " starting" not in pool.log_text(proc) and proc.poll() is None:
+            assert time.monotonic() < deadline, pool.log_text(proc)
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.06))  # the worker opens its store in these milliseconds
+        restart_postgres(pg_server)
+        while proc.poll() is None and ": claiming" not in pool.log_text(proc):
+            assert time.monotonic() < deadline, f"seed {seed}: " + pool.log_text(proc)[-4000:]
+            time.sleep(0.05)
+        log = pool.log_text(proc)
+        assert "Traceback" not in log, f"seed {seed}: {log[-4000:]}"
+        if proc.poll() is None:
+            assert pool.stop(proc) == 0, f"seed {seed}: {pool.log_text(proc)[-4000:]}"
+            outcomes["ran"] += 1
+        else:
+            assert proc.returncode == 2 and _START_REFUSED in log, f"seed {seed}: {log[-4000:]}"
+            outcomes["refused"] += 1
+    print(f"seed {seed}: {dict(outcomes)}")
