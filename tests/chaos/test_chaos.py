@@ -47,6 +47,7 @@ class Chaos:
         self.cancel_at: dict[str, float] = {}
         self.cancelled: set[str] = set()
         self.stuck: list[dict[str, Any]] = []  # every needs_attention we found, with evidence
+        self.spared: set[int] = set()  # pids no strike may kill or freeze (a test's witness)
         self.resolved_value = 0
         self.resolved_retry = 0
 
@@ -95,7 +96,11 @@ class Chaos:
     def strike(self, runs: dict[str, Any]) -> None:
         """One chaos event: usually kill -9 a worker, sometimes freeze one past its lease."""
         holding = self.holding(runs)
-        busy = [p for p in self.pool.alive() if holding[p.pid] and p.pid not in self.frozen]
+        busy = [
+            p
+            for p in self.pool.alive()
+            if holding[p.pid] and p.pid not in self.frozen and p.pid not in self.spared
+        ]
         if busy and not self.frozen and self.rng.random() < FREEZE_CHANCE:
             victim = self.rng.choice(busy)
             victim.send_signal(signal.SIGSTOP)
@@ -116,7 +121,9 @@ class Chaos:
 
     def kill_one(self, holding: dict[int, int]) -> None:
         """kill -9 a worker (frozen ones too), preferring one that holds runs; start another."""
-        alive = self.pool.alive()
+        alive = [p for p in self.pool.alive() if p.pid not in self.spared]
+        if not alive:
+            return
         busy = [p for p in alive if holding[p.pid]]
         victim = self.rng.choice(busy if busy and self.rng.random() < 0.8 else alive)
         held = holding[victim.pid]

@@ -112,3 +112,30 @@ def test_an_unknown_database_is_named_at_once(schema: str) -> None:
         store.start()  # type: ignore[attr-defined]
     assert "\n" not in str(info.value)
     assert "cannot connect to PostgreSQL" in str(info.value)
+
+
+def test_a_server_lost_during_start_up_is_the_same_one_line_error(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first connection worked, then the server went away (a restart began) before the
+    store was ready: the one-line `cannot connect` ConfigError a worker exits 2 on, never a
+    raw driver error (the chaos test's worker started just as the server restarted died of
+    one, with a traceback and exit 1)."""
+    from perdure.store.postgres import PostgresStore
+
+    migrate = PostgresStore._migrate
+
+    def cut_then_migrate(self: PostgresStore, conn: psycopg.Connection[object]) -> None:
+        with psycopg.connect(PG_URL, autocommit=True) as other:  # only this store's session
+            other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        migrate(self, conn)
+
+    monkeypatch.setattr(PostgresStore, "_migrate", cut_then_migrate)
+    store = open_store(f"{PG_URL}?schema={schema}", environ={})
+    try:
+        with pytest.raises(perdure.ConfigError, match="cannot connect to PostgreSQL") as info:
+            store.start()  # type: ignore[attr-defined]
+        assert "lost during start-up" in str(info.value)
+        assert "\n" not in str(info.value)
+    finally:
+        store.stop()  # type: ignore[attr-defined]

@@ -43,6 +43,7 @@ def redact(url: str) -> str:
 
 _OPTIONS = ("schema", "pooler", "pool_size")
 POOL_SIZE = 4  # store thread, listener, inline path, and one to spare
+RECONNECT_WAIT = 0.25  # seconds one reconnect attempt of the store thread waits for the pool
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -139,6 +140,12 @@ class PostgresStore(ThreadedStore):
                 f"store {self.url} unreachable: no connection within {timeout:g} s"
             ) from None
 
+    def _connect_again(self) -> Any:
+        """A short wait: the pool tries once and gives up on a refused connection
+        (`reconnect_timeout=0`), so a longer wait here only outlasts an outage the
+        server is already back from; the store's loop retries with its own backoff."""
+        return self._connect(timeout=RECONNECT_WAIT)
+
     def _disconnect(self, conn: Any) -> None:
         pool = self._pool
         if pool is None or pool.closed:
@@ -162,6 +169,18 @@ class PostgresStore(ThreadedStore):
 
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
+
+    def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
+        """The server lost during start-up, after the first connection worked (a restart
+        begins): the same one-line error as a server never reached, so a worker fails fast
+        (`perdure worker` exits 2) and its supervisor starts another, instead of a raw
+        driver error and a traceback."""
+        if isinstance(exc, StoreUnavailable) or (lost and isinstance(exc, self.db_errors)):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return ConfigError(
+                f"cannot connect to PostgreSQL at {self.url}: lost during start-up ({first})"
+            )
+        return exc
 
     def _db(self, conn: Any) -> Db:
         return PostgresDb(conn, self.schema)
@@ -247,5 +266,6 @@ class PostgresStore(ThreadedStore):
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(Exception):  # a lost connection: the error that lost it
+                conn.execute("ROLLBACK")
             raise

@@ -153,6 +153,10 @@ class ThreadedStore:
         """Give up a connection (close it, or hand it back to a pool)."""
         conn.close()
 
+    def _connect_again(self) -> Any:
+        """One attempt at replacing a lost connection (the reconnect loop retries)."""
+        return self._connect()
+
     def _migrate(self, conn: Any) -> None:
         raise NotImplementedError
 
@@ -173,6 +177,11 @@ class ThreadedStore:
     def _inline_begin(self, conn: Any) -> bool:
         """Begin an inline write without waiting; False if the database is busy."""
         return False
+
+    def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
+        """What `start()` raises when connecting or migrating failed with `exc` (`lost`: the
+        connection broke meanwhile)."""
+        return exc
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -218,13 +227,14 @@ class ThreadedStore:
         try:
             conn = self._connect()
         except BaseException as exc:
-            ready.set_exception(exc)
+            ready.set_exception(self._start_failure(exc, lost=False))
             return
         try:
             self._migrate(conn)
         except BaseException as exc:
+            lost = self._broken(conn)
             self._disconnect(conn)
-            ready.set_exception(exc)
+            ready.set_exception(self._start_failure(exc, lost=lost))
             return
         ready.set_result(None)
         try:
@@ -279,7 +289,7 @@ class ThreadedStore:
         delay = 0.05
         while self._thread is not None:
             try:
-                conn = self._connect()
+                conn = self._connect_again()
             except Exception as exc:
                 log.warning("store %s unreachable (%s); retrying in %.2fs", self.url, exc, delay)
                 time.sleep(delay)
