@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
@@ -12,6 +13,7 @@ from ..app import App
 from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
+from .limits import BodyLimit, body_limit
 from .webhooks import receive_hook
 
 
@@ -67,6 +69,14 @@ def create_app(app: App) -> Starlette:
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
     """
-    server = Starlette(routes=routes(), exception_handlers={HTTPException: http_error})
+
+    def limit_for(path: str) -> int:
+        return body_limit(path, {name: hook.max_body for name, hook in app.webhooks.items()})
+
+    server = Starlette(
+        routes=routes(),
+        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(BodyLimit, limit_for=limit_for)],  # before anything reads
+    )
     server.state.perdure = app
     return server

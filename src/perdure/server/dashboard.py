@@ -36,6 +36,7 @@ from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..triggers import schedules
 from . import operations
 from .access import Principal, authenticate
+from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,6 @@ REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
 SESSION_SECONDS = 12 * 3600
 PAGE = 50  # rows per page of runs and audit entries
-MAX_FORM = 64 * 1024
 MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
 STREAM_SECONDS = 600.0  # one SSE connection lasts this long; the browser then reconnects
 STREAM_POLL = 1.0  # seconds between checks for changes made by other processes

@@ -1,0 +1,136 @@
+"""Request bodies are bounded while they stream, before any handler or sign-in reads them:
+a chunked body far over the limit is answered 413 after about the limit, not after all of it
+(a 400 MB sign-in body once took the server from 58 MB to 820 MB)."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+import perdure
+from perdure.server import create_app
+from perdure.server.access import create_token
+from perdure.server.limits import MAX_FORM, MAX_OTHER, body_limit
+from perdure.server.validation import MAX_BODY
+
+CHUNK = 64 * 1024
+MOST = 256 * 1024 * 1024  # what a client would send if the server kept reading
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+TOKEN: dict[str, str] = {}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[int]:
+    """`perdure serve`'s application on a real uvicorn, on a free port (and an operate
+    token in TOKEN, so the API reads the body rather than refusing the request)."""
+    app = perdure.App(f"sqlite:///{tmp_path}/limits.db")
+    _, TOKEN["operate"] = app.sync(create_token(app, "op", ["operate"]), "token")
+
+    @app.workflow(name="hooked")
+    def hooked(payload: object) -> None: ...
+
+    app.webhook("small", hooked, secret="s3cret", max_body=1000)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(app), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield port
+    server.should_exit = True
+    thread.join(20)
+    app.close()
+
+
+def stream_until_answered(
+    port: int, path: str, content_type: str, extra: str = ""
+) -> tuple[bytes, int]:
+    """POST a chunked body of up to MOST bytes, stopping at the first byte of an answer;
+    returns (the answer's first bytes, body bytes sent by then)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CHUNK)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\n"
+        f"{extra}Transfer-Encoding: chunked\r\n\r\n"
+    )
+    sock.sendall(head.encode())
+    chunk = f"{CHUNK:x}\r\n".encode() + b"a" * CHUNK + b"\r\n"
+    sent = 0
+    try:
+        while sent < MOST:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += CHUNK
+        sock.settimeout(10)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            part = sock.recv(4096)
+            if not part:
+                break
+            answer += part
+        return answer, sent
+    finally:
+        sock.close()
+
+
+SIGNED = "X-Perdure-Delivery: d1\r\nX-Perdure-Signature: sha256=00\r\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type", "limit", "extra"),
+    [
+        ("/ui/login", "application/x-www-form-urlencoded", MAX_FORM, ""),
+        ("/api/v1/runs", "application/json", MAX_BODY, "Authorization: Bearer {operate}\r\n"),
+        ("/hooks/small", "application/json", 1000, SIGNED),
+    ],
+)
+def test_a_streamed_body_over_the_limit_is_cut_off_near_the_limit(
+    served: int, path: str, content_type: str, limit: int, extra: str
+) -> None:
+    answer, sent = stream_until_answered(served, path, content_type, extra.format(**TOKEN))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"request body is over" in answer or b"over this hook" in answer
+    # the server stopped reading about the limit in (plus what sockets buffer), never all
+    assert sent < limit + 32 * 1024 * 1024, sent
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading(served: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", served), timeout=10)
+    with sock:
+        sock.sendall(
+            b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-"
+            b"urlencoded\r\nContent-Length: 400000000\r\n\r\n"
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 413")
+
+
+def test_one_table_gives_every_path_its_limit() -> None:
+    hooks = {"github": 5_000_000}
+    assert body_limit("/api/v1/runs", hooks) == MAX_BODY
+    assert body_limit("/ui/login", hooks) == MAX_FORM
+    assert body_limit("/hooks/github", hooks) == 5_000_000
+    assert body_limit("/hooks/unknown", hooks) == MAX_OTHER  # small enough to answer 404
+    assert body_limit("/metrics", hooks) == MAX_OTHER
