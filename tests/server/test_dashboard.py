@@ -83,17 +83,22 @@ def token(app: perdure.App, *scopes: str, name: str = "ana") -> str:
     return value
 
 
+def form_csrf(html: str) -> str:
+    """The CSRF token a rendered page's forms carry."""
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found, "no form with a CSRF token on the page"
+    return found.group(1)
+
+
 def sign_in(client: TestClient, value: str) -> str:
     """Sign `client` in with token `value`; returns the CSRF token its forms carry."""
-    client.get("/ui/login")
-    csrf = client.cookies.get(dashboard.CSRF_COOKIE)
-    assert csrf
+    csrf = form_csrf(client.get("/ui/login").text)
     response = client.post(
         "/ui/login", data={"token": value, "csrf": csrf, "next": "/ui/runs"}, follow_redirects=False
     )
     assert response.status_code == 303, response.text
-    fresh = client.cookies.get(dashboard.CSRF_COOKIE)
-    assert fresh and fresh != csrf  # a new CSRF token for the new session
+    fresh = form_csrf(client.get("/ui/runs").text)
+    assert fresh != csrf  # a new CSRF token for the new session
     return fresh
 
 
@@ -162,8 +167,7 @@ def test_pages_send_a_visitor_without_a_valid_session_to_the_login_page(
         assert response.headers["location"].startswith("/ui/login?next=%2Fui%2F"), path
     server.cookies.set(dashboard.SESSION_COOKIE, "pdr_unknown_token_value", path="/ui")
     assert server.get("/ui/runs", follow_redirects=False).status_code == 303
-    server.get("/ui/login")
-    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    csrf = form_csrf(server.get("/ui/login").text)
     form = {"csrf": csrf, "run_id": "gate-1", "call_id": "c1", "decision": "approve"}
     assert server.post("/ui/approvals/decide", data=form).status_code == 401
     assert server.get("/ui/stream").status_code == 401
@@ -177,8 +181,7 @@ def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_
 ) -> None:
     """A wrong token answers 401 and sets no session; a right one is set HttpOnly,
     SameSite=Strict, for /ui only, and the page asked for opens."""
-    server.get("/ui/login")
-    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    csrf = form_csrf(server.get("/ui/login").text)
     wrong = server.post("/ui/login", data={"token": "pdr_wrong", "csrf": csrf})
     assert wrong.status_code == 401 and "not valid" in wrong.text
     assert dashboard.SESSION_COOKIE not in server.cookies
@@ -194,13 +197,14 @@ def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_
     assert {"httponly", "samesite=strict", "path=/ui"} <= {
         part.strip().lower() for part in session.split(";")
     }
-    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    csrf = form_csrf(server.get("/ui/login").text)
     elsewhere = server.post(
         "/ui/login", data={"token": value, "csrf": csrf, "next": "https://evil.example/"}
     )
     assert elsewhere.url.path == "/ui/runs"  # never sent to another site after sign-in
-    assert value not in server.get("/ui/runs").text
-    csrf = server.cookies.get(dashboard.CSRF_COOKIE)
+    runs_page = server.get("/ui/runs").text
+    assert value not in runs_page
+    csrf = form_csrf(runs_page)
     out = server.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False)
     assert (out.status_code, out.headers["location"]) == (303, "/ui/login")
     assert server.get("/ui/runs", follow_redirects=False).status_code == 303  # signed out
@@ -257,6 +261,33 @@ def test_a_question_is_answered_from_the_approvals_page(
     assert app.handle("ask-1").result(timeout=5) == "blue"
     again = server.post("/ui/approvals/answer", data=form)
     assert again.status_code == 409 and "not waiting at that gate" in again.text
+
+
+def test_csrf_tokens_are_bound_to_the_session_and_the_request_must_be_same_origin(
+    app: perdure.App, server: TestClient
+) -> None:
+    """Each defence alone refuses: a planted `perdure_csrf` cookie with the same value in the
+    form (what a page on another port can do), a right token from another origin, or a
+    browser saying the request is only same-site. A form from this dashboard is accepted."""
+    csrf = sign_in(server, token(app, "operate"))
+    form = {"run_id": "gate-1", "action": "pause"}
+
+    server.cookies.set(dashboard.CSRF_COOKIE, "evil", path="/ui")
+    planted = server.post("/ui/runs/act", data={**form, "csrf": "evil"})
+    assert planted.status_code == 403 and "CSRF check failed" in planted.text
+    csrf = form_csrf(server.get("/ui/runs").text)  # the page re-signs for the new nonce
+
+    for headers in (
+        {"origin": "http://127.0.0.1:18099"},
+        {"sec-fetch-site": "same-site"},
+        {"sec-fetch-site": "cross-site"},
+    ):
+        refused = server.post("/ui/runs/act", data={**form, "csrf": csrf}, headers=headers)
+        assert refused.status_code == 403, headers
+    assert app.get_run("gate-1").status == "waiting"
+    own = {"origin": "http://testserver", "sec-fetch-site": "same-origin"}
+    done = server.post("/ui/runs/act", data={**form, "csrf": csrf}, headers=own)
+    assert done.status_code == 200 and app.get_run("gate-1").status == "paused"
 
 
 def test_a_live_refresh_leaves_the_flash_to_the_page_it_was_meant_for(

@@ -228,3 +228,63 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             browser.close()
     assert stack.app.get_run(RUN_ID).status == "completed"
     assert stack.app.handle(RUN_ID).result(timeout=5) == "applied to prod (looks right)"
+
+
+def test_a_page_on_another_port_of_this_host_cannot_act_for_a_signed_in_operator(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Browsers share cookies across ports: a page served from another port of 127.0.0.1
+    sets its own `perdure_csrf` cookie (Set-Cookie) and auto-posts a cancel with that value while an
+    admin is signed in. The CSRF token is bound to the session and the request is not
+    same-origin, so the dashboard refuses it and the run goes on."""
+    import http.server
+
+    from playwright.sync_api import sync_playwright
+
+    made = operations.create_token(stack.app, local_operator(), "root", ["admin"])
+    _, admin = stack.app.sync(made, "token")
+    stack.app.start("deploy", "prod", run_id="victim")
+    assert status_of(stack.app, "victim", "waiting") == "waiting"
+    attack = tmp_path / "attack"
+    attack.mkdir()
+    (attack / "index.html").write_text(
+        "<!doctype html><html><body>"
+        f'<form id="f" method="post" action="{stack.url}/ui/runs/act">'
+        '<input name="csrf" value="evil"><input name="run_id" value="victim">'
+        '<input name="action" value="cancel"></form>'
+        '<script>document.getElementById("f").submit();</script></body></html>'
+    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(attack), **kwargs)  # type: ignore[arg-type]
+
+        def end_headers(self) -> None:  # a server's Set-Cookie replaces even HttpOnly ones
+            self.send_header("Set-Cookie", "perdure_csrf=evil; Path=/ui")
+            super().end_headers()
+
+        def log_message(self, format: str, *args: object) -> None: ...
+
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Quiet)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                page = browser.new_context().new_page()
+                page.goto(f"{stack.url}/ui/login")
+                page.fill("#token", admin)
+                page.click("button[type=submit]")
+                page.wait_for_url(f"{stack.url}/ui/runs")
+                with page.expect_response(lambda r: r.url.endswith("/ui/runs/act")) as posted:
+                    page.goto(f"http://127.0.0.1:{evil.server_address[1]}/index.html")
+                assert posted.value.status == 403
+                page.wait_for_load_state()
+                assert "CSRF check failed" in page.content()
+            finally:
+                browser.close()
+    finally:
+        evil.shutdown()
+    assert stack.app.get_run("victim").status == "waiting"
+    audit = stack.app.sync(stack.app.store.audit_log(target="run:victim", limit=10), "audit")
+    assert [a.action for a in audit] == []

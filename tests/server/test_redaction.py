@@ -4,6 +4,7 @@ dashboard and MCP mask the same `sk-` keys and `pdr_` tokens of a run the same w
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 
 import perdure
 from perdure.cli.main import cli
-from perdure.server import create_app, dashboard
+from perdure.server import create_app
 from perdure.server.access import create_token
 from perdure.server.mcp.tasks import tool_result
 from perdure.testing import TestWorker
@@ -101,9 +102,9 @@ def test_the_dashboard_masks_run_data(runs: perdure.App) -> None:
     """The dashboard's run pages show the same masked forms."""
     _, value = runs.sync(create_token(runs, "ana", ["read"]), "token")
     with TestClient(create_app(runs)) as client:
-        client.get("/ui/login")
-        csrf = client.cookies.get(dashboard.CSRF_COOKIE)
-        form = {"token": value, "csrf": csrf or "", "next": "/ui/runs"}
+        login = client.get("/ui/login").text
+        found = re.search(r'name="csrf" value="([0-9a-f]+)"', login)
+        form = {"token": value, "csrf": found.group(1) if found else "", "next": "/ui/runs"}
         assert client.post("/ui/login", data=form, follow_redirects=False).status_code == 303
         for run_id in ("kept", "broke"):
             page = client.get(f"/ui/runs/{run_id}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -79,4 +81,5 @@ def create_app(app: App) -> Starlette:
         middleware=[Middleware(BodyLimit, limit_for=limit_for)],  # before anything reads
     )
     server.state.perdure = app
+    server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
     return server

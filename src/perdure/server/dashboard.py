@@ -11,6 +11,7 @@ of a second SameSite=Strict cookie (double submit). Secrets are redacted from al
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import secrets
 import time
@@ -116,10 +117,36 @@ async def read_form(request: Request) -> dict[str, str]:
     return {key: values[0] for key, values in fields.items()}
 
 
+def csrf_token(request: Request, nonce: str, session: str | None = None) -> str:
+    """The token this browser's forms carry: an HMAC, under the server's key, of its CSRF
+    nonce and its session. A page on another port of this host can set cookies here
+    (browsers do not separate cookies by port) but cannot compute this."""
+    key: bytes = request.app.state.csrf_key
+    if session is None:
+        session = request.cookies.get(SESSION_COOKIE, "")
+    return hmac.new(key, f"{nonce}|{session}".encode(), hashlib.sha256).hexdigest()
+
+
+def same_origin(request: Request) -> bool:
+    """A state-changing request came from this dashboard's own pages: `Sec-Fetch-Site`
+    (when the browser sends it) says same-origin, and `Origin` (when sent) is this server."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is not None:
+        host = request.headers.get("host", "")
+        return origin == f"{request.url.scheme}://{host}"
+    return True
+
+
 def csrf_ok(request: Request, form: dict[str, str]) -> bool:
-    """The form's token equals the CSRF cookie (which another site can neither read nor set)."""
-    cookie, sent = request.cookies.get(CSRF_COOKIE, ""), form.get("csrf", "")
-    return bool(cookie) and secrets.compare_digest(cookie.encode(), sent.encode())
+    """The form came from this dashboard: same origin, and its token is the one `csrf_token`
+    gives this browser's nonce and session."""
+    nonce, sent = request.cookies.get(CSRF_COOKIE, ""), form.get("csrf", "")
+    if not nonce or not same_origin(request):
+        return False
+    return secrets.compare_digest(csrf_token(request, nonce).encode(), sent.encode())
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
@@ -135,7 +162,8 @@ async def render(
     """Render template `name` for `who`, with the CSRF token and any flash message; every
     secret the redactor knows is hidden from the whole page."""
     app: App = request.app.state.perdure
-    csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(24)
+    nonce = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(24)
+    csrf = csrf_token(request, nonce)
     # a live refresh (perdure.js) neither shows nor spends the flash: it belongs to the page
     # a form redirected to, and a refresh fired by the page being left may come first
     refresh = request.headers.get(REFRESH_HEADER) == "1"
@@ -151,8 +179,8 @@ async def render(
         now=app.clock.now(), **context,
     )  # fmt: skip
     response = HTMLResponse(Redactor().page(html), status_code=status, headers=HEADERS)
-    if csrf != request.cookies.get(CSRF_COOKIE):
-        set_cookie(request, response, CSRF_COOKIE, csrf, SESSION_SECONDS)
+    if nonce != request.cookies.get(CSRF_COOKIE):
+        set_cookie(request, response, CSRF_COOKIE, nonce, SESSION_SECONDS)
     if flash:
         response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
     return response
