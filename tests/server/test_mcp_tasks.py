@@ -684,7 +684,8 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     served: tuple[Path, str],
 ) -> None:
     """Streamable HTTP: 401 without a valid bearer token; a read token's tools/call refused
-    (and audited as refused); a gate answered through the
+    (and audited as refused); a task is bound to the token that created it (another token,
+    even one of the same name, neither lists, reads nor cancels it); a gate answered through the
     client's elicitation (on the tasks/result stream); then the server is killed with
     SIGKILL right after a submission and a new one returns the result (a separate
     `perdure worker` runs the workflows)."""
@@ -692,6 +693,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     admin = perdure.App(db)
     token = admin.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[1]
     reader = admin.sync(create_token(admin, "reader", ["read"]), "token")[1]
+    other = admin.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[1]
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     worker = start(folder, perdure_argv(db, "worker", "--poll", "0.1"), "worker.log")
@@ -770,6 +772,20 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             result = await tasks(session).get_task_result(task_id, t.CallToolResult)
             assert result.isError is False and result.structuredContent == {"result": 11}
             assert {x.taskId for x in (await tasks(session).list_tasks()).tasks} == {gated, task_id}
+
+        async with AsyncExitStack() as stack:  # another token, even of the same name
+            session = await http_session(stack, url, other, elicit)
+            assert (await tasks(session).list_tasks()).tasks == []
+            for ask in (
+                tasks(session).get_task(task_id),
+                tasks(session).get_task_result(task_id, t.CallToolResult),
+                tasks(session).cancel_task(gated),
+            ):
+                with pytest.raises(McpError, match="Task not found"):
+                    await ask
+            mine = (await tasks(session).call_tool_as_task("slow_double", {"x": 1})).task.taskId
+            assert [x.taskId for x in (await tasks(session).list_tasks()).tasks] == [mine]
+        assert (await admin.client.get(gated)).status == "completed"  # the other token: no cancel
 
     try:
         wait_listening(port, server)

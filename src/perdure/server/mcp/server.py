@@ -223,6 +223,31 @@ class PerdureMcp:
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the client went away
 
+    def _owner(self) -> str:
+        """The authorization context a task is bound to: the bearer token (its digest, which
+        tells apart two tokens of one name) over HTTP, the one local client over stdio."""
+        request = self.server.request_context.request
+        user = getattr(request, "scope", {}).get("user") if request is not None else None
+        if isinstance(user, AuthenticatedUser):
+            return f"token:{user.access_token.subject}"
+        return "stdio"
+
+    async def _owned_by(self, task_id: str, owner: str) -> bool:
+        """Whether `owner` may see task `task_id` (runs not created over MCP: anyone may)."""
+        first = await self.app.store.journal(task_id, limit=1)
+        origin = first[0].data if first and first[0].kind == "run.origin" else None
+        bound = json.loads(origin).get("mcp") if origin else None
+        return bound is None or bound == owner
+
+    async def _bound(self, task_id: str) -> RunRow:
+        """The task's run, if the requestor may see it: a task created over MCP is bound to
+        the token that created it, and any other token is told it does not exist (the spec's
+        MUST; saying "forbidden" would confirm the id)."""
+        run = await self._run(task_id)
+        if not await self._owned_by(task_id, self._owner()):
+            raise _error(types.INVALID_PARAMS, f"Task not found: {task_id}")
+        return run
+
     def _context(self) -> tuple[Principal, SessionState, ServerSession, types.RequestId]:
         """Who asks, their session state, the SDK session and the request id."""
         ctx = self.server.request_context
@@ -255,6 +280,7 @@ class PerdureMcp:
         tool = self.tools.get(name)
         as_task = req.params.task is not None
         run_id = TASK_PREFIX + uuid.uuid4().hex
+        owner = self._owner()
         workflow = tool.workflow if tool is not None else name
         action = Action("run.start", f"run:{run_id}", "operate",
                         {"workflow": workflow, "via": "mcp", "task": as_task})  # fmt: skip
@@ -263,7 +289,9 @@ class PerdureMcp:
             if tool is None:
                 raise PerdureError(f"unknown tool {name!r}")
             args, kwargs = tool.arguments(req.params.arguments or {})
-            run, _ = await self.app.client.start_run(tool.workflow, args, kwargs, run_id=run_id)
+            run, _ = await self.app.client.start_run(
+                tool.workflow, args, kwargs, run_id=run_id, origin={"mcp": owner}
+            )
             return run
 
         try:
@@ -300,7 +328,7 @@ class PerdureMcp:
     async def _get_task(self, req: types.GetTaskRequest) -> types.ServerResult:
         who, state, *_ = self._context()
         require(who, "read", "reading a task")
-        task = await task_of(self.app, await self._run(req.params.taskId), self.poll_ms)
+        task = await task_of(self.app, await self._bound(req.params.taskId), self.poll_ms)
         state.watch(task)
         return types.ServerResult(types.GetTaskResult(**task.model_dump()))
 
@@ -308,7 +336,7 @@ class PerdureMcp:
         who, state, session, request_id = self._context()
         require(who, "read", "reading a task's result")
         task_id = req.params.taskId
-        state.watch(await task_of(self.app, await self._run(task_id), self.poll_ms))
+        state.watch(await task_of(self.app, await self._bound(task_id), self.poll_ms))
         run = await self._follow(task_id, who, session, request_id, self.options.result_wait, True)
         if run.status not in FINISHED:
             raise _error(
@@ -328,7 +356,10 @@ class PerdureMcp:
         cursor = req.params.cursor if req.params is not None else None
         after = _decode_cursor(cursor) if cursor else None
         runs = await self.app.store.list_runs(limit=self.options.list_limit)
-        keyed = sorted(((-r.created_at, r.id), r) for r in runs if r.id.startswith(TASK_PREFIX))
+        owner = self._owner()
+        mine = [r for r in runs if r.id.startswith(TASK_PREFIX)]
+        mine = [r for r in mine if await self._owned_by(r.id, owner)]  # another token's: omitted
+        keyed = sorted(((-r.created_at, r.id), r) for r in mine)
         if after is not None:
             keyed = [(k, r) for k, r in keyed if k > after]
         page = keyed[: self.options.page_size]
@@ -344,7 +375,7 @@ class PerdureMcp:
 
         async def cancel() -> str:
             found = await self.app.store.get_run(task_id)
-            if found is None:
+            if found is None or not await self._owned_by(task_id, self._owner()):
                 raise PerdureError(f"Task not found: {task_id}")
             if found.status in FINISHED:
                 raise PerdureError(f"task {task_id} already ended ({found.status})")
