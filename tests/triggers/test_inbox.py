@@ -122,6 +122,28 @@ def test_a_growing_file_is_taken_only_once_stable(make_drop: Callable[..., Drop]
     assert drop.seen == [(str(target), "part one\npart two\n")]
 
 
+def test_a_symlink_out_of_the_folder_is_never_followed(
+    make_drop: Callable[..., Drop], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`ln -s /etc/shadow inbox/x` must not start a run (its id would reveal the target's
+    sha256 to any reader); a link to a file inside the folder is taken as that file."""
+    drop = make_drop(stable=0.0, recursive=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:hash")
+    (drop.folder / "sub").mkdir()
+    (drop.folder / "sub" / "inside.txt").write_text("fine")
+    (drop.folder / "shadow_link").symlink_to(secret)
+    (drop.folder / "near").symlink_to(drop.folder / "sub" / "inside.txt")
+    (drop.folder / "up").symlink_to(Path("..") / "secret.txt")
+    with caplog.at_level("WARNING", logger="perdure.inbox"):
+        drop.settle()
+        drop.settle()  # logged once, not every scan
+    assert sha("root:hash")[:32] not in " ".join(drop.runs())
+    assert {content for _, content in drop.seen} == {"fine"}
+    skipped = [r.getMessage() for r in caplog.records if "leading out of the folder" in r.message]
+    assert len(skipped) == 2 and all(str(secret) in m for m in skipped)
+
+
 def test_hidden_and_temporary_names_are_ignored_until_renamed(
     make_drop: Callable[..., Drop],
 ) -> None:

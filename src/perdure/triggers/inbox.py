@@ -118,6 +118,7 @@ class Inbox:
             raise ConfigError(f"{where}: pattern is empty; pass a glob such as '*.pdf'")
         self._files: dict[str, _File] = {}
         self._started: set[str] = set()  # digests this process handed to the engine
+        self._refused_links: set[str] = set()  # symlinks out of the folder, logged once
         self._check_workflow(where)
 
     def __repr__(self) -> str:
@@ -212,6 +213,7 @@ class Inbox:
     def _list(self) -> dict[str, Signature]:
         """Every candidate file under the folder with its signature (runs in a thread)."""
         found: dict[str, Signature] = {}
+        root = os.path.realpath(self.folder)
         pending = [str(self.folder)]
         while pending:
             top = pending.pop()
@@ -231,11 +233,26 @@ class Inbox:
                         continue
                     if not entry.is_file() or not self._matches(entry.name):
                         continue
+                    if entry.is_symlink() and not self._link_inside(entry.path, root):
+                        continue
                     st = entry.stat()
                 except OSError:  # removed between listing and stat, or a dangling symlink
                     continue
                 found[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ino)
         return found
+
+    def _link_inside(self, path: str, root: str) -> bool:
+        """Whether a symlink's target is inside the folder: one leading out (to /etc/shadow,
+        say) is never followed, since its run id would reveal the target's sha256 to anyone
+        who may read runs; it is skipped and logged once."""
+        target = os.path.realpath(path)
+        if os.path.commonpath([root, target]) == root:
+            return True
+        if path not in self._refused_links:
+            self._refused_links.add(path)
+            log.warning("%s: skipped %s: a symlink leading out of the folder (to %s)",
+                        self.name, path, target)  # fmt: skip
+        return False
 
     def _matches(self, filename: str) -> bool:
         return any(fnmatch.fnmatch(filename, p) for p in self.patterns)
