@@ -874,3 +874,15 @@ def test_the_audit_endpoint_filters_by_run_actor_and_since(
     assert ids(f"&run=x&since={iso.replace('+', '%2B')}") == [recent, recent - 2]
     assert ids("&run=x&target=run:y") == []
     assert client.get("/api/v1/audit?since=yesterday", headers=auth(read)).status_code == 400
+
+
+def test_bodies_nested_thousands_deep_are_400_not_500(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    """A JSON body nested 100,000 deep, to starting a run or to a run's events: 400, one line."""
+    op = {**auth(tokens["operate"]), "content-type": "application/json"}
+    deep = '{"workflow": "echo", "args": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    for path in ("/api/v1/runs", "/api/v1/runs/nope/events"):
+        answer = client.post(path, content=deep, headers=op)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json() == {"error": "body is nested too deeply", "field": "body"}

@@ -545,3 +545,13 @@ def test_the_audit_page_filters_by_target_actor_and_since(
     by_run = text_of(server.get("/ui/audit?run=x").text)
     assert "mark: old" in by_run and "mark: other-run" not in by_run
     assert server.get("/ui/audit?since=yesterday").status_code == 400
+
+
+def test_page_numbers_and_cursors_past_any_row_are_pages_not_500s(
+    app: perdure.App, server: TestClient
+) -> None:
+    """`?page=` and `?before=` of 10**23 overflow SQL integers: an empty page, never a 500."""
+    sign_in(server, token(app, "read"))
+    huge = str(10**23)
+    assert server.get(f"/ui/runs?page={huge}").status_code == 200
+    assert server.get(f"/ui/audit?before={huge}").status_code == 200

@@ -369,3 +369,11 @@ def test_valid_and_replayed_delivery_on_postgres(pg_url: str) -> None:
         assert app.handle("hook:push:pg-1").result(timeout=5) == "perdure@main"
     finally:
         app.close()
+
+
+def test_a_body_nested_thousands_deep_is_400_not_500(app: perdure.App, client: TestClient) -> None:
+    """JSON nested 100,000 deep (signed, so it is parsed) is the sender's fault: one line."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    response = post(client, deep, delivery="d-deep")
+    assert response.status_code == 400 and "nested too deeply" in response.json()["error"]
+    assert app.list_runs() == []

@@ -49,6 +49,8 @@ REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
 SESSION_SECONDS = 12 * 3600
 PAGE = 50  # rows per page of runs and audit entries
+MAX_PAGE = 1000  # a page number beyond is the last one asked for (never a 500)
+MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
 MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
 STREAM_SECONDS = 600.0  # one SSE connection lasts this long; the browser then reconnects
 STREAM_POLL = 1.0  # seconds between checks for changes made by other processes
@@ -299,7 +301,8 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     statuses = [s for s in query.getlist("status") if s in ALL_STATUSES]
     workflow = query.get("workflow") or None
     search = query.get("q", "").strip()
-    number = max(int(query.get("page", "1")) if query.get("page", "1").isdigit() else 1, 1)
+    page_text = query.get("page", "1")
+    number = min(max(int(page_text) if page_text.isdigit() else 1, 1), MAX_PAGE)
     start = (number - 1) * PAGE
     wanted = 10_000 if search else start + PAGE + 1
     rows = await app.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
@@ -607,7 +610,7 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
     how it ended; filtered by target (or run), actor and since (a duration, time or date)."""
     query = request.query_params
     before_text = query.get("before", "")
-    before = int(before_text) if before_text.isdigit() else None
+    before = min(int(before_text), MAX_ID) if before_text.isdigit() else None
     run = query.get("run") or None
     target = f"run:{run}" if run else query.get("target") or None
     actor = query.get("actor") or None

@@ -309,15 +309,18 @@ async def parse_body(request: Request, model: type[M]) -> M:
             raise BadInput(413, f"request body is over {MAX_BODY} bytes", "body") from None
         raise BadInput(refused.status, refused.message, "body") from None
     data: Any = {}
-    if raw.strip():
-        try:
-            data = json.loads(raw, parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise BadInput(400, f"body is not JSON: {exc}", "body") from None
-    if not isinstance(data, dict):
-        raise BadInput(422, f"body must be a JSON object, not {type(data).__name__}", "body")
-    for key, value in data.items():
-        _check_strings(value, str(key))
+    try:
+        if raw.strip():
+            try:
+                data = json.loads(raw, parse_constant=_no_constant)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BadInput(400, f"body is not JSON: {exc}", "body") from None
+        if not isinstance(data, dict):
+            raise BadInput(422, f"body must be a JSON object, not {type(data).__name__}", "body")
+        for key, value in data.items():
+            _check_strings(value, str(key))
+    except RecursionError:  # JSON nested thousands deep: the client's fault, never a 500
+        raise BadInput(400, "body is nested too deeply", "body") from None
     try:
         body = model.model_validate(data)
     except ValidationError as exc:

@@ -81,8 +81,12 @@ async def _receive(app: App, hook: Webhook, request: Request) -> JSONResponse:
         payload = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise Refused(400, f"body is not JSON ({exc})") from None
+    except RecursionError:  # nested thousands deep: the sender's fault, never a 500
+        raise Refused(400, "body is nested too deeply") from None
     try:
         delivery = await deliver(app, hook, delivery_id, payload)
+    except RecursionError:
+        raise Refused(400, "body is nested too deeply") from None
     except PayloadError as exc:
         raise Refused(400, str(exc)) from None
     except ConfigError as exc:
