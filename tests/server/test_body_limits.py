@@ -44,6 +44,7 @@ def served(tmp_path: Path) -> Iterator[int]:
     def hooked(payload: object) -> None: ...
 
     app.webhook("small", hooked, secret="s3cret", max_body=1000)
+    app.start(hooked, None, run_id="streamed")  # a run to follow (no worker: it waits)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(app), host="127.0.0.1", port=port, log_level="warning")
@@ -134,3 +135,29 @@ def test_one_table_gives_every_path_its_limit() -> None:
     assert body_limit("/hooks/github", hooks) == 5_000_000
     assert body_limit("/hooks/unknown", hooks) == MAX_OTHER  # small enough to answer 404
     assert body_limit("/metrics", hooks) == MAX_OTHER
+
+
+def test_the_stream_cap_holds_when_many_open_at_once(served: int, tmp_path: Path) -> None:
+    """150 event streams opened at the same moment, to the API's run stream and to the
+    dashboard's: exactly MAX_STREAMS are served and the rest get 503 (the count was taken
+    only once a stream started, so all 200 of a burst used to get in)."""
+    from perdure.server.sse import MAX_STREAMS
+
+    token = TOKEN["operate"]
+    requests = []
+    for i in range(150):
+        if i % 2:
+            path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
+        else:
+            path, auth = "/ui/stream", f"Cookie: perdure_session={token}\r\n"
+        requests.append(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+    socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
+    try:
+        for sock, request in zip(socks, requests, strict=True):
+            sock.sendall(request)
+        codes = [sock.recv(64).split(b" ")[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+    assert codes.count(b"200") == MAX_STREAMS, codes
+    assert codes.count(b"503") == 150 - MAX_STREAMS

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -39,6 +39,7 @@ from . import operations
 from .access import Principal, authenticate
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
+from .sse import SlotStream, slots_of
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -54,8 +55,6 @@ MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
 MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
 STREAM_SECONDS = 600.0  # one SSE connection lasts this long; the browser then reconnects
 STREAM_POLL = 1.0  # seconds between checks for changes made by other processes
-MAX_STREAMS = 100  # open event streams per server; more are refused with 503
-_open_streams = 0
 HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",  # no clickjacking of approve buttons
@@ -659,31 +658,27 @@ async def stream(request: Request) -> Response:
     who = await principal(app, request)
     if who is None or not who.allows("read"):
         return Response("sign in first\n", status_code=401, media_type="text/plain")
-    if _open_streams >= MAX_STREAMS:
-        return Response("too many open streams\n", status_code=503, media_type="text/plain")
     run_id = request.query_params.get("run") or None
+    slots = slots_of(request)
+    if not slots.take():
+        return Response("too many open streams\n", status_code=503, media_type="text/plain")
 
     async def events() -> AsyncIterator[str]:
-        global _open_streams
-        _open_streams += 1
-        try:
-            yield "retry: 2000\n\n"
-            started = last_sent = time.monotonic()
-            last = ""
-            while time.monotonic() - started < STREAM_SECONDS:
-                current = await digest(app, run_id)
-                if current != last:
-                    last, last_sent = current, time.monotonic()
-                    yield f"event: change\ndata: {current}\n\n"
-                elif time.monotonic() - last_sent > 15:
-                    last_sent = time.monotonic()
-                    yield ": ping\n\n"
-                await app.wait_change(STREAM_POLL)
-        finally:
-            _open_streams -= 1
+        yield "retry: 2000\n\n"
+        started = last_sent = time.monotonic()
+        last = ""
+        while time.monotonic() - started < STREAM_SECONDS:
+            current = await digest(app, run_id)
+            if current != last:
+                last, last_sent = current, time.monotonic()
+                yield f"event: change\ndata: {current}\n\n"
+            elif time.monotonic() - last_sent > 15:
+                last_sent = time.monotonic()
+                yield ": ping\n\n"
+            await app.wait_change(STREAM_POLL)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+    return SlotStream(events(), slots, media_type="text/event-stream", headers=headers)
 
 
 async def home(request: Request) -> Response:

@@ -117,25 +117,56 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
         app.on_notify.remove(listener)
 
 
-async def _counted(request: Request, stream: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+class Slots:
+    """The open event streams of one server, at most `most`: a slot is taken when the
+    response is made (never after an await, so two requests cannot both take the last
+    one) and given back when the response ends, however it ends."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.open = 0
+
+    def take(self) -> bool:
+        if self.open >= self.most:
+            return False
+        self.open += 1
+        return True
+
+    def give(self) -> None:
+        self.open -= 1
+
+
+class SlotStream(StreamingResponse):
+    """A streaming response that gives its slot back when it ends (the client left, the
+    stream finished, or it failed), even if its body never started."""
+
+    def __init__(self, content: AsyncIterator[str], slots: Slots, **options: Any) -> None:
+        super().__init__(content, **options)
+        self.slots = slots
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slots.give()
+
+
+def slots_of(request: Request) -> Slots:
+    """The server's stream slots (the API's and the dashboard's streams share them)."""
     state = request.app.state
-    state.sse_streams = getattr(state, "sse_streams", 0) + 1  # counted once it streams
-    try:
-        async with contextlib.aclosing(stream):
-            async for frame in stream:
-                yield frame
-    finally:
-        state.sse_streams -= 1
+    found: Slots | None = getattr(state, "sse_slots", None)
+    if found is None:
+        found = state.sse_slots = Slots(MAX_STREAMS)
+    return found
 
 
 def response(request: Request, app: App, run_id: str, after: int) -> Response:
     """The streaming response for one client (503 if MAX_STREAMS are already open)."""
-    state = request.app.state
-    open_now: int = getattr(state, "sse_streams", 0)
-    if open_now >= MAX_STREAMS:
-        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.method == "HEAD":
         return Response(media_type="text/event-stream", headers=headers)
-    body = _counted(request, events(app, run_id, after))
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+    slots = slots_of(request)
+    if not slots.take():
+        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
+    body = events(app, run_id, after)
+    return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
