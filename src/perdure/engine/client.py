@@ -54,6 +54,15 @@ class Named(Protocol):
     def name(self) -> str: ...
 
 
+def origin_of(entries: Sequence[Entry]) -> dict[str, Any]:
+    """What started a run, from its journal's `run.origin` entry ({}: a client call)."""
+    for entry in entries:
+        if entry.kind == "run.origin" and entry.data:
+            found = json.loads(entry.data)
+            return found if isinstance(found, dict) else {}
+    return {}
+
+
 IDS_PER_QUERY = 500  # run ids per store query (SQL parameter limits)
 
 

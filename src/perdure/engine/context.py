@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import threading
 import time
@@ -44,6 +43,7 @@ from ..store.base import (
 )
 from ..store.blobs import inline_or_blob
 from . import observers
+from .client import origin_of
 from .codec import dumps, loads
 
 if TYPE_CHECKING:
@@ -109,13 +109,10 @@ class RunContext:
         self.sync_mode = sync_mode
         self.inline_sleep = inline_sleep
         self.by_position: dict[int, list[Entry]] = {}
-        self.origin: dict[str, Any] = {}  # what started the run (`run.origin`; {}: a client)
         for entry in entries:
             if entry.position is not None:
                 self.by_position.setdefault(entry.position, []).append(entry)
-            elif entry.kind == "run.origin" and entry.data:
-                found = json.loads(entry.data)
-                self.origin = found if isinstance(found, dict) else {}
+        self.origin = origin_of(entries)  # what started the run ({}: a client call)
         self.position = 0
         self.buffer: list[Entry] = []
         self.precious = False

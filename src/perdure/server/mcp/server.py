@@ -51,6 +51,7 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.experimental.tasks.helpers import RELATED_TASK_METADATA_KEY
 from mcp.shared.message import ServerMessageMetadata
 
+from ...engine.client import origin_of
 from ...errors import PerdureError, StoreError
 from ...store.base import CANCELLING, FINISHED, RunRow
 from .. import operations as ops
@@ -234,9 +235,7 @@ class PerdureMcp:
 
     async def _owned_by(self, task_id: str, owner: str) -> bool:
         """Whether `owner` may see task `task_id` (runs not created over MCP: anyone may)."""
-        first = await self.app.store.journal(task_id, limit=1)
-        origin = first[0].data if first and first[0].kind == "run.origin" else None
-        bound = json.loads(origin).get("mcp") if origin else None
+        bound = origin_of(await self.app.store.journal(task_id, limit=1)).get("mcp")
         return bound is None or bound == owner
 
     async def _bound(self, task_id: str) -> RunRow:
