@@ -129,7 +129,9 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading(served: int)
 
 
 def test_one_table_gives_every_path_its_limit() -> None:
-    hooks = {"github": 5_000_000}
+    from perdure.triggers.webhooks import Webhook
+
+    hooks = {"github": Webhook(name="github", workflow="wf", secret="s", max_body=5_000_000)}
     assert body_limit("/api/v1/runs", hooks) == MAX_BODY
     assert body_limit("/ui/login", hooks) == MAX_FORM
     assert body_limit("/hooks/github", hooks) == 5_000_000

@@ -227,8 +227,8 @@ async def list_runs(call: Call) -> Any:
     answer: dict[str, Any] = {"runs": [run_summary(r, redactor) for r in rows],
                               "next_cursor": cursor}  # fmt: skip
     if ids:  # the bulk status call: which of the ids no run has
-        known = {r.id for r in await call.app.store.list_runs(ids=ids, limit=len(ids))}
-        answer["missing"] = [i for i in dict.fromkeys(ids) if i not in known]
+        found = await call.app.client.statuses(list(dict.fromkeys(ids)))
+        answer["missing"] = [run_id for run_id, status in found.items() if status is None]
     return answer
 
 

@@ -16,6 +16,7 @@ from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
+from .sse import MAX_STREAMS, Slots
 from .webhooks import receive_hook
 
 
@@ -72,14 +73,14 @@ def create_app(app: App) -> Starlette:
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
     """
 
-    def limit_for(path: str) -> int:
-        return body_limit(path, {name: hook.max_body for name, hook in app.webhooks.items()})
-
     server = Starlette(
         routes=routes(),
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(BodyLimit, limit_for=limit_for)],  # before anything reads
+        middleware=[  # before anything reads a body
+            Middleware(BodyLimit, limit_for=lambda path: body_limit(path, app.webhooks))
+        ],
     )
     server.state.perdure = app
     server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
+    server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
     return server

@@ -9,21 +9,25 @@ authentication has buffered it. Handlers may refuse smaller bodies themselves.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .validation import MAX_BODY
 
+if TYPE_CHECKING:
+    from ..triggers.webhooks import Webhook
+
 MAX_FORM = 64 * 1024  # dashboard forms (sign-in, approve, act)
 MAX_OTHER = 64 * 1024  # any other path (health, metrics, the dashboard's GETs)
 
 
-def body_limit(path: str, hooks: dict[str, int]) -> int:
-    """The most bytes a request body to `path` may have (`hooks`: max_body by hook name)."""
+def body_limit(path: str, hooks: Mapping[str, Webhook]) -> int:
+    """The most bytes a request body to `path` may have (`hooks`: the app's webhooks)."""
     if path.startswith("/hooks/"):
-        return hooks.get(path.removeprefix("/hooks/"), MAX_OTHER)  # unknown: 404 from the route
+        hook = hooks.get(path.removeprefix("/hooks/"))
+        return MAX_OTHER if hook is None else hook.max_body  # unknown: 404 from the route
     if path.startswith("/api/"):
         return MAX_BODY
     if path.startswith("/ui/"):

@@ -152,12 +152,10 @@ class SlotStream(StreamingResponse):
 
 
 def slots_of(request: Request) -> Slots:
-    """The server's stream slots (the API's and the dashboard's streams share them)."""
-    state = request.app.state
-    found: Slots | None = getattr(state, "sse_slots", None)
-    if found is None:
-        found = state.sse_slots = Slots(MAX_STREAMS)
-    return found
+    """The server's stream slots (`create_app` makes them; the API's and the dashboard's
+    streams share them)."""
+    slots: Slots = request.app.state.sse_slots
+    return slots
 
 
 def response(request: Request, app: App, run_id: str, after: int) -> Response:
