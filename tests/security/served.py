@@ -1,0 +1,107 @@
+"""A real `perdure serve` or `perdure mcp --http` in a process of its own on 127.0.0.1, with a
+token of each scope made through the CLI first (the security tests' server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from perdure import App
+from perdure.server.access import create_token
+
+HERE = Path(__file__).parent
+SCOPES = ("read", "operate", "approve", "admin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Served:
+    """A running server: where it listens, its store, a token per scope and its log."""
+
+    url: str
+    port: int
+    db: str
+    env: dict[str, str]
+    log: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def client(self, scope: str | None = None, **kwargs: object) -> httpx.Client:
+        """An HTTP client for the server, with the bearer token of `scope` if given."""
+        headers = {"Authorization": f"Bearer {self.tokens[scope]}"} if scope else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def perdure(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`perdure ARGS` against the tests' app and store; fails the test if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "perdure", "--app", "sec_app:app", *args],
+        cwd=HERE, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, f"perdure {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done
+
+
+def make_token(env: dict[str, str], name: str, scope: str) -> tuple[str, str]:
+    """(id, token) of a new token made with `perdure token create`."""
+    out = perdure(env, "token", "create", name, "--scope", scope).stdout.splitlines()
+    return out[0].split()[1], out[-1].strip()
+
+
+def start(
+    tmp_path: Path, command: list[str], health: str, extra_env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """Start `perdure COMMAND --port P` and wait until `health` answers (any status)."""
+    port = free_port()
+    db = f"sqlite:///{tmp_path}/security.db"
+    env = {**os.environ, "PERDURE_DB": db, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    served = Served(f"http://127.0.0.1:{port}", port, db, env, tmp_path / f"{command[0]}.log")
+    maker = App(db)  # in this process: four `perdure token create` would take ~2 s
+    try:
+        for scope in SCOPES:
+            served.tokens[scope] = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "")[1]
+    finally:
+        maker.close()
+    with served.log.open("wb") as log:
+        served.proc = subprocess.Popen(
+            [sys.executable, "-m", "perdure", "--app", "sec_app:app", *command,
+             "--port", str(port)],
+            cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(served.url + health, timeout=2)
+                break
+            except httpx.TransportError:
+                pass
+            assert served.proc.poll() is None, served.output()
+            assert time.monotonic() < deadline, f"perdure {command[0]} did not come up"
+            time.sleep(0.05)
+        yield served
+    finally:
+        if served.proc.poll() is None:
+            served.proc.send_signal(signal.SIGTERM)
+            try:
+                served.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                served.proc.kill()
+                served.proc.wait()
