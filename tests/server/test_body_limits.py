@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 import perdure
-from perdure.server import create_app
-from perdure.server.access import create_token
+from perdure.server import create_app, sessions
+from perdure.server.access import authenticate, create_token
 from perdure.server.limits import MAX_FORM, MAX_OTHER, body_limit
 from perdure.server.validation import MAX_BODY
 
@@ -39,6 +39,9 @@ def served(tmp_path: Path) -> Iterator[int]:
     token in TOKEN, so the API reads the body rather than refusing the request)."""
     app = perdure.App(f"sqlite:///{tmp_path}/limits.db")
     _, TOKEN["operate"] = app.sync(create_token(app, "op", ["operate"]), "token")
+    who = app.sync(authenticate(app, f"Bearer {TOKEN['operate']}"), "sign in")
+    assert who is not None
+    TOKEN["session"] = app.sync(sessions.start(app, who, sessions.SessionPolicy()), "session")
 
     @app.workflow(name="hooked")
     def hooked(payload: object) -> None: ...
@@ -151,7 +154,7 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int, tmp_path: Path
         if i % 2:
             path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
         else:
-            path, auth = "/ui/stream", f"Cookie: perdure_session={token}\r\n"
+            path, auth = "/ui/stream", f"Cookie: perdure_session={TOKEN['session']}\r\n"
         requests.append(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
     socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
     try:

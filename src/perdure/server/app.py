@@ -16,7 +16,9 @@ from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
+from .sessions import SessionPolicy
 from .sse import MAX_STREAMS, Slots
+from .throttle import Throttle
 from .webhooks import receive_hook
 
 
@@ -67,10 +69,14 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
-def create_app(app: App) -> Starlette:
+def create_app(
+    app: App, *, sessions: SessionPolicy | None = None, throttle: Throttle | None = None
+) -> Starlette:
     """The ASGI application for `app`: endpoints find it as `request.app.state.perdure`.
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
+    `sessions` says how long dashboard sign-ins last (default: 4 h idle, 24 h at most),
+    `throttle` how many wrong credentials an address may send (default: 20 a minute).
     """
 
     server = Starlette(
@@ -81,6 +87,8 @@ def create_app(app: App) -> Starlette:
         ],
     )
     server.state.perdure = app
-    server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
+    server.state.csrf_key = secrets.token_bytes(32)  # signs the sign-in form's CSRF token
+    server.state.sessions = sessions or SessionPolicy()
+    server.state.throttle = throttle or Throttle()  # wrong tokens and sessions, per address
     server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
     return server
