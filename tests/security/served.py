@@ -30,7 +30,8 @@ def free_port() -> int:
 
 @dataclass
 class Served:
-    """A running server: where it listens, its store, a token per scope and its log."""
+    """A running server: where it listens, its store, a token (and its id) per scope, its
+    environment (for `perdure` commands on the same store) and its log."""
 
     url: str
     port: int
@@ -38,6 +39,7 @@ class Served:
     env: dict[str, str]
     log: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    token_ids: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     def client(self, scope: str | None = None, **kwargs: object) -> httpx.Client:
@@ -76,7 +78,8 @@ def start(
     maker = App(db)  # in this process: four `perdure token create` would take ~2 s
     try:
         for scope in SCOPES:
-            served.tokens[scope] = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "")[1]
+            made = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "token")
+            served.token_ids[scope], served.tokens[scope] = made
     finally:
         maker.close()
     with served.log.open("wb") as log:
