@@ -4,6 +4,7 @@ token of each scope made through the CLI first (the security tests' server)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -108,3 +109,19 @@ def start(
             except subprocess.TimeoutExpired:
                 served.proc.kill()
                 served.proc.wait()
+
+
+def form_csrf(html: str) -> str:
+    """The CSRF token a dashboard page's forms carry."""
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found, f"no form with a CSRF token on the page: {html[:300]}"
+    return found.group(1)
+
+
+def sign_in(served: Served, token: str) -> httpx.Client:
+    """A browser-like client signed in to the dashboard with `token` (cookie perdure_session)."""
+    client = served.client(follow_redirects=True)
+    csrf = form_csrf(client.get("/ui/login").text)
+    answer = client.post("/ui/login", data={"token": token, "csrf": csrf})
+    assert answer.status_code == 200 and answer.url.path == "/ui/runs", answer.text[:300]
+    return client

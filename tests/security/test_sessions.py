@@ -5,25 +5,13 @@ client address with 429 while the real token keeps working."""
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 
 import httpx
-from served import Served, perdure
+from served import Served, form_csrf, perdure, sign_in
 
 from perdure.server.sse import RECHECK
-
-
-def sign_in(served: Served, token: str) -> httpx.Client:
-    """A browser-like client signed in to the dashboard with `token`."""
-    client = served.client(follow_redirects=True)
-    page = client.get("/ui/login")
-    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
-    assert csrf, page.text[:300]
-    answer = client.post("/ui/login", data={"token": token, "csrf": csrf.group(1)})
-    assert answer.status_code == 200 and answer.url.path == "/ui/runs", answer.text[:300]
-    return client
 
 
 def signed_in(client: httpx.Client) -> bool:
@@ -39,10 +27,8 @@ def test_a_copied_session_cookie_is_worthless_after_sign_out(serve: Served) -> N
     with serve.client() as thief:
         thief.cookies.set("perdure_session", session)
         assert signed_in(thief)
-        page = browser.get("/ui/runs").text
-        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
-        assert csrf
-        out = browser.post("/ui/logout", data={"csrf": csrf.group(1)})
+        csrf = form_csrf(browser.get("/ui/runs").text)
+        out = browser.post("/ui/logout", data={"csrf": csrf})
         assert out.url.path == "/ui/login"
         thief.cookies.set("perdure_session", session)
         assert not signed_in(thief)
@@ -117,7 +103,5 @@ def test_wrong_tokens_are_limited_per_address_without_locking_out_the_real_one(
 
 
 def sign_in_refused(http: httpx.Client, token: str) -> int:
-    page = http.get("/ui/login")
-    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
-    assert csrf
-    return http.post("/ui/login", data={"token": token, "csrf": csrf.group(1)}).status_code
+    csrf = form_csrf(http.get("/ui/login").text)
+    return http.post("/ui/login", data={"token": token, "csrf": csrf}).status_code
