@@ -9,7 +9,8 @@ import time
 
 import click
 
-from ..engine.worker import SILENT_AFTER, WorkerOptions, public_url, run_until_signalled
+from ..engine.peers import SILENT_AFTER
+from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
 

@@ -24,6 +24,7 @@ from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
 from . import effects, observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
+from .peers import SILENT_AFTER, how_lost
 from .registry import StepDef
 
 P = ParamSpec("P")
@@ -207,11 +208,13 @@ async def run_step(
         action = "needs_attention" if step.effect == "once" else "rerun"
         observers.step_recovered(ctx, step, pos, last.attempt, action)
         if step.effect == "once":
-            reason = (
-                effects.CRASHED
-                if stopped is None
-                else effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
-            )
+            if stopped is None:
+                how = await ctx.read(
+                    lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER)
+                )
+                reason = effects.lost_reason(how)
+            else:
+                reason = effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
             raise await ctx.suspend(
                 NEEDS_ATTENTION,
                 "needs_attention",

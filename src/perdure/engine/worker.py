@@ -34,7 +34,7 @@ from . import observers
 from .client import Client
 from .clock import Clock, SystemClock
 from .context import RunContext, SimulatedCrash
-from .peers import RUNNING, pid_gone, release_dead_peers
+from .peers import PRESENCE, RUNNING, SILENT_AFTER, pid_gone, release_dead_peers
 from .runner import execute
 from .services import supervise
 
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
-PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
-SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
 _LIVE_IDS: set[str] = set()  # ids registered by workers of this process that still run
 
 
@@ -324,6 +322,7 @@ class Worker:
             list(self.runtime.workflows),
             list(self.runtime.queues.values()),
             held,
+            executing=list(self.tasks),  # never its own, even if their lease ran out
         )
         for claim in claims:
             self._start(claim)
@@ -412,8 +411,8 @@ class Worker:
             ctx = self.contexts.get(run_id)
             state = alive.get(run_id)
             task = self.tasks.get(run_id)
-            if ctx is None or task is None:
-                continue
+            if ctx is None or task is None or (state is None and ctx.released):
+                continue  # gone, or parked by its own write since the heartbeat was sent
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
                 observers.lease_lost(run_id, self.id, "heartbeat")

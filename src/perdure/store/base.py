@@ -174,6 +174,8 @@ class Append:
     blob_threshold: int | None = None  # store tx_body data over this size as a blob
     stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
     inline_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
+    key: str | None = None  # names this write: kept by the run when it lands (fenced writes)
+    retry: bool = False  # sent again after a lost connection: if `key` landed, do nothing
 
 
 @dataclass(slots=True)
@@ -322,6 +324,7 @@ class Store(Protocol):
         workflows: Sequence[str],
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
+        executing: Sequence[str] = (),
     ) -> list[Claim]: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float

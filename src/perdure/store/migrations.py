@@ -226,6 +226,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX sessions_by_token ON dashboard_sessions (token_id);
     CREATE INDEX sessions_by_seen ON dashboard_sessions (seen_at)
     """,
+    # 10: a run remembers the key of the last fenced write that landed, so a worker whose
+    # connection died mid-commit can tell, once the store is back, whether it did
+    """
+    ALTER TABLE runs ADD COLUMN last_append TEXT
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

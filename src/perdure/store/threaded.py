@@ -125,6 +125,7 @@ class ThreadedStore:
         self._enqueued = 0  # operations handed to the store thread
         self._completed = 0  # of those, answered (written by the store thread only)
         self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
+        self._doubtful = False  # a call lost the database: replace the thread's connection
         self._listeners: list[Callable[[], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
@@ -255,10 +256,13 @@ class ThreadedStore:
                 try:
                     self._run_batch(conn, batch)
                 except Exception as exc:  # a bug must fail the batch, never the store thread
-                    log.exception("store %s: a batch failed", self.url)
-                    self._fail_batch(batch, exc)
+                    error = self._failure(conn, exc)
+                    if error is exc:
+                        log.exception("store %s: a batch failed", self.url)
+                    self._fail_batch(batch, exc, error if error is not exc else None)
                 self._completed += len(batch)
-                if self._broken(conn):
+                if self._broken(conn) or self._doubtful:
+                    self._doubtful = False
                     conn = self._reconnect(conn)
                     if conn is None:
                         return
@@ -267,9 +271,13 @@ class ThreadedStore:
                 with contextlib.suppress(Exception):
                     self._disconnect(conn)
 
-    def _fail_batch(self, batch: list[_Op], exc: Exception) -> None:
-        """Answer every op of a batch that raised unexpectedly that it failed."""
-        error = StoreError(f"store {self.url}: internal error ({type(exc).__name__}: {exc})")
+    def _fail_batch(
+        self, batch: list[_Op], exc: Exception, error: BaseException | None = None
+    ) -> None:
+        """Answer every op of a batch that raised unexpectedly that it failed (`error`:
+        what to answer, when the store knows better than an internal error)."""
+        if error is None:
+            error = StoreError(f"store {self.url}: internal error ({type(exc).__name__}: {exc})")
         self._answers = {}
         for op in batch:
             if op.future is not None:
@@ -299,9 +307,19 @@ class ThreadedStore:
             return conn
         return None
 
+    def _connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        """Did `exc` come from losing the database (not from the call itself)? A store
+        whose driver can tell more (PostgreSQL) says so for errors met before the
+        connection is marked broken, e.g. inside a pipeline or a COMMIT."""
+        return isinstance(exc, self.db_errors) and self._broken(conn)
+
     def _failure(self, conn: Any, exc: BaseException) -> BaseException:
-        """What a caller sees for `exc`: StoreUnavailable when the connection was lost."""
-        if isinstance(exc, self.db_errors) and self._broken(conn):
+        """What a caller sees for `exc`: StoreUnavailable when the connection was lost
+        (never the driver's own error, which would reach a workflow and fail its run)."""
+        if isinstance(exc, StoreUnavailable):
+            return exc
+        if self._connection_lost(conn, exc):
+            self._doubtful = True  # the store thread replaces its connection after the batch
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return StoreUnavailable(f"store {self.url} unreachable: {first}")
         return exc
@@ -428,7 +446,11 @@ class ThreadedStore:
                 conn.execute("ROLLBACK")
             self._answer(op, None, self._failure(conn, exc))
             return
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:  # lost mid-commit: it may or may not have landed
+            self._answer(op, None, self._failure(conn, exc))
+            return
         self.commits += 1
         self._answer(op, value, None)
 
@@ -579,10 +601,11 @@ class ThreadedStore:
         workflows: Sequence[str],
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
+        executing: Sequence[str] = (),
     ) -> list[Claim]:
         return await self._call(
             lambda c: sqlops.claim(
-                c, owner, now, lease_seconds, limit, workflows, queues, held or {}
+                c, owner, now, lease_seconds, limit, workflows, queues, held or {}, executing
             ),
             write=True,
         )
