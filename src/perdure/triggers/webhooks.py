@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..engine.client import Client
 from ..errors import ConfigError
-from .ids import MAX_ID, id_problem
+from .ids import id_problem
 from .webhook_signatures import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -52,7 +52,6 @@ __all__ = [
     "Scheme",
     "Webhook",
     "add_webhook",
-    "check_delivery_id",
     "deliver",
     "sign",
     "sign_standard",
@@ -67,19 +66,6 @@ BODY_SIGNATURE_HEADER = "X-Perdure-Signature"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _HEADER = re.compile(r"[A-Za-z0-9-]+")
-MAX_DELIVERY_ID = MAX_ID
-
-
-def check_delivery_id(value: str | None) -> str:
-    """The delivery id if it is usable in a run id, else `ValueError` saying what is wrong.
-
-    Usable: 1 to 200 visible ASCII characters (no spaces or control characters).
-    """
-    problem = id_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    assert value is not None
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
