@@ -1,4 +1,5 @@
-"""The app the security tests serve: a workflow that waits, and signed webhooks.
+"""The app the security tests serve: a workflow that waits, and signed webhooks (`push`:
+Standard Webhooks; `push-body`: the body-only scheme).
 
 Store from PERDURE_DB; the webhooks' secret is `s3cret` (HOOK_SECRET may override it)."""
 
@@ -21,6 +22,9 @@ def waits(payload: Any = None) -> str:
 
 app.webhook("push", waits, secret=SECRET)
 app.webhook("small", waits, secret=SECRET, max_body=1000)  # a hook that takes little
+# GitHub-style: body-only HMAC in X-Perdure-Signature, the id in X-Perdure-Delivery (replayable
+# under a new id, as documented; tests/security/test_webhook_replay.py shows it).
+app.webhook("push-body", waits, secret=SECRET, scheme="body")
 
 
 @app.workflow()

@@ -27,11 +27,12 @@ def test_what_the_client_got_wrong_is_never_a_500(serve: Served) -> None:
             assert answer.json()["error"] == "body is nested too deeply"
         deep_hook = DEEP.encode()
         signature = "sha256=" + hmac.new(b"s3cret", deep_hook, hashlib.sha256).hexdigest()
-        hooked = http.post("/hooks/push", content=deep_hook, headers={
+        hooked = http.post("/hooks/push-body", content=deep_hook, headers={  # sha256= of the body
             "X-Perdure-Delivery": "deep-1", "X-Perdure-Signature": signature,
             "Content-Type": "application/json",
         })  # fmt: skip
         one_line_refusal(hooked.status_code, hooked.text)
+        assert hooked.json()["error"] == "body is nested too deeply"  # signed: parsed, refused
         cursor = "[" * 3000 + "]" * 3000
         for path in ("/api/v1/runs", "/api/v1/audit"):
             listed = http.get(path, params={"cursor": cursor}, headers=operate)
