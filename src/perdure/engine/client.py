@@ -332,8 +332,9 @@ class Client:
         return (await self.get(run_id)).status
 
     async def resume(self, run_id: str) -> str:
-        """Resume a paused run, withdraw a pause a running run has not reached yet, or give a
-        dead run another replay from its journal (after fixing what crashed its recoveries)."""
+        """Resume a paused run (one a step parked runs that step again), withdraw a pause a
+        running run has not reached yet, or give a dead run another replay from its journal
+        (after fixing what crashed its recoveries)."""
         for _ in range(10):  # a worker may park the run between our read and our write
             run = await self.get(run_id)
             if run.status == DEAD:
@@ -345,9 +346,8 @@ class Client:
                     break
             elif run.status == PAUSED:
                 resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())
-                if await self._append(
-                    run, [resumed], PENDING, {"pause_requested": 0}, (PAUSED,), conflict_ok=True
-                ):
+                fields = {"pause_requested": 0, "error": None}  # a parking step's reason
+                if await self._append(run, [resumed], PENDING, fields, (PAUSED,), conflict_ok=True):
                     break
             elif run.pause_requested:
                 resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())
