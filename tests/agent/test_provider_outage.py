@@ -324,6 +324,8 @@ def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
     assert reason.startswith(f"model tier 'default' ({kind}:gpt-x): {says}")
     assert KEY_ENV in reason and f"`perdure resume {run_id}`" in reason and "\n" not in reason
     assert len(server.requests) == 1 and not usage_rows(app, run_id)
+    stuck = app.sync(app.client.stuck(), "stuck")  # `perdure stuck` lists it, with the reason
+    assert [(r.id, why) for r, why in stuck] == [(run_id, f"parked: {reason}")]
     assert worker.run_until_idle() == 0  # parked: nothing claims it, nothing calls the model
     assert len(server.requests) == 1
 
