@@ -28,6 +28,7 @@ from perdure.agent.providers.base import ModelRetryable
 from perdure.agent.providers.openai import OpenAIModel
 from perdure.agent.serve import attach_trigger
 from perdure.agent.spec import load_spec
+from perdure.engine.inspection import explain
 from perdure.errors import ConfigError
 from perdure.store.base import COMPLETED, PAUSED, SLEEPING
 from perdure.testing import TestClock, TestWorker
@@ -326,6 +327,9 @@ def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
     assert len(server.requests) == 1 and not usage_rows(app, run_id)
     stuck = app.sync(app.client.stuck(), "stuck")  # `perdure stuck` lists it, with the reason
     assert [(r.id, why) for r, why in stuck] == [(run_id, f"parked: {reason}")]
+    [report] = [r for r in explain(app, run, app.journal(run_id)) if r.name.endswith(".model")]
+    assert report.state == "parked (attempt 1 failed)" and report.detail == reason
+    assert report.recovery == f"attempt 2 runs once resumed: perdure resume {run_id}"
     assert worker.run_until_idle() == 0  # parked: nothing claims it, nothing calls the model
     assert len(server.requests) == 1
 
