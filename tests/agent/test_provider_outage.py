@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from perdure.testing import TestClock, TestWorker
 from perdure.triggers import schedules
 
 KEY_ENV = "OUTAGE_TEST_KEY"
+PG = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 SPEC = """
 name = "nightly"
 goal = "Say hello"
@@ -53,6 +55,21 @@ default = "default"
 enabled = false
 {extra}
 """
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[perdure.App]:
+    """An App on a fresh SQLite file or PostgreSQL schema, driven by a TestClock."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    url = f"sqlite:///{tmp_path}/park.db" if request.param == "sqlite" else f"{PG}?schema={schema}"
+    app = perdure.App(url, clock=TestClock())
+    yield app
+    app.close()
+    if request.param == "postgres":
+        import psycopg
+
+        with psycopg.connect(PG, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
@@ -296,8 +313,7 @@ def test_429_and_500_are_retried_honouring_retry_after_and_billed_once(
     ],
 )
 def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
-    app: perdure.App,
-    worker: TestWorker,
+    any_app: perdure.App,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     openai_server: OpenAIServer,
@@ -310,6 +326,7 @@ def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
     naming the tier, the variable and `perdure resume RUN`; after the key is fixed, resume
     calls the model again at the same position, earlier steps are not re-run, and the run
     completes, billed once."""
+    app, worker = any_app, TestWorker(any_app)
     server: WireServer = openai_server if kind == "openai" else anthropic_server
     monkeypatch.setenv(KEY_ENV, "expired")
     server.key = "rotated"  # the server takes only the new key
