@@ -388,32 +388,36 @@ def test_an_unset_key_variable_parks_the_run_naming_it(
     assert app.get_run(run_id).status == COMPLETED
 
 
-def test_perdure_resume_on_the_command_line_continues_a_parked_run(
-    app: perdure.App,
-    db_url: str,
-    worker: TestWorker,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    openai_server: OpenAIServer,
+def test_on_the_command_line_a_parked_run_says_why_and_resume_continues_it(
+    tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    """The command the reason names, `perdure resume RUN`, run as an operator would (another
-    process, only the store), makes the parked run pending again."""
-    monkeypatch.setenv(KEY_ENV, "expired")
+    """`perdure run SPEC --wait` with an expired key stops waiting and prints, in one line,
+    the reason with `perdure resume RUN` (exit 2; the run stays parked); with the key
+    rotated, that command and the same `run --id RUN --wait` complete the run."""
     openai_server.key = "rotated"
-    agent = make_agent(app, tmp_path, openai_server)
-    run_id = app.start(agent.workflow, {"prompt": "hello"}).id
-    worker.run_until_idle()
-    assert app.get_run(run_id).status == PAUSED
-    env = {k: v for k, v in os.environ.items() if k != "PERDURE_APP"}
-    done = subprocess.run(
-        [sys.executable, "-m", "perdure", "--db", db_url, "resume", run_id],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+    spec = write_spec(tmp_path, openai_server)
+    env = {k: v for k, v in os.environ.items() if k not in ("PERDURE_APP", "PERDURE_DB")}
+    db = f"sqlite:///{tmp_path}/cli.db"
+
+    def perdure_cli(*args: str, key: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "perdure", "--db", db, *args],
+            capture_output=True, text=True, env={**env, KEY_ENV: key}, timeout=120,
+            check=False,
+        )  # fmt: skip
+
+    parked = perdure_cli("run", str(spec), "--id", "nightly-1", "--wait", key="expired")
+    assert parked.returncode == 2, parked.stderr
+    [line] = parked.stderr.strip().splitlines()
+    assert line.startswith("error: run nightly-1 is parked: model tier 'default' (openai:gpt-x)")
+    assert line.endswith(f"set {KEY_ENV} (the spec's api_key_env) where the workers run, "
+                         "then `perdure resume nightly-1`")  # fmt: skip
+    resumed = perdure_cli("resume", "nightly-1", key="rotated")
+    assert resumed.returncode == 0, resumed.stderr
+    done = perdure_cli("run", str(spec), "--id", "nightly-1", "--wait", key="rotated")
     assert done.returncode == 0, done.stderr
-    assert app.get_run(run_id).status == "pending"
-    monkeypatch.setenv(KEY_ENV, "rotated")
-    worker.run_until_idle()
-    assert app.get_run(run_id).status == COMPLETED
+    assert json.loads(done.stdout.split("\n", 1)[1])["status"] == "done"
+    assert [openai_server.sent_key(r) for r in openai_server.requests] == ["expired", "rotated"]
 
 
 # -- schedules of a blocked agent ---------------------------------------------------------
