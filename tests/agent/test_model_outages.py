@@ -365,6 +365,32 @@ def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
     assert len(usage_rows(app, run_id)) == 1
 
 
+def test_after_a_resume_the_step_has_its_whole_retry_policy_again(
+    app: perdure.App,
+    worker: TestWorker,
+    clock: TestClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    openai_server: OpenAIServer,
+) -> None:
+    """A parked attempt does not count against the model step's six attempts: resumed,
+    five 500s in a row are still retried and the sixth call's answer completes the run."""
+    monkeypatch.setenv(KEY_ENV, "expired")
+    openai_server.key = "rotated"
+    agent = make_agent(app, tmp_path, openai_server)
+    run_id = app.start(agent.workflow, {"prompt": "hello"}).id
+    worker.run_until_idle()
+    assert app.get_run(run_id).status == PAUSED
+    monkeypatch.setenv(KEY_ENV, "rotated")
+    for _ in range(5):
+        openai_server.fail_next(500)
+    app.resume(run_id)
+    assert drive(worker, clock, app, run_id) == COMPLETED
+    assert len(openai_server.requests) == 7
+    model = journal(app, run_id, "step.outcome", "agent:nightly.model")
+    assert [m.attempt for m in model] == [7]
+
+
 def test_an_unset_key_variable_parks_the_run_naming_it(
     app: perdure.App,
     worker: TestWorker,
@@ -388,6 +414,7 @@ def test_an_unset_key_variable_parks_the_run_naming_it(
     assert app.get_run(run_id).status == COMPLETED
 
 
+@pytest.mark.slow
 def test_on_the_command_line_a_parked_run_says_why_and_resume_continues_it(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:

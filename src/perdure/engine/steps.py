@@ -252,8 +252,9 @@ async def _settle(
             return outcome
         if isinstance(outcome, ParkRun):
             raise await _park(ctx, step, pos, attempt, outcome)
-        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
-            retry_at = ctx.now() + step.retry.delay(attempt, error=outcome)
+        counted = attempt - _parked(ctx, pos)  # an operator's fix gives the policy a fresh start
+        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, counted):
+            retry_at = ctx.now() + step.retry.delay(counted, error=outcome)
             observers.step_retry(ctx, step, pos, attempt, retry_at - ctx.now(), outcome)
             entry = ctx.entry(
                 "step.attempt_failed",
@@ -283,6 +284,17 @@ async def _settle(
         if ctx.needs_flush():
             await ctx.flush()
         raise recorded_error(step.name, record, attempt) from outcome
+
+
+def _parked(ctx: RunContext, pos: int) -> int:
+    """How many attempts of the step at `pos` parked the run (not counted by its retry)."""
+    return sum(
+        1
+        for e in ctx.by_position.get(pos, [])
+        if e.kind == "step.attempt_failed"
+        and '"parked"' in (e.data or "")
+        and (ctx.data(e) or {}).get("parked")
+    )
 
 
 async def _park(ctx: RunContext, step: StepDef, pos: int, attempt: int, exc: ParkRun) -> Any:
