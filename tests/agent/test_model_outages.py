@@ -22,11 +22,12 @@ from wire_servers import AnthropicServer, OpenAIServer, WireServer
 
 import perdure
 from perdure.agent.loop import Agent
-from perdure.agent.messages import Message, ModelRequest
+from perdure.agent.messages import Message, ModelRequest, ModelResponse
 from perdure.agent.models import provider_for
 from perdure.agent.providers.anthropic import AnthropicModel
-from perdure.agent.providers.base import ModelRetryable
+from perdure.agent.providers.base import ModelAuthError, ModelRetryable
 from perdure.agent.providers.openai import OpenAIModel
+from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.serve import attach_trigger
 from perdure.agent.spec import load_spec
 from perdure.engine.inspection import explain
@@ -389,6 +390,35 @@ def test_after_a_resume_the_step_has_its_whole_retry_policy_again(
     assert len(openai_server.requests) == 7
     model = journal(app, run_id, "step.outcome", "agent:nightly.model")
     assert [m.attempt for m in model] == [7]
+
+
+def test_a_provider_given_in_python_is_kept_across_a_park(
+    app: perdure.App,
+    worker: TestWorker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    openai_server: OpenAIServer,
+) -> None:
+    """A provider passed to Agent(providers=...) that refuses its key parks the run, and
+    after the resume answers again itself: it is not replaced by one made from the spec."""
+    monkeypatch.setenv(KEY_ENV, "k")
+    calls: list[int] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ModelAuthError("key refused", status=401, setting=KEY_ENV)
+        return ModelResponse(message=Message("assistant", "hello from python"))
+
+    spec = load_spec(write_spec(tmp_path, openai_server))
+    agent = Agent(app, spec, providers={"default": ScriptedModel(responder=answer)})
+    run_id = app.start(agent.workflow, {"prompt": "hello"}).id
+    worker.run_until_idle()
+    assert app.get_run(run_id).status == PAUSED
+    app.resume(run_id)
+    worker.run_until_idle()
+    assert app.get_run(run_id).status == COMPLETED and len(calls) == 2
+    assert not openai_server.requests
 
 
 def test_an_unset_key_variable_parks_the_run_naming_it(

@@ -130,6 +130,7 @@ class Agent:
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
+        self._given = set(self.providers)  # kept as given; those made from the spec are remade
         # a misspelt grant is refused before anything is made or started, never silently ignored
         check_grants(spec, [t.name for t in (*builtin_tools(), *(tools or []))])
         t = spec.tools
@@ -205,7 +206,8 @@ class Agent:
             try:
                 response = await self.provider(tier).complete(req)
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
-                self.providers.pop(tier, None)  # the next attempt reads the key again
+                if tier not in self._given:  # the next attempt reads the key again
+                    self.providers.pop(tier, None)
                 raise ModelAuthError(
                     self._auth_reason(tier, exc), status=exc.status, setting=exc.setting,
                     detail=exc.detail,

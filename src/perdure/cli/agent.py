@@ -113,7 +113,8 @@ def run_spec(
                 except WaitTimeout:
                     run = await app.client.get(handle.id)
                     if run.status == "paused" and run.error is not None:
-                        said = json.loads(run.error).get("message", run.error)
+                        record = json.loads(run.error)
+                        said = record.get("message") if isinstance(record, dict) else run.error
                         raise PerdureError(f"run {run.id} is parked: {said}") from None
         finally:
             worker.stop()
