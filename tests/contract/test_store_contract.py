@@ -504,3 +504,16 @@ def test_a_claimer_never_takes_a_run_it_still_executes(store: Store) -> None:
     assert run(store.claim("w1", 200.0, 30.0, 10, ["wf"], executing=["r1"])) == []
     [taken] = run(store.claim("w2", 200.0, 30.0, 10, ["wf"]))
     assert taken.recovered_from == "w1"
+
+
+def test_a_claim_cut_off_unanswered_is_taken_up_again_at_once(store: Store) -> None:
+    """A claim that landed but whose answer was lost leaves runs leased to a claimer that
+    does not execute them: with `own` it takes them again at once, as fresh claims (no
+    recovery counted or journaled); without, only after the lease expires."""
+    run(store.create_run(new("r1")))
+    run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))  # its answer "lost"
+    assert run(store.claim("w1", 101.0, 30.0, 10, ["wf"])) == []
+    [again] = run(store.claim("w1", 102.0, 30.0, 10, ["wf"], own=True))
+    assert again.recovered_from is None and again.run.recoveries == 0
+    assert run(store.journal("r1")) == []
+    assert run(store.claim("w2", 103.0, 30.0, 10, ["wf"], own=True)) == []  # not w2's

@@ -325,6 +325,7 @@ class Store(Protocol):
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
         executing: Sequence[str] = (),
+        own: bool = False,
     ) -> list[Claim]: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float
@@ -388,6 +389,8 @@ class Store(Protocol):
     async def find_token(self, digest: str) -> TokenRow | None: ...
     async def list_tokens(self) -> list[TokenRow]: ...
     async def revoke_token(self, token_id: str, now: float) -> bool: ...
+    # the server's own clock, in epoch seconds (None: the store has no server, e.g. SQLite)
+    async def server_time(self) -> float | None: ...
     # dashboard sessions (hashed ids); found only while unended and their token unrevoked
     async def add_session(
         self, digest: str, token_id: str, now: float, forget_before: float

@@ -231,6 +231,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN last_append TEXT
     """,
+    # 11: each worker says how far its host's clock is from the store server's
+    """
+    ALTER TABLE workers ADD COLUMN clock_offset REAL
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -61,6 +61,7 @@ class PostgresStore(ThreadedStore):
 
     thread_name = "perdure-postgres"
     fused_appends = True
+    server_clock = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         require_extra("postgres", "the PostgreSQL store")

@@ -517,12 +517,15 @@ def claim(
     queues: Sequence[QueueSpec] = (),
     held: Mapping[str, int] | None = None,
     executing: Sequence[str] = (),
+    own: bool = False,
 ) -> list[Claim]:
     """Claim up to `limit` runnable runs, highest priority first, within the queues' limits.
 
     `executing`: runs the claimer still executes, never claimed again by it even once
     their lease has expired (it may be waiting for the store to come back to record an
-    outcome it holds).
+    outcome it holds). `own`: the claimer's last claim was cut off unanswered, so runs
+    leased to it that it does not execute may be ones that claim took: they are
+    claimed again at once (as fresh claims, not takeovers) instead of after their lease.
 
     Only runs holding a live lease count against a queue or a partition key: parked
     runs hold no slot. Limited queues are locked first, so concurrent claimers on
@@ -531,13 +534,18 @@ def claim(
     if not workflows or _worker_paused(conn, owner):
         return []
     gate = _QueueGate(conn, now, queues, held or {})
+    runnable = _RUNNABLE
+    params: list[Any] = [now, now]
+    if own:
+        runnable = f"({_RUNNABLE} OR (status IN ('running', 'cancelling') AND lease_owner = ?))"
+        params.append(owner)
     rows = conn.execute(
         f"SELECT id, status, lease_owner, lease_until, queue, partition_key, started_at "
-        f"FROM runs WHERE {_RUNNABLE} AND workflow IN ({_in(workflows)}) "
+        f"FROM runs WHERE {runnable} AND workflow IN ({_in(workflows)}) "
         "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow') "
         + (f"AND id NOT IN ({_in(executing)}) " if executing else "")
         + f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
-        (now, now, *workflows, *executing, limit if gate.open else limit * 4 + 16),
+        (*params, *workflows, *executing, limit if gate.open else limit * 4 + 16),
     ).fetchall()
     admitted: list[Any] = []
     for row in rows:
@@ -555,17 +563,18 @@ def claim(
             "UPDATE runs SET status = CASE WHEN status = 'cancelling' THEN 'cancelling' "
             "ELSE 'running' END, lease_owner = ?, lease_until = ?, "
             "lease_epoch = lease_epoch + 1, recoveries = recoveries + CASE WHEN status IN "
-            "('running', 'cancelling') THEN 1 ELSE 0 END, updated_at = ?, "
+            "('running', 'cancelling') AND COALESCE(lease_owner, '') <> ? THEN 1 ELSE 0 END, "
+            "updated_at = ?, "
             f"started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
             f"RETURNING {_RUN_COLUMNS}, next_seq",
-            (owner, now + lease_seconds, now, now, *ids),
+            (owner, now + lease_seconds, owner if own else "", now, now, *ids),
         ).fetchall()
     }
     claims: list[Claim] = []
     for run_id, status, previous, lease_until, *_ in admitted:
         row = updated[run_id]
         run = _run(row[:-1])
-        takeover = status in (RUNNING, CANCELLING)
+        takeover = status in (RUNNING, CANCELLING) and not (own and previous == owner)
         if takeover:
             taken: dict[str, Any] = {"from": previous, "to": owner, "epoch": run.lease_epoch}
             if lease_until == 0:  # handed back by a stopping worker, not lost in a crash

@@ -111,6 +111,7 @@ class ThreadedStore:
     thread_name = "perdure-store"
     db_errors: tuple[type[Exception], ...] = ()
     fused_appends = False  # a plain append is one statement (see sqlops.plain_append)
+    server_clock = False  # the database has a clock all hosts share (a server: PostgreSQL)
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
@@ -602,10 +603,20 @@ class ThreadedStore:
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
         executing: Sequence[str] = (),
+        own: bool = False,
     ) -> list[Claim]:
         return await self._call(
             lambda c: sqlops.claim(
-                c, owner, now, lease_seconds, limit, workflows, queues, held or {}, executing
+                c,
+                owner,
+                now,
+                lease_seconds,
+                limit,
+                workflows,
+                queues,
+                held or {},
+                executing,
+                own,
             ),
             write=True,
         )
@@ -769,6 +780,15 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def server_time(self) -> float | None:
+        if not self.server_clock:
+            return None
+        row = await self._call(
+            lambda c: c.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone(),
+            write=False,
+        )
+        return float(row[0])
 
     async def add_session(
         self, digest: str, token_id: str, now: float, forget_before: float
