@@ -12,10 +12,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
 from ..app import App
-from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
+from .scrape import scrape_metrics
 from .sse import MAX_STREAMS, Slots
 from .webhooks import receive_hook
 
@@ -30,7 +30,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/hooks/{name}", receive_hook, methods=["POST"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/metrics", scrape_metrics, methods=["GET"]),  # a read token unless metrics_public
         *api_routes(),
         *dashboard_routes(),
     ]
@@ -67,8 +67,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
-def create_app(app: App) -> Starlette:
+def create_app(app: App, *, metrics_public: bool = False) -> Starlette:
     """The ASGI application for `app`: endpoints find it as `request.app.state.perdure`.
+    `metrics_public`: GET /metrics without a token (else it needs the `read` scope).
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
     """
@@ -81,6 +82,7 @@ def create_app(app: App) -> Starlette:
         ],
     )
     server.state.perdure = app
+    server.state.metrics_public = metrics_public
     server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
     server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
     return server
