@@ -1,4 +1,4 @@
-"""GET /metrics of a real `perdure serve`: a token with the `read` scope, unless --metrics-public."""
+"""GET /metrics of a real `perdure serve`: a token with the `read` scope, or --metrics-public."""
 
 from __future__ import annotations
 
