@@ -28,7 +28,8 @@ _OPTIONS = (
         help="Answer 408 and close when a request body sends no byte for this long.",
     ),
     click.option(
-        "--max-connections", default=1000, show_default=True, type=click.IntRange(min=1),
+        "--max-connections", default=1000, show_default=True, metavar="N",
+        type=click.IntRange(min=1),
         help="Open connections at once; one more is answered 503.",
     ),
 )  # fmt: skip

@@ -31,10 +31,10 @@ def serve(
     body_timeout: float,
     max_connections: int,
 ) -> None:
-    """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics,
-    /healthz and /readyz until SIGTERM/SIGINT. It starts runs; a `perdure worker` executes
-    them. Binds 127.0.0.1 unless told otherwise; answers only requests for its own address
-    or an --allowed-host name."""
+    """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics
+    (with a `read` token, or --metrics-public), /healthz and /readyz until SIGTERM/SIGINT.
+    It starts runs; a `perdure worker` executes them. Binds 127.0.0.1 unless told otherwise;
+    answers only requests for its own address or an --allowed-host name."""
     require_extra("server", "perdure serve")
     import uvicorn
 

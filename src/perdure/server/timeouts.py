@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     import uvicorn
 
@@ -46,7 +48,7 @@ class ConnectionLimits:
     def __post_init__(self) -> None:
         for name in ("header_timeout", "body_timeout", "keep_alive", "max_connections"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)!r}")
 
 
 def _answer(status: int, reason: str, message: str) -> bytes:
@@ -114,6 +116,9 @@ class DeadlineProtocol(H11Protocol):
     def _expired(self) -> None:
         phase, self._deadline, self._phase = self._phase, None, ""
         if self.transport.is_closing():
+            return
+        if phase == "body" and self.flow.read_paused:  # the handler is behind, not the client
+            self._arm("body", self.limits.body_timeout)
             return
         if phase == "headers" and self.conn.their_state is h11.IDLE:
             if self.conn.trailing_data[0]:  # part of a request came: say why it ends
