@@ -20,3 +20,15 @@ def waits(payload: Any = None) -> str:
 
 
 app.webhook("push", waits, secret=SECRET)
+app.webhook("small", waits, secret=SECRET, max_body=1000)  # a hook that takes little
+
+
+@app.workflow()
+def read_drop(path: str) -> int:
+    """Reads a dropped file (as a real inbox workflow would): its length is the result."""
+    with open(path, "rb") as dropped:
+        return len(dropped.read())
+
+
+if os.environ.get("INBOX_DIR"):  # the inbox test's worker watches this folder
+    app.inbox(os.environ["INBOX_DIR"], read_drop, stable=0.2, poll=0.2, force_polling=True)

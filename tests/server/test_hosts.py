@@ -20,9 +20,9 @@ def test_split_host(value: str, parsed: tuple[str, int | None] | None) -> None:
 def test_loopback_bind() -> None:
     allowed = hosts_for("127.0.0.1", 8765)
     assert all(allowed.allows_host(h) for h in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765"))
-    assert not any(
-        allowed.allows_host(h) for h in ("evil.example:8765", "127.0.0.1", "10.0.0.1:8765", None)
-    )
+    assert allowed.allows_host("127.0.0.1")  # no port: no page on another port sends that
+    foreign = ("evil.example:8765", "evil.example", "127.0.0.1:1", "10.0.0.1:8765", None)
+    assert not any(allowed.allows_host(h) for h in foreign)
     assert allowed.allows_origin(None) and allowed.allows_origin("http://localhost:8765")
     assert not allowed.allows_origin("http://localhost:9999")
     assert not allowed.allows_origin("file://") and not allowed.allows_origin("null")
@@ -41,6 +41,13 @@ def test_names_and_star() -> None:
     assert allowed.allows_host("proxy.example:8443") and not allowed.allows_host("proxy.example")
     assert allowed.allows_origin("https://perdure.example")
     hosts, origins = allowed.patterns() or ([], [])
+    assert "http://localhost" in origins  # port 80: an Origin without a port is ours
     assert {"localhost", "perdure.example", "perdure.example:*", "proxy.example:8443"} <= set(hosts)
     assert "https://perdure.example:*" in origins
     assert hosts_for("127.0.0.1", 80, ["*"]).allows_host("anything.example")
+
+
+def test_sdk_patterns_follow_the_port() -> None:
+    hosts, origins = hosts_for("127.0.0.1", 8765).patterns() or ([], [])
+    assert {"127.0.0.1:8765", "[::1]:8765", "localhost", "127.0.0.1"} <= set(hosts)
+    assert "http://localhost:8765" in origins and "http://localhost" not in origins

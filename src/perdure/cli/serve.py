@@ -55,7 +55,7 @@ def serve(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )
     asgi = HostCheck(create_app(app, metrics_public=metrics_public),
-                     hosts_for(host, port, allowed_hosts))  # fmt: skip
+                     hosts_for(host, port, allowed_hosts), origins=False)  # fmt: skip
     server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -16,7 +16,9 @@ from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
 from .scrape import scrape_metrics
+from .sessions import SessionPolicy
 from .sse import MAX_STREAMS, Slots
+from .throttle import Throttle
 from .webhooks import receive_hook
 
 
@@ -67,11 +69,19 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
-def create_app(app: App, *, metrics_public: bool = False) -> Starlette:
+def create_app(
+    app: App,
+    *,
+    sessions: SessionPolicy | None = None,
+    throttle: Throttle | None = None,
+    metrics_public: bool = False,
+) -> Starlette:
     """The ASGI application for `app`: endpoints find it as `request.app.state.perdure`.
-    `metrics_public`: GET /metrics without a token (else it needs the `read` scope).
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
+    `sessions` says how long dashboard sign-ins last (default: 4 h idle, 24 h at most),
+    `throttle` how many wrong credentials an address may send (default: 20 a minute),
+    `metrics_public` whether GET /metrics needs no token (default: the `read` scope).
     """
 
     server = Starlette(
@@ -82,7 +92,9 @@ def create_app(app: App, *, metrics_public: bool = False) -> Starlette:
         ],
     )
     server.state.perdure = app
+    server.state.csrf_key = secrets.token_bytes(32)  # signs the sign-in form's CSRF token
+    server.state.sessions = sessions or SessionPolicy()
+    server.state.throttle = throttle or Throttle()  # wrong tokens and sessions, per address
     server.state.metrics_public = metrics_public
-    server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
     server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
     return server

@@ -7,8 +7,9 @@ server answers to: the bound address and port (127.0.0.1, localhost and [::1] fo
 loopback address; any IP literal when bound to every interface, since a rebinding
 attack always carries a DNS name) or a name given with `--allowed-host` (any port, or
 the one it names; `*` turns the check off). An Origin, when sent, must name such a
-host too; requests without one (curl, SDKs, webhooks) pass. A wrong Host is answered
-421, a wrong Origin 403, as the MCP SDK does, with a one-line JSON error.
+host and port too; requests without one (curl, SDKs, webhooks) pass. A wrong Host is
+answered 421, a wrong Origin 403, as the MCP SDK does, with a one-line JSON error.
+`perdure serve` checks Host only: its dashboard judges Origin itself (CSRF).
 """
 
 from __future__ import annotations
@@ -77,22 +78,24 @@ class AllowedHosts:
             return (*LOOPBACK_NAMES, bound) if bound not in EVERY_INTERFACE else LOOPBACK_NAMES
         return (bound,)
 
-    def allows(self, name: str, port: int) -> bool:
-        """Whether a request for `name`:`port` is for us (a configured name: any port)."""
+    def allows(self, name: str, port: int | None) -> bool:
+        """Whether a request for `name`:`port` is for us (a configured name: any port; None:
+        a Host without a port, which no browser sends for a server on another port than
+        80, so no page can make it)."""
         if self.anything:
             return True
         for given in self.names:
             parsed = split_host(given)
             if parsed is not None and parsed[0] == name and parsed[1] in (None, port):
                 return True
-        if port != self.port:
+        if port not in (self.port, None):
             return False
         wildcard = self.host.strip("[]") in EVERY_INTERFACE
         return name in self.local() or (wildcard and _is_ip(name))
 
     def allows_host(self, value: str | None) -> bool:
         parsed = split_host(value or "")
-        return parsed is not None and self.allows(parsed[0], parsed[1] or DEFAULT_PORTS["http"])
+        return parsed is not None and self.allows(*parsed)
 
     def allows_origin(self, origin: str | None) -> bool:
         """No Origin (not a browser, or same-origin GET) passes; `null` never does."""
@@ -112,13 +115,15 @@ class AllowedHosts:
         cannot be written so (bound to every interface, or `*`)."""
         if self.anything or self.host.strip("[]") in EVERY_INTERFACE:
             return None
-        hosts = [f"[{n}]:{self.port}" if ":" in n else f"{n}:{self.port}" for n in self.local()]
-        if self.port == DEFAULT_PORTS["http"]:
-            hosts += [f"[{n}]" if ":" in n else n for n in self.local()]
+        bare = [f"[{n}]" if ":" in n else n for n in self.local()]
+        own = [f"{n}:{self.port}" for n in bare]
+        named: list[str] = []
         for given in self.names:
             parsed = split_host(given)
-            hosts += [given] if parsed is None or parsed[1] else [given, f"{given}:*"]
-        origins = [f"{scheme}://{h}" for h in hosts for scheme in DEFAULT_PORTS]
+            named += [given] if parsed is None or parsed[1] else [given, f"{given}:*"]
+        origins = [f"{scheme}://{h}" for h in (*own, *named) for scheme in DEFAULT_PORTS]
+        origins += [f"{s}://{h}" for s, p in DEFAULT_PORTS.items() if p == self.port for h in bare]
+        hosts = [*own, *bare, *named]  # a Host without a port: see `allows`
         return hosts, origins
 
 
@@ -133,11 +138,15 @@ def _shown(value: str | None) -> str:
 
 
 class HostCheck:
-    """ASGI middleware: answer 421/403 before anything else reads a request not for us."""
+    """ASGI middleware: answer 421/403 before anything else reads a request not for us.
 
-    def __init__(self, app: ASGIApp, allowed: AllowedHosts) -> None:
+    `origins=False` checks Host only, for an application that judges Origin itself (the
+    dashboard's CSRF check, which knows which requests change state)."""
+
+    def __init__(self, app: ASGIApp, allowed: AllowedHosts, origins: bool = True) -> None:
         self.app = app
         self.allowed = allowed
+        self.origins = origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or self.allowed.anything:
@@ -147,7 +156,7 @@ class HostCheck:
         host, origin = headers.get("host"), headers.get("origin")
         if not self.allowed.allows_host(host):
             start, body = _refusal(421, WRONG_HOST.format(_shown(host)))
-        elif not self.allowed.allows_origin(origin):
+        elif self.origins and not self.allowed.allows_origin(origin):
             start, body = _refusal(403, WRONG_ORIGIN.format(_shown(origin)))
         else:
             await self.app(scope, receive, send)

@@ -2,8 +2,9 @@
 
 Runs by state, step names and model spending say a lot about what a deployment does,
 so a scrape needs `Authorization: Bearer <token>` like the API (401 without a valid
-one, 403 without the `read` scope). `create_app(app, metrics_public=True)` (`perdure
-serve --metrics-public`) serves it to anyone, for a scraper on a trusted network.
+one, 403 without the `read` scope, 429 after too many wrong ones from an address).
+`create_app(app, metrics_public=True)` (`perdure serve --metrics-public`) serves it to
+anyone, for a scraper on a trusted network.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import PerdureError
 from ..observe.metrics import metrics_endpoint
-from .access import authenticate
+from .access import authenticate_request
 from .operations import Forbidden, require
+from .throttle import TooManyFailures
 
 
 async def scrape_metrics(request: Request) -> Response:
     """GET /metrics: `observe.metrics_endpoint` once the token allows `read` (or it is public)."""
     if not getattr(request.app.state, "metrics_public", False):
-        app = request.app.state.perdure
         try:
-            who = await authenticate(app, request.headers.get("authorization"))
+            who = await authenticate_request(request, request.headers.get("authorization"))
+        except TooManyFailures as exc:  # wrong tokens count here as on the API
+            return JSONResponse({"error": str(exc)}, 429, {"Retry-After": str(exc.retry_after)})
         except PerdureError:
             return JSONResponse({"error": "the store cannot be reached; try again later"}, 503)
         if who is None:

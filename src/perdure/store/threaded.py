@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
 from . import access_sql, agent_sql, retention, schedule_sql, sqlops, workers_sql
-from .access_sql import AuditQuery, AuditRow, TokenRow
+from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
     Append,
@@ -746,6 +746,22 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def add_session(
+        self, digest: str, token_id: str, now: float, forget_before: float
+    ) -> None:
+        await self._call(
+            lambda c: access_sql.add_session(c, digest, token_id, now, forget_before), write=True
+        )
+
+    async def find_session(self, digest: str) -> SessionRow | None:
+        return await self._call(lambda c: access_sql.find_session(c, digest), write=False)
+
+    async def touch_session(self, digest: str, now: float) -> None:
+        await self._call(lambda c: access_sql.touch_session(c, digest, now), write=True)
+
+    async def end_session(self, digest: str, now: float) -> bool:
+        return await self._call(lambda c: access_sql.end_session(c, digest, now), write=True)
 
     async def audit(
         self, at: float, actor: str, action: str, target: str, detail: str,
