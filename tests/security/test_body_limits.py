@@ -94,7 +94,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading(served: int)
     sock = socket.create_connection(("127.0.0.1", served), timeout=10)
     with sock:
         sock.sendall(
-            b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-"
+            b"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-"
             b"urlencoded\r\nContent-Length: 400000000\r\n\r\n"
         )
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
@@ -124,7 +124,7 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
             path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
         else:
             path, auth = "/ui/stream", f"Cookie: perdure_session={TOKEN['session']}\r\n"
-        requests.append(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+        requests.append(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode())
     socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
     try:
         for sock, request in zip(socks, requests, strict=True):

@@ -10,6 +10,7 @@ import click
 from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
+from .listening import listen_options
 
 
 @click.command("mcp")
@@ -62,6 +63,7 @@ from ..extras import require_extra
     show_default=True,
     help="Seconds tasks/result blocks at most before asking the client to retry.",
 )
+@listen_options
 @click.pass_context
 def mcp_cmd(
     ctx: click.Context,
@@ -77,13 +79,18 @@ def mcp_cmd(
     builtin: bool,
     call_wait: float,
     result_wait: float,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
 ) -> None:
     """Serve workflows and agents as MCP tools (stdio, or Streamable HTTP with --http).
 
     A task-augmented tools/call starts a durable run whose id is the task id
     (tasks/get, tasks/result, tasks/list, tasks/cancel); a gate the run reaches
     is put to the client as an elicitation. Tasks survive the server: reconnect
-    to any server on the same store.
+    to any server on the same store. Over HTTP it answers only requests for its own
+    address or an --allowed-host name, and cuts slow clients off.
     """  # fmt: skip
     require_extra("mcp", "perdure mcp")
     from ..agent.loop import Agent
@@ -116,7 +123,12 @@ def mcp_cmd(
         if over_http:
             click.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
-            asyncio.run(serve_http(server, host, port, path=path, worker=worker))
+            from ..server.timeouts import ConnectionLimits
+
+            limits = ConnectionLimits(header_timeout=header_timeout, body_timeout=body_timeout,
+                                      max_connections=max_connections)  # fmt: skip
+            asyncio.run(serve_http(server, host, port, path=path, worker=worker,
+                                   names=allowed_hosts, limits=limits))  # fmt: skip
         else:
             click.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
             asyncio.run(serve_stdio(server, worker))

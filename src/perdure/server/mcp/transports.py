@@ -5,7 +5,9 @@ private copy of it, and file descriptor 1 then points at standard error, so a
 workflow that prints (or a subprocess it starts) cannot corrupt the stream.
 Over HTTP every request needs `Authorization: Bearer <token>` from `perdure
 token create` (401 without one); a session can only be used with the token that
-opened it.
+opened it. Before that, its Host and Origin must be ones the server answers to
+(`server.hosts`: 421/403 otherwise, against DNS rebinding), and a slow client is cut
+off (`server.timeouts`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAut
 from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -33,9 +36,11 @@ from starlette.routing import Route
 
 from ...engine.worker import Worker, WorkerOptions
 from ..access import authenticate
+from ..hosts import AllowedHosts, HostCheck, hosts_for
 
 if TYPE_CHECKING:
     from ...app import App
+    from ..timeouts import ConnectionLimits
     from .server import PerdureMcp
 
 STDIN_LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message a line
@@ -59,9 +64,22 @@ class StoreTokens:
         )
 
 
-def http_app(mcp: PerdureMcp, path: str = "/mcp") -> Starlette:
-    """The ASGI application: the MCP endpoint at `path`, behind bearer-token authentication."""
-    manager = StreamableHTTPSessionManager(app=mcp.server, stateless=False)
+def _security(allowed: AllowedHosts | None) -> TransportSecuritySettings:
+    """The SDK's own Host/Origin check, the same rule as `HostCheck` where its lists can say it
+    (`HostCheck`, in front of authentication, decides in every case)."""
+    patterns = allowed.patterns() if allowed is not None else None
+    if patterns is None:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts, origins = patterns
+    return TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins)
+
+
+def http_app(mcp: PerdureMcp, path: str = "/mcp", allowed: AllowedHosts | None = None) -> Starlette:
+    """The ASGI application: the MCP endpoint at `path`, behind bearer-token authentication and,
+    with `allowed`, the Host/Origin check (None: any Host, as for an in-process test client)."""
+    manager = StreamableHTTPSessionManager(
+        app=mcp.server, stateless=False, security_settings=_security(allowed)
+    )
 
     async def endpoint(scope: dict[str, object], receive: object, send: object) -> None:
         await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
@@ -71,10 +89,12 @@ def http_app(mcp: PerdureMcp, path: str = "/mcp") -> Starlette:
         async with manager.run():
             yield
 
+    hosts = [Middleware(HostCheck, allowed=allowed)] if allowed is not None else []
     return Starlette(
         routes=[Route(path, endpoint=RequireAuthMiddleware(endpoint, required_scopes=[]))],
-        middleware=[
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreTokens(mcp.app)))
+        middleware=[  # outermost first: a request for another Host never meets a token check
+            *hosts,
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreTokens(mcp.app))),
         ],
         lifespan=lifespan,
     )
@@ -151,13 +171,18 @@ async def serve_http(
     *,
     path: str = "/mcp",
     worker: WorkerOptions | None = None,
+    names: tuple[str, ...] = (),
+    limits: ConnectionLimits | None = None,
 ) -> None:
     """Serve Streamable HTTP at http://host:port/path until SIGTERM/SIGINT; with `worker`,
-    also run workflows in this process."""
+    also run workflows in this process. `names`: Host names (besides the bound
+    address) a proxy or a DNS name reaches it by; `limits`: the slow-client deadlines."""
     import uvicorn
 
-    config = uvicorn.Config(http_app(mcp, path), host=host, port=port, log_config=None)
-    server = uvicorn.Server(config)
+    from ..timeouts import uvicorn_config
+
+    asgi = http_app(mcp, path, hosts_for(host, port, names))
+    server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
     running, runner = await _with_worker(mcp.app, worker)
 
     def stop(signum: int, frame: FrameType | None) -> None:
