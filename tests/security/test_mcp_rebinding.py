@@ -1,6 +1,7 @@
 """DNS rebinding against a real `perdure mcp --http` (and `perdure serve`): a request whose Host
 or Origin is not the server's is refused before its token is even looked at; the right
-Host, with or without a same-origin Origin, reaches the usual 401/200."""
+Host, with or without a same-origin Origin, reaches the usual 401/200, and wrong tokens there
+are limited per address (429)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,21 @@ def test_perdure_serve_checks_host_too(serve: Served) -> None:
             assert "--allowed-host" in one_line_error(refused)
         assert http.get("/api/v1/runs", headers={"Host": f"localhost:{serve.port}"}).is_success
         assert http.get("/api/v1/runs", headers={"Host": "127.0.0.1"}).is_success  # no port
+
+
+def test_wrong_tokens_to_mcp_are_limited_per_address(mcp_http: Served) -> None:
+    """`perdure mcp --http` limits wrong tokens as `perdure serve` does: after 20 a minute
+    from one address, 429 with Retry-After; the token that worked before still works."""
+    assert initialize(mcp_http, "read").status_code == 200
+    with mcp_http.client() as http:
+        codes = [
+            http.post("/mcp", json=INITIALIZE,
+                      headers={**ACCEPT, "Authorization": f"Bearer pdr_guess{i}"}).status_code
+            for i in range(25)
+        ]  # fmt: skip
+        held = http.post("/mcp", json=INITIALIZE,
+                         headers={**ACCEPT, "Authorization": "Bearer pdr_more"})  # fmt: skip
+    assert codes[:20] == [401] * 20 and codes[20:] == [429] * 5, codes
+    assert held.status_code == 429 and int(held.headers["retry-after"]) >= 1
+    assert "too many failed sign-ins" in held.json()["error"]
+    assert initialize(mcp_http, "read").status_code == 200

@@ -1,15 +1,21 @@
 """Issue 12 §3 against a real `perdure serve`: a dashboard session is a random id that dies
 on sign-out and with its token (a copied cookie is then worthless), an open event stream
 stops when its credential is revoked by another process, and wrong tokens are limited per
-client address with 429 while the real token keeps working."""
+client address with 429 while the real token keeps working; an idle session ends."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 import httpx
-from served import Served, form_csrf, perdure, sign_in
+from served import HERE, Served, form_csrf, perdure, sign_in
 
 from perdure.server.sse import RECHECK
 
@@ -105,3 +111,28 @@ def test_wrong_tokens_are_limited_per_address_without_locking_out_the_real_one(
 def sign_in_refused(http: httpx.Client, token: str) -> int:
     csrf = form_csrf(http.get("/ui/login").text)
     return http.post("/ui/login", data={"token": token, "csrf": csrf}).status_code
+
+
+def test_an_idle_session_ends_by_itself(
+    serve_with: Callable[..., AbstractContextManager[Served]],
+) -> None:
+    """`perdure serve --session-idle 2`: a session used within 2 s lives on; one left alone
+    longer is over, and its cookie is cleared."""
+    with serve_with("--session-idle", "2", "--session-max", "60") as served:
+        browser = sign_in(served, served.tokens["read"])
+        time.sleep(1.0)
+        assert signed_in(browser)
+        time.sleep(2.5)
+        assert not signed_in(browser)
+        browser.close()
+
+
+def test_session_limits_that_contradict_each_other_are_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "perdure", "--app", "sec_app:app", "serve",
+         "--session-idle", "100", "--session-max", "10"],
+        cwd=HERE, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PERDURE_DB": f"sqlite:///{tmp_path}/x.db"},
+    )  # fmt: skip
+    assert done.returncode == 2 and "--session-idle (100 s) is longer" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -19,6 +19,14 @@ from .listening import listen_options
     is_flag=True,
     help="Serve /metrics without a token (default: a token with the `read` scope).",
 )
+@click.option(
+    "--session-idle", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
+    help="A dashboard session ends after this long without a request (default 4 h).",
+)  # fmt: skip
+@click.option(
+    "--session-max", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
+    help="A dashboard session ends this long after sign-in, however busy (default 24 h).",
+)  # fmt: skip
 @listen_options
 @click.pass_context
 def serve(
@@ -26,6 +34,8 @@ def serve(
     host: str,
     port: int,
     metrics_public: bool,
+    session_idle: float | None,
+    session_max: float | None,
     allowed_hosts: tuple[str, ...],
     header_timeout: float,
     body_timeout: float,
@@ -40,6 +50,7 @@ def serve(
 
     from ..server import create_app
     from ..server.hosts import HostCheck, hosts_for
+    from ..server.sessions import SessionPolicy
     from ..server.timeouts import ConnectionLimits, uvicorn_config
     from .main import get_app  # main imports this module to register the command
 
@@ -54,7 +65,13 @@ def serve(
     limits = ConnectionLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )
-    asgi = HostCheck(create_app(app, metrics_public=metrics_public),
+    default = SessionPolicy()
+    idle, most = session_idle or default.idle, session_max or default.absolute
+    if idle > most:
+        raise click.UsageError(f"--session-idle ({idle:g} s) is longer than --session-max "
+                               f"({most:g} s)")  # fmt: skip
+    sessions = SessionPolicy(idle=idle, absolute=most)
+    asgi = HostCheck(create_app(app, metrics_public=metrics_public, sessions=sessions),
                      hosts_for(host, port, allowed_hosts), origins=False)  # fmt: skip
     server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
 

@@ -30,13 +30,17 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationError, BaseUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...engine.worker import Worker, WorkerOptions
-from ..access import authenticate
+from ..access import address_of, authenticate, digest
 from ..hosts import AllowedHosts, HostCheck, hosts_for
+from ..throttle import Throttle, TooManyFailures
 
 if TYPE_CHECKING:
     from ...app import App
@@ -62,6 +66,47 @@ class StoreTokens:
             scopes=sorted(who.scopes),
             subject=hashlib.sha256(token.encode()).hexdigest()[:16],  # tells same-name tokens apart
         )
+
+
+class ThrottledBearer(BearerAuthBackend):
+    """The SDK's bearer check, with wrong tokens limited per client address as the HTTP
+    API limits them (`Throttle`): 429 while an address is held back; a token that worked
+    before still goes through."""
+
+    def __init__(self, verifier: StoreTokens, throttle: Throttle) -> None:
+        super().__init__(verifier)
+        self.throttle = throttle
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        header = conn.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            return None
+        address, credential = address_of(conn), digest(header[7:].strip())
+        wait = self.throttle.wait(address, credential)
+        if wait > 0:
+            raise HeldBack(TooManyFailures(wait))
+        found: tuple[AuthCredentials, BaseUser] | None = await super().authenticate(conn)
+        if found is None:
+            self.throttle.failed(address)
+        else:
+            self.throttle.passed(credential)
+        return found
+
+
+class HeldBack(AuthenticationError):
+    """An address held back for wrong tokens (the middleware's error path answers it)."""
+
+    def __init__(self, why: TooManyFailures) -> None:
+        super().__init__(str(why))
+        self.retry_after = why.retry_after
+
+
+def held_back(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    """429 for an address held back for wrong tokens (400 for any other sign-in error)."""
+    if not isinstance(exc, HeldBack):
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    headers = {"Retry-After": str(exc.retry_after)}
+    return JSONResponse({"error": str(exc)}, status_code=429, headers=headers)
 
 
 def _security(allowed: AllowedHosts | None) -> TransportSecuritySettings:
@@ -94,7 +139,11 @@ def http_app(mcp: PerdureMcp, path: str = "/mcp", allowed: AllowedHosts | None =
         routes=[Route(path, endpoint=RequireAuthMiddleware(endpoint, required_scopes=[]))],
         middleware=[  # outermost first: a request for another Host never meets a token check
             *hosts,
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreTokens(mcp.app))),
+            Middleware(
+                AuthenticationMiddleware,
+                backend=ThrottledBearer(StoreTokens(mcp.app), Throttle()),
+                on_error=held_back,
+            ),
         ],
         lifespan=lifespan,
     )
