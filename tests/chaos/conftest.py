@@ -47,10 +47,20 @@ class WorkerPool:
         self.logs: dict[int, Path] = {}
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
-    def spawn(self, role: str = "", **options: Any) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHAOS_ROLE": role}
+    def spawn(
+        self,
+        role: str = "",
+        *,
+        prefix: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        **options: Any,
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; `prefix` runs it through another command (`ip netns exec NS`),
+        `env` adds to its environment."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHAOS_ROLE": role, **(env or {})}
         env.pop("PERDURE_DB", None)
         args = [
+            *(prefix or []),
             sys.executable,
             str(SCRIPT),
             str(self.workdir),

@@ -39,7 +39,10 @@ class PrivateServer:
     run as the `postgres` user (PostgreSQL refuses to run as root).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, ...] = (), trust: str = "") -> None:
+        """`listen`: addresses besides 127.0.0.1 (e.g. the host ends of network namespaces'
+        links); `trust`: a network (CIDR) whose clients connect without a password."""
+        self.listen, self.trust = listen, trust
         self.initdb, self.pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
         self.as_user: list[str] = []
         if os.geteuid() == 0:
@@ -76,9 +79,13 @@ class PrivateServer:
             shutil.chown(self.root, user="postgres")
         assert self.initdb is not None
         self._run(self.initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
+        if self.trust:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.trust} trust\n")
 
     def _options(self) -> str:
-        return f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+        addresses = ",".join(("127.0.0.1", *self.listen))
+        return f"-p {self.port} -c listen_addresses={addresses} -k {self.root}"
 
     def start(self) -> None:
         assert self.pg_ctl is not None
