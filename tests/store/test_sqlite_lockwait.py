@@ -1,0 +1,147 @@
+"""Waiting for SQLite's write lock, on real files: a waiter warns naming the holder, a bounded
+operation gives up with nothing written, opening a current store never waits, and a held
+lock is reported only while it is really held."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from perdure.errors import StoreUnavailable
+from perdure.store import deadline, sqlite
+from perdure.store.base import NewRun
+from perdure.store.dialect import Db
+from perdure.store.lockholder import HolderFile
+from perdure.store.sqlite import SQLiteStore
+
+
+def _new(run_id: str) -> NewRun:
+    return NewRun(id=run_id, workflow="w", input="{}", code_version="1", now=1.0)
+
+
+class Held:
+    """Store A in a write transaction (one op that blocks) until `release()`."""
+
+    def __init__(self, path: str) -> None:
+        self.store = SQLiteStore(path)
+        self.store.start()
+        self.inside = threading.Event()
+        self.go = threading.Event()
+
+        def block(conn: Db) -> None:
+            self.inside.set()
+            self.go.wait(30)
+
+        self.done = self.store.submit(block, write=True)
+        assert self.inside.wait(10)
+
+    def release(self) -> None:
+        self.go.set()
+        self.done.result(10)
+        self.store.stop()
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[Held]:
+    """A migrated store file whose write lock a first store holds."""
+    path = str(tmp_path / "s.db")
+    SQLiteStore(path).start()  # migrated, so the holder below is an ordinary write
+    lock = Held(path)
+    try:
+        yield lock
+    finally:
+        lock.go.set()
+        lock.store.stop()
+
+
+def test_a_waiting_writer_warns_naming_the_holder(
+    held: Held, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second store's write waits; past WARN_AFTER it logs one warning naming this pid,
+    and a line when the lock came; the write then lands."""
+    monkeypatch.setattr(sqlite, "WARN_AFTER", 0.3)
+    waiter = SQLiteStore(held.store.path)
+    waiter.start()
+    caplog.set_level(logging.WARNING, "perdure.store")
+    writing = waiter.submit(lambda c: c.execute("DELETE FROM pauses"), write=True)
+    try:
+        warned = [r.getMessage() for r in _until(caplog, lambda r: "waiting" in r.getMessage(), 10)]
+        assert len(warned) == 1
+        assert f"held by pid {os.getpid()} on host" in warned[0] and "write" in warned[0]
+        held.release()
+        writing.result(10)
+        assert any("got the write lock after" in r.getMessage() for r in caplog.records)
+    finally:
+        waiter.stop()
+
+
+def test_a_bounded_write_gives_up_and_never_lands(held: Held) -> None:
+    """Under a 0.5 s bound a create_run fails naming the holder; once the lock frees, the run
+    was not created (the store never began it)."""
+    waiter = SQLiteStore(held.store.path)
+
+    async def bounded() -> None:
+        await waiter.open()
+        with deadline.bounded(0.5):
+            await waiter.create_run(_new("r-refused"))
+
+    try:
+        with pytest.raises(StoreUnavailable) as refused:
+            asyncio.run(bounded())
+        assert "locked for more than 0.5s" in str(refused.value)
+        assert f"pid {os.getpid()}" in str(refused.value)
+        assert "nothing was written" in str(refused.value)
+        held.release()
+        assert asyncio.run(waiter.get_run("r-refused")) is None
+        asyncio.run(waiter.create_run(_new("r-later")))  # the store goes on
+        assert asyncio.run(waiter.get_run("r-later")) is not None
+    finally:
+        waiter.stop()
+
+
+def test_opening_a_current_store_and_reading_never_wait(held: Held) -> None:
+    """While another connection holds the write lock, a new store opens (no migration write)
+    and answers a read under a 2 s bound."""
+    reader = SQLiteStore(held.store.path)
+
+    async def read() -> int:
+        with deadline.bounded(2.0):
+            await reader.open()
+            return len(await reader.list_runs())
+
+    try:
+        assert asyncio.run(read()) == 0
+    finally:
+        reader.stop()
+
+
+def test_a_stall_is_reported_only_while_the_lock_is_held(held: Held) -> None:
+    """write_lock_stall names the holder while the lock is held past the bound, and says
+    nothing once it is free, even if a record is left behind."""
+    line = held.store.write_lock_stall(older_than=0.0)
+    assert line is not None and f"pid {os.getpid()}" in line and "PostgreSQL" in line
+    assert held.store.write_lock_stall(older_than=3600.0) is None  # not held that long
+    held.release()
+    assert held.store.write_lock_stall(older_than=0.0) is None
+    HolderFile(held.store.path).hold("write")  # a record without the lock
+    assert held.store.write_lock_stall(older_than=0.0) is None
+
+
+def _until(
+    caplog: pytest.LogCaptureFixture, match: Callable[[logging.LogRecord], bool], timeout: float
+) -> list[logging.LogRecord]:
+    """The log records `match` accepts, once there is one (and half a second later)."""
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        if any(match(r) for r in caplog.records):
+            time.sleep(0.5)  # a second warning would come now if it were going to
+            return [r for r in caplog.records if match(r)]
+        time.sleep(0.02)
+    raise AssertionError(f"no matching log line within {timeout}s")
