@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("perdure.store")
 
-RECORD_SIZE = 512  # one pwrite both writes and blanks it
+RECORD_SIZE = 1024  # one pwrite both writes and blanks it (names and ids are cut to fit)
 _BLANK = b" " * RECORD_SIZE
 _MOST_RUNS = 3  # runs named in a record; more are counted
 
@@ -127,8 +127,9 @@ def parse(raw: bytes) -> Holder | None:
         return None
 
 
-def read_holder(path: str) -> Holder | None:
-    """The current holder recorded in the side file `path`, or None (none, stale, unreadable).
+def read_holder(path: str, older_than: float = 0.0) -> Holder | None:
+    """The current holder recorded in the side file `path`, or None (none, stale, unreadable,
+    or holding for less than `older_than` seconds: then /proc is not even asked).
 
     A reader may meet a record half rewritten: it reads again a few times before giving up.
     """
@@ -143,7 +144,8 @@ def read_holder(path: str) -> Holder | None:
                 return None
             found = parse(raw)
             if found is not None:
-                return found if found.current() else None
+                young = time.time() - found.since < older_than
+                return None if young or not found.current() else found
             time.sleep(0.001)
         return None
     finally:
@@ -163,6 +165,9 @@ class HolderFile:
         self._prefix = self._record_prefix()
 
     def hold(self, what: str, runs: Iterable[str] = (), step: str | None = None) -> None:
+        if self._me[0] != os.getpid():  # forked: this is another process now
+            self._me = (os.getpid(), socket.gethostname(), start_ticks(os.getpid()))
+            self._prefix = self._record_prefix()
         fd = self._open()
         if fd is None:
             return
@@ -192,9 +197,6 @@ class HolderFile:
 
     def _open(self) -> int | None:
         if self._fd is None and not self._broken:
-            if self._me[0] != os.getpid():  # forked: this is another process now
-                self._me = (os.getpid(), socket.gethostname(), start_ticks(os.getpid()))
-                self._prefix = self._record_prefix()
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:

@@ -245,8 +245,8 @@ class SQLiteStore(ThreadedStore):
         None. Cheap when it is not: one read of the small holder record."""
         if self._holder is None:
             return None
-        holder = read_holder(holder_path(self.path))
-        if holder is None or time.time() - holder.since < older_than or not self._lock_taken():
+        holder = read_holder(holder_path(self.path), older_than)
+        if holder is None or not self._lock_taken():
             return None
         return (
             f"the SQLite write lock is held by {self.who_holds()}: every writer of the store "
