@@ -381,7 +381,7 @@ class ThreadedStore:
                 op.future.set_exception(error)
             else:
                 op.future.set_result(value)
-        elif op.loop is not None and op.waiter is not None:
+        elif op.loop is not None and op.waiter is not None and not op.abandoned:
             self._answers.setdefault(op.loop, []).append((op.waiter, value, error))
 
     def _claim(self, op: _Op) -> bool:
