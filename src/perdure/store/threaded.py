@@ -6,6 +6,8 @@ transaction (one savepoint each, so one refused write never undoes another):
 with several runs active, many steps share one commit. Answers of a batch
 reach each caller's event loop in one wake-up. When the thread is idle, a
 caller that is alone may run its own write on a second connection instead.
+A caller may bound its wait (deadline.py): an operation not begun by then
+never begins, so a caller that gave up knows nothing of it was written.
 """
 
 from __future__ import annotations
