@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import socket
+import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +24,7 @@ from perdure.store.base import NewRun
 from perdure.store.dialect import Db
 from perdure.store.lockholder import HolderFile
 from perdure.store.sqlite import SQLiteStore
+from perdure.store.workers_sql import WorkerRow
 
 
 def _new(run_id: str) -> NewRun:
@@ -145,3 +150,38 @@ def _until(
             return [r for r in caplog.records if match(r)]
         time.sleep(0.02)
     raise AssertionError(f"no matching log line within {timeout}s")
+
+
+def test_a_holder_that_left_no_record_is_unknown_but_stopped_workers_are_named(
+    tmp_path: Path,
+) -> None:
+    """A connection of another program holds the lock: a bounded write names nobody ("pid
+    unknown") but lists the registered worker whose process is stopped."""
+    path = str(tmp_path / "s.db")
+    store = SQLiteStore(path)
+    store.start()
+    child = subprocess.Popen(["sleep", "30"])
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        row = WorkerRow("w-frozen", socket.gethostname(), child.pid, 1.0, 1.0, 1, 0)
+        asyncio.run(store.worker_beat(row))
+        os.kill(child.pid, signal.SIGSTOP)
+        os.waitpid(child.pid, os.WUNTRACED)
+        other.execute("BEGIN IMMEDIATE")  # another program: no holder record
+
+        async def bounded() -> None:
+            with deadline.bounded(0.3):
+                await store.create_run(_new("r"))
+
+        with pytest.raises(StoreUnavailable) as refused:
+            asyncio.run(bounded())
+        text = str(refused.value)
+        assert "by another process (pid unknown)" in text
+        assert f"pid {child.pid} (worker w-frozen) is stopped (SIGSTOP)" in text
+        assert store.write_lock_stall(older_than=0.0) is None  # no record: no age to tell
+    finally:
+        other.close()
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
+        store.stop()
