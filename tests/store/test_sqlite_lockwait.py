@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from perdure.errors import StoreUnavailable
-from perdure.store import deadline, sqlite
+from perdure.store import sqlite, waits
 from perdure.store.base import NewRun
 from perdure.store.dialect import Db
 from perdure.store.lockholder import HolderFile
@@ -94,7 +94,7 @@ def test_a_bounded_write_gives_up_and_never_lands(held: Held) -> None:
 
     async def bounded() -> None:
         await waiter.open()
-        with deadline.bounded(0.5):
+        with waits.bounded(0.5):
             await waiter.create_run(_new("r-refused"))
 
     try:
@@ -117,7 +117,7 @@ def test_opening_a_current_store_and_reading_never_wait(held: Held) -> None:
     reader = SQLiteStore(held.store.path)
 
     async def read() -> int:
-        with deadline.bounded(2.0):
+        with waits.bounded(2.0):
             await reader.open()
             return len(await reader.list_runs())
 
@@ -170,7 +170,7 @@ def test_a_holder_that_left_no_record_is_unknown_but_stopped_workers_are_named(
         other.execute("BEGIN IMMEDIATE")  # another program: no holder record
 
         async def bounded() -> None:
-            with deadline.bounded(0.3):
+            with waits.bounded(0.3):
                 await store.create_run(_new("r"))
 
         with pytest.raises(StoreUnavailable) as refused:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
-from ..store import deadline as store_deadline
+from ..store import waits
 from ..store.base import (
     COMPLETED,
     DEAD,
@@ -166,7 +166,7 @@ class Client:
             timeout = getattr(self.store, "busy_timeout", None)
         elif not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"timeout={timeout!r}: give seconds greater than 0, or None")
-        with store_deadline.bounded(timeout):
+        with waits.bounded(timeout):
             run, created = await self._create(workflow, definition, encoded, run_id, deadline,
                                               queue, priority, partition_key, origin)  # fmt: skip
         if not created and run.workflow != workflow:

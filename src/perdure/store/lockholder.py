@@ -144,7 +144,7 @@ def read_holder(path: str, older_than: float = 0.0) -> Holder | None:
                 return None
             found = parse(raw)
             if found is not None:
-                young = time.time() - found.since < older_than
+                young = older_than > 0 and time.time() - found.since < older_than
                 return None if young or not found.current() else found
             time.sleep(0.001)
         return None

@@ -6,7 +6,7 @@ transaction (one savepoint each, so one refused write never undoes another):
 with several runs active, many steps share one commit. Answers of a batch
 reach each caller's event loop in one wake-up. When the thread is idle, a
 caller that is alone may run its own write on a second connection instead.
-A caller may bound its wait (deadline.py): an operation not begun by then
+A caller may bound its wait (waits.py): an operation not begun by then
 never begins, so a caller that gave up knows nothing of it was written.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, deadline, retention, schedule_sql, sqlops, workers_sql
+from . import access_sql, agent_sql, retention, schedule_sql, sqlops, waits, workers_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
@@ -43,8 +43,8 @@ from .base import (
     ScheduleRow,
     TickRow,
 )
-from .deadline import Bound
 from .dialect import Db
+from .waits import Bound
 from .workers_sql import WorkerRow
 
 log = logging.getLogger("perdure.store")
@@ -227,7 +227,7 @@ class ThreadedStore:
             raise
 
     async def open(self) -> None:
-        bound = deadline.current()
+        bound = waits.current()
         if bound is None or self._thread is not None:
             await asyncio.to_thread(self.start)
             return
@@ -552,7 +552,7 @@ class ThreadedStore:
                 return value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        bound = deadline.current()
+        bound = waits.current()
         op = _Op(fn, write, append, self._plain(append), loop=loop, waiter=waiter, bound=bound)
         self._enqueue(op)
         if bound is None:

@@ -25,7 +25,7 @@ class Bound:
         return max(0.0, self.until - time.monotonic())
 
 
-_bound: ContextVar[Bound | None] = ContextVar("perdure_store_bound", default=None)
+_bound: ContextVar[Bound | None] = ContextVar("perdure_store_wait_bound", default=None)
 
 
 def current() -> Bound | None:
