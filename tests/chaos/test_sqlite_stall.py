@@ -23,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shop import Proc, load_stop_app, wait_for  # noqa: F401  # Proc: the worker wrapper
+from shop import Proc, wait_for
 from starlette.testclient import TestClient
 
 import perdure
 from perdure.errors import StoreUnavailable
 from perdure.server.app import create_app
 from perdure.store.base import COMPLETED
+from perdure.store.lockholder import process_state
 
 HERE = Path(__file__).resolve().parent
-FREEZE = 8.0  # seconds the holder stays stopped
+FREEZE = 8.0  # seconds the holder stays stopped at least (the checks all run before SIGCONT)
 QUICK = 6  # quick runs started before the freeze, and again while it lasts
 
 
@@ -101,7 +102,8 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
         took = time.monotonic() - began
         message = str(refused.value)
         print(f"\nstart(timeout=2) raised after {took:.2f}s: {message}")
-        assert 2.0 <= took < 5.0
+        assert took >= 2.0
+        assert process_state(frozen) == "stopped (SIGSTOP)"  # it gave up, the lock still held
         assert "locked for more than 2s" in message
         assert f"pid {frozen}" in message and "stopped (SIGSTOP)" in message
         assert "held-1" in message and "hold_lock" in message
@@ -122,7 +124,7 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             lines = [ln for ln in text.splitlines() if "waiting" in ln and "write lock" in ln]
             return next((ln for ln in lines if f"pid {frozen}" in ln and "held-1" in ln), None)
 
-        warning = wait_for(warned, FREEZE - 1, "the other worker's warning")
+        warning = wait_for(warned, 30, "the other worker's warning")
         print(f"other worker warned: {warning.strip()}")
         assert "stopped (SIGSTOP)" in warning
 
@@ -139,7 +141,6 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             print(f"/readyz {ready.status_code}: {ready.json()}")
             assert ready.status_code == 503
             assert f"pid {frozen}" in ready.json()["error"]
-            assert time.monotonic() - stopped_at < FREEZE  # all of it seen during the freeze
             wait_for(lambda: time.monotonic() - stopped_at > FREEZE, FREEZE, "the freeze")
             os.kill(frozen, signal.SIGCONT)
             frozen = None
