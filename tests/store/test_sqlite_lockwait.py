@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from perdure.errors import StoreUnavailable
-from perdure.store import sqlite, waits
-from perdure.store.base import NewRun
+from perdure.store import sqlite, sqlops, waits
+from perdure.store.base import Append, Entry, NewRun
 from perdure.store.dialect import Db
 from perdure.store.lockholder import HolderFile
 from perdure.store.sqlite import SQLiteStore
@@ -185,3 +185,30 @@ def test_a_holder_that_left_no_record_is_unknown_but_stopped_workers_are_named(
         child.kill()
         child.wait()
         store.stop()
+
+
+def test_a_transactional_body_in_a_shared_batch_is_named(tmp_path: Path) -> None:
+    """A transactional step's body running on the store thread holds the lock; the stall
+    line names the step and its run."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    store.start()
+    asyncio.run(store.create_run(_new("r-tx")))
+    inside, go = threading.Event(), threading.Event()
+
+    def body(conn: object) -> str:
+        inside.set()
+        go.wait(30)
+        return '{"value": 1}'
+
+    entry = Entry(kind="step.outcome", name="charge", position=0, final=True, at=1.0)
+    write = Append(run_id="r-tx", epoch=None, entries=[entry], tx_body=body)
+    done = store.submit(lambda c: sqlops.append(c, write), write=True, append=write)
+    try:
+        assert inside.wait(10)
+        line = store.write_lock_stall(older_than=0.0)
+        assert line is not None and "transactional step 'charge' of run r-tx" in line
+    finally:
+        go.set()
+        done.result(10)
+        store.stop()
+    assert store.write_lock_stall(older_than=0.0) is None
