@@ -212,3 +212,19 @@ def test_a_transactional_body_in_a_shared_batch_is_named(tmp_path: Path) -> None
         done.result(10)
         store.stop()
     assert store.write_lock_stall(older_than=0.0) is None
+
+
+def test_stopping_a_store_that_waits_for_the_lock_does_not_hang(held: Held) -> None:
+    """stop() while the store thread waits for a held lock returns once the wait is
+    WARN_AFTER old, and the waiting write is told it was not written (a graceful worker
+    stop is not held up for ever by a frozen peer)."""
+    waiter = SQLiteStore(held.store.path)
+    waiter.start()
+    writing = waiter.submit(lambda c: c.execute("DELETE FROM pauses"), write=True)
+    time.sleep(0.3)  # let it reach the wait
+    stopper = threading.Thread(target=waiter.stop)
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    with pytest.raises(StoreUnavailable, match="stopped while waiting for the write lock"):
+        writing.result(1)

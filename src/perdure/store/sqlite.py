@@ -47,6 +47,9 @@ class _LockWait:
         self.started = time.monotonic()
         self.warned: float | None = None
 
+    def waited(self) -> float:
+        return time.monotonic() - self.started
+
     def waiting(self) -> None:
         now = time.monotonic()
         if now - self.started < WARN_AFTER:
@@ -166,7 +169,8 @@ class SQLiteStore(ThreadedStore):
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE, waiting for the write lock as long as it takes (each attempt
-        waits LOCK_SLICE inside SQLite), and saying who holds it once the wait is long."""
+        waits LOCK_SLICE inside SQLite), saying who holds it once the wait is long; a store
+        being stopped gives up after WARN_AFTER, so a frozen holder cannot block stop()."""
         wait: _LockWait | None = None
         while True:
             try:
@@ -175,6 +179,11 @@ class SQLiteStore(ThreadedStore):
                 if not _busy(exc):
                     raise
                 wait = wait or _LockWait(self)
+                if self._thread is None and wait.waited() >= WARN_AFTER:  # stop() was called
+                    raise StoreUnavailable(
+                        f"store {self.url}: stopped while waiting for the write lock held by "
+                        f"{self.who_holds()}; nothing was written"
+                    ) from None
                 wait.waiting()
                 continue
             if wait is not None:

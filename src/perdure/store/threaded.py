@@ -418,7 +418,12 @@ class ThreadedStore:
             if len(group) == len(ops) and self._autocommit_group(conn, group):
                 return
         try:
-            self._begin(conn)  # may wait for the database's write lock (SQLite)
+            try:
+                self._begin(conn)  # may wait for the database's write lock (SQLite)
+            except StoreUnavailable as exc:  # stopped while waiting: nothing was begun
+                for op in ops:
+                    self._answer(op, None, exc)
+                return
             ops = [op for op in ops if self._claim(op)]
             if not ops:  # every caller gave up while the lock was awaited
                 self._finish(conn, "ROLLBACK")
