@@ -72,8 +72,6 @@ class _LockWait:
 
 
 class SQLiteStore(ThreadedStore):
-    """A Store on one SQLite file (or `:memory:` for a single process)."""
-
     """A Store on one SQLite file (or `:memory:` for a single process).
 
     `busy_timeout`: how long opening a locked file is retried, and how long `App.start`
