@@ -129,14 +129,20 @@ def list_runs(
 )
 @click.pass_context
 def stuck(ctx: click.Context, grace: float) -> None:
-    """Runs nobody is moving (lease long expired, timer long due, pending long) and schedules
-    held back by a run waiting for an operator; exit 1 if any."""
+    """Runs nobody is moving (lease long expired, timer long due, pending long), schedules
+    held back by a run waiting for an operator, and an SQLite write lock held so long that
+    every writer waits (naming its holder); exit 1 if any."""
     from ..triggers.schedules import blocked
 
     app = get_app(ctx, existing=True)
+    stall = app.client.write_lock_stall()  # first: the queries below may have to wait for it
+    if stall is not None:
+        click.echo(f"store: {stall}")
     found = app.sync(app.client.stuck(grace), "perdure stuck")
     held = app.sync(blocked(app), "perdure stuck")
     if not found and not held:
+        if stall is not None:
+            sys.exit(1)
         click.echo(f"no stuck runs or blocked schedules (grace {grace:g}s)")
         return
     if found:

@@ -89,6 +89,7 @@ class Workflow(Generic[P, R]):
         queue: str | None = None,
         priority: int = 0,
         partition_key: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Start a run of this workflow (a child run when called inside a workflow); the
@@ -100,11 +101,15 @@ class Workflow(Generic[P, R]):
                 client.start(
                     self.name, args, kwargs, run_id=run_id, deadline=seconds(deadline),
                     queue=queue, priority=priority, partition_key=partition_key,
+                    timeout=timeout,
                 ),
                 "Workflow.start()",
             )  # fmt: skip
             return RunHandle(client, run.id)
-        if deadline is not None or queue is not None or priority or partition_key is not None:
+        if (
+            deadline is not None or queue is not None or priority or partition_key is not None
+            or timeout is not None
+        ):  # fmt: skip
             raise ConfigError(
                 f"{self.name}.start() inside a workflow starts a child run, which takes "
                 "run_id= only (its queue and deadline are its workflow's)"

@@ -205,7 +205,12 @@ async def _probe(app: App) -> None:
 
 
 async def readyz(call: Call) -> Any:
-    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not."""
+    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, or if
+    the store's write lock (SQLite) has been held so long that every writer is stalled."""
+    stall = call.app.client.write_lock_stall()
+    if stall is not None:
+        log.warning("readyz: %s", stall)
+        return JSONResponse({"ready": False, "error": stall}, 503)
     try:
         await asyncio.wait_for(_probe(call.app), READY_TIMEOUT)
     except Exception as exc:  # whatever stops the store answering means "not ready"
