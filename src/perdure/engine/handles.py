@@ -3,6 +3,7 @@ status, wait for its result, signal it. Each holds the `Runtime` and a `Client` 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -14,6 +15,7 @@ from .durable import child_result
 from .registry import WorkflowDef
 from .retry import seconds
 from .runtime import Runtime
+from .streams import StreamChunk, follow, follow_sync
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,6 +46,15 @@ class RunHandle:
 
     async def result_async(self, timeout: float | timedelta | None = None) -> Any:
         return await self.client.result(self.id, seconds(timeout))
+
+    def stream(self, after: int = -1) -> Iterator[StreamChunk]:
+        """The run's stream after offset `after`, live until the run is finished (see
+        `perdure.stream`): chunks and the markers `attempt`, `retry` and `dropped`."""
+        return follow_sync(self.client, self.id, after)
+
+    def astream(self, after: int = -1) -> AsyncIterator[StreamChunk]:
+        """`stream` for async code."""
+        return follow(self.client, self.id, after)
 
     def send_event(self, name: str, payload: Any = None) -> None:
         self._sync(self.client.send_event(self.id, name, payload), "RunHandle.send_event()")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from .access_sql import AuditRow, SessionRow, TokenRow
     from .agent_sql import Budget, MemoryRow, UsageRow
+    from .stream_sql import StreamRow
     from .workers_sql import WorkerRow
 
 # Run states (DESIGN.md "Run states"), plus the two transitional operator states.
@@ -389,6 +390,13 @@ class Store(Protocol):
     async def find_token(self, digest: str) -> TokenRow | None: ...
     async def list_tokens(self) -> list[TokenRow]: ...
     async def revoke_token(self, token_id: str, now: float) -> bool: ...
+    # run streams: what steps write while they run (never needed for replay)
+    async def append_stream(
+        self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int
+    ) -> int: ...
+    async def read_stream(
+        self, run_id: str, after: int = -1, limit: int = 500
+    ) -> list[StreamRow]: ...
     # the server's own clock, in epoch seconds (None: the store has no server, e.g. SQLite)
     async def server_time(self) -> float | None: ...
     # dashboard sessions (hashed ids); found only while unended and their token unrevoked

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops, waits, workers_sql
+from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
@@ -44,6 +44,7 @@ from .base import (
     TickRow,
 )
 from .dialect import Db
+from .stream_sql import StreamRow
 from .waits import Bound
 from .workers_sql import WorkerRow
 
@@ -866,6 +867,14 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def append_stream(
+        self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int
+    ) -> int:
+        return await self._call(lambda c: stream_sql.append(c, run_id, rows, keep), write=True)
+
+    async def read_stream(self, run_id: str, after: int = -1, limit: int = 500) -> list[StreamRow]:
+        return await self._call(lambda c: stream_sql.read(c, run_id, after, limit), write=False)
 
     async def server_time(self) -> float | None:
         if not self.server_clock:
