@@ -10,6 +10,7 @@ import click
 from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
+from . import render
 
 
 @click.command("mcp")
@@ -114,11 +115,11 @@ def mcp_cmd(
     runs = "runs workflows here" if with_worker else "a `perdure worker` runs them"
     try:
         if over_http:
-            click.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
+            render.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
             asyncio.run(serve_http(server, host, port, path=path, worker=worker))
         else:
-            click.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
+            render.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
             asyncio.run(serve_stdio(server, worker))
     finally:
         app.close()

@@ -8,6 +8,7 @@ from types import FrameType
 import click
 
 from ..extras import require_extra
+from . import render
 
 
 @click.command()
@@ -31,7 +32,7 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
 
     instrument(app)
     names = ", ".join(sorted(app.webhooks)) or "none"
-    click.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
+    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     server = uvicorn.Server(uvicorn.Config(create_app(app), host=host, port=port, log_config=None))
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -57,7 +57,7 @@ def worker(
         from ..observe.metrics import serve_metrics
 
         serve_metrics(app, metrics_port)
-    click.echo(
+    render.echo(
         f"perdure worker: {len(app.workflows)} workflow(s) on {public_url(app.url)}", err=True
     )
     options = WorkerOptions(
@@ -91,7 +91,7 @@ def workers(ctx: click.Context, since: float) -> None:
     now = time.time()
     rows = app.sync(app.store.list_workers(now - since), "workers")
     if not rows:
-        click.echo("no workers in the last hour" if since == 3600.0 else "no workers")
+        render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
     for w in rows:
@@ -103,6 +103,6 @@ def workers(ctx: click.Context, since: float) -> None:
             state = "alive"
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
                      render.when(w.started_at), render.when(w.heartbeat_at), state])  # fmt: skip
-    click.echo(
+    render.echo(
         render.table(body, ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "STATE"])
     )
