@@ -88,9 +88,7 @@ def test_the_table_refuses_no_letter_digit_or_punctuation() -> None:
         ("x" * (MAX_RUN_ID + 1), f"is {MAX_RUN_ID + 1} characters long; at most {MAX_RUN_ID}"),
     ],
 )
-def test_refusals_are_one_line_naming_the_character_never_echoing_it(
-    value: str, says: str
-) -> None:
+def test_refusals_are_one_line_naming_the_character_never_echoing_it(value: str, says: str) -> None:
     """Each refusal is a one-line BadName (a ConfigError and a ValueError) that names the kind
     and the character as U+XXXX, with the value shown escaped: no refused character in it."""
     with pytest.raises(BadName) as caught:

@@ -50,6 +50,7 @@ from .validation import (
     Comment,
     CursorQuery,
     Fork,
+    IdRoute,
     IdsQuery,
     IntQuery,
     PutBudget,
@@ -679,7 +680,7 @@ def _route(endpoint: Endpoint) -> Route:
             return _error(409, str(exc))
 
     handle.__name__ = endpoint.handler.__name__
-    return Route(endpoint.path, handle, methods=[endpoint.method])
+    return IdRoute(endpoint.path, handle, methods=[endpoint.method])
 
 
 def api_routes() -> list[BaseRoute]:

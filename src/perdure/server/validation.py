@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from urllib.parse import unquote
 
 from annotated_types import Interval
 from pydantic import (
@@ -37,6 +38,8 @@ from pydantic import (
     field_validator,
 )
 from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from ..errors import ConfigError
 from ..store.base import ALL_STATUSES, RunRow, Store
@@ -382,9 +385,36 @@ def text_param(
     return value
 
 
+_KEPT = re.compile(r"(%2[fF5])")  # an encoded '/' or '%' inside a path segment
+
+
+def _segments_path(scope: Scope) -> str | None:
+    """The request's path decoded but for `%2F` and `%25`, so that an id holding '/' stays one
+    segment (`IdRoute`); None when the raw path has neither, or disagrees with the path."""
+    raw = scope.get("raw_path")
+    if not raw or b"%2" not in raw.upper():
+        return None
+    text = raw.decode("latin-1")
+    kept = "".join(
+        part.upper() if _KEPT.fullmatch(part) else unquote(part) for part in _KEPT.split(text)
+    )
+    return kept if unquote(kept) == scope["path"] else None
+
+
+class IdRoute(Route):
+    """A route whose path parameters may hold '/' (sent as %2F): anything the id rule allows
+    in an id can be reached by it, `hook:push:a/b` included (`path_param` decodes them)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = _segments_path(scope) if scope["type"] == "http" else None
+        return super().matches(scope if path is None else {**scope, "path": path})
+
+
 def path_param(request: Request, field: str) -> str:
-    """A path parameter of `PATH_PARAMS`, checked against its pattern."""
-    value = text_param(request.path_params[field], field, required=True, pattern=PATH_PARAMS[field])
+    """A path parameter of `PATH_PARAMS` (its %2F and %25 decoded: `IdRoute`), checked against
+    its pattern."""
+    given = _KEPT.sub(lambda m: unquote(m.group()), request.path_params[field])
+    value = text_param(given, field, required=True, pattern=PATH_PARAMS[field])
     assert value is not None
     return value
 
