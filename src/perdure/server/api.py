@@ -70,6 +70,7 @@ from .validation import (
     path_param,
     run_cursor,
     runs_page,
+    segment,
 )
 
 log = logging.getLogger("perdure.server")
@@ -656,7 +657,7 @@ async def _audit_refusal(
     if name is None:  # it only reads
         return
     params = request.path_params
-    kind, value = next(((k, params[p]) for p, k in _TARGETS if p in params), ("api", ""))
+    kind, value = next(((k, segment(request, p)) for p, k in _TARGETS if p in params), ("api", ""))
     target = f"{kind}:{value}" if value else f"api:{endpoint.method} {endpoint.path}"
     await ops.refuse(app, who, Action(name, target, endpoint.scope or "read"), exc)
 

@@ -410,11 +410,14 @@ class IdRoute(Route):
         return super().matches(scope if path is None else {**scope, "path": path})
 
 
+def segment(request: Request, field: str) -> str:
+    """A path parameter as sent, unchecked: its %2F and %25 decoded (`IdRoute`)."""
+    return _KEPT.sub(lambda m: unquote(m.group()), request.path_params[field])
+
+
 def path_param(request: Request, field: str) -> str:
-    """A path parameter of `PATH_PARAMS` (its %2F and %25 decoded: `IdRoute`), checked against
-    its pattern."""
-    given = _KEPT.sub(lambda m: unquote(m.group()), request.path_params[field])
-    value = text_param(given, field, required=True, pattern=PATH_PARAMS[field])
+    """A path parameter of `PATH_PARAMS` (`segment`), checked against its pattern."""
+    value = text_param(segment(request, field), field, required=True, pattern=PATH_PARAMS[field])
     assert value is not None
     return value
 
