@@ -360,24 +360,30 @@ async def parse_body(request: Request, model: type[M]) -> M:
 # -- query values -----------------------------------------------------------------------------
 
 
-# The path parameters of the API and the pattern each meets (besides 1 to MAX_TEXT characters).
+# The path parameters of the API, the pattern each meets and its most characters.
 PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME}
+PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME}
 
 
 def text_param(
-    value: str | None, field: str, *, required: bool = False, pattern: str = NAME
+    value: str | None,
+    field: str,
+    *,
+    required: bool = False,
+    pattern: str = NAME,
+    most: int = MAX_TEXT,
 ) -> str | None:
     """An id or name from the path or the query: the id rule (`store.names`), 1 to MAX_TEXT
-    characters; `SCHEDULE_NAME` also refuses ':' and spaces.
+    characters (`most`: a schedule's or agent's name in a path, MAX_NAME); `SCHEDULE_NAME`
+    also refuses ':' and spaces.
 
     What the rule refuses is a 400 (no id can be so: every id is checked where it is made);
-    one it allows that names nothing is for the handler to answer (404), names longer than
-    their kind allows included."""
+    one it allows that names nothing is for the handler to answer (404)."""
     if value is None or value == "":
         if required:
             raise BadInput(400, f"{field}: required", field)
         return None
-    why = problem(value, field.replace("_", " "), MAX_TEXT)
+    why = problem(value, field.replace("_", " "), most)
     if why is None and pattern == SCHEDULE_NAME and (":" in value or " " in value):
         why = "a schedule name has no ':' or spaces"
     if why is not None:
@@ -417,7 +423,8 @@ def segment(request: Request, field: str) -> str:
 
 def path_param(request: Request, field: str) -> str:
     """A path parameter of `PATH_PARAMS` (`segment`), checked against its pattern."""
-    value = text_param(segment(request, field), field, required=True, pattern=PATH_PARAMS[field])
+    value = text_param(segment(request, field), field, required=True,
+                       pattern=PATH_PARAMS[field], most=PATH_MOST[field])  # fmt: skip
     assert value is not None
     return value
 
@@ -591,19 +598,21 @@ class StatusQuery(Query):
 
 @dataclass(frozen=True, kw_only=True)
 class IdsQuery(Query):
-    """Run ids, the parameter repeated (`?id=a&id=b`), at most `most` of them."""
+    """Run ids, the parameter repeated (`?id=a&id=b`), at most `most` of them, each of at most
+    MAX_NAME characters: `most` of those already pass what a request line may hold (uvicorn
+    takes 16 KiB), so a longer run id is read by its path (`/runs/{run_id}`) instead."""
 
     most: int
 
     def schema(self) -> dict[str, Any]:
-        item = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": NAME}
+        item = {"type": "string", "minLength": 1, "maxLength": MAX_NAME, "pattern": NAME}
         return {"type": "array", "items": item, "maxItems": self.most}
 
     def read(self, request: Request) -> list[str]:
         values = request.query_params.getlist(self.name)
         if len(values) > self.most:
             raise BadInput(400, f"{self.name}: at most {self.most} ids per call", self.name)
-        found = [text_param(v, self.name, required=True) for v in values]
+        found = [text_param(v, self.name, required=True, most=MAX_NAME) for v in values]
         return [v for v in found if v is not None]
 
 

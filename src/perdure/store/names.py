@@ -4,8 +4,8 @@ text that breaks it.
 An id is shown on terminals, in pages and in logs, and is typed back to reach its run. So it
 holds visible characters only: no control characters (C0, C1, DEL), no format characters
 (bidirectional overrides and isolates, zero-width ones), no line or paragraph separators,
-no space but U+0020 and none at either end, no surrogates or private-use characters, none
-of Unicode's default-ignorable (invisible) ones; and it is bounded: a run id to
+no space but U+0020 and none at either end, no surrogates, none of Unicode's
+default-ignorable (invisible) ones; and it is bounded: a run id to
 `MAX_RUN_ID` characters (ids made from an event, delivery or schedule name plus a prefix fit),
 any other name to `MAX_NAME`. The refused characters are a fixed table (`REFUSED`), not the
 running Python's Unicode database, so what one perdure accepts every other reaches.
@@ -21,37 +21,44 @@ from ..errors import ConfigError
 MAX_NAME = 200  # characters of a schedule, agent, queue or token name
 MAX_RUN_ID = 512  # characters of a run id (trigger ids are a prefix and two names of 200)
 
-# Ranges of refused code points: categories Cc, Cf, Cs, Co, Zl, Zp, Zs but U+0020 (Unicode
-# 15.1), and Default_Ignorable_Code_Point. tests/store/test_names.py checks the table
+# Ranges of refused code points: categories Cc, Cf, Cs, Zl, Zp, Zs but U+0020 (Unicode 15.1),
+# and Default_Ignorable_Code_Point (private-use characters are glyphs of the fonts that define
+# them: allowed). tests/store/test_names.py checks the table
 # against the running Python's Unicode database.
 REFUSED: tuple[tuple[int, int], ...] = (
     (0x0000, 0x001F), (0x007F, 0x00A0), (0x00AD, 0x00AD), (0x034F, 0x034F),
     (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F),
     (0x0890, 0x0891), (0x08E2, 0x08E2), (0x115F, 0x1160), (0x1680, 0x1680),
     (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2000, 0x200F), (0x2028, 0x202F),
-    (0x205F, 0x206F), (0x3000, 0x3000), (0x3164, 0x3164), (0xD800, 0xF8FF),
+    (0x205F, 0x206F), (0x3000, 0x3000), (0x3164, 0x3164), (0xD800, 0xDFFF),
     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB),
     (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
 )  # fmt: skip
 
 
-def _class(ranges: tuple[tuple[int, int], ...], extra: str = "") -> str:
-    """A regex character class body of `ranges`: BMP code points as \\uXXXX escapes (as
-    JSON Schema's ECMA patterns and Python's `re` read them), others as the characters."""
+def _class(ranges: tuple[tuple[int, int], ...]) -> str:
+    """A regex character class body of `ranges`: BMP code points as \\xXX or \\uXXXX escapes
+    (as JSON Schema's ECMA patterns and Python's `re` read them), others as the characters."""
 
     def one(code: int) -> str:
+        if code < 0x100:
+            return f"\\x{code:02x}"
         return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
 
     parts = [one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in ranges]
-    return "".join(parts) + extra
+    return "".join(parts)
 
 
-REFUSED_CLASS = _class(REFUSED)  # the body of a regex class of the refused characters
-_BAD_CHAR = re.compile(f"[{REFUSED_CLASS}]")
+_BAD_CHAR = re.compile(f"[{_class(REFUSED)}]")
+# The refused characters as a class for documents (OpenAPI): surrogates left out, as no JSON
+# text holds one (the API refuses them apart) and patterns are read as Unicode scalars.
+REFUSED_CLASS = _class(tuple(r for r in REFUSED if r != (0xD800, 0xDFFF)))
 # The rule as a pattern (the length aside), for the OpenAPI document: no refused character,
 # and no space at either end.
-PATTERN = f"^(?! )(?!.* $)[^{REFUSED_CLASS}]*$"
+_OK = f"[^{REFUSED_CLASS}]"
+_OK_END = f"[^{REFUSED_CLASS} ]"
+PATTERN = f"^({_OK_END}({_OK}*{_OK_END})?)?$"  # no lookaround: generators and Rust regex read it
 
 
 class BadName(ConfigError, ValueError):
@@ -69,7 +76,6 @@ _WHAT = {
     "Cc": "a control character",
     "Cf": "a format character",
     "Cs": "a surrogate",
-    "Co": "a private-use character",
     "Zl": "a line separator",
     "Zp": "a paragraph separator",
     "Zs": "a space other than ' '",
