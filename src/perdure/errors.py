@@ -12,6 +12,7 @@
     ├── NonDeterminismError     replay found another step than the journal holds
     ├── StepError               a step failed after its last attempt
     │   └── StepTimeout         an attempt took longer than its timeout
+    ├── ParkRun                 a step that needs an operator's fix first (run paused)
     ├── RunFailed               waited-for run ended failed, cancelled or dead
     ├── DeadlineExceeded        the run passed its deadline
     ├── WaitTimeout             handle.result(timeout) gave up waiting
@@ -106,6 +107,12 @@ class StepError(PerdureError):
 
 class StepTimeout(StepError):
     """Raised when a step attempt exceeded the step's timeout."""
+
+
+class ParkRun(PerdureError):
+    """Raised by a step that cannot succeed until an operator fixes something outside the
+    run (an expired key): the run is paused with this message as its reason, holding no
+    slot, and `perdure resume` runs the step again (the attempt is journaled, not final)."""
 
 
 class RunFailed(PerdureError):

@@ -4,7 +4,8 @@ Each answers `POST /v1/chat/completions` (OpenAI) or `POST /v1/messages`
 (Anthropic) with the next queued turn, as JSON or, when the request asks to
 stream, as server-sent events split into several deltas (text in pieces, tool
 arguments in JSON fragments). It records every request it got, and can be told
-to answer the next one with an error status (429 with Retry-After, 500, 401...).
+to answer the next one with an error status (429 with Retry-After, 500, 401...),
+to hang (read the request, never answer), or to refuse every key but one.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class WireServer:
         self.turns: deque[Turn] = deque()
         self.failures: deque[tuple[int, dict[str, str]]] = deque()
         self.default = Turn(text="hello")
+        self.hangs = 0  # requests still to hang: read, never answered (until stop())
+        self.hung = 0  # requests hung so far
+        self.key: str | None = None  # when set, any other key gets a 401
+        self._released = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -74,11 +79,21 @@ class WireServer:
         """Answer the next request with `status` (and a Retry-After header if given)."""
         self.failures.append((status, {"Retry-After": retry_after} if retry_after else {}))
 
+    def hang_next(self, count: int = 1) -> None:
+        """Accept the next `count` requests and never answer them (a hung model server)."""
+        self.hangs += count
+
+    def sent_key(self, request: Recorded) -> str:
+        """The key a request carried (Bearer for OpenAI, x-api-key for Anthropic)."""
+        auth = request.headers.get("authorization", "")
+        return request.headers.get("x-api-key") or auth.removeprefix("Bearer ")
+
     def start(self) -> Self:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        self._released.set()  # hung handlers return (their connections close unanswered)
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -104,11 +119,18 @@ class WireServer:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw or b"{}")
-                server.requests.append(
-                    Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                )
+                seen = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                server.requests.append(seen)
+                if server.hangs > 0:
+                    server.hangs -= 1
+                    server.hung += 1
+                    server._released.wait(300)
+                    self.close_connection = True
+                    return
                 if self.path != server.path:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
+                elif server.key is not None and server.sent_key(seen) != server.key:
+                    self._json(401, server.render_error(401))
                 elif server.failures:
                     status, headers = server.failures.popleft()
                     self._json(status, server.render_error(status), headers)
@@ -221,6 +243,7 @@ class OpenAIServer(WireServer):
     def render_error(self, status: int) -> dict[str, Any]:
         kinds = {
             401: ("invalid_request_error", "Incorrect API key provided: sk-bad.\nFind your key."),
+            403: ("permission_denied", "You are not allowed to use this model."),
             429: ("rate_limit_error", "Rate limit reached for requests"),
             400: ("invalid_request_error", "Unknown parameter: 'bogus'."),
         }

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from private_pg import PrivateServer, wait_pg_up
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "chaos_app.py"
@@ -44,10 +47,20 @@ class WorkerPool:
         self.logs: dict[int, Path] = {}
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
-    def spawn(self, role: str = "", **options: Any) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHAOS_ROLE": role}
+    def spawn(
+        self,
+        role: str = "",
+        *,
+        prefix: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        **options: Any,
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; `prefix` runs it through another command (`ip netns exec NS`),
+        `env` adds to its environment."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHAOS_ROLE": role, **(env or {})}
         env.pop("PERDURE_DB", None)
         args = [
+            *(prefix or []),
             sys.executable,
             str(SCRIPT),
             str(self.workdir),
@@ -126,3 +139,28 @@ def _wait_until(
 def wait_until() -> Callable[..., Any]:
     """`wait_until(predicate, timeout, what)`: poll until truthy, else fail naming `what`."""
     return _wait_until
+
+
+@pytest.fixture
+def pg_server(tmp_path: Path) -> Iterator[PrivateServer]:
+    """This test's own PostgreSQL server, destroyed afterwards (its log kept in tmp_path)."""
+    server = PrivateServer()
+    why = server.missing()
+    if why is not None:  # the PostgreSQL suites run in CI too: a machine without it fails, loudly
+        shutil.rmtree(server.root, ignore_errors=True)
+        pytest.fail(why)
+    try:
+        server.init()
+        server.start()
+        wait_pg_up(server.url, 60)
+        yield server
+    finally:
+        if server.log.exists():
+            shutil.copy(server.log, tmp_path / "postgresql.log")
+        server.destroy()
+
+
+@pytest.fixture
+def pg_chaos_url(pg_server: PrivateServer) -> str:
+    """A schema on the test's own server (the whole server is thrown away afterwards)."""
+    return f"{pg_server.url}?schema=chaos_{uuid.uuid4().hex[:12]}"

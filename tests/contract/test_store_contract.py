@@ -461,3 +461,59 @@ def test_runs_and_journals_page_by_keyset(store: Store) -> None:
     run(store.append(Append("r0", None, [entry("run.note", data=str(i)) for i in range(5)])))
     assert [e.seq for e in run(store.journal("r0", after=1, limit=2))] == [2, 3]
     assert [e.seq for e in run(store.journal("r0", after=2))] == [3, 4]
+
+
+def test_a_retried_write_that_landed_is_not_written_twice(store: Store) -> None:
+    """A write sent again after a lost connection (`retry`, same `key`): if its first try
+    landed, nothing more is written and the run's state is answered; if it did not, it
+    lands now, once. Writes without a key never hide a keyed one."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    epoch = claim.run.lease_epoch
+    first = Append("r1", epoch, [entry("step.outcome", 0, final=True)], key="k1")
+    run(store.append(first))
+    run(store.append(Append("r1", None, [entry("run.note")])))  # an operator's note between
+    again = run(store.append(Append("r1", epoch, list(first.entries), key="k1", retry=True)))
+    assert again.status == "running" and not again.cancel_requested
+    assert [e.kind for e in run(store.journal("r1"))] == ["step.outcome", "run.note"]
+    unlanded = Append("r1", epoch, [entry("step.outcome", 1, final=True)], key="k2", retry=True)
+    run(store.append(unlanded))
+    run(store.append(Append("r1", epoch, list(unlanded.entries), key="k2", retry=True)))
+    outcomes = [e.position for e in run(store.journal("r1")) if e.kind == "step.outcome"]
+    assert outcomes == [0, 1]
+
+
+def test_a_retried_sleep_that_landed_keeps_its_status(store: Store) -> None:
+    """The retried write of a status change that landed answers the status it wrote."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    sleep = Append("r1", claim.run.lease_epoch, [entry("sleep.started", 0)], status="sleeping",
+                   fields={"wake_at": 500.0, "lease_owner": None}, key="k1")  # fmt: skip
+    run(store.append(sleep))
+    again = run(store.append(Append("r1", claim.run.lease_epoch, list(sleep.entries),
+                                    status="sleeping", key="k1", retry=True)))  # fmt: skip
+    assert again.status == "sleeping"
+    assert len(run(store.journal("r1"))) == 1
+
+
+def test_a_claimer_never_takes_a_run_it_still_executes(store: Store) -> None:
+    """Its lease ran out (the store was away), but the claimer says it still executes the
+    run: it does not claim it again; another worker may."""
+    run(store.create_run(new("r1")))
+    run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    assert run(store.claim("w1", 200.0, 30.0, 10, ["wf"], executing=["r1"])) == []
+    [taken] = run(store.claim("w2", 200.0, 30.0, 10, ["wf"]))
+    assert taken.recovered_from == "w1"
+
+
+def test_a_claim_cut_off_unanswered_is_taken_up_again_at_once(store: Store) -> None:
+    """A claim that landed but whose answer was lost leaves runs leased to a claimer that
+    does not execute them: with `own` it takes them again at once, as fresh claims (no
+    recovery counted or journaled); without, only after the lease expires."""
+    run(store.create_run(new("r1")))
+    run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))  # its answer "lost"
+    assert run(store.claim("w1", 101.0, 30.0, 10, ["wf"])) == []
+    [again] = run(store.claim("w1", 102.0, 30.0, 10, ["wf"], own=True))
+    assert again.recovered_from is None and again.run.recoveries == 0
+    assert run(store.journal("r1")) == []
+    assert run(store.claim("w2", 103.0, 30.0, 10, ["wf"], own=True)) == []  # not w2's

@@ -126,3 +126,43 @@ def test_a_chosen_id_is_found_dead_through_the_worker_registry() -> None:
     assert not dead_owner("alive", me, here, registry)
     assert not dead_owner("far", me, here, registry)
     assert not dead_owner("unknown", me, here, registry)
+
+
+def test_how_a_lost_holder_left_is_told_apart() -> None:
+    """The needs_attention reason says what recovery can know of the intent's writer: its
+    process gone (died), stopped, alive yet cut off (same host), reporting or silent
+    (another host), never just "crashed"."""
+    import asyncio
+    import socket
+    import tempfile
+
+    from perdure.engine.peers import SILENT_AFTER, how_lost
+    from perdure.store.workers_sql import WorkerRow
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = socket.gethostname()
+    with tempfile.TemporaryDirectory() as folder:
+        app = perdure.App(f"sqlite:///{folder}/peers.db")
+        try:
+            now = 10_000.0
+            rows = [
+                WorkerRow("stopper", host, os.getppid(), 1.0, now, 4, 0),
+                WorkerRow("far-live", "elsewhere", 1234, 1.0, now - 5, 4, 1),
+                WorkerRow("far-silent", "elsewhere", 1234, 1.0, now - 600, 4, 1),
+            ]
+            for row in rows:
+                app.sync(app.store.worker_beat(row), "beat")
+            app.sync(app.store.worker_stopped("stopper", now - 5), "stopped")
+
+            def why(owner: str | None) -> str:
+                return asyncio.run(how_lost(app.store, owner, now, SILENT_AFTER))
+
+            assert why(f"{host}:{child.pid}:abc").endswith(f"died (process {child.pid} is gone)")
+            assert "is alive but lost its lease" in why(f"{host}:{os.getppid()}:abc")
+            assert why("stopper") == "its worker stopper stopped"
+            assert "still reports but lost its lease" in why("far-live")
+            assert "went silent" in why("far-silent")
+            assert why("nobody-knows").startswith("its worker nobody-knows was lost")
+        finally:
+            app.close()

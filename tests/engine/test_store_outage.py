@@ -1,4 +1,5 @@
-"""A store outage met by an engine read (not a write) stops the run; it never fails it."""
+"""A store outage met by an engine read (not a write) is waited out: the read is tried again
+until the store answers and the run goes on in the same execution; it never fails it."""
 
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ def no_engine_errors(caplog: pytest.LogCaptureFixture) -> None:
     assert not errors, errors
 
 
-def test_outage_while_waiting_for_an_event_stops_the_run(
+def test_outage_while_waiting_for_an_event_is_waited_out(
     app: perdure.App, worker: TestWorker, clock: TestClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The event read meets the outage: the run is recovered later, not failed."""
+    """The event read meets the outage: read again, the run waits for its event, no
+    recovery (the lease never had to expire) and no failure."""
 
     @app.workflow(name="waits")
     async def waits() -> Any:
@@ -46,17 +48,15 @@ def test_outage_while_waiting_for_an_event_stops_the_run(
     hits = fail_once(app.store, "next_event")
     handle = app.start(waits)
     worker.run_until_idle()
-    assert hits and handle.status() == "running"  # held until its lease expires
-    clock.advance(worker.lease + 1)
-    worker.run_until_idle()
-    assert handle.status() == "waiting"
+    assert hits and handle.status() == "waiting"
+    assert not [e for e in app.journal(handle.id) if e.kind == "run.recovered"]
     handle.send_event("go", 7)
     worker.run_until_idle()
     assert handle.result(timeout=5) == 7
     no_engine_errors(caplog)
 
 
-def test_outage_while_reading_a_child_result_stops_the_run(
+def test_outage_while_reading_a_child_result_is_waited_out(
     app: perdure.App, worker: TestWorker, clock: TestClock
 ) -> None:
     @app.workflow(name="child")
@@ -121,3 +121,63 @@ def test_outage_while_finishing_a_cancel_is_no_engine_error(
     worker.run_until_idle()
     assert handle.status() == CANCELLED
     no_engine_errors(caplog)
+
+
+def land_then_fail(store: Any, when: Callable[[Any], bool]) -> list[int]:
+    """Make the first `store.append` matching `when` land, then report the connection lost
+    (a COMMIT that reached the server, its answer cut off)."""
+    real = store.append
+    hits: list[int] = []
+
+    async def flaky(append: Any) -> Any:
+        result = await real(append)
+        if not hits and when(append):
+            hits.append(1)
+            raise StoreUnavailable("store x unreachable: server closed the connection")
+        return result
+
+    store.append = flaky
+    return hits
+
+
+def outcome_of(step: str) -> Callable[[Any], bool]:
+    return lambda a: any(e.kind == "step.outcome" and e.name == step for e in a.entries)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["lost", "landed-unseen"])
+def test_a_once_outcome_met_by_an_outage_is_recorded_when_the_store_is_back(
+    app: perdure.App, worker: TestWorker, caplog: pytest.LogCaptureFixture, landed: bool
+) -> None:
+    """The write of a once step's outcome meets an outage: the live worker keeps it and
+    writes it once the store answers (once, whether or not the first try had landed); the
+    run completes with no recovery and no needs_attention, the body ran once."""
+    calls: list[int] = []
+
+    @app.step(effect="once", name="charge")
+    def charge() -> str:
+        calls.append(1)
+        return "charged"
+
+    @app.step(effect="read", name="after")
+    def after() -> str:
+        return "read"
+
+    @app.workflow(name="pays")
+    async def pays() -> str:
+        return await charge() + "+" + await after()
+
+    hits = (land_then_fail if landed else fail_once_append)(app.store, outcome_of("charge"))
+    handle = app.start(pays)
+    with caplog.at_level(logging.WARNING, logger="perdure.worker"):
+        worker.run_until_idle()
+    assert hits and handle.result(timeout=5) == "charged+read"
+    assert calls == [1]
+    kinds = [e.kind for e in app.journal(handle.id) if e.name == "charge"]
+    assert kinds == ["step.intent", "step.outcome"]
+    assert not [e for e in app.journal(handle.id) if e.kind == "run.recovered"]
+    assert any("holding them until it is back" in r.getMessage() for r in caplog.records)
+    no_engine_errors(caplog)
+
+
+def fail_once_append(store: Any, when: Callable[[Any], bool]) -> list[int]:
+    return fail_once(store, "append", when)

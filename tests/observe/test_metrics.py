@@ -18,6 +18,7 @@ from perdure.agent.spec import load_spec
 from perdure.observe import metrics as metrics_module
 from perdure.observe.metrics import Metrics, serve_metrics
 from perdure.server import create_app
+from perdure.server.access import create_token
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 LEASE = 30.0
@@ -120,8 +121,9 @@ def test_metrics_after_runs_retries_takeover_ticks_and_an_agent(
     TestWorker(app, lease=LEASE).run_until_idle()
     assert answer.result(timeout=5)["status"] == "done"
 
+    token = app.sync(create_token(app, "scraper", ["read"]), "token")[1]
     with TestClient(create_app(app)) as client:
-        response = client.get("/metrics")
+        response = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     found = samples(response.text)
@@ -181,7 +183,7 @@ def test_without_prometheus_client_metrics_say_what_to_install(
     rest of the server still works."""
     monkeypatch.setattr(metrics_module, "_default", None)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with TestClient(create_app(app)) as client:
+    with TestClient(create_app(app, metrics_public=True)) as client:
         response = client.get("/metrics")
         health = client.get("/healthz")
     assert response.status_code == 503

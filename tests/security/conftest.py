@@ -31,3 +31,14 @@ def serve_with(tmp_path: Path) -> Callable[..., AbstractContextManager[Served]]:
 def mcp_http(tmp_path: Path) -> Iterator[Served]:
     """`perdure mcp --http` on a free port of 127.0.0.1 (endpoint /mcp), a token per scope."""
     yield from start(tmp_path, ["mcp", "--http"], "/mcp")
+
+
+@pytest.fixture
+def mcp_http_with(tmp_path: Path) -> Callable[..., AbstractContextManager[Served]]:
+    """`perdure mcp --http` with extra options and environment, stopped when the block ends:
+    `with mcp_http_with("--allowed-host", "mcp.example") as served: ...`."""
+
+    def made(*options: str, env: dict[str, str] | None = None) -> AbstractContextManager[Served]:
+        return contextmanager(start)(tmp_path, ["mcp", "--http", *options], "/mcp", env)
+
+    return made

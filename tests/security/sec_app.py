@@ -1,4 +1,5 @@
-"""The app the security tests serve: a workflow that waits, and signed webhooks.
+"""The app the security tests serve: a workflow that waits, and signed webhooks (`push`:
+Standard Webhooks; `push-body`: the body-only scheme).
 
 Store from PERDURE_DB; the webhooks' secret is `s3cret` (HOOK_SECRET may override it)."""
 
@@ -20,3 +21,18 @@ def waits(payload: Any = None) -> str:
 
 
 app.webhook("push", waits, secret=SECRET)
+app.webhook("small", waits, secret=SECRET, max_body=1000)  # a hook that takes little
+# GitHub-style: body-only HMAC in X-Perdure-Signature, the id in X-Perdure-Delivery (replayable
+# under a new id, as documented; tests/security/test_webhook_replay.py shows it).
+app.webhook("push-body", waits, secret=SECRET, scheme="body")
+
+
+@app.workflow()
+def read_drop(path: str) -> int:
+    """Reads a dropped file (as a real inbox workflow would): its length is the result."""
+    with open(path, "rb") as dropped:
+        return len(dropped.read())
+
+
+if os.environ.get("INBOX_DIR"):  # the inbox test's worker watches this folder
+    app.inbox(os.environ["INBOX_DIR"], read_drop, stable=0.2, poll=0.2, force_polling=True)

@@ -4,6 +4,7 @@ token of each scope made through the CLI first (the security tests' server)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,8 @@ def free_port() -> int:
 
 @dataclass
 class Served:
-    """A running server: where it listens, its store, a token per scope and its log."""
+    """A running server: where it listens, its store, a token (and its id) per scope, its
+    environment (for `perdure` commands on the same store) and its log."""
 
     url: str
     port: int
@@ -38,6 +40,7 @@ class Served:
     env: dict[str, str]
     log: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    token_ids: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     def client(self, scope: str | None = None, **kwargs: object) -> httpx.Client:
@@ -76,7 +79,8 @@ def start(
     maker = App(db)  # in this process: four `perdure token create` would take ~2 s
     try:
         for scope in SCOPES:
-            served.tokens[scope] = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "")[1]
+            made = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "token")
+            served.token_ids[scope], served.tokens[scope] = made
     finally:
         maker.close()
     with served.log.open("wb") as log:
@@ -105,3 +109,19 @@ def start(
             except subprocess.TimeoutExpired:
                 served.proc.kill()
                 served.proc.wait()
+
+
+def form_csrf(html: str) -> str:
+    """The CSRF token a dashboard page's forms carry."""
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found, f"no form with a CSRF token on the page: {html[:300]}"
+    return found.group(1)
+
+
+def sign_in(served: Served, token: str) -> httpx.Client:
+    """A browser-like client signed in to the dashboard with `token` (cookie perdure_session)."""
+    client = served.client(follow_redirects=True)
+    csrf = form_csrf(client.get("/ui/login").text)
+    answer = client.post("/ui/login", data={"token": token, "csrf": csrf})
+    assert answer.status_code == 200 and answer.url.path == "/ui/runs", answer.text[:300]
+    return client

@@ -5,6 +5,7 @@ created and reached by GET and cancel; a webhook delivery id with '/' makes a re
 from __future__ import annotations
 
 import json
+import time
 from urllib.parse import quote
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from served import Served
 
 from perdure.store.names import REFUSED
-from perdure.triggers.webhooks import sign
+from perdure.triggers.webhooks import standard_headers
 
 BAD = {
     "ESC": ("a\x1b[2Jb", "U+001B"),
@@ -81,11 +82,11 @@ def test_a_webhook_delivery_with_a_slash_makes_a_reachable_run(serve: Served) ->
     """A signed delivery whose id holds '/' starts hook:push:<id>, which GET reaches."""
     body = json.dumps({"ref": "main"}).encode()
     delivery = "gh/123-abc"
+    headers = standard_headers("s3cret", body, delivery_id=delivery, timestamp=int(time.time()))
     hooked = httpx.post(serve.url + "/hooks/push", content=body, timeout=10,
-                        headers={"X-Perdure-Signature": sign("s3cret", body),
-                                 "X-Perdure-Delivery": delivery,
-                                 "Content-Type": "application/json"})  # fmt: skip
+                        headers={**headers, "Content-Type": "application/json"})  # fmt: skip
     assert hooked.status_code in (200, 201, 202), hooked.text
+    assert hooked.json()["run_id"] == f"hook:push:{delivery}"
     with serve.client("read") as client:
         got = client.get(path(f"hook:push:{delivery}"))
     assert got.status_code == 200 and got.json()["id"] == f"hook:push:{delivery}", got.text

@@ -24,6 +24,7 @@ import perdure
 from perdure.server import create_app, sse
 from perdure.server.access import Principal, create_token
 from perdure.server.api import ENDPOINTS
+from perdure.server.throttle import Throttle
 from perdure.store.agent_sql import UsageRow
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
@@ -139,6 +140,7 @@ def test_every_endpoint_refuses_a_missing_or_bad_token(
     """Each endpoint with a scope answers 401 (with WWW-Authenticate) to no token, a wrong one,
     or another scheme; and no token reaches the log."""
     caplog.set_level(logging.DEBUG)
+    client.app.state.throttle = Throttle(most=1000)  # ~100 wrong tokens on purpose, not 429
     for endpoint in ENDPOINTS:
         if endpoint.scope is None:
             continue

@@ -179,8 +179,9 @@ def test_pages_send_a_visitor_without_a_valid_session_to_the_login_page(
 def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_cookie(
     app: perdure.App, server: TestClient
 ) -> None:
-    """A wrong token answers 401 and sets no session; a right one is set HttpOnly,
-    SameSite=Strict, for /ui only, and the page asked for opens."""
+    """A wrong token answers 401 and sets no session; a right one starts a session whose
+    random id (never the token) is set HttpOnly, SameSite=Strict, for /ui only, and the
+    page asked for opens."""
     csrf = form_csrf(server.get("/ui/login").text)
     wrong = server.post("/ui/login", data={"token": "pdr_wrong", "csrf": csrf})
     assert wrong.status_code == 401 and "not valid" in wrong.text
@@ -193,7 +194,7 @@ def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_
     )
     assert (right.status_code, right.headers["location"]) == (303, "/ui/approvals")
     [session] = [c for c in right.headers.get_list("set-cookie") if "perdure_session=" in c]
-    assert value in session
+    assert value not in session and session.startswith("perdure_session=pds_")
     assert {"httponly", "samesite=strict", "path=/ui"} <= {
         part.strip().lower() for part in session.split(";")
     }
@@ -221,7 +222,7 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert app.get_run("gate-1").status == "waiting"
     log = app.sync(app.store.audit_log(), "log")
     assert [(r.action, r.outcome) for r in log] == [
-        ("gate.approve", "refused"), ("token.create", "ok"),
+        ("gate.approve", "refused"), ("session.start", "ok"), ("token.create", "ok"),
     ]  # fmt: skip
     assert log[0].actor == "ana" and "needs the 'approve' scope" in log[0].reason
     assert 'value="approve"' not in server.get("/ui/approvals").text  # no buttons shown either
@@ -243,7 +244,7 @@ def test_a_form_without_the_csrf_token_is_refused(app: perdure.App, server: Test
     assert app.handle("gate-1").result(timeout=5) == (
         "went on with {'approve': True, 'comment': 'fine'}"
     )
-    [decision, _] = app.sync(app.store.audit_log(), "log")
+    [decision, _, _] = app.sync(app.store.audit_log(), "log")
     assert (decision.actor, decision.action) == ("ana", "gate.approve")
     assert decision.target == "run:gate-1"
     run_page = text_of(server.get("/ui/runs/gate-1").text)
@@ -504,7 +505,7 @@ def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: Te
         assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
     rows = [(r.actor, r.action, r.target, r.outcome)
             for r in reversed(app.sync(app.store.audit_log(), "log"))
-            if r.action != "token.create"]  # fmt: skip
+            if r.action not in ("token.create", "session.start")]  # fmt: skip
     assert rows == [
         ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
         ("olga", "run.resume", "run:gate-1", "ok"), ("olga", "run.cancel", "run:gate-1", "ok"),
@@ -555,3 +556,74 @@ def test_page_numbers_and_cursors_past_any_row_are_pages_not_500s(
     huge = str(10**23)
     assert server.get(f"/ui/runs?page={huge}").status_code == 200
     assert server.get(f"/ui/audit?before={huge}").status_code == 200
+
+
+def session_of(client: TestClient) -> str:
+    value = client.cookies.get(dashboard.SESSION_COOKIE)
+    assert value, "not signed in"
+    return value
+
+
+def signed_in(client: TestClient) -> bool:
+    return client.get("/ui/runs", follow_redirects=False).status_code == 200
+
+
+def test_a_copied_session_cookie_dies_with_sign_out(app: perdure.App, server: TestClient) -> None:
+    """A copy of the session cookie works while the session lives, in a browser of its own
+    and against a new server process on the same store; after sign-out it is worthless."""
+    csrf = sign_in(server, token(app, "read"))
+    session = session_of(server)
+    with TestClient(create_app(app)) as other:  # a restarted (or second) server
+        other.cookies.set(dashboard.SESSION_COOKIE, session, path="/ui")
+        assert signed_in(other)
+        assert server.post("/ui/logout", data={"csrf": csrf}).url.path == "/ui/login"
+        refused = other.get("/ui/runs", follow_redirects=False)
+        assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
+        [gone] = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
+        assert "max-age=0" in gone.lower()  # the dead cookie is cleared, not sent again
+    actions = [a.action for a in app.sync(app.store.audit_log(), "audit")]
+    assert actions[:2] == ["session.end", "session.start"]
+
+
+def test_sessions_end_when_idle_too_long_or_too_old(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """A session left alone past the idle limit ends; one in use ends at the absolute
+    limit however busy it is (a TestClock drives the time)."""
+    sign_in(server, token(app, "read"))
+    clock.advance(timedelta(hours=3, minutes=59))
+    assert signed_in(server)  # used just in time: the idle limit starts again
+    clock.advance(timedelta(hours=4, seconds=1))
+    assert not signed_in(server)
+    sign_in(server, token(app, "read", name="bob"))
+    for _ in range(8):  # a request every 3 hours never reaches the idle limit
+        clock.advance(timedelta(hours=3))
+        assert signed_in(server)
+    clock.advance(timedelta(hours=3))  # 27 h after sign-in: past the absolute 24 h
+    assert not signed_in(server)
+
+
+def test_revoking_a_token_ends_its_sessions(app: perdure.App, server: TestClient) -> None:
+    """`perdure token revoke` ends every dashboard session signed in with that token."""
+    made = operations.create_token(app, local_operator(), "carl", ["read"])
+    token_id, value = app.sync(made, "token")
+    sign_in(server, value)
+    assert signed_in(server)
+    app.sync(operations.revoke_token(app, local_operator(), token_id), "revoke")
+    assert not signed_in(server)
+    assert server.get("/ui/stream").status_code == 401
+
+
+def test_a_session_cookie_is_secure_over_https(app: perdure.App) -> None:
+    """Served over https (TLS in front), the session and CSRF cookies are marked Secure."""
+    with TestClient(create_app(app), base_url="https://dash.example") as client:
+        csrf = form_csrf(client.get("/ui/login").text)
+        answer = client.post(
+            "/ui/login",
+            data={"token": token(app, "read"), "csrf": csrf},
+            headers={"Origin": "https://dash.example"},
+            follow_redirects=False,
+        )
+        assert answer.status_code == 303, answer.text
+        cookies = answer.headers.get_list("set-cookie")
+        assert cookies and all("; secure" in c.lower() for c in cookies), cookies

@@ -7,7 +7,10 @@ tool call is a step with the tool's own effect, so recovery follows that
 effect's rule (a `once` tool cut short parks the run, never runs twice). A call
 outside the boundary is refused by a recorded step and shown to the model as an
 error. The run completes only when the acceptance check holds; hitting a limit
-fails it with the last evidence.
+fails it with the last evidence. A model provider refusing its key (401/403, or no
+key set) parks the run, paused with a one-line reason, until `perdure resume`
+calls the model again: the key is the operator's to fix, and a failed run would
+stay failed after the fix.
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ class Agent:
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
+        self._given = set(self.providers)  # kept as given; those made from the spec are remade
         # a misspelt grant is refused before anything is made or started, never silently ignored
         check_grants(spec, [t.name for t in (*builtin_tools(), *(tools or []))])
         t = spec.tools
@@ -169,6 +173,22 @@ class Agent:
             self.providers[tier] = provider_for(self.spec, tier)
         return self.providers[tier]
 
+    def _auth_reason(self, tier: str, exc: ModelAuthError) -> str:
+        """One line for a run parked by a refused or missing key: the tier, what failed, the
+        variable to fix and the command that continues the run."""
+        model = self.spec.tier(tier)
+        what = f"model tier {tier!r} ({model.provider}:{model.model or model.script or '-'})"
+        default = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+        var = model.api_key_env or default.get(model.provider, "the spec's api_key_env")
+        resume = f"`perdure resume {current_step().run_id}`"
+        if exc.status == 403:
+            return (f"{what}: permission denied ({exc.detail}); give the key in {var} access "
+                    f"to this model, then {resume}")  # fmt: skip
+        if exc.status is None:
+            return f"{what}: no key in {exc.setting or var}; set it where the workers run, then {resume}"  # noqa: E501
+        return (f"{what}: authentication failed ({exc.detail}); set {var} (the spec's "
+                f"api_key_env) where the workers run, then {resume}")  # fmt: skip
+
     # -- steps and the workflow ---------------------------------------------------------
 
     def _register(self) -> Workflow[..., Any]:
@@ -183,7 +203,15 @@ class Agent:
         @runtime.step(name=f"{name}.model", effect="keyed", retry=model_retry, commit=True)
         async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
             req = ModelRequest.from_dict(request)
-            response = await self.provider(tier).complete(req)
+            try:
+                response = await self.provider(tier).complete(req)
+            except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
+                if tier not in self._given:  # the next attempt reads the key again
+                    self.providers.pop(tier, None)
+                raise ModelAuthError(
+                    self._auth_reason(tier, exc), status=exc.status, setting=exc.setting,
+                    detail=exc.detail,
+                ) from exc  # fmt: skip
             info = current_step()
             tier_spec = spec.tier(tier)
             cost = tier_spec.price.cost(response.usage.input_tokens, response.usage.output_tokens)
@@ -327,7 +355,10 @@ class Agent:
                 try:
                     raw = await model_call(tier, request.to_dict())
                 except StepError as exc:  # a tier that cannot answer: the next one may
-                    if exc.error_type == "ModelAuthError" or self._last_tier(failed_iterations):
+                    # (a refused key parks the run instead; a run journaled before that fails)
+                    if exc.error_type.endswith("ModelAuthError") or self._last_tier(
+                        failed_iterations
+                    ):
                         raise AgentFailed(f"model tier {tier!r}: {exc.message}") from None
                     evidence = f"model tier {tier!r} failed: {exc.message}"
                     failed_iterations = self._next_tier_start(failed_iterations)

@@ -11,8 +11,14 @@ from ..errors import ConfigError
 from ..extras import require_extra
 from .grounding import claims
 from .messages import Message, ModelRequest, ModelResponse
-from .providers.base import ModelProvider
-from .spec import AgentSpec
+from .providers.base import MissingKey, ModelProvider
+from .spec import AgentSpec, ModelSpec
+
+# Seconds a tier's server may stay silent when the spec sets no `timeout`: a hosted model
+# sends a whole (non-streamed) reply of the usual size well within a minute, Anthropic's
+# larger replies within two; a local model on CPU reads the whole prompt before its first
+# byte. Beyond that a call is taken as hung: it fails and is retried like a 5xx.
+TIMEOUTS = {"openai": 60.0, "anthropic": 120.0, "local": 300.0}
 
 
 def require_extras(spec: AgentSpec, *tiers: str) -> None:
@@ -63,18 +69,30 @@ def provider_for(spec: AgentSpec, tier: str) -> ModelProvider:
 
         local = ensure_local_model(model.model)
         return make_provider(
-            "openai", model=model.model or local.model, base_url=local.base_url, api_key="local"
-        )
-    options: dict[str, Any] = {"model": model.model, "stream": model.stream}
+            "openai", model=model.model or local.model, base_url=local.base_url, api_key="local",
+            **timeouts(model),
+        )  # fmt: skip
+    options: dict[str, Any] = {"model": model.model, "stream": model.stream, **timeouts(model)}
     if model.base_url:
         options["base_url"] = model.base_url
     if model.api_key_env is not None:
         if not os.environ.get(model.api_key_env):
-            raise ConfigError(
-                f"model tier {tier!r}: the environment variable {model.api_key_env} is not set"
+            raise MissingKey(
+                f"model tier {tier!r}: the environment variable {model.api_key_env} is not set",
+                setting=model.api_key_env,
             )
         options["api_key_env"] = model.api_key_env
     return make_provider(model.provider, **options)
+
+
+def timeouts(model: ModelSpec) -> dict[str, float]:
+    """The SDK timeouts of a tier: the spec's, else the provider's defaults (TIMEOUTS)."""
+    from .providers.openai import CONNECT_TIMEOUT
+
+    return {
+        "timeout": model.timeout or TIMEOUTS[model.provider],
+        "connect_timeout": model.connect_timeout or CONNECT_TIMEOUT,
+    }
 
 
 def extractive_summary(request: ModelRequest) -> ModelResponse:

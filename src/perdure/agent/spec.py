@@ -48,6 +48,10 @@ class ModelSpec(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     stop: list[str] = []  # sequences that end an answer (e.g. "\n\n": one paragraph)
     stream: bool = False
+    # seconds the server may stay silent (a whole reply unless streamed) / to connect;
+    # None: the provider's default (models.TIMEOUTS, CONNECT_TIMEOUT)
+    timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
+    connect_timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
     price: Price = Price()
     script: str | None = None  # scripted: a JSON/JSONL file of responses
     latency: float = Field(0.0, ge=0, le=60)  # scripted: seconds per answer, like a real model
@@ -285,6 +289,12 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
         builtin = (model.script or "").startswith("builtin:")
         if model.script is not None and not builtin and not spec.path(model.script).is_file():
             raise fail(("models", name, "script"), f"no file {model.script!r}")
+        if model.provider == "scripted":
+            for field_name in ("timeout", "connect_timeout"):
+                if getattr(model, field_name) is not None:
+                    raise fail(("models", name, field_name),
+                               "a scripted tier makes no network call; set it on openai, "
+                               "anthropic or local tiers")  # fmt: skip
         if model.provider in ("openai", "anthropic") and not model.model:
             raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
     acceptance = spec.acceptance

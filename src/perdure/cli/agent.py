@@ -15,7 +15,7 @@ import click
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
 from ..agent.spec import AgentSpec, check_grants, duration, load_spec
 from ..agent.tools.builtins import builtin_tools
-from ..errors import PerdureError
+from ..errors import PerdureError, WaitTimeout
 from . import render
 
 MODEL_HELP = (
@@ -107,7 +107,15 @@ def run_spec(
         worker = app.worker(concurrency=4, poll=0.2)
         runner = asyncio.create_task(worker.run())
         try:
-            return await handle.result_async(timeout=None)
+            while True:  # a run parked for an operator's fix (a refused key) ends the wait
+                try:
+                    return await handle.result_async(timeout=1.0)
+                except WaitTimeout:
+                    run = await app.client.get(handle.id)
+                    if run.status == "paused" and run.error is not None:
+                        record = json.loads(run.error)
+                        said = record.get("message") if isinstance(record, dict) else run.error
+                        raise PerdureError(f"run {run.id} is parked: {said}") from None
         finally:
             worker.stop()
             await runner

@@ -11,6 +11,7 @@ from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
 from . import render
+from .listening import listen_options
 
 
 @click.command("mcp")
@@ -63,6 +64,7 @@ from . import render
     show_default=True,
     help="Seconds tasks/result blocks at most before asking the client to retry.",
 )
+@listen_options
 @click.pass_context
 def mcp_cmd(
     ctx: click.Context,
@@ -78,13 +80,18 @@ def mcp_cmd(
     builtin: bool,
     call_wait: float,
     result_wait: float,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
 ) -> None:
     """Serve workflows and agents as MCP tools (stdio, or Streamable HTTP with --http).
 
     A task-augmented tools/call starts a durable run whose id is the task id
     (tasks/get, tasks/result, tasks/list, tasks/cancel); a gate the run reaches
     is put to the client as an elicitation. Tasks survive the server: reconnect
-    to any server on the same store.
+    to any server on the same store. Over HTTP it answers only requests for its own
+    address or an --allowed-host name, and cuts slow clients off.
     """  # fmt: skip
     require_extra("mcp", "perdure mcp")
     from ..agent.loop import Agent
@@ -117,7 +124,12 @@ def mcp_cmd(
         if over_http:
             render.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
-            asyncio.run(serve_http(server, host, port, path=path, worker=worker))
+            from ..server.timeouts import ConnectionLimits
+
+            limits = ConnectionLimits(header_timeout=header_timeout, body_timeout=body_timeout,
+                                      max_connections=max_connections)  # fmt: skip
+            asyncio.run(serve_http(server, host, port, path=path, worker=worker,
+                                   names=allowed_hosts, limits=limits))  # fmt: skip
         else:
             render.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
             asyncio.run(serve_stdio(server, worker))

@@ -9,20 +9,50 @@ import click
 
 from ..extras import require_extra
 from . import render
+from .listening import listen_options
 
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, help="Port to bind.")
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="Serve /metrics without a token (default: a token with the `read` scope).",
+)
+@click.option(
+    "--session-idle", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
+    help="A dashboard session ends after this long without a request (default 4 h).",
+)  # fmt: skip
+@click.option(
+    "--session-max", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
+    help="A dashboard session ends this long after sign-in, however busy (default 24 h).",
+)  # fmt: skip
+@listen_options
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics,
-    /healthz and /readyz until SIGTERM/SIGINT. It starts runs; a `perdure worker` executes
-    them. Binds 127.0.0.1 unless told otherwise."""
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    metrics_public: bool,
+    session_idle: float | None,
+    session_max: float | None,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
+) -> None:
+    """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics
+    (with a `read` token, or --metrics-public), /healthz and /readyz until SIGTERM/SIGINT.
+    It starts runs; a `perdure worker` executes them. Binds 127.0.0.1 unless told otherwise;
+    answers only requests for its own address or an --allowed-host name."""
     require_extra("server", "perdure serve")
     import uvicorn
 
     from ..server import create_app
+    from ..server.hosts import HostCheck, hosts_for
+    from ..server.sessions import SessionPolicy
+    from ..server.timeouts import ConnectionLimits, uvicorn_config
     from .main import get_app  # main imports this module to register the command
 
     app = get_app(ctx, need_code=True)
@@ -33,7 +63,18 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     instrument(app)
     names = ", ".join(sorted(app.webhooks)) or "none"
     render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(app), host=host, port=port, log_config=None))
+    limits = ConnectionLimits(
+        header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
+    )
+    default = SessionPolicy()
+    idle, most = session_idle or default.idle, session_max or default.absolute
+    if idle > most:
+        raise click.UsageError(f"--session-idle ({idle:g} s) is longer than --session-max "
+                               f"({most:g} s)")  # fmt: skip
+    sessions = SessionPolicy(idle=idle, absolute=most)
+    asgi = HostCheck(create_app(app, metrics_public=metrics_public, sessions=sessions),
+                     hosts_for(host, port, allowed_hosts), origins=False)  # fmt: skip
+    server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # Before uvicorn installs its own handlers this stops it as soon as it starts; after

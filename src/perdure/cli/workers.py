@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 
 import click
 
-from ..engine.worker import SILENT_AFTER, WorkerOptions, public_url, run_until_signalled
+from ..engine.peers import SILENT_AFTER
+from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
 
@@ -83,12 +83,14 @@ def worker(
 @click.option("--since", default=3600.0, show_default=True, help="Seconds of history shown.")
 @click.pass_context
 def workers(ctx: click.Context, since: float) -> None:
-    """Workers (id, host, pid, runs held) and their state: alive, silent (no heartbeat for
-    30 s: crashed or cut off) or stopped."""
+    """Workers (id, host, pid, runs held), how far their host's clock is from the store
+    server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive, silent
+    (no heartbeat for 30 s: crashed or cut off) or stopped."""
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    now = time.time()
+    app.sync(app.open_store(), "workers")  # on PostgreSQL the clock is then the server's
+    now = app.clock.now()
     rows = app.sync(app.store.list_workers(now - since), "workers")
     if not rows:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
@@ -101,8 +103,9 @@ def workers(ctx: click.Context, since: float) -> None:
             state = f"SILENT for {now - w.heartbeat_at:.0f}s"
         else:
             state = "alive"
+        skew = "-" if w.clock_offset is None else f"{-w.clock_offset:+.1f}s"
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
-                     render.when(w.started_at), render.when(w.heartbeat_at), state])  # fmt: skip
-    render.echo(
-        render.table(body, ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "STATE"])
-    )
+                     render.when(w.started_at), render.when(w.heartbeat_at), skew,
+                     state])  # fmt: skip
+    head = ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "CLOCK", "STATE"]
+    render.echo(render.table(body, head))

@@ -229,7 +229,8 @@ class Client:
         return {run_id: by_id.get(run_id) for run_id in ids}
 
     async def stuck(self, grace: float = 60.0) -> list[tuple[RunRow, str]]:
-        """Runs nobody has moved for `grace` seconds past their time, each with the reason."""
+        """Runs nobody has moved for `grace` seconds past their time, and runs a step parked
+        for an operator's fix, each with the reason."""
         await self.runtime.open_store()
         now = self.runtime.clock.now()
         found = []
@@ -246,6 +247,13 @@ class Client:
             if run.workflow not in self.runtime.workflows and self.runtime.workflows:
                 why += f" (workflow {run.workflow!r} is not registered in this app)"
             found.append((run, why))
+        # paused by a step of its own (ParkRun: e.g. a refused model key) until an operator
+        # fixes what its error says: nobody moves it either
+        for run in await self.store.list_runs(statuses=[PAUSED], limit=1000):
+            if run.error is not None:
+                record = json.loads(run.error)
+                said = str(record.get("message", "")) if isinstance(record, dict) else run.error
+                found.append((run, f"parked: {' '.join(said.split())}"))
         return found
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
@@ -335,8 +343,9 @@ class Client:
         return (await self.get(run_id)).status
 
     async def resume(self, run_id: str) -> str:
-        """Resume a paused run, withdraw a pause a running run has not reached yet, or give a
-        dead run another replay from its journal (after fixing what crashed its recoveries)."""
+        """Resume a paused run (one a step parked runs that step again), withdraw a pause a
+        running run has not reached yet, or give a dead run another replay from its journal
+        (after fixing what crashed its recoveries)."""
         for _ in range(10):  # a worker may park the run between our read and our write
             run = await self.get(run_id)
             if run.status == DEAD:
@@ -348,9 +357,8 @@ class Client:
                     break
             elif run.status == PAUSED:
                 resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())
-                if await self._append(
-                    run, [resumed], PENDING, {"pause_requested": 0}, (PAUSED,), conflict_ok=True
-                ):
+                fields = {"pause_requested": 0, "error": None}  # a parking step's reason
+                if await self._append(run, [resumed], PENDING, fields, (PAUSED,), conflict_ok=True):
                     break
             elif run.pause_requested:
                 resumed = Entry(kind="run.resumed", at=self.runtime.clock.now())

@@ -17,8 +17,9 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Coroutine
-from dataclasses import dataclass
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
@@ -58,6 +59,7 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
 )
 
 BUFFER_LIMIT = 64  # buffered entries before a flush is forced
+RETRY_FIRST, RETRY_MOST = 0.05, 2.0  # seconds between tries of a write while the store is away
 LINGER = 0.005  # seconds a once step's outcome may wait for the next write before its own
 SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
 
@@ -131,6 +133,7 @@ class RunContext:
         self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
         self.lost = False
         self.closed = False
+        self.released = False  # a write of this execution gave the lease up (parked, ended)
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
         self.check_only = False  # replay-check: never execute, stop at the journal's end
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
@@ -344,7 +347,10 @@ class RunContext:
             self._linger.cancel()
             self._linger = None
         try:
-            result = await self.store.append(append)
+            try:
+                result = await self.store.append(append)
+            except StoreUnavailable as exc:
+                result = await self._land(append, exc)
         except OperatorRequest as request:
             self._refused(request, buffered, blobs)
             await self.checkpoint()
@@ -355,6 +361,29 @@ class RunContext:
             raise self._unreachable(exc) from None
         return self._applied(result)
 
+    async def _land(self, append: Append, first: StoreUnavailable) -> AppendResult:
+        """The store went away during a write: send the same write again, with backoff,
+        until it lands (a first try that landed unseen is recognised by its key, and
+        not written twice), the lease turns out taken (LeaseLost: the fence refuses it)
+        or this execution is given up (the worker's grace ended). A live worker thus
+        records the outcome it holds instead of leaving it to recovery."""
+        again = replace(append, retry=True)
+        began, delay = time.monotonic(), RETRY_FIRST
+        log.warning("worker %s: run %s: store unavailable while recording %d entr(ies) (%s); "
+                    "holding them until it is back", self.worker_id, self.run_id,
+                    len(append.entries), first)  # fmt: skip
+        while not (self.lost or self.closed):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MOST)
+            try:
+                result = await self.store.append(again)
+            except StoreUnavailable:
+                continue
+            log.warning("worker %s: run %s: store back after %.1fs; recorded what it held",
+                        self.worker_id, self.run_id, time.monotonic() - began)  # fmt: skip
+            return result
+        raise first
+
     def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
         """`write` from a sync workflow's thread: directly if the store can, else via the loop."""
         append_now = getattr(self.store, "append_now", None)
@@ -364,7 +393,10 @@ class RunContext:
             entries, None, None, None, None, None, stop_if_requested
         )
         try:
-            result = append_now(append)
+            try:
+                result = append_now(append)
+            except StoreUnavailable as exc:
+                result = self.call(self._land(append, exc))
         except OperatorRequest as request:
             self._refused(request, buffered, blobs)
             self.call(self.checkpoint())
@@ -409,6 +441,7 @@ class RunContext:
             blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
             inline_ok=len(self.runtime.active) <= 1,
+            key=uuid.uuid4().hex,
         )
         return append, buffered, blobs
 
@@ -439,15 +472,23 @@ class RunContext:
         log.warning("worker %s: run %s stopped: %s", self.worker_id, self.run_id, exc)
         return WorkerStopping()
 
-    async def read(self, awaitable: Awaitable[T]) -> T:
-        """An engine read for this run (an event, a child): an outage stops the run, as a
-        write's does, instead of reaching the workflow as an exception that would fail it."""
-        try:
-            return await awaitable
-        except StoreUnavailable as exc:
-            raise self._unreachable(exc) from None
+    async def read(self, reading: Callable[[], Awaitable[T]]) -> T:
+        """An engine read for this run (an event, a child): while the store is away it is
+        tried again, as a write is, instead of reaching the workflow as an exception that
+        would fail it (or stopping the run with a once outcome still buffered)."""
+        delay = RETRY_FIRST
+        while True:
+            try:
+                return await reading()
+            except StoreUnavailable as exc:
+                if self.lost or self.closed:
+                    raise self._unreachable(exc) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MOST)
 
     def _applied(self, result: AppendResult) -> AppendResult:
+        if result.status not in ("running", "cancelling"):
+            self.released = True  # it holds no lease now: a heartbeat not finding it is no loss
         self.cancel_requested = self.cancel_requested or result.cancel_requested
         self.pause_requested = result.pause_requested
         return result

@@ -159,7 +159,7 @@ async def _wait_event(
     if final is None:
         await ctx.checkpoint()
         waiting = next((e for e in entries if e.kind == "event.wait"), None)
-        event = await ctx.read(ctx.store.next_event(ctx.run_id, name))
+        event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, name))
         if event is not None:
             final = ctx.entry(
                 "event.received",
@@ -225,7 +225,7 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
     final = ctx.final(entries)
     if final is None:
         await ctx.checkpoint()
-        child = await ctx.read(ctx.store.get_run(child_id))
+        child = await ctx.read(lambda: ctx.store.get_run(child_id))
         if child is None or child.status not in TERMINAL:
             raise await ctx.suspend(
                 WAITING,
@@ -234,7 +234,7 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
             )
         from .client import run_outcome_json
 
-        data = await ctx.read(run_outcome_json(ctx.store, child))
+        data = await ctx.read(lambda: run_outcome_json(ctx.store, child))
         final = ctx.entry("child.result", child_id, position=pos, final=True, data_json=data)
         ctx.buffer_entry(final)
     data = ctx.data(final)

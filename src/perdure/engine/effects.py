@@ -25,13 +25,21 @@ RECOVERY: dict[str, str] = {
 
 
 # Why recovery found a `once` step with an intent and no outcome (the needs_attention reason).
-CRASHED = "crashed between intent and outcome of a once step"
+CRASHED = "its worker was lost between intent and outcome of a once step"
+UNKNOWN_EFFECT = "its effect may or may not have happened"
+
+
+def lost_reason(why: str) -> str:
+    """The needs_attention reason of a once step whose worker was lost, saying how (`why`)."""
+    return f"{why} between intent and outcome of a once step; {UNKNOWN_EFFECT}"
+
+
 STOPPED = "stopped while executing a once step"
 
 
 def stopped_reason(why: str) -> str:
     """The needs_attention reason of a once step cut off by a stopping worker (`why`)."""
-    return f"{STOPPED} ({why}); not a crash, but its effect may or may not have happened"
+    return f"{STOPPED} ({why}); not a crash, but {UNKNOWN_EFFECT}"
 
 
 NOT_STARTED = "the worker stopped before the step's body started"

@@ -113,6 +113,12 @@ def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
     if last.kind in ("step.attempt_failed", "step.retry"):
         data = _load(last.data) or {}
         error = (data.get("error") or {}).get("message", "")
+        if data.get("parked"):  # ParkRun: the run is paused until an operator resumes it
+            return (
+                f"parked (attempt {last.attempt} failed)",
+                error,
+                f"attempt {last.attempt + 1} runs once resumed: perdure resume {run.id}",
+            )
         return (
             f"retrying (attempt {last.attempt} failed)",
             error,

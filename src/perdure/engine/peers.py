@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.worker")
 RUNNING = ("running", "cancelling")
+PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
+SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
 
 
 def pid_gone(pid: int) -> bool:
@@ -73,3 +75,32 @@ async def release_dead_peers(store: Store, me: str, now: float) -> int:
             await store.release(owner, run_ids)
             released += len(run_ids)
     return released
+
+
+async def how_lost(store: Store, owner: str | None, now: float, silent_after: float) -> str:
+    """How the previous holder of a run left it, as far as this host can tell: its
+    process is gone (died), it stopped, or it is alive yet lost its lease (cut off from
+    the store, or frozen, for longer than the lease); for another host, whether it still
+    reports to the registry."""
+    if not owner:
+        return "its worker was lost"
+    rows = {w.id: w for w in await store.list_workers(now - 86_400 * 30)}
+    row = rows.get(owner)
+    if row is not None and row.stopped_at is not None:
+        return f"its worker {owner} stopped"
+    parts = owner.split(":", 2)
+    if len(parts) == 3 and parts[1].isdigit():
+        host, pid = parts[0], int(parts[1])
+    elif row is not None:
+        host, pid = row.host, row.pid
+    else:
+        return f"its worker {owner} was lost (died, or cut off from the store)"
+    if host == socket.gethostname() and pid != os.getpid():
+        if pid_gone(pid):
+            return f"its worker {owner} died (process {pid} is gone)"
+        return (f"its worker {owner} is alive but lost its lease (cut off from the store, "
+                "or frozen, for longer than the lease)")  # fmt: skip
+    if row is not None and now - row.heartbeat_at <= silent_after:
+        return (f"its worker {owner} on {host} still reports but lost its lease (cut off "
+                "from the store for longer than the lease)")  # fmt: skip
+    return f"its worker {owner} on {host} went silent (died, or cut off from the store)"

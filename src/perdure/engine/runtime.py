@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..store import open_store, store_url
 from ..store.base import QueueSpec, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
-from .clock import Clock, SystemClock
+from .clock import Clock, SystemClock, follow_server
 from .effects import Effect, check_effect
 from .portal import Portal
 from .registry import StepDef, WorkflowDef, qualified_name
@@ -107,6 +107,7 @@ class Runtime:
             subscribe = getattr(store, "subscribe", None)
             if subscribe is not None:  # other processes' new work wakes this one's workers
                 subscribe(self.notify)
+            await follow_server(self.clock, store)  # a server's time is every host's time
             self._opened = True
 
     def close(self) -> None:

@@ -4,6 +4,8 @@ Recovery of a step whose intent was journaled but whose outcome was not follows
 its effect (DESIGN.md): `read`, `idempotent` and `keyed` run again (keyed with
 the same idempotency key); `once` parks the run in `needs_attention`;
 `transactional` cannot be in that state because effect and outcome commit together.
+A step that raises `ParkRun` (a model provider refusing its key) pauses the run with
+the error as its reason; `perdure resume` runs the step again.
 
 A stopping worker starts no step body. One whose body it cut off when its grace
 ended is journaled `step.stopped` (executing): recovered as above, but the reason
@@ -16,14 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import traceback
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from ..errors import PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
-from ..store.base import NEEDS_ATTENTION, SLEEPING, Entry
+from ..errors import ParkRun, PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
+from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
 from . import effects, observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
+from .peers import SILENT_AFTER, how_lost
 from .registry import StepDef
 
 P = ParamSpec("P")
@@ -207,11 +211,13 @@ async def run_step(
         action = "needs_attention" if step.effect == "once" else "rerun"
         observers.step_recovered(ctx, step, pos, last.attempt, action)
         if step.effect == "once":
-            reason = (
-                effects.CRASHED
-                if stopped is None
-                else effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
-            )
+            if stopped is None:
+                how = await ctx.read(
+                    lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER)
+                )
+                reason = effects.lost_reason(how)
+            else:
+                reason = effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
             raise await ctx.suspend(
                 NEEDS_ATTENTION,
                 "needs_attention",
@@ -247,8 +253,11 @@ async def _settle(
     while True:
         if not isinstance(outcome, BaseException):
             return outcome
-        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, attempt):
-            retry_at = ctx.now() + step.retry.delay(attempt, error=outcome)
+        if isinstance(outcome, ParkRun):
+            raise await _park(ctx, step, pos, attempt, outcome)
+        counted = attempt - _parked(ctx, pos)  # an operator's fix gives the policy a fresh start
+        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, counted):
+            retry_at = ctx.now() + step.retry.delay(counted, error=outcome)
             observers.step_retry(ctx, step, pos, attempt, retry_at - ctx.now(), outcome)
             entry = ctx.entry(
                 "step.attempt_failed",
@@ -278,6 +287,32 @@ async def _settle(
         if ctx.needs_flush():
             await ctx.flush()
         raise recorded_error(step.name, record, attempt) from outcome
+
+
+def _parked(ctx: RunContext, pos: int) -> int:
+    """How many attempts of the step at `pos` parked the run (not counted by its retry)."""
+    return sum(
+        1
+        for e in ctx.by_position.get(pos, [])
+        if e.kind == "step.attempt_failed"
+        and '"parked"' in (e.data or "")
+        and (ctx.data(e) or {}).get("parked")
+    )
+
+
+async def _park(ctx: RunContext, step: StepDef, pos: int, attempt: int, exc: ParkRun) -> Any:
+    """Pause the run for an operator: the attempt is journaled as failed (not final, so
+    `perdure resume` runs the step again) and the run's error says what to fix."""
+    record = error_record(exc)
+    entry = ctx.entry(
+        "step.attempt_failed",
+        step.name,
+        position=pos,
+        attempt=attempt,
+        data={"error": record, "parked": True},
+    )
+    reason = json.dumps({"type": record["type"], "message": record["message"]})
+    return await ctx.suspend(PAUSED, "paused", entry, fields={"error": reason})
 
 
 async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) -> None:

@@ -32,9 +32,9 @@ from ..errors import ConfigError, PerdureError, StoreError
 from ..store.base import CANCELLING, Claim
 from . import observers
 from .client import Client
-from .clock import Clock, SystemClock
+from .clock import MAX_SKEW, Clock, SystemClock, follow_server
 from .context import RunContext, SimulatedCrash
-from .peers import RUNNING, pid_gone, release_dead_peers
+from .peers import PRESENCE, RUNNING, SILENT_AFTER, pid_gone, release_dead_peers
 from .runner import execute
 from .services import supervise
 
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
-PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
-SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
 _LIVE_IDS: set[str] = set()  # ids registered by workers of this process that still run
 
 
@@ -140,6 +138,7 @@ class Worker:
         self.abandoned = 0  # steps left executing when the drain ended
         self.crash_after_intent: frozenset[str] = frozenset()
         self.crashed: BaseException | None = None
+        self.claim_unsure = False  # the last claim failed: it may have taken runs unseen
         if isinstance(self.clock, SystemClock):
             self.inline_sleep = self.options.inline_sleep
         else:
@@ -324,7 +323,10 @@ class Worker:
             list(self.runtime.workflows),
             list(self.runtime.queues.values()),
             held,
+            executing=list(self.tasks),  # never its own, even if their lease ran out
+            own=self.claim_unsure,  # a claim cut off unanswered may have taken some
         )
+        self.claim_unsure = False
         for claim in claims:
             self._start(claim)
         return len(claims)
@@ -383,6 +385,7 @@ class Worker:
                 wait = await self._idle_wait()
                 backoff = 0.05
             except StoreError as exc:  # e.g. the database restarts: keep trying, slower
+                self.claim_unsure = True  # it may have landed, its answer lost
                 log.warning(
                     "worker %s: cannot claim (%s); retrying in %.2fs", self.id, exc, backoff
                 )
@@ -412,8 +415,8 @@ class Worker:
             ctx = self.contexts.get(run_id)
             state = alive.get(run_id)
             task = self.tasks.get(run_id)
-            if ctx is None or task is None:
-                continue
+            if ctx is None or task is None or (state is None and ctx.released):
+                continue  # gone, or parked by its own write since the heartbeat was sent
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
                 observers.lease_lost(run_id, self.id, "heartbeat")
@@ -454,11 +457,25 @@ class Worker:
         host, pid = socket.gethostname(), os.getpid()
         every = min(self.options.lease / 3, PRESENCE)
         started = self.started_at
+        told: float | None = None  # the skew last warned about
         try:
             while True:  # until cancelled after the drain: a draining worker is alive
-                row = WorkerRow(self.id, host, pid, started, self.clock.now(),
-                                self.options.concurrency, len(self.tasks))  # fmt: skip
                 try:
+                    offset = await follow_server(self.clock, self.runtime.store)
+                    if (
+                        offset is not None
+                        and abs(offset) > MAX_SKEW
+                        and (told is None or abs(offset - told) > MAX_SKEW)
+                    ):
+                        told = offset
+                        log.warning(
+                            "worker %s: this host's clock is %.1fs %s the store server's; "
+                            "perdure uses the server's time (set the host's clock: NTP)",
+                            self.id, abs(offset), "behind" if offset > 0 else "ahead of",
+                        )  # fmt: skip
+                    row = WorkerRow(self.id, host, pid, started, self.clock.now(),
+                                    self.options.concurrency, len(self.tasks),
+                                    clock_offset=offset)  # fmt: skip
                     await self.runtime.store.worker_beat(row)
                 except StoreError as exc:
                     log.warning("worker %s: presence not recorded (%s)", self.id, exc)

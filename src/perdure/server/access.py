@@ -16,14 +16,17 @@ import os
 import secrets
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store.names import check
 
 if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
+
     from ..app import App
+    from .throttle import Throttle
 
 SCOPES = ("read", "operate", "approve", "admin")
 TOKEN_PREFIX = "pdr_"
@@ -31,10 +34,12 @@ TOKEN_PREFIX = "pdr_"
 
 @dataclass(frozen=True)
 class Principal:
-    """The holder of a valid token: its name (the audit log's actor) and scopes."""
+    """The holder of a valid token: its name (the audit log's actor) and scopes, and which
+    token it is (empty for the CLI's local operator)."""
 
     name: str
     scopes: frozenset[str]
+    token_id: str = field(default="", compare=False)
 
     def allows(self, scope: str) -> bool:
         """`admin` allows everything; `operate` and `approve` also allow `read`."""
@@ -93,7 +98,28 @@ async def authenticate(app: App, authorization: str | None) -> Principal | None:
     row = await app.store.find_token(digest(token.strip()))
     if row is None:
         return None
-    return Principal(row.name, frozenset(row.scopes.split()))
+    return Principal(row.name, frozenset(row.scopes.split()), row.id)
+
+
+def address_of(request: HTTPConnection) -> str:
+    """The client's address as the server sees it (what failed sign-ins are counted by)."""
+    return request.client.host if request.client else "unknown"
+
+
+async def authenticate_request(
+    request: HTTPConnection, authorization: str | None
+) -> Principal | None:
+    """`authenticate`, with wrong tokens counted against the client's address by the
+    server's `Throttle` (raises TooManyFailures, a 429, while the address is held back)."""
+    if not authorization:
+        return None
+    throttle: Throttle = request.app.state.throttle
+    credential = digest(authorization.partition(" ")[2].strip())
+    return await throttle.check(
+        address_of(request),
+        credential,
+        lambda: authenticate(request.app.state.perdure, authorization),
+    )
 
 
 async def record(

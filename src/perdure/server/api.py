@@ -37,8 +37,9 @@ from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
 from . import operations as ops
 from . import sse
-from .access import Principal, authenticate
+from .access import Principal, authenticate_request
 from .operations import Action, Forbidden, pending_gates, require
+from .throttle import TooManyFailures
 from .validation import (
     BIG,
     ID_CURSOR,
@@ -338,7 +339,13 @@ async def stream(call: Call) -> Any:
     if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
         after = max(after, int(last))
     await call.app.client.get(run_id)
-    return sse.response(call.request, call.app, run_id, after)
+    header = call.request.headers.get("authorization")
+
+    async def allowed() -> bool:  # a revoked token stops receiving within sse.RECHECK s
+        who = await authenticate_request(call.request, header)
+        return who is not None and who.allows("read")
+
+    return sse.response(call.request, call.app, run_id, after, allowed)
 
 
 # -- gates ----------------------------------------------------------------------------------
@@ -630,7 +637,7 @@ async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
             await app.open_store()
         except PerdureError as exc:
             raise StoreUnavailable(f"cannot open the store: {exc}") from None
-        who = await authenticate(app, request.headers.get("authorization"))
+        who = await authenticate_request(request, request.headers.get("authorization"))
         if who is None:
             return _error(401, "a valid `Authorization: Bearer <token>` header is required "
                           "(perdure token create)", **{"WWW-Authenticate": "Bearer"})  # fmt: skip
@@ -670,6 +677,8 @@ def _route(endpoint: Endpoint) -> Route:
             return _error(bad.status, bad.message, bad.field)
         except Forbidden as exc:
             return _error(403, str(exc))
+        except TooManyFailures as exc:
+            return _error(429, str(exc), **{"Retry-After": str(exc.retry_after)})
         except RunNotFound as exc:
             return _error(404, str(exc))
         except StoreUnavailable as exc:

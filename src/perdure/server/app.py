@@ -12,11 +12,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
 from ..app import App
-from ..observe.metrics import metrics_endpoint
 from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
+from .scrape import scrape_metrics
+from .sessions import SessionPolicy
 from .sse import MAX_STREAMS, Slots
+from .throttle import Throttle
 from .webhooks import receive_hook
 
 
@@ -30,7 +32,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/hooks/{name}", receive_hook, methods=["POST"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/metrics", scrape_metrics, methods=["GET"]),  # a read token unless metrics_public
         *api_routes(),
         *dashboard_routes(),
     ]
@@ -67,10 +69,19 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
-def create_app(app: App) -> Starlette:
+def create_app(
+    app: App,
+    *,
+    sessions: SessionPolicy | None = None,
+    throttle: Throttle | None = None,
+    metrics_public: bool = False,
+) -> Starlette:
     """The ASGI application for `app`: endpoints find it as `request.app.state.perdure`.
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
+    `sessions` says how long dashboard sign-ins last (default: 4 h idle, 24 h at most),
+    `throttle` how many wrong credentials an address may send (default: 20 a minute),
+    `metrics_public` whether GET /metrics needs no token (default: the `read` scope).
     """
 
     server = Starlette(
@@ -81,6 +92,9 @@ def create_app(app: App) -> Starlette:
         ],
     )
     server.state.perdure = app
-    server.state.csrf_key = secrets.token_bytes(32)  # signs the dashboard's CSRF tokens
+    server.state.csrf_key = secrets.token_bytes(32)  # signs the sign-in form's CSRF token
+    server.state.sessions = sessions or SessionPolicy()
+    server.state.throttle = throttle or Throttle()  # wrong tokens and sessions, per address
+    server.state.metrics_public = metrics_public
     server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
     return server

@@ -1,11 +1,13 @@
 """The dashboard `perdure serve` shows under /ui: runs, a run's journal, approvals, schedules,
 agents, workers and the audit log, refreshed live over server-sent events (/ui/stream).
 
-Sign-in: a person pastes a token (`perdure token create`) once; it is kept in an HttpOnly,
-SameSite=Strict cookie and checked on every request like a bearer header, so every page
-and action needs the scope the HTTP API would (read to look, approve for gates, operate
-for runs, admin for schedules). Every form POSTs a CSRF token that must equal the value
-of a second SameSite=Strict cookie (double submit). Secrets are redacted from all output.
+Sign-in: a person pastes a token (`perdure token create`) once; the server starts a
+session (`sessions`: a random id in an HttpOnly, SameSite=Strict cookie, ended on sign-out,
+with the token's revocation, and by idle and absolute limits), so every page and action
+needs the scope the HTTP API would (read to look, approve for gates, operate for runs,
+admin for schedules). Every form POSTs a CSRF token bound to the session (an HMAC keyed by
+it) and must come from this origin. Wrong tokens and sessions are limited per client
+address (`throttle`). Secrets are redacted from all output.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..store.names import escape
 from ..triggers import schedules
-from . import operations
-from .access import Principal, authenticate
+from . import operations, sessions
+from .access import Principal, authenticate_request, record
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
-from .sse import SlotStream, slots_of
+from .sse import Recheck, SlotStream, slots_of
+from .throttle import TooManyFailures
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -49,7 +52,6 @@ CSRF_COOKIE = "perdure_csrf"
 FLASH_COOKIE = "perdure_flash"
 REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
-SESSION_SECONDS = 12 * 3600
 PAGE = 50  # rows per page of runs and audit entries
 MAX_PAGE = 1000  # a page number beyond is the last one asked for (never a 500)
 MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
@@ -107,10 +109,11 @@ templates.env.globals["ago"] = ago
 # -- sign-in, CSRF, rendering ------------------------------------------------------------
 
 
-async def principal(app: App, request: Request) -> Principal | None:
-    """Who the session cookie's token belongs to, or None (no cookie, unknown, revoked)."""
-    token = request.cookies.get(SESSION_COOKIE)
-    return await authenticate(app, f"Bearer {token}") if token else None
+async def principal(request: Request, *, touch: bool = True) -> Principal | None:
+    """Who the session cookie is of, or None (no cookie, signed out, expired, token revoked);
+    raises TooManyFailures while this address is held back for wrong ones."""
+    session = request.cookies.get(SESSION_COOKIE)
+    return await sessions.request_holder(request, session, touch=touch) if session else None
 
 
 def local_path(target: str | None, default: str = "/ui/runs") -> str:
@@ -130,13 +133,14 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 def csrf_token(request: Request, nonce: str, session: str | None = None) -> str:
-    """The token this browser's forms carry: an HMAC, under the server's key, of its CSRF
-    nonce and its session. A page on another port of this host can set cookies here
-    (browsers do not separate cookies by port) but cannot compute this."""
-    key: bytes = request.app.state.csrf_key
+    """The token this browser's forms carry: an HMAC of its CSRF nonce keyed by its session
+    id (signed out: by the server's own key). A page on another port of this host can set
+    cookies here (browsers do not separate cookies by port) but cannot compute this; it
+    outlives a restart of the server, as the session does."""
     if session is None:
         session = request.cookies.get(SESSION_COOKIE, "")
-    return hmac.new(key, f"{nonce}|{session}".encode(), hashlib.sha256).hexdigest()
+    key: bytes = session.encode() if session else request.app.state.csrf_key
+    return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
 
 
 def same_origin(request: Request) -> bool:
@@ -192,7 +196,8 @@ async def render(
     )  # fmt: skip
     response = HTMLResponse(Redactor().page(html), status_code=status, headers=HEADERS)
     if nonce != request.cookies.get(CSRF_COOKIE):
-        set_cookie(request, response, CSRF_COOKIE, nonce, SESSION_SECONDS)
+        age = int(request.app.state.sessions.absolute)
+        set_cookie(request, response, CSRF_COOKIE, nonce, age)
     if flash:
         response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
     return response
@@ -217,6 +222,13 @@ async def refusal(request: Request, who: Principal | None, exc: PerdureError) ->
     return await render(request, who, "message.html", status, title=str(status), message=str(exc))
 
 
+async def held_back(request: Request, exc: TooManyFailures) -> Response:
+    """429: this address sent too many wrong tokens or sessions lately."""
+    response = await render(request, None, "message.html", 429, title="429", message=str(exc))
+    response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 Page = Callable[[Request, App, Principal], Awaitable[Response]]
 Action = Callable[[Request, App, Principal, dict[str, str]], Awaitable[Response]]
 
@@ -227,11 +239,16 @@ def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         app: App = request.app.state.perdure
         await app.open_store()
-        who = await principal(app, request)
+        try:
+            who = await principal(request)
+        except TooManyFailures as exc:
+            return await held_back(request, exc)
         if who is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             login = "/ui/login?" + urlencode({"next": local_path(target)})
-            return RedirectResponse(login, status_code=303, headers=HEADERS)
+            response = RedirectResponse(login, status_code=303, headers=HEADERS)
+            response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)  # ended: not sent again
+            return response
         try:
             require(who, "read", "viewing the dashboard")
             return await handler(request, app, who)
@@ -248,7 +265,10 @@ def action(handler: Action) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         app: App = request.app.state.perdure
         await app.open_store()
-        who = await principal(app, request)
+        try:
+            who = await principal(request)
+        except TooManyFailures as exc:
+            return await held_back(request, exc)
         if who is None:
             message = "Your session ended or the token was revoked: sign in again."
             return await render(request, None, "message.html", 401, title="401", message=message)
@@ -283,18 +303,26 @@ async def login(request: Request) -> Response:
         error = "The sign-in form was stale (CSRF check failed): try again."
         return await render(request, None, "login.html", 403, target=target, error=error)
     token = form.get("token", "").strip()
-    who = await authenticate(app, f"Bearer {token}") if token else None
+    try:
+        who = await authenticate_request(request, f"Bearer {token}") if token else None
+    except TooManyFailures as exc:
+        return await held_back(request, exc)
     if who is None:
         error = "That token is not valid (unknown, revoked or mistyped)."
         return await render(request, None, "login.html", 401, target=target, error=error)
+    policy: sessions.SessionPolicy = request.app.state.sessions
+    session = await sessions.start(app, who, policy)
+    await record(app, who.name, "session.start", f"token:{who.token_id}", {"via": "dashboard"})
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
-    set_cookie(request, response, SESSION_COOKIE, token, SESSION_SECONDS)
-    set_cookie(request, response, CSRF_COOKIE, secrets.token_hex(24), SESSION_SECONDS)
+    set_cookie(request, response, SESSION_COOKIE, session, int(policy.absolute))
+    set_cookie(request, response, CSRF_COOKIE, secrets.token_hex(24), int(policy.absolute))
     return response
 
 
 @action
 async def logout(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
+    await sessions.end(app, request.cookies.get(SESSION_COOKIE, ""))
+    await record(app, who.name, "session.end", f"token:{who.token_id}", {"via": "dashboard"})
     response = RedirectResponse("/ui/login", status_code=303, headers=HEADERS)
     for name in (SESSION_COOKIE, CSRF_COOKIE):
         response.delete_cookie(name, path=COOKIE_PATH)
@@ -663,10 +691,14 @@ async def digest(app: App, run_id: str | None) -> str:
 
 async def stream(request: Request) -> Response:
     """Server-sent events: `change` whenever the digest moves (the page then re-fetches its
-    live parts); a comment every 15 s keeps proxies from closing an idle connection."""
+    live parts); a comment every 15 s keeps proxies from closing an idle connection. The
+    session is checked again every `sse.RECHECK` seconds: the stream ends once it does."""
     app: App = request.app.state.perdure
     await app.open_store()
-    who = await principal(app, request)
+    try:
+        who = await principal(request, touch=False)
+    except TooManyFailures as exc:
+        return Response(f"{exc}\n", 429, {"Retry-After": str(exc.retry_after)}, "text/plain")
     if who is None or not who.allows("read"):
         return Response("sign in first\n", status_code=401, media_type="text/plain")
     run_id = request.query_params.get("run") or None
@@ -674,11 +706,19 @@ async def stream(request: Request) -> Response:
     if not slots.take():
         return Response("too many open streams\n", status_code=503, media_type="text/plain")
 
+    async def allowed() -> bool:
+        who = await principal(request, touch=False)
+        return who is not None and who.allows("read")
+
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
         started = last_sent = time.monotonic()
         last = ""
+        check = Recheck(allowed)
         while time.monotonic() - started < STREAM_SECONDS:
+            if not await check.still():
+                yield "event: signed-out\ndata: {}\n\n"
+                return
             current = await digest(app, run_id)
             if current != last:
                 last, last_sent = current, time.monotonic()

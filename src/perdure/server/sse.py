@@ -6,7 +6,9 @@ changes something (`App.notify`): first the journal entries it has not sent
 reconnecting client's `Last-Event-ID` resumes after them), then the run's status when it changed
 (`event: status`). A comment line goes out after `HEARTBEAT` seconds of silence.
 The stream ends with `event: end` once the run is finished and everything was
-sent, after `MAX_AGE` seconds (the client reconnects), or when the client leaves.
+sent, after `MAX_AGE` seconds (the client reconnects), or when the client leaves; and
+with `event: end` and a reason once its credential no longer holds (checked again every
+`RECHECK` seconds: a revoked token or an ended session stops receiving at once).
 At most `MAX_STREAMS` streams are open per server; more are refused with 503.
 """
 
@@ -15,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..errors import PerdureError
 from ..observe.redact import Redactor
 from ..store.base import FINISHED, Entry, RunRow
 
@@ -33,6 +36,7 @@ MAX_AGE = 3600.0  # seconds a stream lasts; the client reconnects with Last-Even
 MAX_STREAMS = 100  # open streams per server
 BATCH = 500  # journal entries read per poll
 MIN_GAP = 0.05  # seconds between reads however often this process notifies
+RECHECK = 3.0  # seconds between checks that the stream's credential still holds
 
 
 def entry_json(entry: Entry, redactor: Redactor) -> dict[str, Any]:
@@ -67,8 +71,29 @@ def _status(run: RunRow) -> dict[str, Any]:
     }
 
 
-async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]:
-    """The stream's text, frame by frame, until the run is done, MAX_AGE passes or cancelled."""
+class Recheck:
+    """Asks `allowed` again once `RECHECK` seconds have passed since it last said yes."""
+
+    def __init__(self, allowed: Callable[[], Awaitable[bool]], every: float = RECHECK) -> None:
+        self.allowed, self.every = allowed, every
+        self.last = asyncio.get_running_loop().time()
+
+    async def still(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        if now - self.last < self.every:
+            return True
+        self.last = now
+        try:
+            return await self.allowed()
+        except PerdureError:  # held back, or the store is away: stop, the client retries
+            return False
+
+
+async def events(
+    app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
+) -> AsyncGenerator[str, None]:
+    """The stream's text, frame by frame, until the run is done, MAX_AGE passes, the
+    credential stops being `allowed` or the client leaves."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
 
@@ -81,8 +106,12 @@ async def events(app: App, run_id: str, after: int) -> AsyncGenerator[str, None]
     try:
         started = last_sent = loop.time()
         shown: tuple[str, str | None] | None = None
+        check = Recheck(allowed)
         yield "retry: 2000\n\n"
         while True:
+            if not await check.still():
+                yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
+                return
             wake.clear()
             entries = await app.store.journal(run_id, after=after, limit=BATCH)
             run = await app.store.get_run(run_id)
@@ -158,13 +187,19 @@ def slots_of(request: Request) -> Slots:
     return slots
 
 
-def response(request: Request, app: App, run_id: str, after: int) -> Response:
-    """The streaming response for one client (503 if MAX_STREAMS are already open)."""
+REVOKED = "the credential was revoked or expired"
+
+
+def response(
+    request: Request, app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
+) -> Response:
+    """The streaming response for one client (503 if MAX_STREAMS are already open);
+    `allowed` says whether its credential still holds."""
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.method == "HEAD":
         return Response(media_type="text/event-stream", headers=headers)
     slots = slots_of(request)
     if not slots.take():
         return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
-    body = events(app, run_id, after)
+    body = events(app, run_id, after, allowed)
     return SlotStream(body, slots, media_type="text/event-stream", headers=headers)

@@ -1,4 +1,5 @@
-"""The SQL of access control: API tokens (only their hash is stored) and the audit log.
+"""The SQL of access control: API tokens and dashboard sessions (only their hashes are
+stored) and the audit log.
 
 The audit log is append-only: perdure has no statement that updates or deletes it.
 """
@@ -19,6 +20,18 @@ class TokenRow:
     scopes: str  # space-separated: read operate approve admin
     created_at: float
     revoked_at: float | None = None
+
+
+@dataclass(slots=True)
+class SessionRow:
+    """A live dashboard session with its token's name and scopes (a session of a revoked
+    token, or one ended by signing out, is never found)."""
+
+    token_id: str
+    name: str
+    scopes: str
+    created_at: float
+    seen_at: float
 
 
 @dataclass(slots=True)
@@ -74,6 +87,40 @@ def revoke_token(conn: Db, token_id: str, now: float) -> bool:
     cur = conn.execute(
         "UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
         (now, token_id),
+    )
+    return cur.rowcount == 1
+
+
+def add_session(conn: Db, digest: str, token_id: str, now: float, forget_before: float) -> None:
+    """Keep a new session; sessions last seen before `forget_before` are long dead: drop them."""
+    conn.execute("DELETE FROM dashboard_sessions WHERE seen_at < ?", (forget_before,))
+    conn.execute(
+        "INSERT INTO dashboard_sessions (hash, token_id, created_at, seen_at) VALUES (?, ?, ?, ?)",
+        (digest, token_id, now, now),
+    )
+
+
+def find_session(conn: Db, digest: str) -> SessionRow | None:
+    row = conn.execute(
+        "SELECT s.token_id, t.name, t.scopes, s.created_at, s.seen_at "
+        "FROM dashboard_sessions s JOIN api_tokens t ON t.id = s.token_id "
+        "WHERE s.hash = ? AND s.ended_at IS NULL AND t.revoked_at IS NULL",
+        (digest,),
+    ).fetchone()
+    return SessionRow(*row) if row else None
+
+
+def touch_session(conn: Db, digest: str, now: float) -> None:
+    conn.execute(
+        "UPDATE dashboard_sessions SET seen_at = ? WHERE hash = ? AND seen_at < ?",
+        (now, digest, now),
+    )
+
+
+def end_session(conn: Db, digest: str, now: float) -> bool:
+    cur = conn.execute(
+        "UPDATE dashboard_sessions SET ended_at = ? WHERE hash = ? AND ended_at IS NULL",
+        (now, digest),
     )
     return cur.rowcount == 1
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from .access_sql import AuditRow, TokenRow
+    from .access_sql import AuditRow, SessionRow, TokenRow
     from .agent_sql import Budget, MemoryRow, UsageRow
     from .workers_sql import WorkerRow
 
@@ -174,6 +174,8 @@ class Append:
     blob_threshold: int | None = None  # store tx_body data over this size as a blob
     stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
     inline_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
+    key: str | None = None  # names this write: kept by the run when it lands (fenced writes)
+    retry: bool = False  # sent again after a lost connection: if `key` landed, do nothing
 
 
 @dataclass(slots=True)
@@ -322,6 +324,8 @@ class Store(Protocol):
         workflows: Sequence[str],
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
+        executing: Sequence[str] = (),
+        own: bool = False,
     ) -> list[Claim]: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float
@@ -385,6 +389,15 @@ class Store(Protocol):
     async def find_token(self, digest: str) -> TokenRow | None: ...
     async def list_tokens(self) -> list[TokenRow]: ...
     async def revoke_token(self, token_id: str, now: float) -> bool: ...
+    # the server's own clock, in epoch seconds (None: the store has no server, e.g. SQLite)
+    async def server_time(self) -> float | None: ...
+    # dashboard sessions (hashed ids); found only while unended and their token unrevoked
+    async def add_session(
+        self, digest: str, token_id: str, now: float, forget_before: float
+    ) -> None: ...
+    async def find_session(self, digest: str) -> SessionRow | None: ...
+    async def touch_session(self, digest: str, now: float) -> None: ...
+    async def end_session(self, digest: str, now: float) -> bool: ...
     async def audit(
         self, at: float, actor: str, action: str, target: str, detail: str,
         outcome: str = "ok", reason: str = "",

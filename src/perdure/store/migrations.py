@@ -213,6 +213,28 @@ MIGRATIONS: list[str] = [
     ALTER TABLE audit_log ADD COLUMN reason TEXT NOT NULL DEFAULT '';
     CREATE INDEX audit_by_actor ON audit_log (actor, id)
     """,
+    # 9: dashboard sign-ins are server-side sessions (only the session id's hash is kept):
+    # ended on sign-out, dead with their token, expired by the server's idle/absolute limits
+    """
+    CREATE TABLE dashboard_sessions (
+        hash        TEXT PRIMARY KEY,
+        token_id    TEXT NOT NULL,
+        created_at  REAL NOT NULL,
+        seen_at     REAL NOT NULL,
+        ended_at    REAL
+    );
+    CREATE INDEX sessions_by_token ON dashboard_sessions (token_id);
+    CREATE INDEX sessions_by_seen ON dashboard_sessions (seen_at)
+    """,
+    # 10: a run remembers the key of the last fenced write that landed, so a worker whose
+    # connection died mid-commit can tell, once the store is back, whether it did
+    """
+    ALTER TABLE runs ADD COLUMN last_append TEXT
+    """,
+    # 11: each worker says how far its host's clock is from the store server's
+    """
+    ALTER TABLE workers ADD COLUMN clock_offset REAL
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -61,6 +61,7 @@ class PostgresStore(ThreadedStore):
 
     thread_name = "perdure-postgres"
     fused_appends = True
+    server_clock = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         require_extra("postgres", "the PostgreSQL store")
@@ -169,6 +170,16 @@ class PostgresStore(ThreadedStore):
 
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
+
+    def _connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        """Operational and interface errors are the server or the link failing (a
+        restart's AdminShutdown, "cannot exit pipeline mode while busy", a COMMIT cut
+        off, a serialization failure): the store is unavailable for now, whatever the
+        connection's flags say yet; never an error of the workflow."""
+        import psycopg
+
+        lost = (psycopg.OperationalError, psycopg.InterfaceError)
+        return isinstance(exc, lost) or super()._connection_lost(conn, exc)
 
     def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
         """The server lost during start-up, after the first connection worked (a restart

@@ -33,7 +33,7 @@ from .base import (
     QueueSpec,
     RunRow,
 )
-from .blobs import inline_or_blob
+from .blobs import blob_ref, inline_or_blob
 from .dialect import Db
 from .names import check, check_run_id
 
@@ -276,13 +276,15 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     if a.status is None and not fields:
         stamp = None
     row = conn.execute(
-        "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at) "
+        "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at), "
+        "last_append = COALESCE(CAST(? AS TEXT), last_append) "
         "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
         "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested = 1)) "
         "RETURNING status, pause_requested, parent_id, next_seq",
         (
             count,
             stamp,
+            a.key,
             a.run_id,
             a.epoch,
             a.epoch,
@@ -317,10 +319,13 @@ def plain_append(a: Append) -> bool:
         and a.consume_event is None
         and a.tx_body is None
         and a.expect_status is None
+        and not a.retry
     )
 
 
-_RUN_ROW = "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER))"
+_RUN_ROW = (
+    "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT))"
+)
 _ENTRY_ROW = (
     "(CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS TEXT), "
     "CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS INTEGER), "
@@ -338,7 +343,7 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
     """
     params: list[Any] = []
     for a in appends:
-        params += [a.run_id, len(a.entries), a.epoch, int(a.stop_if_requested)]
+        params += [a.run_id, len(a.entries), a.epoch, int(a.stop_if_requested), a.key]
     rows = []
     for a in appends:
         for i, e in enumerate(a.entries):
@@ -347,9 +352,10 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
             params += [e.at, epoch, e.worker]
             rows.append(_ENTRY_ROW)
     text = (
-        "WITH v (run_id, n, epoch, stop) AS (VALUES "
+        "WITH v (run_id, n, epoch, stop, key) AS (VALUES "
         + ", ".join([_RUN_ROW] * len(appends))
-        + "), f AS (UPDATE runs AS r SET next_seq = r.next_seq + v.n FROM v "
+        + "), f AS (UPDATE runs AS r SET next_seq = r.next_seq + v.n, "
+        "last_append = COALESCE(v.key, r.last_append) FROM v "
         "WHERE r.id = v.run_id AND (v.epoch IS NULL OR r.lease_epoch = v.epoch) "
         "AND NOT (v.stop = 1 AND (r.status = 'cancelling' OR r.pause_requested = 1)) "
         "RETURNING r.id, r.status, r.pause_requested, r.next_seq - v.n AS first), "
@@ -382,7 +388,39 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
     return results
 
 
+def _landed(conn: Conn, a: Append) -> AppendResult | None:
+    """A retried write whose first try landed (its key is the run's last): what it found
+    then, as far as the run still says (a transactional body's result from its entry)."""
+    row = conn.execute(
+        "SELECT last_append, status, pause_requested FROM runs WHERE id = ?", (a.run_id,)
+    ).fetchone()
+    if row is None or row[0] != a.key:
+        return None
+    tx_data = None
+    if a.tx_body is not None and a.entries:
+        last = a.entries[-1]
+        found = conn.execute(
+            "SELECT data FROM journal WHERE run_id = ? AND position = ? "
+            "AND kind = ? AND attempt = ? ORDER BY seq DESC LIMIT 1",
+            (a.run_id, last.position, last.kind, last.attempt),
+        ).fetchone()
+        tx_data = found[0] if found else None
+        key = blob_ref(tx_data)
+        if key is not None:
+            tx_data = get_blob(conn, key)
+    return AppendResult(
+        status=row[1],
+        cancel_requested=row[1] == CANCELLING,
+        pause_requested=bool(row[2]),
+        tx_data=tx_data,
+    )
+
+
 def append(conn: Conn, a: Append) -> AppendResult:
+    if a.retry and a.key is not None:
+        landed = _landed(conn, a)
+        if landed is not None:
+            return landed
     if conn.fused_append and plain_append(a):
         [result] = append_plain(conn, [a])
         if isinstance(result, Exception):
@@ -480,8 +518,16 @@ def claim(
     workflows: Sequence[str],
     queues: Sequence[QueueSpec] = (),
     held: Mapping[str, int] | None = None,
+    executing: Sequence[str] = (),
+    own: bool = False,
 ) -> list[Claim]:
     """Claim up to `limit` runnable runs, highest priority first, within the queues' limits.
+
+    `executing`: runs the claimer still executes, never claimed again by it even once
+    their lease has expired (it may be waiting for the store to come back to record an
+    outcome it holds). `own`: the claimer's last claim was cut off unanswered, so runs
+    leased to it that it does not execute may be ones that claim took: they are
+    claimed again at once (as fresh claims, not takeovers) instead of after their lease.
 
     Only runs holding a live lease count against a queue or a partition key: parked
     runs hold no slot. Limited queues are locked first, so concurrent claimers on
@@ -490,12 +536,18 @@ def claim(
     if not workflows or _worker_paused(conn, owner):
         return []
     gate = _QueueGate(conn, now, queues, held or {})
+    runnable = _RUNNABLE
+    params: list[Any] = [now, now]
+    if own:
+        runnable = f"({_RUNNABLE} OR (status IN ('running', 'cancelling') AND lease_owner = ?))"
+        params.append(owner)
     rows = conn.execute(
         f"SELECT id, status, lease_owner, lease_until, queue, partition_key, started_at "
-        f"FROM runs WHERE {_RUNNABLE} AND workflow IN ({_in(workflows)}) "
+        f"FROM runs WHERE {runnable} AND workflow IN ({_in(workflows)}) "
         "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow') "
-        f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
-        (now, now, *workflows, limit if gate.open else limit * 4 + 16),
+        + (f"AND id NOT IN ({_in(executing)}) " if executing else "")
+        + f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
+        (*params, *workflows, *executing, limit if gate.open else limit * 4 + 16),
     ).fetchall()
     admitted: list[Any] = []
     for row in rows:
@@ -513,17 +565,18 @@ def claim(
             "UPDATE runs SET status = CASE WHEN status = 'cancelling' THEN 'cancelling' "
             "ELSE 'running' END, lease_owner = ?, lease_until = ?, "
             "lease_epoch = lease_epoch + 1, recoveries = recoveries + CASE WHEN status IN "
-            "('running', 'cancelling') THEN 1 ELSE 0 END, updated_at = ?, "
+            "('running', 'cancelling') AND COALESCE(lease_owner, '') <> ? THEN 1 ELSE 0 END, "
+            "updated_at = ?, "
             f"started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
             f"RETURNING {_RUN_COLUMNS}, next_seq",
-            (owner, now + lease_seconds, now, now, *ids),
+            (owner, now + lease_seconds, owner if own else "", now, now, *ids),
         ).fetchall()
     }
     claims: list[Claim] = []
     for run_id, status, previous, lease_until, *_ in admitted:
         row = updated[run_id]
         run = _run(row[:-1])
-        takeover = status in (RUNNING, CANCELLING)
+        takeover = status in (RUNNING, CANCELLING) and not (own and previous == owner)
         if takeover:
             taken: dict[str, Any] = {"from": previous, "to": owner, "epoch": run.lease_epoch}
             if lease_until == 0:  # handed back by a stopping worker, not lost in a crash

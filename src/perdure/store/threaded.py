@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
 from . import access_sql, agent_sql, retention, schedule_sql, sqlops, workers_sql
-from .access_sql import AuditQuery, AuditRow, TokenRow
+from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
     Append,
@@ -111,6 +111,7 @@ class ThreadedStore:
     thread_name = "perdure-store"
     db_errors: tuple[type[Exception], ...] = ()
     fused_appends = False  # a plain append is one statement (see sqlops.plain_append)
+    server_clock = False  # the database has a clock all hosts share (a server: PostgreSQL)
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
@@ -125,6 +126,7 @@ class ThreadedStore:
         self._enqueued = 0  # operations handed to the store thread
         self._completed = 0  # of those, answered (written by the store thread only)
         self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
+        self._doubtful = False  # a call lost the database: replace the thread's connection
         self._listeners: list[Callable[[], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
@@ -255,10 +257,13 @@ class ThreadedStore:
                 try:
                     self._run_batch(conn, batch)
                 except Exception as exc:  # a bug must fail the batch, never the store thread
-                    log.exception("store %s: a batch failed", self.url)
-                    self._fail_batch(batch, exc)
+                    error = self._failure(conn, exc)
+                    if error is exc:
+                        log.exception("store %s: a batch failed", self.url)
+                    self._fail_batch(batch, exc, error if error is not exc else None)
                 self._completed += len(batch)
-                if self._broken(conn):
+                if self._broken(conn) or self._doubtful:
+                    self._doubtful = False
                     conn = self._reconnect(conn)
                     if conn is None:
                         return
@@ -267,9 +272,13 @@ class ThreadedStore:
                 with contextlib.suppress(Exception):
                     self._disconnect(conn)
 
-    def _fail_batch(self, batch: list[_Op], exc: Exception) -> None:
-        """Answer every op of a batch that raised unexpectedly that it failed."""
-        error = StoreError(f"store {self.url}: internal error ({type(exc).__name__}: {exc})")
+    def _fail_batch(
+        self, batch: list[_Op], exc: Exception, error: BaseException | None = None
+    ) -> None:
+        """Answer every op of a batch that raised unexpectedly that it failed (`error`:
+        what to answer, when the store knows better than an internal error)."""
+        if error is None:
+            error = StoreError(f"store {self.url}: internal error ({type(exc).__name__}: {exc})")
         self._answers = {}
         for op in batch:
             if op.future is not None:
@@ -299,9 +308,19 @@ class ThreadedStore:
             return conn
         return None
 
+    def _connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        """Did `exc` come from losing the database (not from the call itself)? A store
+        whose driver can tell more (PostgreSQL) says so for errors met before the
+        connection is marked broken, e.g. inside a pipeline or a COMMIT."""
+        return isinstance(exc, self.db_errors) and self._broken(conn)
+
     def _failure(self, conn: Any, exc: BaseException) -> BaseException:
-        """What a caller sees for `exc`: StoreUnavailable when the connection was lost."""
-        if isinstance(exc, self.db_errors) and self._broken(conn):
+        """What a caller sees for `exc`: StoreUnavailable when the connection was lost
+        (never the driver's own error, which would reach a workflow and fail its run)."""
+        if isinstance(exc, StoreUnavailable):
+            return exc
+        if self._connection_lost(conn, exc):
+            self._doubtful = True  # the store thread replaces its connection after the batch
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return StoreUnavailable(f"store {self.url} unreachable: {first}")
         return exc
@@ -428,7 +447,11 @@ class ThreadedStore:
                 conn.execute("ROLLBACK")
             self._answer(op, None, self._failure(conn, exc))
             return
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:  # lost mid-commit: it may or may not have landed
+            self._answer(op, None, self._failure(conn, exc))
+            return
         self.commits += 1
         self._answer(op, value, None)
 
@@ -579,10 +602,21 @@ class ThreadedStore:
         workflows: Sequence[str],
         queues: Sequence[QueueSpec] = (),
         held: Mapping[str, int] | None = None,
+        executing: Sequence[str] = (),
+        own: bool = False,
     ) -> list[Claim]:
         return await self._call(
             lambda c: sqlops.claim(
-                c, owner, now, lease_seconds, limit, workflows, queues, held or {}
+                c,
+                owner,
+                now,
+                lease_seconds,
+                limit,
+                workflows,
+                queues,
+                held or {},
+                executing,
+                own,
             ),
             write=True,
         )
@@ -746,6 +780,31 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def server_time(self) -> float | None:
+        if not self.server_clock:
+            return None
+        row = await self._call(
+            lambda c: c.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone(),
+            write=False,
+        )
+        return float(row[0])
+
+    async def add_session(
+        self, digest: str, token_id: str, now: float, forget_before: float
+    ) -> None:
+        await self._call(
+            lambda c: access_sql.add_session(c, digest, token_id, now, forget_before), write=True
+        )
+
+    async def find_session(self, digest: str) -> SessionRow | None:
+        return await self._call(lambda c: access_sql.find_session(c, digest), write=False)
+
+    async def touch_session(self, digest: str, now: float) -> None:
+        await self._call(lambda c: access_sql.touch_session(c, digest, now), write=True)
+
+    async def end_session(self, digest: str, now: float) -> bool:
+        return await self._call(lambda c: access_sql.end_session(c, digest, now), write=True)
 
     async def audit(
         self, at: float, actor: str, action: str, target: str, detail: str,

@@ -25,15 +25,26 @@ class WorkerRow:
     concurrency: int
     running: int
     stopped_at: float | None = None
+    clock_offset: float | None = None  # the store server's clock minus the host's (None: no server)
 
 
 def beat(conn: Db, w: WorkerRow) -> None:
     """Register a worker, or record that it is alive and how many runs it holds."""
     conn.execute(
-        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-        "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL",
-        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.running),
+        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
+        "clock_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL, "
+        "clock_offset = excluded.clock_offset",
+        (
+            w.id,
+            w.host,
+            w.pid,
+            w.started_at,
+            w.heartbeat_at,
+            w.concurrency,
+            w.running,
+            w.clock_offset,
+        ),
     )
 
 
@@ -74,8 +85,9 @@ def stopped(conn: Db, worker_id: str, now: float) -> None:
 def list_workers(conn: Db, since: float) -> list[WorkerRow]:
     """Workers alive or stopped since `since` (older rows are history), newest first."""
     rows = conn.execute(
-        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at "
-        "FROM workers WHERE heartbeat_at >= ? OR stopped_at >= ? ORDER BY started_at DESC",
+        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at, "
+        "clock_offset FROM workers WHERE heartbeat_at >= ? OR stopped_at >= ? "
+        "ORDER BY started_at DESC",
         (since, since),
     ).fetchall()
     return [WorkerRow(*r) for r in rows]

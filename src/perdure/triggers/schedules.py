@@ -23,11 +23,18 @@ problem. That is never silent either: each tick held back says why ("previous
 run ... needs attention"), and `perdure stuck` lists the schedule as blocked,
 with the run and the command that frees it (`blocked` below). A dead run has
 ended (for now): it holds nothing.
+
+A run that a step of its own paused for an operator's fix (`ParkRun`: a model
+provider refusing the agent's key) blocks its workflow: every schedule of that
+workflow, whatever its overlap policy, skips its ticks ("blocked: run ... is
+parked: ...") rather than start runs that would stop at the same place, and
+ticks again once the run is resumed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -303,10 +310,33 @@ def _overlap(
     return cancel
 
 
+async def parked_itself(runtime: Runtime, workflow: str) -> RunRow | None:
+    """A run of `workflow` that a step of its own paused for an operator's fix (a paused run
+    with an error: `ParkRun`, e.g. a refused model key), if there is one."""
+    paused = await runtime.store.list_runs(statuses=[PAUSED], workflow=workflow, limit=100)
+    return next((run for run in paused if run.error is not None), None)
+
+
+def _blocked_reason(run: RunRow) -> str:
+    """Why a tick is skipped behind a run that parked itself: its reason, on one line."""
+    try:
+        said = str(json.loads(run.error or "{}").get("message", ""))
+    except (ValueError, AttributeError):
+        said = run.error or ""
+    said = " ".join(said.split())[:300]
+    return f"blocked: run {run.id} of {run.workflow} is parked: {said}"
+
+
 def step(
-    runtime: Runtime, row: ScheduleRow, now: float, active: list[RunRow], queued: list[TickRow]
+    runtime: Runtime,
+    row: ScheduleRow,
+    now: float,
+    active: list[RunRow],
+    queued: list[TickRow],
+    parked: RunRow | None = None,
 ) -> ScheduleAdvance:
-    """What one scheduler pass does for a due schedule (pure: the store applies it)."""
+    """What one scheduler pass does for a due schedule (pure: the store applies it);
+    `parked`: a run of the workflow that parked itself, so no tick may start another."""
     due, next_fire, beyond = _due(row, now)
     plan = _Plan()
     if beyond:
@@ -321,7 +351,12 @@ def step(
             )
         )
     candidates = _catchup(row, due, now, plan)
-    cancel = _overlap(row, candidates, active, queued, now, plan)
+    cancel: list[str] = []
+    if parked is not None:
+        why = _blocked_reason(parked)
+        plan.records += [TickRow(row.name, t, "skipped", reason=why, at=now) for t in candidates]
+    else:
+        cancel = _overlap(row, candidates, active, queued, now, plan)
     new_runs = [_new_run(runtime, row, t, now) for t in plan.fire]
     for t, new in zip(plan.fire, new_runs, strict=True):
         plan.records.append(TickRow(row.name, t, "fired", run_id=new.id, at=now))
@@ -397,7 +432,9 @@ class Scheduler:
                 if row.overlap == "queue"
                 else []
             )
-            advance = step(self.runtime, row, now, active, queued)
+            own = [r for r in active if r.status == PAUSED and r.error is not None]
+            parked = own[0] if own else await parked_itself(self.runtime, row.workflow)
+            advance = step(self.runtime, row, now, active, queued, parked)
             if not (advance.ticks or advance.cancel) and advance.next_fire == row.next_fire:
                 continue
             if await self.runtime.store.advance_schedule(advance):
@@ -573,15 +610,18 @@ class Blocked:
 
 
 async def blocked(runtime: Runtime) -> list[Blocked]:
-    """Schedules whose overlap policy (skip, queue) holds them behind a parked run: each
-    with the run and the command that frees it (what `perdure stuck` lists)."""
+    """Schedules whose overlap policy (skip, queue) holds them behind a parked run, or whose
+    workflow a run parked itself blocks: each with the run and the command that frees it
+    (what `perdure stuck` lists)."""
     found: list[Blocked] = []
     for row in await runtime.store.list_schedules():
-        if row.overlap not in HOLDING:
-            continue
-        active = await runtime.store.active_runs(f"sched:{row.name}:")
-        run = active[0] if active else None
-        if run is None or run.status not in PARKED:
+        run = None
+        if row.overlap in HOLDING:
+            active = await runtime.store.active_runs(f"sched:{row.name}:")
+            run = active[0] if active and active[0].status in PARKED else None
+        if run is None:  # any policy: a run of the workflow that parked itself blocks it
+            run = await parked_itself(runtime, row.workflow)
+        if run is None:
             continue
         if run.status == NEEDS_ATTENTION:
             parked = [

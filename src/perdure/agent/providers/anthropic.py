@@ -22,7 +22,14 @@ from ...errors import PerdureError
 from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from .base import ModelAuthError, ModelError, ModelRetryable
-from .openai import one_line, resolve_key, retry_after_seconds, server_message
+from .openai import (
+    CONNECT_TIMEOUT,
+    one_line,
+    resolve_key,
+    retry_after_seconds,
+    server_message,
+    timed_out,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -49,6 +56,7 @@ class AnthropicModel:
         stream: bool = False,
         max_tokens: int = 1024,
         timeout: float = 120.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """Args:
@@ -58,7 +66,9 @@ class AnthropicModel:
             api_key_env: the variable holding the key, named when the server refuses it.
             stream: ask for a streamed reply and assemble it (same ModelResponse).
             max_tokens: the reply limit when a request sets none (the API requires one).
-            timeout: seconds one call may take.
+            timeout: seconds the server may stay silent: to answer a call (the whole reply
+                when not streamed) or between two streamed chunks.
+            connect_timeout: seconds to open the connection (a down host fails fast).
             env: where the settings are read (default: the process environment).
 
         Raises:
@@ -78,6 +88,7 @@ class AnthropicModel:
         self.stream = stream
         self.max_tokens = max_tokens
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         # An SDK client holds connections bound to the event loop that opened them.
         self._clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, anthropic.AsyncAnthropic
@@ -146,7 +157,10 @@ class AnthropicModel:
         client = self._clients.get(loop)
         if client is None:
             client = anthropic.AsyncAnthropic(
-                api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                api_key=self._key,
+                base_url=self.base_url,
+                timeout=anthropic.Timeout(self.timeout, connect=self.connect_timeout),
+                max_retries=0,
             )
             self._clients[loop] = client
         return client
@@ -156,14 +170,21 @@ class AnthropicModel:
         import anthropic
 
         where = f"anthropic {self.base_url}"
-        if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelRetryable(f"{where}: {timed_out(exc, self.timeout, self.connect_timeout)}")
+        if isinstance(exc, anthropic.APIConnectionError):
             return ModelRetryable(f"{where}: {one_line(exc.message)}")
         if not isinstance(exc, anthropic.APIStatusError):
             return ModelError(f"{where}: {one_line(str(exc))}")
         status, said = exc.status_code, server_message(exc.body, exc.message)
         if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
             verb = "rejected" if status == 401 else "not permitted"
-            return ModelAuthError(f"{self._key_source} {verb} by {self.base_url}: {status} {said}")
+            return ModelAuthError(
+                f"{self._key_source} {verb} by {self.base_url}: {status} {said}",
+                status=status,
+                setting=self._key_source,
+                detail=f"{status} from {self.base_url}: {said}",
+            )
         if status in (408, 409, 429) or status >= 500 or error_type(exc.body) in RETRYABLE_TYPES:
             after = retry_after_seconds(exc.response.headers)
             return ModelRetryable(f"{where}: {status} {said}", retry_after=after)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ...errors import PerdureError
+from ...errors import ConfigError, ParkRun, PerdureError
 from ..messages import ModelRequest, ModelResponse
 
 
@@ -12,8 +12,29 @@ class ModelError(PerdureError):
     """A model call failed in a way retrying will not fix (bad request, unknown model)."""
 
 
-class ModelAuthError(ModelError):
-    """The provider refused the credentials; the message names the setting to fix."""
+class ModelAuthError(ModelError, ParkRun):
+    """The provider refused the credentials (401) or their permission (403); the message
+    names the setting to fix. In a durable step it parks the run (see `ParkRun`): retrying
+    cannot help, and failing would leave a scheduled agent failed after the key is fixed.
+
+    Args:
+        status: the HTTP status (401, 403), or None when no key was set at all.
+        setting: where the key came from, e.g. "OPENAI_API_KEY" or "OPENAI_API_KEY (unset)".
+        detail: the refusal without the setting: "401 from URL: the server's words".
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, setting: str = "", detail: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.setting = setting
+        self.detail = detail or message
+
+
+class MissingKey(ModelAuthError, ConfigError):
+    """No key is set where the tier looks for it (a ConfigError when a provider is made; in
+    a run's model step it parks the run like a refused key)."""
 
 
 class ModelRetryable(PerdureError):
@@ -31,6 +52,6 @@ class ModelProvider(Protocol):
     name: str
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One call. Raises ModelRetryable, ModelAuthError or ModelError; never retries itself
-        (the durable step around it does, so each attempt is journaled)."""
+        """One call. Raises ModelRetryable (a timeout too), ModelAuthError or ModelError; never
+        retries itself (the durable step around it does, so each attempt is journaled)."""
         ...

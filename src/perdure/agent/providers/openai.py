@@ -22,10 +22,10 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigError, PerdureError
+from ...errors import PerdureError
 from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from .base import ModelAuthError, ModelError, ModelRetryable
+from .base import MissingKey, ModelAuthError, ModelError, ModelRetryable
 
 if TYPE_CHECKING:
     import openai
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
 
 OPENAI_URL = "https://api.openai.com/v1"
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection, as the SDKs' own default
 PLACEHOLDER_KEY = "not-needed"  # local servers (llama.cpp, vLLM, Ollama) ignore the key
 
 
@@ -55,6 +56,7 @@ class OpenAIModel:
         api_key_env: str = "OPENAI_API_KEY",
         stream: bool = False,
         timeout: float = 60.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """Args:
@@ -64,7 +66,9 @@ class OpenAIModel:
             api_key: else the variable `api_key_env`; unneeded with a base URL.
             api_key_env: the variable holding the key, named when the server refuses it.
             stream: ask for a streamed reply and assemble it (same ModelResponse).
-            timeout: seconds one call may take.
+            timeout: seconds the server may stay silent: to answer a call (the whole reply
+                when not streamed) or between two streamed chunks.
+            connect_timeout: seconds to open the connection (a down host fails fast).
             env: where the settings are read (default: the process environment).
 
         Raises:
@@ -79,6 +83,7 @@ class OpenAIModel:
         )
         self.stream = stream
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         # An SDK client holds connections bound to the event loop that opened them.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]
         self._clients = weakref.WeakKeyDictionary()
@@ -147,7 +152,10 @@ class OpenAIModel:
         client = self._clients.get(loop)
         if client is None:
             client = openai.AsyncOpenAI(
-                api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                api_key=self._key,
+                base_url=self.base_url,
+                timeout=openai.Timeout(self.timeout, connect=self.connect_timeout),
+                max_retries=0,
             )
             self._clients[loop] = client
         return client
@@ -157,14 +165,21 @@ class OpenAIModel:
         import openai
 
         where = f"openai {self.base_url}"
-        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelRetryable(f"{where}: {timed_out(exc, self.timeout, self.connect_timeout)}")
+        if isinstance(exc, openai.APIConnectionError):
             return ModelRetryable(f"{where}: {one_line(exc.message)}")
         if not isinstance(exc, openai.APIStatusError):
             return ModelError(f"{where}: {one_line(str(exc))}")
         status, said = exc.status_code, server_message(exc.body, exc.message)
         if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
             verb = "rejected" if status == 401 else "not permitted"
-            return ModelAuthError(f"{self._key_source} {verb} by {self.base_url}: {status} {said}")
+            return ModelAuthError(
+                f"{self._key_source} {verb} by {self.base_url}: {status} {said}",
+                status=status,
+                setting=self._key_source,
+                detail=f"{status} from {self.base_url}: {said}",
+            )
         if status in (408, 409, 429) or status >= 500:
             after = retry_after_seconds(exc.response.headers)
             return ModelRetryable(f"{where}: {status} {said}", retry_after=after)
@@ -186,9 +201,10 @@ def resolve_key(
         return env[api_key_env], api_key_env
     if local:
         return PLACEHOLDER_KEY, f"{api_key_env} (unset)"
-    raise ConfigError(
+    raise MissingKey(
         f"{api_key_env} is not set: export it, pass api_key=..., "
-        f"or set {url_env} to a compatible server"
+        f"or set {url_env} to a compatible server",
+        setting=api_key_env,
     )
 
 
@@ -337,6 +353,15 @@ def server_message(body: object, fallback: str) -> str:
     elif isinstance(body, str):
         found = body
     return one_line(str(found) if found else fallback)
+
+
+def timed_out(exc: BaseException, timeout: float, connect_timeout: float) -> str:
+    """What an SDK timeout means, by the HTTP client's timeout under it: connecting, or
+    waiting (by name: the SDKs have moved from httpx to httpx2, both call it ConnectTimeout)."""
+    cause = type(exc.__cause__).__mro__ if exc.__cause__ is not None else ()
+    if any(kind.__name__ == "ConnectTimeout" for kind in cause):
+        return f"no connection within {connect_timeout:g}s (connect_timeout)"
+    return f"no answer within {timeout:g}s (timeout)"
 
 
 def one_line(text: str) -> str:

@@ -5,7 +5,9 @@ private copy of it, and file descriptor 1 then points at standard error, so a
 workflow that prints (or a subprocess it starts) cannot corrupt the stream.
 Over HTTP every request needs `Authorization: Bearer <token>` from `perdure
 token create` (401 without one); a session can only be used with the token that
-opened it.
+opened it. Before that, its Host and Origin must be ones the server answers to
+(`server.hosts`: 421/403 otherwise, against DNS rebinding), and a slow client is cut
+off (`server.timeouts`).
 """
 
 from __future__ import annotations
@@ -26,16 +28,23 @@ from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAut
 from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationError, BaseUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...engine.worker import Worker, WorkerOptions
-from ..access import authenticate
+from ..access import address_of, authenticate, digest
+from ..hosts import AllowedHosts, HostCheck, hosts_for
+from ..throttle import Throttle, TooManyFailures
 
 if TYPE_CHECKING:
     from ...app import App
+    from ..timeouts import ConnectionLimits
     from .server import PerdureMcp
 
 STDIN_LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message a line
@@ -59,9 +68,63 @@ class StoreTokens:
         )
 
 
-def http_app(mcp: PerdureMcp, path: str = "/mcp") -> Starlette:
-    """The ASGI application: the MCP endpoint at `path`, behind bearer-token authentication."""
-    manager = StreamableHTTPSessionManager(app=mcp.server, stateless=False)
+class ThrottledBearer(BearerAuthBackend):
+    """The SDK's bearer check, with wrong tokens limited per client address as the HTTP
+    API limits them (`Throttle`): 429 while an address is held back; a token that worked
+    before still goes through."""
+
+    def __init__(self, verifier: StoreTokens, throttle: Throttle) -> None:
+        super().__init__(verifier)
+        self.throttle = throttle
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        header = conn.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            return None
+        address, credential = address_of(conn), digest(header[7:].strip())
+        wait = self.throttle.wait(address, credential)
+        if wait > 0:
+            raise HeldBack(TooManyFailures(wait))
+        found: tuple[AuthCredentials, BaseUser] | None = await super().authenticate(conn)
+        if found is None:
+            self.throttle.failed(address)
+        else:
+            self.throttle.passed(credential)
+        return found
+
+
+class HeldBack(AuthenticationError):
+    """An address held back for wrong tokens (the middleware's error path answers it)."""
+
+    def __init__(self, why: TooManyFailures) -> None:
+        super().__init__(str(why))
+        self.retry_after = why.retry_after
+
+
+def held_back(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    """429 for an address held back for wrong tokens (400 for any other sign-in error)."""
+    if not isinstance(exc, HeldBack):
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    headers = {"Retry-After": str(exc.retry_after)}
+    return JSONResponse({"error": str(exc)}, status_code=429, headers=headers)
+
+
+def _security(allowed: AllowedHosts | None) -> TransportSecuritySettings:
+    """The SDK's own Host/Origin check, the same rule as `HostCheck` where its lists can say it
+    (`HostCheck`, in front of authentication, decides in every case)."""
+    patterns = allowed.patterns() if allowed is not None else None
+    if patterns is None:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts, origins = patterns
+    return TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins)
+
+
+def http_app(mcp: PerdureMcp, path: str = "/mcp", allowed: AllowedHosts | None = None) -> Starlette:
+    """The ASGI application: the MCP endpoint at `path`, behind bearer-token authentication and,
+    with `allowed`, the Host/Origin check (None: any Host, as for an in-process test client)."""
+    manager = StreamableHTTPSessionManager(
+        app=mcp.server, stateless=False, security_settings=_security(allowed)
+    )
 
     async def endpoint(scope: dict[str, object], receive: object, send: object) -> None:
         await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
@@ -71,10 +134,16 @@ def http_app(mcp: PerdureMcp, path: str = "/mcp") -> Starlette:
         async with manager.run():
             yield
 
+    hosts = [Middleware(HostCheck, allowed=allowed)] if allowed is not None else []
     return Starlette(
         routes=[Route(path, endpoint=RequireAuthMiddleware(endpoint, required_scopes=[]))],
-        middleware=[
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreTokens(mcp.app)))
+        middleware=[  # outermost first: a request for another Host never meets a token check
+            *hosts,
+            Middleware(
+                AuthenticationMiddleware,
+                backend=ThrottledBearer(StoreTokens(mcp.app), Throttle()),
+                on_error=held_back,
+            ),
         ],
         lifespan=lifespan,
     )
@@ -151,13 +220,18 @@ async def serve_http(
     *,
     path: str = "/mcp",
     worker: WorkerOptions | None = None,
+    names: tuple[str, ...] = (),
+    limits: ConnectionLimits | None = None,
 ) -> None:
     """Serve Streamable HTTP at http://host:port/path until SIGTERM/SIGINT; with `worker`,
-    also run workflows in this process."""
+    also run workflows in this process. `names`: Host names (besides the bound
+    address) a proxy or a DNS name reaches it by; `limits`: the slow-client deadlines."""
     import uvicorn
 
-    config = uvicorn.Config(http_app(mcp, path), host=host, port=port, log_config=None)
-    server = uvicorn.Server(config)
+    from ..timeouts import uvicorn_config
+
+    asgi = http_app(mcp, path, hosts_for(host, port, names))
+    server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
     running, runner = await _with_worker(mcp.app, worker)
 
     def stop(signum: int, frame: FrameType | None) -> None:

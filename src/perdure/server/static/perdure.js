@@ -69,4 +69,8 @@
   source.onopen = function () { badge.className = "live on"; badge.title = "live updates: on"; };
   source.onerror = function () { badge.className = "live off"; badge.title = "live updates: reconnecting"; };
   source.addEventListener("change", refresh);
+  source.addEventListener("signed-out", function () {  // session ended: show the sign-in page
+    source.close();
+    window.location.reload();
+  });
 })();

@@ -1,4 +1,5 @@
-"""Request bodies are bounded while they stream, before any handler or sign-in reads them:
+"""Issue 12 §2 and §8 against a real `perdure serve`. Request bodies are bounded while they
+stream, before any handler or sign-in reads them:
 a chunked body far over the limit is answered 413 after about the limit, not after all of it
 (a 400 MB sign-in body once took the server from 58 MB to 820 MB)."""
 
@@ -6,59 +7,30 @@ from __future__ import annotations
 
 import select
 import socket
-import threading
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import uvicorn
+from served import Served, sign_in
 
-import perdure
-from perdure.server import create_app
-from perdure.server.access import create_token
 from perdure.server.limits import MAX_FORM, MAX_OTHER, body_limit
 from perdure.server.validation import MAX_BODY
 
+TOKEN: dict[str, str] = {}
 CHUNK = 64 * 1024
 MOST = 256 * 1024 * 1024  # what a client would send if the server kept reading
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-TOKEN: dict[str, str] = {}
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[int]:
-    """`perdure serve`'s application on a real uvicorn, on a free port (and an operate
-    token in TOKEN, so the API reads the body rather than refusing the request)."""
-    app = perdure.App(f"sqlite:///{tmp_path}/limits.db")
-    _, TOKEN["operate"] = app.sync(create_token(app, "op", ["operate"]), "token")
-
-    @app.workflow(name="hooked")
-    def hooked(payload: object) -> None: ...
-
-    app.webhook("small", hooked, secret="s3cret", max_body=1000)
-    app.start(hooked, None, run_id="streamed")  # a run to follow (no worker: it waits)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(app), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield port
-    server.should_exit = True
-    thread.join(20)
-    app.close()
+def served(serve: Served) -> Iterator[int]:
+    """The real `perdure serve`'s port, with a run to follow and a dashboard session (the
+    API and the dashboard then read the body rather than refusing the request)."""
+    TOKEN["operate"] = serve.tokens["operate"]
+    with serve.client("operate") as api:
+        assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "streamed"}).is_success
+    browser = sign_in(serve, serve.tokens["operate"])
+    TOKEN["session"] = browser.cookies["perdure_session"]
+    browser.close()
+    yield serve.port
 
 
 def stream_until_answered(
@@ -122,7 +94,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading(served: int)
     sock = socket.create_connection(("127.0.0.1", served), timeout=10)
     with sock:
         sock.sendall(
-            b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-"
+            b"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-"
             b"urlencoded\r\nContent-Length: 400000000\r\n\r\n"
         )
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
@@ -139,7 +111,7 @@ def test_one_table_gives_every_path_its_limit() -> None:
     assert body_limit("/metrics", hooks) == MAX_OTHER
 
 
-def test_the_stream_cap_holds_when_many_open_at_once(served: int, tmp_path: Path) -> None:
+def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
     """150 event streams opened at the same moment, to the API's run stream and to the
     dashboard's: exactly MAX_STREAMS are served and the rest get 503 (the count was taken
     only once a stream started, so all 200 of a burst used to get in)."""
@@ -151,8 +123,8 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int, tmp_path: Path
         if i % 2:
             path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
         else:
-            path, auth = "/ui/stream", f"Cookie: perdure_session={token}\r\n"
-        requests.append(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+            path, auth = "/ui/stream", f"Cookie: perdure_session={TOKEN['session']}\r\n"
+        requests.append(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode())
     socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
     try:
         for sock, request in zip(socks, requests, strict=True):

@@ -1,0 +1,84 @@
+"""Dashboard sign-in sessions: a random id in an HttpOnly cookie, only its SHA-256 in the store.
+
+A session ends when its holder signs out, when its token is revoked, after `idle`
+seconds without a request, and `absolute` seconds after sign-in whatever happens; a copied
+cookie is then worth nothing. The token itself never leaves the sign-in form.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .access import Principal, address_of, digest
+
+if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
+
+    from ..app import App
+    from .throttle import Throttle
+
+SESSION_PREFIX = "pds_"
+IDLE = 4 * 3600.0  # seconds without a request before a session ends
+ABSOLUTE = 24 * 3600.0  # seconds after sign-in when a session ends however busy
+TOUCH_EVERY = 60.0  # a session's last use is written at most this often
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """How long sessions last (`perdure serve --session-idle/--session-max`)."""
+
+    idle: float = IDLE
+    absolute: float = ABSOLUTE
+
+    def __post_init__(self) -> None:
+        if not (0 < self.idle <= self.absolute):
+            raise ValueError("sessions need 0 < idle <= absolute seconds")
+
+
+async def start(app: App, who: Principal, policy: SessionPolicy) -> str:
+    """A new session for the holder of token `who`: the id to set as the cookie."""
+    session = SESSION_PREFIX + secrets.token_urlsafe(32)
+    now = app.clock.now()
+    await app.store.add_session(digest(session), who.token_id, now, now - 2 * policy.absolute)
+    return session
+
+
+async def holder(
+    app: App, session: str, policy: SessionPolicy, *, touch: bool = True
+) -> Principal | None:
+    """Who the session `session` is of, or None: unknown, signed out, token revoked, idle
+    too long or too old. `touch` records this use (a page or action; a live stream does
+    not, so an open tab left alone still ends)."""
+    if not session.startswith(SESSION_PREFIX):
+        return None
+    key = digest(session)
+    row = await app.store.find_session(key)
+    if row is None:
+        return None
+    now = app.clock.now()
+    if now - row.seen_at > policy.idle or now - row.created_at > policy.absolute:
+        await app.store.end_session(key, now)
+        return None
+    if touch and now - row.seen_at >= TOUCH_EVERY:
+        await app.store.touch_session(key, now)
+    return Principal(row.name, frozenset(row.scopes.split()), row.token_id)
+
+
+async def request_holder(
+    request: HTTPConnection, session: str, *, touch: bool = True
+) -> Principal | None:
+    """`holder`, with wrong session ids counted against the client's address like wrong
+    tokens (raises TooManyFailures while the address is held back)."""
+    throttle: Throttle = request.app.state.throttle
+    policy: SessionPolicy = request.app.state.sessions
+    app: App = request.app.state.perdure
+    return await throttle.check(
+        address_of(request), digest(session), lambda: holder(app, session, policy, touch=touch)
+    )
+
+
+async def end(app: App, session: str) -> None:
+    """Sign out: the session is ended for good (a copy of its cookie no longer works)."""
+    await app.store.end_session(digest(session), app.clock.now())
