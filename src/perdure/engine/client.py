@@ -34,6 +34,7 @@ from ..store.base import (
     Store,
 )
 from ..store.blobs import blob_ref, inline_or_blob
+from ..store.names import check_run_id
 from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
@@ -161,6 +162,8 @@ class Client:
         """
         if not isinstance(workflow, str):
             workflow = workflow.name
+        if run_id is not None:
+            check_run_id(run_id)  # before any work; the store checks every run it creates too
         definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
         if timeout is None:
             timeout = getattr(self.store, "busy_timeout", None)

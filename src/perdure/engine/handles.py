@@ -9,6 +9,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ConfigError
 from ..store.blobs import inline_or_blob
+from ..store.names import check_run_id
 from .client import Client, encode_input, origin_entry
 from .context import current
 from .durable import child_result
@@ -142,7 +143,7 @@ class Workflow(Generic[P, R]):
         final = ctx.final(entries)
         if final is None:
             await ctx.checkpoint()
-            child_id = run_id or f"{ctx.run_id}.{pos}"
+            child_id = check_run_id(run_id or f"{ctx.run_id}.{pos}")  # raised into the workflow
             text, blob = inline_or_blob(
                 encode_input(self.name, args, kwargs), self.runtime.blob_threshold
             )

@@ -51,6 +51,7 @@ from .validation import (
     Comment,
     CursorQuery,
     Fork,
+    IdRoute,
     IdsQuery,
     IntQuery,
     PutBudget,
@@ -70,6 +71,7 @@ from .validation import (
     path_param,
     run_cursor,
     runs_page,
+    segment,
 )
 
 log = logging.getLogger("perdure.server")
@@ -667,7 +669,7 @@ async def _audit_refusal(
     if name is None:  # it only reads
         return
     params = request.path_params
-    kind, value = next(((k, params[p]) for p, k in _TARGETS if p in params), ("api", ""))
+    kind, value = next(((k, segment(request, p)) for p, k in _TARGETS if p in params), ("api", ""))
     target = f"{kind}:{value}" if value else f"api:{endpoint.method} {endpoint.path}"
     await ops.refuse(app, who, Action(name, target, endpoint.scope or "read"), exc)
 
@@ -693,7 +695,7 @@ def _route(endpoint: Endpoint) -> Route:
             return _error(409, str(exc))
 
     handle.__name__ = endpoint.handler.__name__
-    return Route(endpoint.path, handle, methods=[endpoint.method])
+    return IdRoute(endpoint.path, handle, methods=[endpoint.method])
 
 
 def api_routes() -> list[BaseRoute]:

@@ -36,6 +36,7 @@ from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
+from ..store.names import escape
 from ..triggers import schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
@@ -91,6 +92,16 @@ def ago(ts: float | None, now: float) -> str:
     return f"{text} ago" if delta >= 0 else f"in {text}"
 
 
+def visible(value: Any) -> Any:
+    """Every `{{ value }}` a page shows, before HTML escaping: what the id rule refuses (control,
+    format and invisible characters) written as an escape, line breaks and tabs kept, so that
+    no stored text (old ids made before the rule included) reorders or hides a page's text."""
+    if isinstance(value, str):  # Markup stays Markup: the escapes are plain ASCII
+        return type(value)(escape(value, keep="\n\t"))
+    return value
+
+
+templates.env.finalize = visible
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
 
