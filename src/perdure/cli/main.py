@@ -22,6 +22,7 @@ from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
+from .tail import tail
 from .tokens import token
 from .top import top
 from .workers import worker, workers
@@ -353,5 +354,6 @@ cli.add_command(workers)
 cli.add_command(mcp_cmd)
 cli.add_command(top)
 cli.add_command(audit)
+cli.add_command(tail)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

@@ -183,6 +183,8 @@ async def execute(
         ctx.lost = True
         log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
+        if outcome == "suspended":  # parked (a sleep, a wait): what it streamed is sent now
+            await streams.flush(ctx)
         ctx.closed = True
         observers.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)

@@ -336,21 +336,38 @@ async def send_event(call: Call) -> Any:
     return {"run_id": run_id, "event_id": event_id}
 
 
-async def stream(call: Call) -> Any:
-    run_id = RUN.read(call.request)
-    assert run_id is not None
+def _resume_after(call: Call) -> int:
+    """`?after=`, or the Last-Event-ID a reconnecting EventSource sends if it is later."""
     after = AFTER.read(call.request)
-    last = call.request.headers.get("last-event-id")  # a reconnecting EventSource says this
+    last = call.request.headers.get("last-event-id")
     if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
         after = max(after, int(last))
-    await call.app.client.get(run_id)
+    return after
+
+
+def _still_allowed(call: Call) -> Callable[[], Awaitable[bool]]:
+    """Whether the stream's token still reads (a revoked one stops within sse.RECHECK s)."""
     header = call.request.headers.get("authorization")
 
-    async def allowed() -> bool:  # a revoked token stops receiving within sse.RECHECK s
+    async def allowed() -> bool:
         who = await authenticate_request(call.request, header)
         return who is not None and who.allows("read")
 
-    return sse.response(call.request, call.app, run_id, after, allowed)
+    return allowed
+
+
+async def stream(call: Call) -> Any:
+    run_id = RUN.read(call.request)
+    assert run_id is not None
+    after = _resume_after(call)
+    await call.app.client.get(run_id)
+    return sse.response(call.request, call.app, run_id, after, _still_allowed(call))
+
+
+async def run_stream(call: Call) -> Any:
+    run = await call.app.client.get(call.path("run_id"))
+    after = _resume_after(call)
+    return sse.chunks_response(call.request, call.app, run.id, after, _still_allowed(call))
 
 
 # -- gates ----------------------------------------------------------------------------------
@@ -581,6 +598,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{R}/events", send_event, "operate",
              "Deliver an event to the run's wait_event(name)", body=SendEvent,
              returns="EventSent", status=202, errors=(404,)),
+    Endpoint("GET", f"{R}/stream", run_stream, "read",
+             "Server-Sent Events: what the run's steps write while they run (perdure.stream)",
+             params=(AFTER,), returns="Stream", errors=(404, 503)),
     Endpoint("GET", f"{PREFIX}/events/stream", stream, "read",
              "Server-Sent Events: a run's status changes and new journal entries",
              params=(RUN, AFTER),

@@ -246,7 +246,8 @@ MIGRATIONS: list[str] = [
         data    TEXT,
         at      REAL NOT NULL,
         PRIMARY KEY (run_id, seq)
-    )
+    );
+    CREATE INDEX run_streams_by_topic ON run_streams (run_id, topic)
     """,
 ]
 

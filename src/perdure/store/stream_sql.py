@@ -35,7 +35,8 @@ def append(conn: Db, run_id: str, rows: Sequence[tuple[str, str, str | None, flo
         "SELECT COALESCE(MAX(seq), -1) FROM run_streams WHERE run_id = ?", (run_id,)
     ).fetchone()
     first = int(found[0]) + 1
-    rows = [_marked(conn, run_id, row) if row[0] == ATTEMPT else row for row in rows]
+    marked: set[str] = set()  # steps with a marker in this batch already
+    rows = [_marked(conn, run_id, row, marked) if row[0] == ATTEMPT else row for row in rows]
     conn.executemany(
         "INSERT INTO run_streams (run_id, seq, kind, topic, data, at) VALUES (?, ?, ?, ?, ?, ?)",
         [(run_id, first + i, *row) for i, row in enumerate(rows)],
@@ -60,15 +61,16 @@ def append(conn: Db, run_id: str, rows: Sequence[tuple[str, str, str | None, flo
 
 
 def _marked(
-    conn: Db, run_id: str, row: tuple[str, str, str | None, float]
+    conn: Db, run_id: str, row: tuple[str, str, str | None, float], marked: set[str]
 ) -> tuple[str, str, str | None, float]:
     """An attempt's marker is a `retry` if its step (the topic names its position) already
     has one in the stream: an earlier attempt, or an execution a crash cut off, wrote there
     first, and a reader drops what it had of that step."""
-    seen = conn.execute(
+    seen = row[1] in marked or conn.execute(
         "SELECT 1 FROM run_streams WHERE run_id = ? AND topic = ? AND kind IN (?, ?) LIMIT 1",
         (run_id, row[1], ATTEMPT, RETRY),
     ).fetchone()
+    marked.add(row[1])
     return (RETRY, *row[1:]) if seen else row
 
 
