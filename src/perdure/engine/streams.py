@@ -36,11 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.stream")
 MAX_CHUNK = 64 * 1024  # bytes of JSON in one chunk
 KEEP = 10_000  # rows a run's stream keeps; older ones are dropped and the drop recorded
-FLUSH_EVERY = 0.02  # seconds a chunk may wait for the rest of its group
+FLUSH_EVERY = 0.005  # seconds a chunk may wait for the rest of its group
 FLUSH_AT = 256  # chunks that make a group at once
 MAX_TOPIC = 100
 BATCH = 500  # rows a reader reads at a time
-READ_WAIT = 0.25  # seconds a reader waits for news before it looks again
+# A reader wakes at once on this process's writes and (PostgreSQL) on NOTIFY from others;
+# for other processes on SQLite it looks again after a wait that is short while chunks
+# keep coming and grows to READ_WAIT while none do.
+READ_WAIT = 0.25
+READ_SOON = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +178,7 @@ async def follow(client: Client, run_id: str, after: int = -1) -> AsyncIterator[
     """The run's stream after offset `after`, live: it follows the run across workers and
     crashes and ends once the run is finished and everything was read."""
     await client.get(run_id)  # RunNotFound for an unknown run
+    wait = READ_SOON
     while True:
         rows = await client.store.read_stream(run_id, after, BATCH)
         for row in rows:
@@ -187,13 +192,15 @@ async def follow(client: Client, run_id: str, after: int = -1) -> AsyncIterator[
             if not rest:
                 return
             continue
-        await client.runtime.wait_change(READ_WAIT)
+        wait = READ_SOON if rows else min(wait * 2, READ_WAIT)
+        await client.runtime.wait_change(wait)
 
 
 def follow_sync(client: Client, run_id: str, after: int = -1) -> Iterator[StreamChunk]:
     """`follow` for sync code: each batch is read through the runtime's portal."""
     runtime = client.runtime
     runtime.sync(client.get(run_id), "RunHandle.stream()")
+    wait = READ_SOON
     while True:
         rows = runtime.sync(client.store.read_stream(run_id, after, BATCH), "stream")
         for row in rows:
@@ -206,4 +213,5 @@ def follow_sync(client: Client, run_id: str, after: int = -1) -> Iterator[Stream
             if not runtime.sync(client.store.read_stream(run_id, after, BATCH), "stream"):
                 return
             continue
-        runtime.sync(runtime.wait_change(READ_WAIT), "stream")
+        wait = READ_SOON if rows else min(wait * 2, READ_WAIT)
+        runtime.sync(runtime.wait_change(wait), "stream")
