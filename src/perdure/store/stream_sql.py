@@ -66,10 +66,13 @@ def _marked(
     """An attempt's marker is a `retry` if its step (the topic names its position) already
     has one in the stream: an earlier attempt, or an execution a crash cut off, wrote there
     first, and a reader drops what it had of that step."""
-    seen = row[1] in marked or conn.execute(
-        "SELECT 1 FROM run_streams WHERE run_id = ? AND topic = ? AND kind IN (?, ?) LIMIT 1",
-        (run_id, row[1], ATTEMPT, RETRY),
-    ).fetchone()
+    seen = (
+        row[1] in marked
+        or conn.execute(
+            "SELECT 1 FROM run_streams WHERE run_id = ? AND topic = ? AND kind IN (?, ?) LIMIT 1",
+            (run_id, row[1], ATTEMPT, RETRY),
+        ).fetchone()
+    )
     marked.add(row[1])
     return (RETRY, *row[1:]) if seen else row
 
@@ -81,3 +84,11 @@ def read(conn: Db, run_id: str, after: int, limit: int) -> list[StreamRow]:
         (run_id, after, limit),
     ).fetchall()
     return [StreamRow(*r) for r in rows]
+
+
+def last(conn: Db, run_id: str) -> int:
+    """The offset of the run's newest stream row (-1: none)."""
+    row = conn.execute(
+        "SELECT COALESCE(MAX(seq), -1) FROM run_streams WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    return int(row[0])

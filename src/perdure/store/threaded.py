@@ -876,6 +876,9 @@ class ThreadedStore:
     async def read_stream(self, run_id: str, after: int = -1, limit: int = 500) -> list[StreamRow]:
         return await self._call(lambda c: stream_sql.read(c, run_id, after, limit), write=False)
 
+    async def stream_last(self, run_id: str) -> int:
+        return await self._call(lambda c: stream_sql.last(c, run_id), write=False)
+
     async def server_time(self) -> float | None:
         if not self.server_clock:
             return None
