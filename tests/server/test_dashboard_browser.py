@@ -33,7 +33,7 @@ RUN_ID = "deploy-42"
 
 def register(app: perdure.App) -> None:
     """`deploy`: a read step, a wait at the gate approve:c1, then a `once` step that writes
-to the run's stream."""
+    to the run's stream."""
 
     @app.step(effect="read", name="plan")
     def plan(target: str) -> dict[str, str]:
