@@ -7,13 +7,14 @@ The worker, client, runner and steps take a Runtime, never the user-facing `App`
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
 from ..store.base import QueueSpec, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
@@ -107,7 +108,10 @@ class Runtime:
             subscribe = getattr(store, "subscribe", None)
             if subscribe is not None:  # other processes' new work wakes this one's workers
                 subscribe(self.notify)
-            await follow_server(self.clock, store)  # a server's time is every host's time
+            # a server's time is every host's time (lost just after connecting: measured
+            # again with the worker's next presence beat)
+            with contextlib.suppress(StoreUnavailable):
+                await follow_server(self.clock, store)
             self._opened = True
 
     def close(self) -> None:
