@@ -83,9 +83,9 @@ class Setup:
         self.url = url
         (folder / "entered").mkdir()
         (folder / "fast_app.py").write_text(APP)
-        self.env = {**os.environ, "FAST_DB": url, "FAST_DIR": str(folder),
-                    "PYTHONPATH": os.pathsep.join(
-            [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        path = os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])
+        self.env = {**os.environ, "FAST_DB": url, "FAST_DIR": str(folder), "PYTHONPATH": path,
+                    "PYTHONUNBUFFERED": "1"}  # fmt: skip
         self.env.pop("PERDURE_DB", None)
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -218,13 +218,14 @@ def freeze(proc: subprocess.Popen[bytes], url: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("b_is", ["restarted", "live"])
 @pytest.mark.parametrize("where", WHERE)
 def test_kill_minus_nine_is_taken_over_at_once(
-    where: Where, setup: Callable[[Where], Setup]
+    where: Where, b_is: str, setup: Callable[[Where], Setup]
 ) -> None:
-    """A (default lease) holds 100 runs inside a step and is killed -9; B, a new worker with
-    default settings, finishes all 100 while A's leases still had more than 20 s to run,
-    each run recovered from A."""
+    """A (default lease) holds 100 runs inside a step and is killed -9; B, with default
+    settings, started after the kill (restarted) or already running idle (live), finishes
+    all 100 while A's leases still had more than 20 s to run, each run recovered from A."""
     s = setup(where)
     app = s.app()
     try:
@@ -233,11 +234,15 @@ def test_kill_minus_nine_is_taken_over_at_once(
         wait_for(lambda: s.entered(a) == RUNS or a.poll() is not None, 60, "A to hold 100 runs")
         assert a.poll() is None, s.log("a")
         ends = lease_ends(app, ids)
+        if b_is == "live":
+            b = s.worker("b")
+            wait_for(lambda: "ready worker=" in s.log("b") or b.poll() is not None, 30, "B")
         a.send_signal(signal.SIGKILL)
         a.wait()
         killed = time.time()
         (s.folder / "go").write_text("")
-        b = s.worker("b")
+        if b_is == "restarted":
+            b = s.worker("b")
         done = 0
         while done < RUNS:
             assert time.time() < killed + LEASE - 10, f"not recovered in time:\n{s.log('b')}"
@@ -253,7 +258,7 @@ def test_kill_minus_nine_is_taken_over_at_once(
             assert source.split(":")[1:2] == [str(a.pid)], source  # host:pid:random of A
             lefts.append(ends[run_id] - at)
         assert min(lefts) > 20.0, f"a takeover came only {min(lefts):.1f}s before the lease end"
-        print(f"\n[{where[0]}, {where[1]} host] kill -9 -> 100 runs done: "
+        print(f"\n[{where[0]}, {where[1]} host, {b_is} B] kill -9 -> 100 runs done: "
               f"{finished - killed:.2f}s; A's lease still had {min(lefts):.1f}-"
               f"{max(lefts):.1f}s to run at the takeovers")  # fmt: skip
     finally:
