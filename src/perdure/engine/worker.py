@@ -213,7 +213,10 @@ class Worker:
         row = WorkerRow(self.id, socket.gethostname(), os.getpid(), now, now,
                         self.options.concurrency, 0, proc=this_process())  # fmt: skip
         if self.options.id is None:  # host:pid:random is unique by construction
-            await self.runtime.store.worker_beat(row)  # known before its first claim
+            try:
+                await self.runtime.store.worker_beat(row)  # known before its first claim
+            except StoreError as exc:  # the presence loop registers it then
+                log.warning("worker %s: presence not recorded (%s)", self.id, exc)
             return
         holder = await self.runtime.store.worker_register(row, lambda r: id_reusable(r, now))
         if holder is not None:
@@ -471,7 +474,7 @@ class Worker:
         registry's); every lease/3 seconds also those of unregistered dead local owners."""
         peers = self.peers or PeerWatch(self.runtime.store, self.id, sessions=False)
         loop = asyncio.get_running_loop()
-        thorough_at = warn_at = loop.time() + self.options.lease / 3
+        thorough_at, warn_at = loop.time() + self.options.lease / 3, 0.0
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), peers.next_check_in())
@@ -481,7 +484,7 @@ class Worker:
                 now = self.clock.now()
                 released = await peers.check(now)
                 if loop.time() >= thorough_at:
-                    thorough_at = warn_at = loop.time() + self.options.lease / 3
+                    thorough_at = loop.time() + self.options.lease / 3
                     released += await release_dead_peers(self.runtime.store, self.id, now)
                 if released:
                     self.runtime.notify()

@@ -22,15 +22,18 @@ from typing import Any
 
 from . import workers_sql
 from .dialect import PostgresDb
+from .workers_sql import WorkerRow
 
 log = logging.getLogger("perdure.store")
 PROBE = 5.0  # seconds between checks that the lock's connection is alive (it stays busy)
 
 
 class SessionLock:
-    """Holds `worker_id`'s session lock in `schema` from `start()` until `stop()`."""
+    """Holds the session lock of `worker`'s life in `schema` from `start()` until `stop()`."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], schema: str, worker_id: str) -> None:
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], schema: str, worker: WorkerRow
+    ) -> None:
         self.conninfo = conninfo
         self.kwargs = {
             **kwargs,
@@ -45,7 +48,7 @@ class SessionLock:
             "keepalives_count": 3,
         }
         self.schema = schema
-        self.worker_id = worker_id
+        self.worker = worker
         self.key: int | None = None  # the key held now (None: not held)
         self.locked = threading.Event()  # set once the first lock is held
         self._wake = os.pipe()
@@ -87,7 +90,7 @@ class SessionLock:
             except psycopg.Error as exc:
                 if self.key is not None:
                     log.warning("worker %s: session lock lost (%s); taking a new one",
-                                self.worker_id, str(exc).strip().splitlines()[:1])  # fmt: skip
+                                self.worker.id, str(exc).strip().splitlines()[:1])  # fmt: skip
                 self.key = None
                 select.select([self._wake[0]], [], [], delay)
                 delay = min(delay * 2, 1.0)
@@ -101,7 +104,7 @@ class SessionLock:
         db = PostgresDb(conn, self.schema)
         while True:  # a key taken already (another worker's) is simply not used
             key = 1 + secrets.randbelow(2**31 - 2)
-            if workers_sql.take_lock(db, self.schema, self.worker_id, key):
+            if workers_sql.take_lock(db, self.schema, self.worker, key):
                 self.key = key
                 self.locked.set()
                 return

@@ -263,7 +263,7 @@ class PostgresStore(ThreadedStore):
             if row.id in self._sessions:
                 return True
             holder = self._sessions[row.id] = SessionLock(
-                self.conninfo, self._connection_kwargs(), self.schema, row.id
+                self.conninfo, self._connection_kwargs(), self.schema, row
             )
         await asyncio.to_thread(holder.start, 5.0)
         return True

@@ -128,17 +128,19 @@ def lock_namespace(schema: str) -> str:
     return f"perdure-worker:{schema}"
 
 
-def take_lock(conn: Db, schema: str, worker_id: str, key: int) -> bool:
-    """PostgreSQL: take session lock `key` on this connection for `worker_id` and record it
-    (with the server's start) in the registry; False if that key is someone else's."""
+def take_lock(conn: Db, schema: str, w: WorkerRow, key: int) -> bool:
+    """PostgreSQL: take session lock `key` on this connection for the worker `w` and record
+    it (with the server's start) in the registry, unless another life of that id registered
+    since; False if that key is someone else's."""
     got = conn.execute(
         "SELECT pg_try_advisory_lock(hashtext(?), ?)", (lock_namespace(schema), key)
     ).fetchone()
     if not got or not got[0]:
         return False
     conn.execute(
-        f"UPDATE workers SET lock_key = ?, lock_server = {_SERVER_LIFE} WHERE id = ?",
-        (key, worker_id),
+        f"UPDATE workers SET lock_key = ?, lock_server = {_SERVER_LIFE} "
+        "WHERE id = ? AND pid = ? AND started_at = ?",
+        (key, w.id, w.pid, w.started_at),
     )
     return True
 
