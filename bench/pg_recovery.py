@@ -135,6 +135,7 @@ def _trial(
         engine_s=done - max(ready, expiry),
         statuses=statuses,
         recovered=int(recovered),
+        after_ready_s=done - ready,
     )
     counts = last_json(log_b)
     return Trial(got, counts.get("statements"), counts.get("commits"))
