@@ -8,6 +8,9 @@ gone. The parent watches the database.
 
 engine time = last completion - max(B ready, last lease expiry); the lease
 wait is the price of the lease length chosen, not of the engine.
+
+Figure P4b: figure 3b on PostgreSQL: restart after kill -9 with default
+settings, perdure beside the floor (A's leases handed back by hand).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .pg_common import (
     stop,
     wait_for,
 )
-from .recovery import DONE, LEASE, RUNS, Recovery, build_app
+from .recovery import DONE, LEASE, RUNNING, RUNS, Recovery, build_app
 
 MODULE = "bench.pg_recovery"
 B_CONCURRENCY = (16, 128)
@@ -63,16 +66,18 @@ def child(cfg: Config) -> Config:
 # -- parent side ------------------------------------------------------------------------------
 
 
-def trial(b_concurrency: int) -> Trial:
+def trial(b_concurrency: int, *, defaults: bool = False, by_hand: bool = False) -> Trial:
     def once() -> Trial:
         folder = scratch("pg-recovery")
         with fresh_schema("rec") as schema:
-            return _trial(schema, folder, b_concurrency)
+            return _trial(schema, folder, b_concurrency, defaults=defaults, by_hand=by_hand)
 
     return same_server(once, f"P4 concurrency {b_concurrency}")
 
 
-def _trial(schema: str, folder: str, b_concurrency: int) -> Trial:
+def _trial(
+    schema: str, folder: str, b_concurrency: int, *, defaults: bool = False, by_hand: bool = False
+) -> Trial:
     paths = {
         "url": app_url(schema),
         "gate": os.path.join(folder, "gate"),
@@ -86,7 +91,8 @@ def _trial(schema: str, folder: str, b_concurrency: int) -> Trial:
     app.close()
 
     log_a = os.path.join(folder, "worker-a.log")
-    worker_a = spawn(MODULE, {**paths, "role": "A", "concurrency": 128}, log_a)
+    a_cfg = {**paths, "role": "A", "concurrency": 128, "defaults": defaults}
+    worker_a = spawn(MODULE, a_cfg, log_a)
     try:
         _wait_for_blocked(paths["reached"], worker_a, log_a)
         time.sleep(0.2)  # let buffered entries and a heartbeat land, as in a real process
@@ -100,10 +106,13 @@ def _trial(schema: str, folder: str, b_concurrency: int) -> Trial:
             "SELECT MAX(lease_until) FROM runs WHERE status IN ('running', 'cancelling')"
         ).fetchone()
         expiry = float(row[0]) if row and row[0] is not None else killed
+        if by_hand:  # the floor: nothing left to prove
+            watch.execute(f"UPDATE runs SET lease_until = 0 WHERE status IN {RUNNING}")
         Path(paths["gate"]).touch()
         spawned = time.time()
         log_b = os.path.join(folder, "worker-b.log")
-        worker_b = spawn(MODULE, {**paths, "role": "B", "concurrency": b_concurrency}, log_b)
+        b_cfg = {**paths, "role": "B", "concurrency": b_concurrency, "defaults": defaults}
+        worker_b = spawn(MODULE, b_cfg, log_b)
         try:
             finished = "SELECT COUNT(*), MAX(updated_at) FROM runs WHERE status = ANY(%s)"
 
@@ -126,6 +135,7 @@ def _trial(schema: str, folder: str, b_concurrency: int) -> Trial:
         engine_s=done - max(ready, expiry),
         statuses=statuses,
         recovered=int(recovered),
+        after_ready_s=done - ready,
     )
     counts = last_json(log_b)
     return Trial(got, counts.get("statements"), counts.get("commits"))
@@ -182,7 +192,19 @@ def figure() -> Table:
     return table
 
 
+def figure_defaults() -> Table:
+    """Figure P4b: kill -9 and restart with default settings on PostgreSQL, beside the floor."""
+
+    def trial_of(b_concurrency: int, *, defaults: bool, by_hand: bool) -> Recovery:
+        return trial(b_concurrency, defaults=defaults, by_hand=by_hand).got
+
+    table = recovery.figure_defaults(trial_of, "PostgreSQL")
+    table.title = table.title.replace("Figure 3b", "Figure P4b")
+    return table
+
+
 def main() -> None:
+    print(figure_defaults().render(), end="\n\n", flush=True)
     print(figure().render(), end="\n\n", flush=True)
 
 

@@ -29,14 +29,14 @@ from .common import ROOT, Table, have_strace
 FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
     ("step cost", step_cost.figures),
     ("throughput", lambda: [throughput.figure()]),
-    ("recovery", lambda: [recovery.figure()]),
+    ("recovery", lambda: [recovery.figure_defaults(), recovery.figure()]),
     ("idle", lambda: [idle.figure()]),
 ]
 PG_FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
     ("pg step cost", pg_step_cost.figures),
     ("pg throughput", lambda: [pg_throughput.figure()]),
     ("pg latency", lambda: [pg_latency.figure()]),
-    ("pg recovery", lambda: [pg_recovery.figure()]),
+    ("pg recovery", lambda: [pg_recovery.figure_defaults(), pg_recovery.figure()]),
 ]
 
 

@@ -166,3 +166,136 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
             assert why("nobody-knows").startswith("its worker nobody-knows was lost")
         finally:
             app.close()
+
+
+def test_a_reused_pid_is_dead_and_a_stopped_process_is_not() -> None:
+    """A registered process of this host is dead once its pid is gone or names a process
+    that started at another time (reused); a SIGSTOPped one is alive; a worker recorded under
+    another kernel boot (another machine of the same name) or another host cannot be judged."""
+    import socket
+
+    from perdure.engine.peers import process_dead, start_ticks, this_process
+    from perdure.store.workers_sql import WorkerRow
+
+    me = this_process()
+    if me is None:
+        pytest.skip("needs Linux /proc")
+    boot, _, rest = me.partition("/")
+    namespace = rest.rpartition("/")[0]
+    host = socket.gethostname()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = start_ticks(child.pid)
+        assert started is not None
+
+        def row(pid: int, start: str, *, on: str = host, booted: str = boot) -> WorkerRow:
+            return WorkerRow("w", on, pid, 1.0, 1.0, 4, 0, proc=f"{booted}/{namespace}/{start}")
+
+        assert not process_dead(row(child.pid, started), host)
+        child.send_signal(signal.SIGSTOP)
+        assert not process_dead(row(child.pid, started), host)  # frozen is alive
+        child.send_signal(signal.SIGCONT)
+        assert process_dead(row(child.pid, str(int(started) - 1)), host)  # pid reused
+        assert not process_dead(row(child.pid, "1", booted="another-boot"), host)
+        assert not process_dead(row(child.pid, "1", on="elsewhere"), host)
+        assert not process_dead(row(os.getpid(), me.rpartition("/")[2]), host)  # this process
+        assert process_dead(row(os.getpid(), "1"), host)  # an earlier life of this pid
+    finally:
+        child.kill()
+        child.wait()
+    assert process_dead(row(child.pid, started), host)
+
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from perdure.store.postgres import PostgresStore
+    from perdure.store.workers_sql import WorkerRow
+
+    async def main() -> None:
+        store = PostgresStore(sys.argv[1])
+        await store.open()
+        row = WorkerRow("holder", "elsewhere", 1, time.time(), time.time(), 1, 0)
+        await store.worker_beat(row)
+        await store.worker_session(row)
+        print("locked", flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_session_lock_proves_death_only_when_its_session_is_gone() -> None:
+    """On PostgreSQL a worker of another host is proven dead by its free session lock: not
+    while it lives, is SIGSTOPped, or re-takes its lock after the server cut its session; not
+    for a lock taken before the server (re)started; only once its process is killed, then
+    its run is handed back at once (two checks CONFIRM apart)."""
+    import secrets
+
+    import psycopg
+
+    from perdure.engine.peers import CONFIRM, PeerWatch
+
+    pg = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"peers_{secrets.token_hex(4)}"
+    app = perdure.App(f"{pg}?schema={schema}")
+    holder: subprocess.Popen[str] | None = None
+
+    @app.workflow()
+    def w() -> None:
+        return None
+
+    def registry(sql: str = "SELECT lock_key FROM workers WHERE id = 'holder'") -> object:
+        with psycopg.connect(pg, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            row = conn.execute(sql).fetchone()
+            return None if row is None else row[0]
+
+    try:
+        app.start(w, run_id="held")
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, f"{pg}?schema={schema}"],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        name = app.get_run("held").workflow
+        claimed = app.sync(app.store.claim("holder", time.time(), 60.0, 1, [name]), "claim")
+        assert [c.run.id for c in claimed] == ["held"]
+        peers = PeerWatch(app.store, "me", sessions=True)
+
+        def two_checks() -> int:
+            released = app.sync(peers.check(time.time()), "check")
+            time.sleep(CONFIRM + 0.05)
+            return released + app.sync(peers.check(time.time()), "check")
+
+        assert two_checks() == 0  # alive
+        holder.send_signal(signal.SIGSTOP)
+        assert two_checks() == 0  # frozen: its session stays open
+        first_key = registry()
+        registry("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                 f"WHERE application_name = 'perdure-lock:{schema}'")  # fmt: skip
+        # the server cut the frozen worker's session: its lock is free, but only once so far
+        assert app.sync(peers.check(time.time()), "check") == 0
+        holder.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while registry() in (None, first_key):  # it takes a new lock as it wakes
+            assert time.monotonic() < deadline, "the holder never took a new lock"
+            time.sleep(0.02)
+        time.sleep(CONFIRM)
+        assert two_checks() == 0  # re-taken: a reconnect, not a death
+        registry("UPDATE workers SET lock_server = lock_server - 1 RETURNING id")
+        holder.kill()
+        holder.wait()
+        assert two_checks() == 0  # a lock taken under an earlier server life proves nothing
+        assert (app.get_run("held").lease_until or 0) > time.time()
+        registry("UPDATE workers SET lock_server = lock_server + 1 RETURNING id")
+        assert two_checks() == 1  # its session is gone: its run is handed back
+        assert app.get_run("held").lease_until == 0
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        app.close()
+        with psycopg.connect(pg, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -1,28 +1,40 @@
-"""Workers on this host that are provably dead lose their leases at once, not after expiry.
+"""Workers that are provably dead lose their leases at once, not after expiry.
 
-A lease owner is `host:pid:random`, or a chosen id whose host and pid the worker
-registry knows. On the same host, a pid that no longer exists (or
-is a zombie) cannot be executing anything, so its runs are handed back for immediate
-recovery: a restart after `kill -9` resumes in well under a second. A frozen or
-stopped process is alive: only its lease, and the epoch fence, decide for it. A reused
-pid looks alive, so the lease decides then too; waiting is always the safe answer.
+Proof comes two ways. On this host (same name, kernel boot and pid namespace) a
+worker's process is dead if its pid is gone (or a zombie), or now names a process
+that started later (the pid was reused): the registry keeps each worker's boot
+id, pid namespace and start time (field 22 of /proc/PID/stat). On PostgreSQL, on
+any host, each worker holds a session lock for its life: a free lock means its
+session ended (the process died, or the server cut it off); since a live worker
+takes a new lock as soon as it reconnects, a lock counts as free only when seen
+free twice, CONFIRM seconds apart, and only if taken since the server last
+started (a restart frees every lock). A frozen (SIGSTOP) or partitioned worker
+is alive: its pid and its session remain, and only its lease, and the epoch
+fence, decide. Waiting is always the safe answer to what cannot be proven.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import socket
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..store.base import Store
+    from ..store.workers_sql import WorkerRow
 
 log = logging.getLogger("perdure.worker")
 RUNNING = ("running", "cancelling")
 PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
 SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
+PEERS_EVERY = 0.25  # seconds between checks of the registry for dead workers
+CONFIRM = 0.5  # seconds a session lock must stay free before its worker counts as dead
+RECENT = 3600.0  # registry rows checked that often: workers seen within this many seconds
+Life = tuple[str, int, float, "int | None"]  # one life of a worker: id, pid, start, lock key
 
 
 def pid_gone(pid: int) -> bool:
@@ -38,6 +50,48 @@ def pid_gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
     except OSError:
         return False  # no /proc (not Linux): alive as far as we can tell
+
+
+def start_ticks(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[19]  # fields from 3 on, after comm
+    except (OSError, IndexError):
+        return None
+
+
+@functools.cache
+def _machine() -> tuple[str, str] | None:
+    """This kernel's boot id and this process's pid namespace (None: not Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            return boot.read().strip(), os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def this_process() -> str | None:
+    """This process as the registry records it: "boot id/pid namespace/start ticks"."""
+    machine, start = _machine(), start_ticks(os.getpid())
+    return None if machine is None or start is None else f"{machine[0]}/{machine[1]}/{start}"
+
+
+def process_dead(row: WorkerRow, host: str) -> bool:
+    """Is the registered worker `row` of this host provably dead: its pid gone, or naming a
+    process other than the one it registered? A worker of another machine or container
+    (another boot or pid namespace) that bears this host's name cannot be judged here."""
+    if row.host != host:
+        return False
+    if row.proc is None:  # registered by a perdure that did not record its process
+        return row.pid != os.getpid() and pid_gone(row.pid)
+    boot, _, rest = row.proc.partition("/")
+    namespace, _, start = rest.rpartition("/")
+    if _machine() != (boot, namespace):
+        return False
+    if row.pid == os.getpid():
+        return start != start_ticks(row.pid)  # an earlier process under this pid is gone
+    return pid_gone(row.pid) or start_ticks(row.pid) not in (None, start)
 
 
 def dead_owner(
@@ -58,23 +112,88 @@ def dead_owner(
 
 
 async def release_dead_peers(store: Store, me: str, now: float) -> int:
-    """Hand back every live lease held by a dead worker of this host; how many runs."""
+    """Hand back every live lease held by a dead worker of this host; how many runs.
+
+    The thorough pass (every lease it finds): owners the registry knows are judged by
+    their registered process, unregistered `host:pid:random` owners by their pid.
+    """
     host = socket.gethostname()
     held: dict[str, list[str]] = collections.defaultdict(list)
     for run in await store.list_runs(statuses=RUNNING, limit=100_000):
         if run.lease_owner and (run.lease_until or 0) > now:
             held[run.lease_owner].append(run.id)
-    registry: dict[str, tuple[str, int]] = {}
-    if any(o.count(":") != 2 for o in held):  # chosen ids: where they run is registered
-        registry = {w.id: (w.host, w.pid) for w in await store.list_workers(now - 86_400 * 30)}
+    if not held:
+        return 0
+    registry = {w.id: w for w in await store.list_workers(now - 86_400 * 30)}
     released = 0
     for owner, run_ids in held.items():
-        if dead_owner(owner, me, host, registry):
+        row = registry.get(owner)
+        if owner == me or (row.stopped_at is not None if row else False):
+            continue
+        if row is not None and process_dead(row, host):
+            log.info("worker %s: %s is gone; recovering its %d run(s) now", me, owner,
+                     len(run_ids))  # fmt: skip
+            released += await store.release_worker(row, now)
+        elif row is None and dead_owner(owner, me, host):
             log.info("worker %s: %s is gone; recovering its %d run(s) now", me, owner,
                      len(run_ids))  # fmt: skip
             await store.release(owner, run_ids)
             released += len(run_ids)
     return released
+
+
+def _life(row: WorkerRow) -> Life:
+    return (row.id, row.pid, row.started_at, row.lock_key)
+
+
+class PeerWatch:
+    """One worker's watch over the registry: every PEERS_EVERY seconds, the workers whose
+    process is gone (this host) or whose session ended (PostgreSQL) lose their leases."""
+
+    def __init__(self, store: Store, me: str, *, sessions: bool) -> None:
+        self.store = store
+        self.me = me
+        self.sessions = sessions  # the store proves sessions (PostgreSQL)
+        self.suspects: dict[Life, float] = {}  # session seen free, since (monotonic)
+        self.handled: set[Life] = set()  # lives whose leases were handed back already
+
+    def next_check_in(self) -> float:
+        """Seconds until the next check: sooner while a free lock awaits confirmation."""
+        if not self.suspects:
+            return PEERS_EVERY
+        due = min(self.suspects.values()) + CONFIRM - time.monotonic()
+        return max(0.01, min(PEERS_EVERY, due))
+
+    async def check(self, now: float) -> int:
+        """Hand back the leases of every worker proven dead since the last check; how many."""
+        host = socket.gethostname()
+        rows = await self.store.list_workers(now - RECENT)
+        dead = {
+            _life(r): (r, "its process is gone")
+            for r in rows
+            if r.id != self.me and r.stopped_at is None and process_dead(r, host)
+        }
+        seen = {_life(r) for r in rows}
+        if self.sessions:
+            at = time.monotonic()
+            free = {_life(r): r for r in await self.store.sessions_gone(self.me, now - RECENT)}
+            seen |= free.keys()
+            for life, row in free.items():
+                if at - self.suspects.setdefault(life, at) >= CONFIRM:
+                    dead.setdefault(life, (row, "its session ended"))  # free twice: no reconnect
+            self.suspects = {life: since for life, since in self.suspects.items() if life in free}
+        self.handled &= seen  # forget lives that left the registry's recent rows
+        released = 0
+        for life, (row, how) in dead.items():
+            if life in self.handled:
+                continue
+            count = await self.store.release_worker(row, now)
+            self.handled.add(life)
+            if count:
+                log.info("worker %s: %s is dead (%s); recovering its %d run(s) now",
+                         self.me, row.id, how, count)  # fmt: skip
+            released += count
+        return released
 
 
 async def how_lost(store: Store, owner: str | None, now: float, silent_after: float) -> str:
@@ -96,7 +215,7 @@ async def how_lost(store: Store, owner: str | None, now: float, silent_after: fl
     else:
         return f"its worker {owner} was lost (died, or cut off from the store)"
     if host == socket.gethostname() and pid != os.getpid():
-        if pid_gone(pid):
+        if pid_gone(pid) or (row is not None and process_dead(row, host)):
             return f"its worker {owner} died (process {pid} is gone)"
         return (f"its worker {owner} is alive but lost its lease (cut off from the store, "
                 "or frozen, for longer than the lease)")  # fmt: skip

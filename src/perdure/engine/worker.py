@@ -34,7 +34,15 @@ from . import observers
 from .client import Client
 from .clock import MAX_SKEW, Clock, SystemClock, follow_server
 from .context import RunContext, SimulatedCrash
-from .peers import PRESENCE, RUNNING, SILENT_AFTER, pid_gone, release_dead_peers
+from .peers import (
+    PRESENCE,
+    RUNNING,
+    SILENT_AFTER,
+    PeerWatch,
+    pid_gone,
+    release_dead_peers,
+    this_process,
+)
 from .runner import execute
 from .services import supervise
 
@@ -139,6 +147,7 @@ class Worker:
         self.crash_after_intent: frozenset[str] = frozenset()
         self.crashed: BaseException | None = None
         self.claim_unsure = False  # the last claim failed: it may have taken runs unseen
+        self.peers: PeerWatch | None = None  # set at start: the watch for dead workers
         if isinstance(self.clock, SystemClock):
             self.inline_sleep = self.options.inline_sleep
         else:
@@ -155,6 +164,7 @@ class Worker:
         await self.runtime.open_store()
         await self._register()
         try:
+            await self._start_peers()
             await self._serve()
         finally:
             _LIVE_IDS.discard(self.id)
@@ -199,11 +209,15 @@ class Worker:
         from ..store.workers_sql import WorkerRow
 
         self.started_at = self.clock.now()
-        if self.options.id is None:
-            return  # host:pid:random is unique by construction; presence registers it
         now = self.started_at
         row = WorkerRow(self.id, socket.gethostname(), os.getpid(), now, now,
-                        self.options.concurrency, 0)  # fmt: skip
+                        self.options.concurrency, 0, proc=this_process())  # fmt: skip
+        if self.options.id is None:  # host:pid:random is unique by construction
+            try:
+                await self.runtime.store.worker_beat(row)  # known before its first claim
+            except StoreError as exc:  # the presence loop registers it then
+                log.warning("worker %s: presence not recorded (%s)", self.id, exc)
+            return
         holder = await self.runtime.store.worker_register(row, lambda r: id_reusable(r, now))
         if holder is not None:
             raise PerdureError(
@@ -220,6 +234,23 @@ class Worker:
                      len(held))  # fmt: skip
             await self.runtime.store.release(self.id, held)
             self.runtime.notify()
+
+    async def _start_peers(self) -> None:
+        """Before the first claim: hold this worker's session (PostgreSQL), then hand back
+        at once the runs of workers already proven dead (a restart after kill -9)."""
+        from ..store.workers_sql import WorkerRow
+
+        row = WorkerRow(self.id, socket.gethostname(), os.getpid(), self.started_at,
+                        self.started_at, self.options.concurrency, 0)  # fmt: skip
+        store = self.runtime.store
+        try:
+            self.peers = PeerWatch(store, self.id, sessions=await store.worker_session(row))
+            now = self.clock.now()
+            if await self.peers.check(now) + await release_dead_peers(store, self.id, now):
+                self.runtime.notify()
+        except StoreError as exc:  # the peers loop tries again
+            log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
+            self.peers = self.peers or PeerWatch(store, self.id, sessions=False)
 
     def _announce(self) -> None:
         if self.stopping.is_set():
@@ -439,22 +470,35 @@ class Worker:
                 log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
 
     async def _peers_loop(self) -> None:
-        """Now and every lease/3 seconds: recover at once the runs of dead local workers."""
+        """Every PEERS_EVERY seconds: recover at once the runs of workers proven dead (the
+        registry's); every lease/3 seconds also those of unregistered dead local owners."""
+        peers = self.peers or PeerWatch(self.runtime.store, self.id, sessions=False)
+        loop = asyncio.get_running_loop()
+        thorough_at, warn_at = loop.time() + self.options.lease / 3, 0.0
         while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), peers.next_check_in())
+            if self.stopping.is_set():
+                return
             try:
-                if await release_dead_peers(self.runtime.store, self.id, self.clock.now()):
+                now = self.clock.now()
+                released = await peers.check(now)
+                if loop.time() >= thorough_at:
+                    thorough_at = loop.time() + self.options.lease / 3
+                    released += await release_dead_peers(self.runtime.store, self.id, now)
+                if released:
                     self.runtime.notify()
             except StoreError as exc:
-                log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), self.options.lease / 3)
+                if loop.time() >= warn_at:  # once a lease/3 at most: an outage is long
+                    warn_at = loop.time() + self.options.lease / 3
+                    log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
 
     async def _presence_loop(self) -> None:
         """Tell the store this worker exists and is alive (idle, busy or draining), every
         PRESENCE seconds at most; on the way out, that it stopped."""
         from ..store.workers_sql import WorkerRow
 
-        host, pid = socket.gethostname(), os.getpid()
+        host, pid, proc = socket.gethostname(), os.getpid(), this_process()
         every = min(self.options.lease / 3, PRESENCE)
         started = self.started_at
         told: float | None = None  # the skew last warned about
@@ -475,7 +519,7 @@ class Worker:
                         )  # fmt: skip
                     row = WorkerRow(self.id, host, pid, started, self.clock.now(),
                                     self.options.concurrency, len(self.tasks),
-                                    clock_offset=offset)  # fmt: skip
+                                    clock_offset=offset, proc=proc)  # fmt: skip
                     await self.runtime.store.worker_beat(row)
                 except StoreError as exc:
                     log.warning("worker %s: presence not recorded (%s)", self.id, exc)

@@ -249,6 +249,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX run_streams_by_topic ON run_streams (run_id, topic)
     """,
+    # 13: proof that a worker is dead: its process (boot, pid namespace, start time), and
+    # on PostgreSQL the session lock it holds for its life (key, and the server start
+    # under which it was taken: a server restart frees every lock and proves nothing)
+    """
+    ALTER TABLE workers ADD COLUMN proc TEXT;
+    ALTER TABLE workers ADD COLUMN lock_key INTEGER;
+    ALTER TABLE workers ADD COLUMN lock_server REAL
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -11,6 +11,7 @@ can share one database.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -24,7 +25,9 @@ from ..errors import ConfigError, StoreUnavailable
 from ..extras import require_extra
 from . import migrations
 from .dialect import Db, PostgresDb
+from .pg_session import SessionLock
 from .threaded import ThreadedStore
+from .workers_sql import WorkerRow, sessions_gone
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -92,6 +95,7 @@ class PostgresStore(ThreadedStore):
         self._inline_retry_at = 0.0
         self._listener: threading.Thread | None = None
         self._wake_listener: tuple[int, int] | None = None  # stop() writes a byte to it
+        self._sessions: dict[str, SessionLock] = {}  # worker id -> its session lock
 
     def _connection_kwargs(self) -> dict[str, Any]:
         from psycopg.conninfo import conninfo_to_dict
@@ -247,8 +251,41 @@ class PostgresStore(ThreadedStore):
                     with contextlib.suppress(Exception):
                         self._disconnect(conn)
 
+    # -- worker sessions: a lock held for a worker's life proves its session still lives --
+
+    async def worker_session(self, row: WorkerRow) -> bool:
+        """Hold a session lock for `row`'s worker until it stops or this store closes;
+        waits up to a few seconds for the first lock (the thread keeps trying). Behind a
+        transaction-mode pooler a session is no proof of anything: False."""
+        if self.pooler == "transaction":
+            return False
+        with self._lock:
+            if row.id in self._sessions:
+                return True
+            holder = self._sessions[row.id] = SessionLock(
+                self.conninfo, self._connection_kwargs(), self.schema, row
+            )
+        await asyncio.to_thread(holder.start, 5.0)
+        return True
+
+    async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]:
+        if self.pooler == "transaction":
+            return []
+        return await self._call(lambda c: sessions_gone(c, self.schema, me, since), write=False)
+
+    async def worker_stopped(self, worker_id: str, now: float) -> None:
+        await super().worker_stopped(worker_id, now)
+        with self._lock:
+            holder = self._sessions.pop(worker_id, None)
+        if holder is not None:
+            holder.stop()
+
     def stop(self) -> None:
         """Stop the store thread, then close the pool (a listener's connection closes on return)."""
+        with self._lock:
+            holders, self._sessions = list(self._sessions.values()), {}
+        for holder in holders:  # a store closed under a live worker ends its sessions too
+            holder.stop()
         super().stop()
         listener = self._listener
         with self._lock:

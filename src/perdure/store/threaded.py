@@ -850,6 +850,17 @@ class ThreadedStore:
     async def list_workers(self, since: float) -> list[WorkerRow]:
         return await self._call(lambda c: workers_sql.list_workers(c, since), write=False)
 
+    async def release_worker(self, row: WorkerRow, now: float) -> int:
+        return await self._call(lambda c: workers_sql.release_worker(c, row, now), write=True)
+
+    async def worker_session(self, row: WorkerRow) -> bool:
+        """Hold a session for `row`'s worker whose end others can see; False: this store
+        has no sessions (SQLite: a file), and only pids and leases tell."""
+        return False
+
+    async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]:
+        return []
+
     # -- access control -------------------------------------------------------------------
 
     async def add_token(

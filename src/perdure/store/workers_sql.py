@@ -2,7 +2,9 @@
 
 Leases say which worker holds which run; this says which workers exist at all,
 idle ones included, so an operator sees a worker that died (its heartbeat stops)
-before any run of it is found stuck.
+before any run of it is found stuck. It also keeps what proves a worker dead
+before its leases end: its process identity, and on PostgreSQL the key of the
+session lock it holds for its life.
 """
 
 from __future__ import annotations
@@ -26,13 +28,23 @@ class WorkerRow:
     running: int
     stopped_at: float | None = None
     clock_offset: float | None = None  # the store server's clock minus the host's (None: no server)
+    proc: str | None = None  # "boot id/pid namespace/start ticks" of its process (None: unknown)
+    lock_key: int | None = None  # its PostgreSQL session lock (None: none held, or SQLite)
+
+
+_COLUMNS = (
+    "id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at, clock_offset, "
+    "proc, lock_key"
+)
+# the server's start, as recorded with a lock: a restart frees every lock, proving nothing
+_SERVER_LIFE = "CAST(EXTRACT(EPOCH FROM pg_postmaster_start_time()) AS DOUBLE PRECISION)"
 
 
 def beat(conn: Db, w: WorkerRow) -> None:
     """Register a worker, or record that it is alive and how many runs it holds."""
     conn.execute(
         "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
-        "clock_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "clock_offset, proc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
         "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL, "
         "clock_offset = excluded.clock_offset",
         (
@@ -44,6 +56,7 @@ def beat(conn: Db, w: WorkerRow) -> None:
             w.concurrency,
             w.running,
             w.clock_offset,
+            w.proc,
         ),
     )
 
@@ -56,24 +69,24 @@ def register(conn: Db, w: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> W
     cannot both take it; SQLite writes one transaction at a time anyway.
     """
     cur = conn.execute(
-        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running) "
-        "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (id) DO NOTHING",
-        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency),
+        "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
+        "proc) VALUES (?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING",
+        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.proc),
     )
     if cur.rowcount == 1:
         return None
     lock = " FOR UPDATE" if conn.dialect == "postgres" else ""
     row = conn.execute(
-        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at "
-        f"FROM workers WHERE id = ?{lock}",
+        f"SELECT {_COLUMNS} FROM workers WHERE id = ?{lock}",
         (w.id,),
     ).fetchone()
     if row is not None and not reusable(WorkerRow(*row)):
         return WorkerRow(*row)
     conn.execute(
         "UPDATE workers SET host = ?, pid = ?, started_at = ?, heartbeat_at = ?, "
-        "concurrency = ?, running = 0, stopped_at = NULL WHERE id = ?",
-        (w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.id),
+        "concurrency = ?, running = 0, stopped_at = NULL, proc = ?, lock_key = NULL, "
+        "lock_server = NULL WHERE id = ?",
+        (w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.proc, w.id),
     )
     return None
 
@@ -85,9 +98,63 @@ def stopped(conn: Db, worker_id: str, now: float) -> None:
 def list_workers(conn: Db, since: float) -> list[WorkerRow]:
     """Workers alive or stopped since `since` (older rows are history), newest first."""
     rows = conn.execute(
-        "SELECT id, host, pid, started_at, heartbeat_at, concurrency, running, stopped_at, "
-        "clock_offset FROM workers WHERE heartbeat_at >= ? OR stopped_at >= ? "
+        f"SELECT {_COLUMNS} FROM workers WHERE heartbeat_at >= ? OR stopped_at >= ? "
         "ORDER BY started_at DESC",
         (since, since),
+    ).fetchall()
+    return [WorkerRow(*r) for r in rows]
+
+
+def release_worker(conn: Db, w: WorkerRow, now: float) -> int:
+    """Hand back every live lease of the dead worker `w`, for immediate recovery; how many.
+
+    Only while the registry still describes the same life of that worker (pid, start and
+    session lock): a new worker that took its id since, or a live one that took a new
+    lock after its session was cut, keeps its runs.
+    """
+    cur = conn.execute(
+        "UPDATE runs SET lease_until = 0 WHERE lease_owner = ? AND lease_until > ? "
+        "AND status IN ('running', 'cancelling') AND EXISTS (SELECT 1 FROM workers "
+        "WHERE id = ? AND pid = ? AND started_at = ? AND COALESCE(lock_key, -1) = ?)",
+        (w.id, now, w.id, w.pid, w.started_at, -1 if w.lock_key is None else w.lock_key),
+    )
+    if cur.rowcount:
+        conn.notify()  # claimable at once, by any worker
+    return int(cur.rowcount)
+
+
+def lock_namespace(schema: str) -> str:
+    """What names a schema's worker session locks (hashed by the server: its first key)."""
+    return f"perdure-worker:{schema}"
+
+
+def take_lock(conn: Db, schema: str, w: WorkerRow, key: int) -> bool:
+    """PostgreSQL: take session lock `key` on this connection for the worker `w` and record
+    it (with the server's start) in the registry, unless another life of that id registered
+    since; False if that key is someone else's."""
+    got = conn.execute(
+        "SELECT pg_try_advisory_lock(hashtext(?), ?)", (lock_namespace(schema), key)
+    ).fetchone()
+    if not got or not got[0]:
+        return False
+    conn.execute(
+        f"UPDATE workers SET lock_key = ?, lock_server = {_SERVER_LIFE} "
+        "WHERE id = ? AND pid = ? AND started_at = ?",
+        (key, w.id, w.pid, w.started_at),
+    )
+    return True
+
+
+def sessions_gone(conn: Db, schema: str, me: str, since: float) -> list[WorkerRow]:
+    """PostgreSQL: the unstopped workers (but `me`) seen since `since` whose session lock, taken
+    since the server last started, nobody holds now: their session ended (the process
+    died, or the server cut its connection). The probe takes each lock for a moment only
+    (transaction-scoped)."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM workers WHERE id <> ? "
+        "AND heartbeat_at >= ? AND stopped_at IS NULL AND lock_key IS NOT NULL "
+        f"AND lock_server = {_SERVER_LIFE} OFFSET 0) AS held "
+        "WHERE pg_try_advisory_xact_lock(hashtext(?), lock_key)",
+        (me, since, lock_namespace(schema)),
     ).fetchall()
     return [WorkerRow(*r) for r in rows]
