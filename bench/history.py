@@ -70,12 +70,25 @@ async def seed(app: Any, run_id: str, steps: int) -> None:
     entries: list[Entry] = []
     for pos in range(steps):
         entries.append(
-            Entry(kind="step.intent", name="work", position=pos, attempt=1, at=now,
-                  data=f'{{"effect":"keyed","key":"{run_id}:{pos}"}}')  # fmt: skip
+            Entry(
+                kind="step.intent",
+                name="work",
+                position=pos,
+                attempt=1,
+                at=now,
+                data=f'{{"effect":"keyed","key":"{run_id}:{pos}"}}',
+            )
         )
         entries.append(
-            Entry(kind="step.outcome", name="work", position=pos, attempt=1, final=True, at=now,
-                  data=f'{{"value":{pos},"ms":0.002}}')  # fmt: skip
+            Entry(
+                kind="step.outcome",
+                name="work",
+                position=pos,
+                attempt=1,
+                final=True,
+                at=now,
+                data=f'{{"value":{pos},"ms":0.002}}',
+            )
         )
     new = NewRun(
         id=run_id,
@@ -159,8 +172,13 @@ def figure(sizes: tuple[int, ...], mode: str, pg: bool) -> Table:
         for entries in sizes:
             got = measure(entries, mode)
             table.rows.append(
-                [name, f"{entries:,}", fmt(got["resume_ms"], 1), fmt(got["rss_mib"], 1),
-                 fmt(got["rss_total_mib"], 0)]  # fmt: skip
+                [
+                    name,
+                    f"{entries:,}",
+                    fmt(got["resume_ms"], 1),
+                    fmt(got["rss_mib"], 1),
+                    fmt(got["rss_total_mib"], 0),
+                ]
             )
     table.notes.append(
         "resume: send_event to result, median of "

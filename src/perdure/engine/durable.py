@@ -14,6 +14,7 @@ What each records:
 
 from __future__ import annotations
 
+import functools
 import random as _random
 import uuid as _uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..errors import RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
+from . import sticky
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
@@ -128,16 +130,21 @@ async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
         final = ctx.entry("sleep.until", "sleep", position=pos, data=wake_at, final=True)
         ctx.buffer_entry(final)
     wake_at = float(ctx.data(final))
-    remaining = wake_at - ctx.now()
-    if remaining <= 0:
-        return
-    if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
-        import asyncio
+    while True:
+        remaining = wake_at - ctx.now()
+        if remaining <= 0:
+            return
+        if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
+            import asyncio
 
-        await ctx.flush()
-        await asyncio.sleep(remaining)
-        return
-    raise await ctx.suspend(SLEEPING, "sleep", fields={"wake_at": wake_at, "waiting_for": "timer"})
+            await ctx.flush()
+            await asyncio.sleep(remaining)
+            return
+        fields = {"wake_at": wake_at, "waiting_for": "timer"}
+        signal = await ctx.suspend(SLEEPING, "sleep", fields=fields)
+        if not await sticky.park(ctx):  # woken in memory, or replayed from the top
+            raise signal
+        await ctx.checkpoint()
 
 
 def wait_event(name: str, timeout: float | timedelta | None = None, *, type: Any = None) -> Any:
@@ -156,9 +163,9 @@ async def _wait_event(
 ) -> Any:
     entries = ctx.recorded(pos, "event", name)
     final = ctx.final(entries)
-    if final is None:
+    while final is None:
         await ctx.checkpoint()
-        waiting = next((e for e in entries if e.kind == "event.wait"), None)
+        waiting = next((e for e in ctx.by_position.get(pos, []) if e.kind == "event.wait"), None)
         event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, name))
         if event is not None:
             final = ctx.entry(
@@ -186,12 +193,14 @@ async def _wait_event(
                         ctx.entry("event.wait", name, position=pos, data={"timeout_at": timeout_at})
                     ]
                 )
-                raise await ctx.suspend(
+                signal = await ctx.suspend(
                     WAITING,
                     f"event {name}",
                     *marker,
                     fields={"wake_at": timeout_at, "waiting_for": f"event:{name}"},
                 )
+                if not await sticky.park(ctx):
+                    raise signal
     data = ctx.data(final)
     if data.get("timed_out"):
         raise WaitTimeout(f"run {ctx.run_id!r}: no event {name!r} arrived before the timeout")
@@ -223,18 +232,21 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
     """Durably wait for a child run's outcome and journal it at `pos`."""
     entries = ctx.recorded(pos, "child", child_id)
     final = ctx.final(entries)
-    if final is None:
+    while final is None:
         await ctx.checkpoint()
         child = await ctx.read(lambda: ctx.store.get_run(child_id))
         if child is None or child.status not in TERMINAL:
-            raise await ctx.suspend(
+            signal = await ctx.suspend(
                 WAITING,
                 f"child {child_id}",
                 fields={"wake_at": None, "waiting_for": f"child:{child_id}"},
             )
+            if not await sticky.park(ctx):
+                raise signal
+            continue
         from .client import run_outcome_json
 
-        data = await ctx.read(lambda: run_outcome_json(ctx.store, child))
+        data = await ctx.read(functools.partial(run_outcome_json, ctx.store, child))
         final = ctx.entry("child.result", child_id, position=pos, final=True, data_json=data)
         ctx.buffer_entry(final)
     data = ctx.data(final)
