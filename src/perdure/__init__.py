@@ -9,6 +9,7 @@ from .app import App
 from .engine.client import Client
 from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
+from .engine.continuation import continue_as_new
 from .engine.durable import RunInfo, current_run, now, patched, random, sleep, uuid, wait_event
 from .engine.effects import EFFECTS, Effect
 from .engine.handles import ChildHandle, RunHandle, Workflow
@@ -65,6 +66,7 @@ __all__ = [
     "sleep",
     "wait_event",
     "patched",
+    "continue_as_new",
     "current_run",
     "RunInfo",
     "current_step",

@@ -161,9 +161,10 @@ def stuck(ctx: click.Context, grace: float) -> None:
 def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
-    click.echo(render.run_header(app.get_run(run_id)))
+    run, entries = app.get_run(run_id), app.journal(run_id)
+    click.echo(render.run_header(run, entries))
     click.echo()
-    click.echo(render.timeline(app.journal(run_id)))
+    click.echo(render.timeline(entries))
 
 
 @cli.command("explain")
@@ -172,10 +173,10 @@ def show(ctx: click.Context, run_id: str) -> None:
 def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
-    run = app.get_run(run_id)
-    click.echo(render.run_header(run))
+    run, entries = app.get_run(run_id), app.journal(run_id)
+    click.echo(render.run_header(run, entries))
     click.echo()
-    click.echo(render.explanation(explain(app, run, app.journal(run_id))))
+    click.echo(render.explanation(explain(app, run, entries)))
 
 
 @cli.command()

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow, ScheduleRow, TickRow
@@ -40,7 +41,8 @@ def runs(rows: Sequence[RunRow]) -> str:
     )
 
 
-def run_header(run: RunRow) -> str:
+def run_header(run: RunRow, entries: Sequence[Entry] = ()) -> str:
+    """The run's fields; with its journal, also the run it continued from (continue_as_new)."""
     redactor = Redactor()
     lines = [
         f"run       {run.id}",
@@ -54,6 +56,12 @@ def run_header(run: RunRow) -> str:
         lines.append(f"waits for {run.waiting_for}")
     if run.parent_id:
         lines.append(f"parent    {run.parent_id}")
+    previous = origin_of(entries).get("continued")
+    if previous:
+        lines.append(f"continued from {previous}  (continue_as_new)")
+    successor = continued_as(run)
+    if successor:
+        lines.append(f"continued as   {successor}  (continue_as_new; result() follows it)")
     if run.lease_owner and run.status in ("running", "cancelling"):
         until = f"until {when(run.lease_until)}" if run.lease_until else "released (claimable now)"
         lines.append(

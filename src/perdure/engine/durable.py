@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
 from . import sticky
+from .client import continued_as
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
@@ -44,7 +45,7 @@ def random() -> float:
     return float(_value("random", lambda ctx: _random.random()))
 
 
-TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent")
+TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent", "continued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,14 +233,18 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
     """Durably wait for a child run's outcome and journal it at `pos`."""
     entries = ctx.recorded(pos, "child", child_id)
     final = ctx.final(entries)
+    waited = child_id  # the lineage's last run, if the child continued as new
     while final is None:
         await ctx.checkpoint()
-        child = await ctx.read(lambda: ctx.store.get_run(child_id))
+        child = await ctx.read(functools.partial(ctx.store.get_run, waited))
+        if child is not None and continued_as(child) is not None:
+            waited = continued_as(child) or waited
+            continue
         if child is None or child.status not in TERMINAL:
             signal = await ctx.suspend(
                 WAITING,
-                f"child {child_id}",
-                fields={"wake_at": None, "waiting_for": f"child:{child_id}"},
+                f"child {waited}",
+                fields={"wake_at": None, "waiting_for": f"child:{waited}"},
             )
             if not await sticky.park(ctx):
                 raise signal

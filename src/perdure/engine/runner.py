@@ -19,10 +19,11 @@ from ..errors import (
 )
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINISHED, Append, Claim, Entry, RunRow
 from ..store.blobs import BLOB_KEY, inline_or_blob
-from . import observers, sticky
+from . import continuation, observers, sticky
 from .client import unblob_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
+from .continuation import ContinueAsNew
 from .dead import bury_if_poison
 from .registry import WorkflowDef, typed_arguments
 from .steps import error_record
@@ -160,6 +161,7 @@ async def _drive(
     this claim and record how it ended."""
     run = ctx.run
     last_seq = kept if isinstance(kept, int) else kept.last_seq
+    continuation.warn_if_long(run.id, last_seq + 1)  # seqs are gap-free from 0
     ctx.crash_after_intent = crash_after_intent
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
@@ -199,6 +201,14 @@ async def _drive(
                 fields={"result": text, "lease_owner": None, "lease_until": None, "wake_at": None},
             )
             outcome = "completed"
+        except ContinueAsNew as signal:
+            await ctx.settle_inflight()
+            if ctx.diverged is not None:
+                await fail(ctx, ctx.diverged)
+                outcome = "failed"
+            else:
+                await continuation.finish(ctx, signal)
+                outcome = "completed"
         except RunSuspended as signal:
             outcome = "suspended"
             if signal.reason == "cancel":
