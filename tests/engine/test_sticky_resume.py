@@ -212,3 +212,27 @@ def test_sync_workflows_are_not_kept(app: perdure.App, worker: TestWorker) -> No
     handle.send_event("go", 5)
     worker.run_until_idle()
     assert handle.result(timeout=5) == 5
+
+
+def test_a_kept_run_woken_past_its_deadline_fails_and_is_closed(
+    app: perdure.App, worker: TestWorker, clock: TestClock
+) -> None:
+    """Woken after its deadline, a kept run fails as a replayed one would; its suspended
+    code is closed then (its `finally` runs), not left for the garbage collector."""
+    cleaned: list[str] = []
+
+    @app.workflow()
+    async def slow() -> None:
+        try:
+            await perdure.sleep(100)
+        finally:
+            cleaned.append("closed")
+
+    handle = app.start(slow, run_id="d", deadline=50)
+    worker.run_until_idle()
+    assert "d" in sticky.cache_of(app).kept and cleaned == []
+    clock.advance(60)
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match="deadline"):
+        handle.result(timeout=5)
+    assert cleaned == ["closed"]

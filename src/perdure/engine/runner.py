@@ -234,7 +234,7 @@ async def _drive(
         ctx.lost = True
         log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
-        sticky.stop(ctx)  # not kept: the coroutine, if unfinished, goes with the context
+        sticky.stop(ctx)  # not kept: an unfinished coroutine is closed
         ctx.closed = True
         observers.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)

@@ -160,7 +160,11 @@ def resume(ctx: RunContext, driver: Driver) -> Driver:
 
 
 def stop(ctx: RunContext) -> None:
-    _drivers.pop(ctx, None)
+    """The execution ended without parking in memory: a workflow left unfinished (a deadline
+    met on waking, say) is closed now, not whenever it is collected."""
+    driver = _drivers.pop(ctx, None)
+    if driver is not None:
+        driver.close()
 
 
 def can_park(ctx: RunContext) -> bool:
