@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
@@ -120,7 +121,7 @@ async def finish(ctx: RunContext, signal: ContinueAsNew) -> str:
 def _move_events(old: str, new: str, raw: Any) -> str:
     """Inside the ending transaction: events the old run had not consumed go to the new one
     (in order), so none sent around the hand-over is lost. Returns the link entry's data."""
-    mark = "%s" if type(raw).__module__.startswith("psycopg") else "?"
+    mark = "?" if isinstance(raw, sqlite3.Connection) else "%s"  # the store's own style
     cur = raw.execute(
         f"UPDATE events SET run_id = {mark} WHERE run_id = {mark} AND consumed_at IS NULL",
         (new, old),
