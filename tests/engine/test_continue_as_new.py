@@ -249,3 +249,21 @@ def test_a_long_journal_logs_one_warning_naming_continue_as_new(
     warned = [r.getMessage() for r in caplog.records if "continue_as_new" in r.getMessage()]
     assert len(warned) == 1
     assert "run long has" in warned[0] and "perdure.continue_as_new(" in warned[0]
+
+
+def test_continue_as_new_inside_a_step_is_refused(app: perdure.App, worker: TestWorker) -> None:
+    """Only the workflow may end its run: from a step it is a one-line error, not an end."""
+
+    @app.step(effect="read", retry=perdure.Retry(max_attempts=1))
+    def sneaky() -> None:
+        perdure.continue_as_new()
+
+    @app.workflow()
+    async def wf() -> None:
+        await sneaky()
+
+    handle = app.start(wf, run_id="x")
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match="call it in the workflow, not inside a step"):
+        handle.result(timeout=5)
+    assert lineage(app) == {"x": ("failed", None)}

@@ -20,7 +20,6 @@ from ..store.base import COMPLETED, NewRun
 from ..store.blobs import inline_or_blob
 from .client import CONTINUED, checked_input, origin_entry
 from .codec import dumps_plain
-from .context import require
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -39,27 +38,6 @@ class ContinueAsNew(BaseException):  # a signal, like RunSuspended
         super().__init__("continue_as_new")
         self.args_ = args
         self.kwargs = kwargs
-
-
-def continue_as_new(*args: Any, **kwargs: Any) -> Any:
-    """End this run and start its successor from the top with `args` and `kwargs`, atomically.
-
-    The successor is a run of the same workflow with the lineage's next id (`<root>~N`),
-    the current code version and the workflow's own deadline; it does not inherit the
-    journal, so state to carry over goes in the arguments. Never returns.
-
-    Raises:
-        ConfigError: the arguments do not fit the workflow (checked before anything ends).
-    """
-    from .steps import _step_info
-
-    ctx = require("continue_as_new")
-    if _step_info.get() is not None:
-        raise PerdureError("perdure.continue_as_new() ends a run: call it in the workflow, "
-                           "not inside a step")  # fmt: skip
-    ctx.guard()
-    checked_input(ctx.runtime, ctx.run.workflow, args, kwargs, "continue_as_new")
-    raise ContinueAsNew(args, kwargs)
 
 
 def successor_id(run_id: str) -> str:

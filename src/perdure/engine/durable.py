@@ -10,6 +10,8 @@ What each records:
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
+- `continue_as_new(*args)`: nothing for this run to replay: it ends, `run.continued`
+  naming its successor, in the transaction that creates the successor.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import RunFailed, WaitTimeout
+from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
-from . import sticky
-from .client import continued_as
+from . import continuation, sticky
+from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
@@ -206,6 +208,29 @@ async def _wait_event(
     if data.get("timed_out"):
         raise WaitTimeout(f"run {ctx.run_id!r}: no event {name!r} arrived before the timeout")
     return from_json(data["payload"], hint, f"event {name!r}")
+
+
+def continue_as_new(*args: Any, **kwargs: Any) -> Any:
+    """End this run and start its successor from the top with `args` and `kwargs`, atomically.
+
+    The successor is a run of the same workflow with the lineage's next id (`<root>~N`),
+    the current code version and the workflow's own deadline; it does not inherit the
+    journal, so state to carry over goes in the arguments; events sent to this run and
+    not consumed yet go to the successor. Handles and `result()` follow the lineage.
+    Never returns.
+
+    Raises:
+        ConfigError: the arguments do not fit the workflow (checked before anything ends).
+    """
+    from .steps import _step_info
+
+    ctx = require("continue_as_new")
+    if _step_info.get() is not None:
+        raise PerdureError("perdure.continue_as_new() ends a run: call it in the workflow, "
+                           "not inside a step")  # fmt: skip
+    ctx.guard()
+    checked_input(ctx.runtime, ctx.run.workflow, args, kwargs, "continue_as_new")
+    raise continuation.ContinueAsNew(args, kwargs)
 
 
 def patched(name: str) -> bool:
