@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.worker")
 
-MAX_RUNS = 1_000  # parked runs kept per process
-MAX_BYTES = 64 * 2**20  # estimated bytes of the kept runs' entries, per process
+MAX_RUNS = 500  # parked runs kept per process (each ~6 KiB: bench.idle)
+MAX_BYTES = 32 * 2**20  # estimated bytes of the kept runs, per process
 RUN_BYTES = 16 * 2**10  # estimate for one kept run's frames and context besides entries
 ENTRY_BYTES = 200  # estimate for one kept Entry besides its data
 OPERATOR_KINDS = frozenset({"run.paused", "run.resumed", "run.pause_requested"})
