@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import weakref
 from collections import OrderedDict
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
@@ -135,13 +134,16 @@ class Cache:
             self.drop(run_id)
 
 
-_caches: weakref.WeakKeyDictionary[Runtime, Cache] = weakref.WeakKeyDictionary()
+_ATTRIBUTE = "_perdure_sticky"  # held by the runtime itself, so it goes with the runtime
 
 
 def cache_of(runtime: Runtime) -> Cache:
-    cache = _caches.get(runtime)
-    if cache is None:
-        cache = _caches[runtime] = Cache()
+    """The runtime's cache (kept on the runtime: the kept contexts refer back to it, so a
+    table keyed by runtime would keep every runtime alive)."""
+    cache = getattr(runtime, _ATTRIBUTE, None)
+    if not isinstance(cache, Cache):
+        cache = Cache()
+        setattr(runtime, _ATTRIBUTE, cache)
     return cache
 
 
