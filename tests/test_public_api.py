@@ -36,6 +36,7 @@ EXPECTED = [
     "sleep",
     "wait_event",
     "patched",
+    "continue_as_new",
     "current_run",
     "RunInfo",
     "current_step",

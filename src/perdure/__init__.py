@@ -9,7 +9,17 @@ from .app import App
 from .engine.client import Client
 from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
-from .engine.durable import RunInfo, current_run, now, patched, random, sleep, uuid, wait_event
+from .engine.durable import (
+    RunInfo,
+    continue_as_new,
+    current_run,
+    now,
+    patched,
+    random,
+    sleep,
+    uuid,
+    wait_event,
+)
 from .engine.effects import EFFECTS, Effect
 from .engine.handles import ChildHandle, RunHandle, Workflow
 from .engine.retention import GcReport, Retention
@@ -66,6 +76,7 @@ __all__ = [
     "sleep",
     "wait_event",
     "patched",
+    "continue_as_new",
     "current_run",
     "RunInfo",
     "current_step",

@@ -168,9 +168,10 @@ def stuck(ctx: click.Context, grace: float) -> None:
 def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
-    render.echo(render.run_header(app.get_run(run_id)))
+    run, entries = app.get_run(run_id), app.journal(run_id)
+    render.echo(render.run_header(run, entries))
     render.echo()
-    render.echo(render.timeline(app.journal(run_id)))
+    render.echo(render.timeline(entries))
 
 
 @cli.command("explain")
@@ -179,10 +180,10 @@ def show(ctx: click.Context, run_id: str) -> None:
 def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
-    run = app.get_run(run_id)
-    render.echo(render.run_header(run))
+    run, entries = app.get_run(run_id), app.journal(run_id)
+    render.echo(render.run_header(run, entries))
     render.echo()
-    render.echo(render.explanation(explain(app, run, app.journal(run_id))))
+    render.echo(render.explanation(explain(app, run, entries)))
 
 
 @cli.command()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import click
 
+from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow, ScheduleRow, TickRow
@@ -62,7 +63,8 @@ def runs(rows: Sequence[RunRow]) -> str:
     )
 
 
-def run_header(run: RunRow) -> str:
+def run_header(run: RunRow, entries: Sequence[Entry] = ()) -> str:
+    """The run's fields; with its journal, also the run it continued from (continue_as_new)."""
     redactor = Redactor()
     lines = [
         f"run       {shown(run.id)}",
@@ -76,6 +78,12 @@ def run_header(run: RunRow) -> str:
         lines.append(f"waits for {shown(run.waiting_for)}")
     if run.parent_id:
         lines.append(f"parent    {shown(run.parent_id)}")
+    previous = origin_of(entries).get("continued")
+    if previous:
+        lines.append(f"continued from {shown(previous)}  (continue_as_new)")
+    successor = continued_as(run)
+    if successor:
+        lines.append(f"continued as   {shown(successor)}  (continue_as_new; result() follows it)")
     if run.lease_owner and run.status in ("running", "cancelling"):
         until = f"until {when(run.lease_until)}" if run.lease_until else "released (claimable now)"
         lines.append(

@@ -66,6 +66,28 @@ def origin_of(entries: Sequence[Entry]) -> dict[str, Any]:
 
 
 IDS_PER_QUERY = 500  # run ids per store query (SQL parameter limits)
+CONTINUED = "continued:"  # waiting_for of a run that ended by continue_as_new
+MAX_LINEAGE_HOPS = 100_000  # a guard against a cycle of links, which the engine never makes
+
+
+def continued_as(run: RunRow) -> str | None:
+    """The run this one continued as, if it did."""
+    if run.status == COMPLETED and (run.waiting_for or "").startswith(CONTINUED):
+        return (run.waiting_for or "")[len(CONTINUED) :]
+    return None
+
+
+async def last_of_lineage(store: Store, run: RunRow) -> RunRow:
+    """Follow `continued_as` links from `run` to the lineage's latest run."""
+    for _ in range(MAX_LINEAGE_HOPS):
+        nxt = continued_as(run)
+        if nxt is None:
+            return run
+        found = await store.get_run(nxt)
+        if found is None:  # deleted by retention: the link's end is what is left
+            return run
+        run = found
+    raise PerdureError(f"run {run.id!r}: its continue_as_new lineage does not end")
 
 
 async def unblob_text(store: Store, text: str | None) -> str | None:
@@ -207,6 +229,10 @@ class Client:
             new.blobs.append(blob)
         return await self.store.create_run(new)
 
+    async def latest(self, run_id: str) -> RunRow:
+        """The run, or the last run of its lineage if it continued as a new one."""
+        return await last_of_lineage(self.store, await self.get(run_id))
+
     async def get(self, run_id: str) -> RunRow:
         await self.runtime.open_store()
         run = await self.store.get_run(run_id)
@@ -285,14 +311,18 @@ class Client:
         return check() if check is not None else None
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
-        """Wait for the run to finish; return its result or raise `RunFailed`."""
+        """Wait for the run to finish; return its result or raise `RunFailed`. A run that
+        continued as a new one (`continue_as_new`) is followed to its lineage's last run."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.005
         while True:
             run = await self.get(run_id)
             if run.status in TERMINAL:
-                break
+                run = await last_of_lineage(self.store, run)
+                run_id = run.id
+                if run.status in TERMINAL:
+                    break
             if deadline is not None and loop.time() >= deadline:
                 raise WaitTimeout(f"run {run_id!r} is still {run.status} after {timeout}s")
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
@@ -314,6 +344,9 @@ class Client:
         With `key`, a second delivery of the same event is ignored."""
         await self.runtime.open_store()
         text = dumps(payload, f"event {name!r} payload")  # the store checks the run exists
+        run = await self.store.get_run(run_id)
+        if run is not None and continued_as(run) is not None:  # to the lineage's live run
+            run_id = (await last_of_lineage(self.store, run)).id
         event_id = await self.store.send_event(run_id, name, text, self.runtime.clock.now(), key)
         self.runtime.notify()
         return event_id

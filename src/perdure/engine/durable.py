@@ -10,18 +10,23 @@ What each records:
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
+- `continue_as_new(*args)`: nothing for this run to replay: it ends, `run.continued`
+  naming its successor, in the transaction that creates the successor.
 """
 
 from __future__ import annotations
 
+import functools
 import random as _random
 import uuid as _uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import RunFailed, WaitTimeout
+from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
+from . import continuation, sticky
+from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
@@ -42,7 +47,7 @@ def random() -> float:
     return float(_value("random", lambda ctx: _random.random()))
 
 
-TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent")
+TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent", "continued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +133,21 @@ async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
         final = ctx.entry("sleep.until", "sleep", position=pos, data=wake_at, final=True)
         ctx.buffer_entry(final)
     wake_at = float(ctx.data(final))
-    remaining = wake_at - ctx.now()
-    if remaining <= 0:
-        return
-    if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
-        import asyncio
+    while True:
+        remaining = wake_at - ctx.now()
+        if remaining <= 0:
+            return
+        if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
+            import asyncio
 
-        await ctx.flush()
-        await asyncio.sleep(remaining)
-        return
-    raise await ctx.suspend(SLEEPING, "sleep", fields={"wake_at": wake_at, "waiting_for": "timer"})
+            await ctx.flush()
+            await asyncio.sleep(remaining)
+            return
+        fields = {"wake_at": wake_at, "waiting_for": "timer"}
+        signal = await ctx.suspend(SLEEPING, "sleep", fields=fields)
+        if not await sticky.park(ctx):  # woken in memory, or replayed from the top
+            raise signal
+        await ctx.checkpoint()
 
 
 def wait_event(name: str, timeout: float | timedelta | None = None, *, type: Any = None) -> Any:
@@ -156,9 +166,9 @@ async def _wait_event(
 ) -> Any:
     entries = ctx.recorded(pos, "event", name)
     final = ctx.final(entries)
-    if final is None:
+    while final is None:
         await ctx.checkpoint()
-        waiting = next((e for e in entries if e.kind == "event.wait"), None)
+        waiting = next((e for e in ctx.by_position.get(pos, []) if e.kind == "event.wait"), None)
         event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, name))
         if event is not None:
             final = ctx.entry(
@@ -186,16 +196,41 @@ async def _wait_event(
                         ctx.entry("event.wait", name, position=pos, data={"timeout_at": timeout_at})
                     ]
                 )
-                raise await ctx.suspend(
+                signal = await ctx.suspend(
                     WAITING,
                     f"event {name}",
                     *marker,
                     fields={"wake_at": timeout_at, "waiting_for": f"event:{name}"},
                 )
+                if not await sticky.park(ctx):
+                    raise signal
     data = ctx.data(final)
     if data.get("timed_out"):
         raise WaitTimeout(f"run {ctx.run_id!r}: no event {name!r} arrived before the timeout")
     return from_json(data["payload"], hint, f"event {name!r}")
+
+
+def continue_as_new(*args: Any, **kwargs: Any) -> Any:
+    """End this run and start its successor from the top with `args` and `kwargs`, atomically.
+
+    The successor is a run of the same workflow with the lineage's next id (`<root>~N`),
+    the current code version and the workflow's own deadline; it does not inherit the
+    journal, so state to carry over goes in the arguments; events sent to this run and
+    not consumed yet go to the successor. Handles and `result()` follow the lineage.
+    Never returns.
+
+    Raises:
+        ConfigError: the arguments do not fit the workflow (checked before anything ends).
+    """
+    from .steps import _step_info
+
+    ctx = require("continue_as_new")
+    if _step_info.get() is not None:
+        raise PerdureError("perdure.continue_as_new() ends a run: call it in the workflow, "
+                           "not inside a step")  # fmt: skip
+    ctx.guard()
+    checked_input(ctx.runtime, ctx.run.workflow, args, kwargs, "continue_as_new")
+    raise continuation.ContinueAsNew(args, kwargs)
 
 
 def patched(name: str) -> bool:
@@ -223,18 +258,25 @@ async def child_result(ctx: RunContext, pos: int, child_id: str, hint: Any) -> A
     """Durably wait for a child run's outcome and journal it at `pos`."""
     entries = ctx.recorded(pos, "child", child_id)
     final = ctx.final(entries)
-    if final is None:
+    waited = child_id  # the lineage's last run, if the child continued as new
+    while final is None:
         await ctx.checkpoint()
-        child = await ctx.read(lambda: ctx.store.get_run(child_id))
+        child = await ctx.read(functools.partial(ctx.store.get_run, waited))
+        if child is not None and continued_as(child) is not None:
+            waited = continued_as(child) or waited
+            continue
         if child is None or child.status not in TERMINAL:
-            raise await ctx.suspend(
+            signal = await ctx.suspend(
                 WAITING,
-                f"child {child_id}",
-                fields={"wake_at": None, "waiting_for": f"child:{child_id}"},
+                f"child {waited}",
+                fields={"wake_at": None, "waiting_for": f"child:{waited}"},
             )
+            if not await sticky.park(ctx):
+                raise signal
+            continue
         from .client import run_outcome_json
 
-        data = await ctx.read(lambda: run_outcome_json(ctx.store, child))
+        data = await ctx.read(functools.partial(run_outcome_json, ctx.store, child))
         final = ctx.entry("child.result", child_id, position=pos, final=True, data_json=data)
         ctx.buffer_entry(final)
     data = ctx.data(final)

@@ -23,7 +23,8 @@ R = TypeVar("R")
 
 
 class RunHandle:
-    """A run, by id: ask its status, wait for its result, signal it."""
+    """A run, by id: ask its status, wait for its result, signal it. A run that continued as
+    a new one (`continue_as_new`) stands for its lineage: each call reaches the last run."""
 
     def __init__(self, client: Client, run_id: str) -> None:
         self.client = client
@@ -39,7 +40,14 @@ class RunHandle:
         return self._sync(self.status_async(), "RunHandle.status()")  # type: ignore[no-any-return]
 
     async def status_async(self) -> str:
-        return (await self.client.get(self.id)).status
+        return (await self.client.latest(self.id)).status
+
+    def latest(self) -> str:
+        """The id of the lineage's last run (this run's id unless it continued as new)."""
+        return self._sync(self.latest_async(), "RunHandle.latest()")  # type: ignore[no-any-return]
+
+    async def latest_async(self) -> str:
+        return (await self.client.latest(self.id)).id
 
     def result(self, timeout: float | timedelta | None = None) -> Any:
         """Block until the run finishes: its result, or `RunFailed`; `WaitTimeout` on timeout."""
@@ -61,7 +69,10 @@ class RunHandle:
         self._sync(self.client.send_event(self.id, name, payload), "RunHandle.send_event()")
 
     def cancel(self) -> str:
-        return self._sync(self.client.cancel(self.id), "RunHandle.cancel()")  # type: ignore[no-any-return]
+        return self._sync(self._cancel(), "RunHandle.cancel()")  # type: ignore[no-any-return]
+
+    async def _cancel(self) -> str:
+        return await self.client.cancel((await self.client.latest(self.id)).id)
 
 
 class Workflow(Generic[P, R]):

@@ -18,11 +18,12 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINISHED, Append, Claim, Entry, RunRow
-from ..store.blobs import inline_or_blob
-from . import observers, streams
+from ..store.blobs import BLOB_KEY, inline_or_blob
+from . import continuation, observers, sticky, streams
 from .client import unblob_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
+from .continuation import ContinueAsNew
 from .dead import bury_if_poison
 from .registry import WorkflowDef, typed_arguments
 from .steps import error_record
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 log = logging.getLogger("perdure.worker")
+BLOB_PREFIX = '{"' + BLOB_KEY  # how a blob reference's text starts (store.blobs.blob_ref)
 
 
 async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
@@ -41,7 +43,9 @@ async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
 async def unblob_entries(runtime: Runtime, entries: list[Entry]) -> list[Entry]:
     """Replace blob references in the entries' data by the blobs' text."""
     for entry in entries:
-        entry.data = await unblob_text(runtime.store, entry.data)
+        data = entry.data
+        if data is not None and data.startswith(BLOB_PREFIX):  # a store trip only for blobs
+            entry.data = await unblob_text(runtime.store, data)
     return entries
 
 
@@ -60,13 +64,12 @@ async def call_workflow(
     kwargs: dict[str, Any],
     executor: Executor | None,
 ) -> Any:
-    """Run the workflow function with `ctx` as the current run (sync ones on a thread)."""
+    """Run the workflow function with `ctx` as the current run (sync ones on a thread).
+
+    An async one is driven so that it may park in memory (`sticky.PARKED` is returned then).
+    """
     if definition.is_async:
-        token = activate(ctx)
-        try:
-            return await definition.fn(*args, **kwargs)
-        finally:
-            deactivate(token)
+        return await sticky.start(ctx, definition.fn(*args, **kwargs))
 
     def call() -> Any:
         token = activate(ctx)
@@ -101,6 +104,16 @@ async def execute(
     definition = runtime.workflows[run.workflow]
     loop = asyncio.get_running_loop()
     try:
+        kept = await sticky.take(runtime, run, claim.recovered_from is not None)
+    except StoreUnavailable as exc:
+        log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
+        return
+    if kept is not None:  # parked here in memory and nobody touched it since: go on from there
+        ctx = sticky.rearm(kept, run, worker_id=worker_id, clock=clock)
+        await _drive(runtime, ctx, definition, kept, claim, worker_id, clock, executor,
+                     contexts, stopping, crash_after_intent)  # fmt: skip
+        return
+    try:
         entries = [] if claim.empty_journal else await runtime.store.journal(run.id)
         if claim.recovered_from is not None and await bury_if_poison(
             runtime,
@@ -125,6 +138,30 @@ async def execute(
         sync_mode=not definition.is_async,
         inline_sleep=inline_sleep,
     )
+    last_seq = entries[-1].seq if entries else -1
+    del entries  # the context indexes what it needs; the list itself is not kept
+    await _drive(runtime, ctx, definition, last_seq, claim, worker_id, clock, executor,
+                 contexts, stopping, crash_after_intent)  # fmt: skip
+
+
+async def _drive(
+    runtime: Runtime,
+    ctx: RunContext,
+    definition: WorkflowDef,
+    kept: sticky.Kept | int,
+    claim: Claim,
+    worker_id: str,
+    clock: Clock,
+    executor: Executor | None,
+    contexts: dict[str, RunContext],
+    stopping: asyncio.Event | None,
+    crash_after_intent: frozenset[str],
+) -> None:
+    """Run the workflow (from the top, or on from where it parked in memory: `kept`) under
+    this claim and record how it ended."""
+    run = ctx.run
+    last_seq = kept if isinstance(kept, int) else kept.last_seq
+    continuation.warn_if_long(run.id, last_seq + 1)  # seqs are gap-free from 0
     ctx.crash_after_intent = crash_after_intent
     ctx.task = asyncio.current_task()
     contexts[run.id] = ctx
@@ -141,8 +178,15 @@ async def execute(
                 from ..errors import DeadlineExceeded
 
                 raise DeadlineExceeded(f"run {run.id!r} passed its deadline")
-            args, kwargs = await decode_input(runtime, run, definition)
-            result = await call_workflow(ctx, definition, args, kwargs, executor)
+            if isinstance(kept, int):
+                args, kwargs = await decode_input(runtime, run, definition)
+                result = await call_workflow(ctx, definition, args, kwargs, executor)
+            else:
+                result = await sticky.resume(ctx, kept.driver)
+            if result is sticky.PARKED:
+                sticky.keep(runtime, ctx, last_seq)
+                outcome = "suspended"
+                return
             await ctx.settle_inflight()
             if ctx.diverged is not None:
                 raise ctx.diverged  # the workflow swallowed it; the run still must not finish
@@ -158,6 +202,14 @@ async def execute(
                 fields={"result": text, "lease_owner": None, "lease_until": None, "wake_at": None},
             )
             outcome = "completed"
+        except ContinueAsNew as signal:
+            await ctx.settle_inflight()
+            if ctx.diverged is not None:
+                await fail(ctx, ctx.diverged)
+                outcome = "failed"
+            else:
+                await continuation.finish(ctx, signal)
+                outcome = "completed"
         except RunSuspended as signal:
             outcome = "suspended"
             if signal.reason == "cancel":
@@ -185,6 +237,7 @@ async def execute(
     finally:
         if outcome == "suspended":  # parked (a sleep, a wait): what it streamed is sent now
             await streams.flush(ctx)
+        sticky.stop(ctx)  # not kept: an unfinished coroutine is closed
         ctx.closed = True
         observers.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..app import App
-from ..engine.client import checked_input, unblob_text
+from ..engine.client import checked_input, continued_as, unblob_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
@@ -179,6 +179,7 @@ def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
         "partition_key": run.partition_key, "pause_requested": run.pause_requested,
         "recoveries": run.recoveries, "code_version": run.code_version,
         "error": redactor.value(_json(run.error)),
+        "continued_as": continued_as(run),
     }  # fmt: skip
 
 
