@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -33,6 +34,18 @@ def _connections(schema: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _gone(schema: str, within: float = 10.0) -> bool:
+    """The server has no session left for the schema: a backend whose client closed its
+    socket exits a moment later, so a loaded machine may still list it for a few ms; one
+    the client kept open would be listed until the end."""
+    deadline = time.monotonic() + within
+    while _connections(schema):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _busy_app(url: str, runs: int) -> tuple[list[str], int]:
@@ -87,7 +100,7 @@ def test_a_busy_process_never_opens_more_connections_than_its_pool(schema: str) 
     results, peak = _busy_app(f"{PG_URL}?schema={schema}&pool_size=3", runs=40)
     assert results == [str(10 + i) for i in range(40)]
     assert 1 <= peak <= 3
-    assert _connections(schema) == 0  # close() returned and closed every connection
+    assert _gone(schema)  # close() closed every connection (the server ends each backend soon)
 
 
 def test_a_pool_of_one_still_runs_everything_by_polling(schema: str) -> None:
