@@ -368,7 +368,9 @@ async def stream(call: Call) -> Any:
 async def run_stream(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     after = _resume_after(call)
-    return sse.chunks_response(call.request, call.app, run.id, after, _still_allowed(call))
+    return sse.response(
+        call.request, call.app, run.id, after, _still_allowed(call), sse.stream_chunks
+    )
 
 
 # -- gates ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -191,10 +191,19 @@ def slots_of(request: Request) -> Slots:
 REVOKED = "the credential was revoked or expired"
 
 
+Source: TypeAlias = "Callable[[App, str, int, Callable[[], Awaitable[bool]]], AsyncIterator[str]]"
+
+
 def response(
-    request: Request, app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
+    request: Request,
+    app: App,
+    run_id: str,
+    after: int,
+    allowed: Callable[[], Awaitable[bool]],
+    source: Source | None = None,
 ) -> Response:
-    """The streaming response for one client (503 if MAX_STREAMS are already open);
+    """The streaming response for one client (503 if MAX_STREAMS are already open) of the
+    run's status and journal (`events`), or of another `source` (`stream_chunks`);
     `allowed` says whether its credential still holds."""
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     if request.method == "HEAD":
@@ -202,7 +211,7 @@ def response(
     slots = slots_of(request)
     if not slots.take():
         return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
-    body = events(app, run_id, after, allowed)
+    body = (source or events)(app, run_id, after, allowed)
     return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
 
 
@@ -226,17 +235,3 @@ async def stream_chunks(
         yield _chunk_frame(chunk)
     run = await app.store.get_run(run_id)
     yield _frame("end", {"run_id": run_id, "status": run.status if run else None})
-
-
-def chunks_response(
-    request: Request, app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
-) -> Response:
-    """The run-stream response for one client (503 if MAX_STREAMS are already open)."""
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    if request.method == "HEAD":
-        return Response(media_type="text/event-stream", headers=headers)
-    slots = slots_of(request)
-    if not slots.take():
-        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
-    body = stream_chunks(app, run_id, after, allowed)
-    return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
