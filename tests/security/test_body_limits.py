@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import select
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 import pytest
 from served import Served, sign_in
@@ -135,3 +136,31 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
             sock.close()
     assert codes.count(b"200") == MAX_STREAMS, codes
     assert codes.count(b"503") == 150 - MAX_STREAMS
+
+
+def test_the_stream_cap_is_an_option(
+    serve_with: Callable[..., AbstractContextManager[Served]],
+) -> None:
+    """`perdure serve --max-streams 2`: two streams are served, a third gets 503 naming the
+    cap; its default is the library's MAX_STREAMS."""
+    from perdure.cli.serve import serve as command
+    from perdure.server.sse import MAX_STREAMS
+
+    default = next(p.default for p in command.params if p.name == "max_streams")
+    assert default == MAX_STREAMS
+    with serve_with("--max-streams", "2") as served:
+        with served.client("operate") as api:
+            assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "w1"}).is_success
+        auth = f"Authorization: Bearer {served.tokens['read']}\r\n"
+        request = f"GET /api/v1/runs/w1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n"
+        socks = [socket.create_connection(("127.0.0.1", served.port), timeout=30) for _ in range(3)]
+        try:
+            heads = []
+            for sock in socks:
+                sock.sendall(request.encode())
+                heads.append(sock.recv(4096))
+        finally:
+            for sock in socks:
+                sock.close()
+    assert [h.split(b" ")[1] for h in heads] == [b"200", b"200", b"503"], heads
+    assert b"2 streams are open" in heads[2]

@@ -28,6 +28,10 @@ from .listening import listen_options
     "--session-max", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
     help="A dashboard session ends this long after sign-in, however busy (default 24 h).",
 )  # fmt: skip
+@click.option(
+    "--max-streams", default=100, show_default=True, metavar="N", type=click.IntRange(min=1),
+    help="Event streams (API, dashboard, run output) open at once; one more gets 503.",
+)  # fmt: skip
 @listen_options
 @click.pass_context
 def serve(
@@ -37,6 +41,7 @@ def serve(
     metrics_public: bool,
     session_idle: float | None,
     session_max: float | None,
+    max_streams: int,
     allowed_hosts: tuple[str, ...],
     header_timeout: float,
     body_timeout: float,
@@ -72,7 +77,9 @@ def serve(
         raise click.UsageError(f"--session-idle ({idle:g} s) is longer than --session-max "
                                f"({most:g} s)")  # fmt: skip
     sessions = SessionPolicy(idle=idle, absolute=most)
-    asgi = HostCheck(create_app(app, metrics_public=metrics_public, sessions=sessions),
+    asgi = HostCheck(create_app(
+        app, metrics_public=metrics_public, sessions=sessions, max_streams=max_streams
+    ),
                      hosts_for(host, port, allowed_hosts), origins=False)  # fmt: skip
     server = uvicorn.Server(uvicorn_config(asgi, host, port, limits))
 

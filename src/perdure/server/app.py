@@ -75,13 +75,15 @@ def create_app(
     sessions: SessionPolicy | None = None,
     throttle: Throttle | None = None,
     metrics_public: bool = False,
+    max_streams: int = MAX_STREAMS,
 ) -> Starlette:
     """The ASGI application for `app`: endpoints find it as `request.app.state.perdure`.
 
     It starts runs and answers questions; it executes no workflow (that is `perdure worker`).
     `sessions` says how long dashboard sign-ins last (default: 4 h idle, 24 h at most),
     `throttle` how many wrong credentials an address may send (default: 20 a minute),
-    `metrics_public` whether GET /metrics needs no token (default: the `read` scope).
+    `metrics_public` whether GET /metrics needs no token (default: the `read` scope),
+    `max_streams` how many event streams may be open at once (the rest get 503).
     """
 
     server = Starlette(
@@ -96,5 +98,5 @@ def create_app(
     server.state.sessions = sessions or SessionPolicy()
     server.state.throttle = throttle or Throttle()  # wrong tokens and sessions, per address
     server.state.metrics_public = metrics_public
-    server.state.sse_slots = Slots(MAX_STREAMS)  # the API's and the dashboard's streams
+    server.state.sse_slots = Slots(max_streams)  # the API's and the dashboard's streams
     return server

@@ -9,7 +9,8 @@ The stream ends with `event: end` once the run is finished and everything was
 sent, after `MAX_AGE` seconds (the client reconnects), or when the client leaves; and
 with `event: end` and a reason once its credential no longer holds (checked again every
 `RECHECK` seconds: a revoked token or an ended session stops receiving at once).
-At most `MAX_STREAMS` streams are open per server; more are refused with 503.
+At most `MAX_STREAMS` streams (`perdure serve --max-streams`) are open per server; more
+are refused with 503.
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def response(
         return Response(media_type="text/event-stream", headers=headers)
     slots = slots_of(request)
     if not slots.take():
-        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
+        return JSONResponse({"error": f"{slots.most} streams are open; try again later"}, 503)
     body = (source or events)(app, run_id, after, allowed)
     return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
 
