@@ -158,7 +158,10 @@ def test_the_stream_cap_is_an_option(
             heads = []
             for sock in socks:
                 sock.sendall(request.encode())
-                heads.append(sock.recv(4096))
+                head = sock.recv(4096)
+                while head.startswith(b"HTTP/1.1 503") and not head.rstrip().endswith(b"}"):
+                    head += sock.recv(4096)  # the JSON body may come in a packet of its own
+                heads.append(head)
         finally:
             for sock in socks:
                 sock.close()
