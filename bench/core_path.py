@@ -1,0 +1,198 @@
+"""The core-path table (issue 14): per-step cost and runs one after another, both stores.
+
+Every row is measured floor and perdure side by side in one invocation: each
+configuration runs in a fresh interpreter on a fresh database (PostgreSQL: a
+fresh schema, dropped afterwards), rounds interleave the configurations so that
+load from other users of the machine hits both sides alike, and the median of
+the rounds is shown.
+
+- per step: a 200-step async workflow of `once` steps (a sync `def` body), run
+  by an in-process worker (concurrency 1) already running, from `start_async`
+  to the result; the floor is one INSERT + COMMIT per step.
+- runs one after another: 5-step runs started with `start_async` and awaited
+  one at a time; the floor is 6 INSERT + COMMITs per run (the start and 5 steps).
+- CPU per run: `time.process_time()` (all threads) over those runs, per run.
+
+`python -m bench.core_path` prints the table; `--sqlite` / `--pg` only one store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from .common import Config, Floor, Table, child_main, fmt, median, run_child, scratch
+
+MODULE = "bench.core_path"
+STEPS = 200  # per-step figure: steps per run
+REPS = 5  # per-step figure: measured runs per child
+RUN_STEPS = 5  # runs-one-after-another figure: steps per run
+RUNS = 200  # runs-one-after-another figure: measured runs per child
+ROUNDS = 3
+
+# -- child side ------------------------------------------------------------------------
+
+
+def child(cfg: Config) -> Config:
+    if cfg["kind"] == "floor":
+        return _floor(cfg)
+    return asyncio.run(_perdure(cfg))
+
+
+def _floor_steps(cfg: Config) -> tuple[Callable[[str, int], None], Callable[[], None]]:
+    if cfg["store"] == "pg":
+        from .pg_common import PgFloor
+
+        pg = PgFloor(cfg["schema"])
+        return (lambda run, seq: pg.step(run, seq, {"i": seq})), pg.conn.close
+    floor = Floor(os.path.join(scratch("core"), "floor.db"), cfg["synchronous"])
+    return (lambda run, seq: floor.step(run, seq, {"i": seq})), floor.close
+
+
+def _floor(cfg: Config) -> Config:
+    step, close = _floor_steps(cfg)
+    steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS + 1, RUNS)
+    for i in range(steps):  # warm-up
+        step("warm", i)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for run in range(runs):
+        for i in range(steps):
+            step(f"r{run}", i)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    close()
+    return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
+
+
+async def _perdure(cfg: Config) -> Config:
+    import perdure
+
+    if cfg["store"] == "pg":
+        from .pg_common import app_url
+
+        url = app_url(cfg["schema"])
+    else:
+        url = f"sqlite:///{scratch('core')}/perdure.db?synchronous={cfg['synchronous']}"
+    app = perdure.App(url)
+
+    @app.step(name="work", effect=cfg["effect"])
+    def work(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    @app.workflow(name="steps")
+    async def steps_wf(n: int) -> int:
+        for i in range(n):
+            await work(i)
+        return n
+
+    steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS, RUNS)
+    worker = app.worker(concurrency=1, lease=30.0, poll=0.01)
+    task = asyncio.create_task(worker.run())
+    await (await app.start_async(steps_wf, steps, run_id="warm")).result_async(60)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for run in range(runs):
+        handle = await app.start_async(steps_wf, steps, run_id=f"r{run}")
+        await handle.result_async(60)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    worker.stop()
+    await asyncio.wait_for(task, 30)
+    await app.store.close()
+    return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
+
+
+# -- parent side -----------------------------------------------------------------------
+
+
+def _measure(cfg: Config) -> Config:
+    if cfg["store"] != "pg":
+        return run_child(MODULE, cfg)
+    from .pg_common import fresh_schema
+
+    with fresh_schema("core") as schema:
+        return run_child(MODULE, {**cfg, "schema": schema})
+
+
+# (row label, floor config, perdure config, what the row shows)
+Row = tuple[str, Config, Config, str]
+
+
+def rows(stores: tuple[str, ...]) -> list[Row]:
+    out: list[Row] = []
+    if "sqlite" in stores:
+        for sync, label in (("FULL", "fsync on"), ("NORMAL", "synchronous=NORMAL")):
+            base = {"store": "sqlite", "synchronous": sync, "shape": "steps"}
+            out.append(
+                (f"SQLite us per once step, {label}", {**base, "kind": "floor"},
+                 {**base, "kind": "perdure", "effect": "once"}, "step_us")
+            )  # fmt: skip
+        for sync, effect in (("FULL", "once"), ("NORMAL", "keyed")):
+            base = {"store": "sqlite", "synchronous": sync, "shape": "runs"}
+            out.append(
+                (f"SQLite 5-step runs/s one after another, {effect}, {sync}",
+                 {**base, "kind": "floor"}, {**base, "kind": "perdure", "effect": effect},
+                 "runs_s")
+            )  # fmt: skip
+    if "pg" in stores:
+        out.append(
+            ("PostgreSQL us per once step", {"store": "pg", "shape": "steps", "kind": "floor"},
+             {"store": "pg", "shape": "steps", "kind": "perdure", "effect": "once"}, "step_us")
+        )  # fmt: skip
+        base = {"store": "pg", "shape": "runs"}
+        out.append(
+            ("PostgreSQL 5-step runs/s one after another, keyed", {**base, "kind": "floor"},
+             {**base, "kind": "perdure", "effect": "keyed"}, "runs_s")
+        )  # fmt: skip
+    return out
+
+
+def _value(got: Config, what: str) -> float:
+    if what == "step_us":
+        return float(got["wall"]) / (got["runs"] * got["steps"]) * 1e6
+    if what == "runs_s":
+        return float(got["runs"]) / got["wall"]
+    return float(got["cpu"]) / got["runs"] * 1e3  # cpu_ms per run
+
+
+def figure(stores: tuple[str, ...] = ("sqlite", "pg")) -> Table:
+    table = Table(
+        title=f"Core path vs the floor (median of {ROUNDS} interleaved rounds, fresh process each)",
+        headers=["figure", "floor", "perdure", "perdure/floor", "CPU ms/run floor", "perdure"],
+    )
+    plan = rows(stores)
+    trials: dict[tuple[int, str], list[Config]] = {}
+    for _ in range(ROUNDS):
+        for i, (_label, floor_cfg, perdure_cfg, _what) in enumerate(plan):
+            for side, cfg in (("floor", floor_cfg), ("perdure", perdure_cfg)):
+                trials.setdefault((i, side), []).append(_measure(cfg))
+    for i, (label, _f, _p, what) in enumerate(plan):
+        floor = median([_value(t, what) for t in trials[(i, "floor")]])
+        mine = median([_value(t, what) for t in trials[(i, "perdure")]])
+        cpu_f = median([_value(t, "cpu") for t in trials[(i, "floor")]])
+        cpu_p = median([_value(t, "cpu") for t in trials[(i, "perdure")]])
+        share = f"{mine / floor:.2f}x" if what == "step_us" else f"{mine / floor:.0%}"
+        runs = what == "runs_s"
+        table.rows.append(
+            [label, fmt(floor), fmt(mine), share,
+             fmt(cpu_f, 2) if runs else "-", fmt(cpu_p, 2) if runs else "-"]
+        )  # fmt: skip
+    table.notes = [
+        f"per step: a {STEPS}-step async workflow, worker concurrency 1, from start_async to",
+        "the result / steps; the floor is one INSERT+COMMIT per step (same synchronous).",
+        f"runs/s: {RUNS} runs of {RUN_STEPS} steps started and awaited one at a time; the floor",
+        f"does {RUN_STEPS + 1} INSERT+COMMITs per run. CPU ms/run: process CPU (all threads)"
+        " per run.",
+        "SQLite runs/s once uses synchronous=FULL (fsync on), keyed uses NORMAL.",
+    ]
+    return table
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
+    print(figure(stores).render(), flush=True)
+
+
+if __name__ == "__main__":
+    child_main(main, child)
