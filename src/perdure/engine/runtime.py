@@ -7,13 +7,14 @@ The worker, client, runner and steps take a Runtime, never the user-facing `App`
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
 from ..store.base import QueueSpec, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
@@ -107,7 +108,7 @@ class Runtime:
             subscribe = getattr(store, "subscribe", None)
             if subscribe is not None:  # other processes' new work wakes this one's workers
                 subscribe(self.notify)
-            await follow_server(self.clock, store)  # a server's time is every host's time
+            await _first_clock(self.clock, store)
             self._opened = True
 
     def close(self) -> None:
@@ -271,3 +272,19 @@ class Runtime:
         spec = QueueSpec(name, concurrency, per_worker, count, seconds(period) or 1.0)
         self.queues[name] = spec
         return spec
+
+
+async def _first_clock(clock: Clock, store: Store) -> None:
+    """Follow the server's time before any claim (a server's time is every host's time).
+    The server lost just after the store opened (a restart) is waited for a few seconds,
+    as the store thread reconnects, rather than ending the worker with a traceback."""
+    delay = 0.05
+    while True:
+        try:
+            await follow_server(clock, store)
+            return
+        except StoreUnavailable:
+            if delay > 2.0:
+                raise
+            await asyncio.sleep(delay)
+            delay *= 2
