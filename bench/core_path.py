@@ -13,18 +13,33 @@ the rounds is shown.
   one at a time; the floor is 6 INSERT + COMMITs per run (the start and 5 steps).
 - CPU per run: `time.process_time()` (all threads) over those runs, per run.
 
-`python -m bench.core_path` prints the table; `--sqlite` / `--pg` only one store.
+`python -m bench.core_path` prints the table; `--sqlite` / `--pg` only one store;
+`--before DIR` also measures the perdure in source folder DIR (e.g. an export of
+main's src/) in the same rounds, for a before/after; `--rounds N` (default 3).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 
-from .common import Config, Floor, Table, child_main, fmt, median, run_child, scratch
+from .common import (
+    ROOT,
+    Config,
+    Floor,
+    Table,
+    child_command,
+    child_main,
+    fmt,
+    median,
+    run_child,
+    scratch,
+)
 
 MODULE = "bench.core_path"
 STEPS = 200  # per-step figure: steps per run
@@ -105,13 +120,28 @@ async def _perdure(cfg: Config) -> Config:
 # -- parent side -----------------------------------------------------------------------
 
 
-def _measure(cfg: Config) -> Config:
+def _measure(cfg: Config, src: str | None = None) -> Config:
+    """One child; `src`: import perdure from that source folder instead (a before/after)."""
     if cfg["store"] != "pg":
-        return run_child(MODULE, cfg)
+        return _child(cfg, src)
     from .pg_common import fresh_schema
 
     with fresh_schema("core") as schema:
-        return run_child(MODULE, {**cfg, "schema": schema})
+        return _child({**cfg, "schema": schema}, src)
+
+
+def _child(cfg: Config, src: str | None) -> Config:
+    if src is None:
+        return run_child(MODULE, cfg)
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.run(
+        child_command(MODULE, cfg), capture_output=True, text=True, timeout=300, cwd=ROOT, env=env
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"bench child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result: Config = json.loads(lines[-1])
+    return result
 
 
 # (row label, floor config, perdure config, what the row shows)
@@ -155,28 +185,42 @@ def _value(got: Config, what: str) -> float:
     return float(got["cpu"]) / got["runs"] * 1e3  # cpu_ms per run
 
 
-def figure(stores: tuple[str, ...] = ("sqlite", "pg")) -> Table:
+def _share(got: dict[str, float], side: str, what: str) -> str:
+    """A side's figure relative to the floor: x for times, % for rates."""
+    ratio = got[side] / got["floor"]
+    return f"{ratio:.2f}x" if what == "step_us" else f"{ratio:.0%}"
+
+
+def figure(stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None) -> Table:
+    """The table; `before`: a perdure source folder (e.g. main's src/) measured in the same
+    interleaved rounds, shown in its own columns."""
+    extra = ["before", "before/floor"] if before else []
     table = Table(
         title=f"Core path vs the floor (median of {ROUNDS} interleaved rounds, fresh process each)",
-        headers=["figure", "floor", "perdure", "perdure/floor", "CPU ms/run floor", "perdure"],
-    )
+        headers=["figure", "floor", "perdure", "perdure/floor", *extra, "CPU ms/run: floor",
+                 "perdure", *(["before"] if before else [])],
+    )  # fmt: skip
     plan = rows(stores)
+    sides: list[tuple[str, str | None]] = [("floor", None), ("perdure", None)]
+    if before:
+        sides.append(("before", before))
     trials: dict[tuple[int, str], list[Config]] = {}
     for _ in range(ROUNDS):
         for i, (_label, floor_cfg, perdure_cfg, _what) in enumerate(plan):
-            for side, cfg in (("floor", floor_cfg), ("perdure", perdure_cfg)):
-                trials.setdefault((i, side), []).append(_measure(cfg))
+            for side, src in sides:
+                cfg = floor_cfg if side == "floor" else perdure_cfg
+                trials.setdefault((i, side), []).append(_measure(cfg, src))
     for i, (label, _f, _p, what) in enumerate(plan):
-        floor = median([_value(t, what) for t in trials[(i, "floor")]])
-        mine = median([_value(t, what) for t in trials[(i, "perdure")]])
-        cpu_f = median([_value(t, "cpu") for t in trials[(i, "floor")]])
-        cpu_p = median([_value(t, "cpu") for t in trials[(i, "perdure")]])
-        share = f"{mine / floor:.2f}x" if what == "step_us" else f"{mine / floor:.0%}"
+        got = {side: median([_value(t, what) for t in trials[(i, side)]]) for side, _ in sides}
+        cpu = {side: median([_value(t, "cpu") for t in trials[(i, side)]]) for side, _ in sides}
         runs = what == "runs_s"
-        table.rows.append(
-            [label, fmt(floor), fmt(mine), share,
-             fmt(cpu_f, 2) if runs else "-", fmt(cpu_p, 2) if runs else "-"]
-        )  # fmt: skip
+
+        cells = [label, fmt(got["floor"]), fmt(got["perdure"]), _share(got, "perdure", what)]
+        if before:
+            cells += [fmt(got["before"]), _share(got, "before", what)]
+        for side, _ in sides:
+            cells.append(fmt(cpu[side], 2) if runs else "-")
+        table.rows.append(cells)
     table.notes = [
         f"per step: a {STEPS}-step async workflow, worker concurrency 1, from start_async to",
         "the result / steps; the floor is one INSERT+COMMIT per step (same synchronous).",
@@ -191,7 +235,11 @@ def figure(stores: tuple[str, ...] = ("sqlite", "pg")) -> Table:
 def main() -> None:
     args = sys.argv[1:]
     stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
-    print(figure(stores).render(), flush=True)
+    before = args[args.index("--before") + 1] if "--before" in args else None
+    if "--rounds" in args:
+        global ROUNDS
+        ROUNDS = int(args[args.index("--rounds") + 1])
+    print(figure(stores, before).render(), flush=True)
 
 
 if __name__ == "__main__":
