@@ -19,6 +19,18 @@ if TYPE_CHECKING:
     from readme_support import Sandbox, ShellResult
 
 PY_SETUPS: dict[str, str] = {
+    # A model that "generates" a reply word by word, and a worker running in this process.
+    "live-worker": """
+import asyncio as _asyncio, threading as _threading
+
+def generate(topic):
+    yield from (f"{word} " for word in f"a post about {topic}".split())
+
+_worker = app.worker(perdure.WorkerOptions(poll=0.05, gc_every=None))
+_loop = _asyncio.new_event_loop()
+_thread = _threading.Thread(target=_loop.run_until_complete, args=(_worker.run(),), daemon=True)
+_thread.start()
+""",
     # The imports and App every snippet after "A first workflow" takes as given.
     "app": """
 from datetime import timedelta
@@ -88,6 +100,15 @@ async def notify(order: str) -> None:
 }
 
 PY_CHECKS: dict[str, str] = {
+    # The reader saw the step's marker, every token in order, the progress, and the end.
+    "streamed": """
+_seen = [(c.kind, c.topic, c.data) for c in app.handle(run.id).stream()]
+assert _seen[0][0] == "attempt" and _seen[-1] == ("chunk", "progress", {"done": 1, "of": 3})
+assert "".join(d for k, t, d in _seen if t == "out") == "a post about durable streams ", _seen
+assert run.result(timeout=10) == "a post about durable streams "
+_loop.call_soon_threadsafe(_worker.stop)
+_thread.join(20)
+""",
     # Drive the checkout: charged once, asleep a day, waiting, then the receipt is sent.
     "checkout-completes": """
 from datetime import UTC, datetime

@@ -40,6 +40,8 @@ EXPECTED = [
     "RunInfo",
     "current_step",
     "StepInfo",
+    "stream",
+    "StreamChunk",
     # workers and time
     "Worker",
     "WorkerOptions",

@@ -15,6 +15,7 @@ from .engine.handles import ChildHandle, RunHandle, Workflow
 from .engine.retention import GcReport, Retention
 from .engine.retry import Retry
 from .engine.steps import Step, current_step
+from .engine.streams import StreamChunk, stream
 from .engine.worker import Worker, WorkerOptions
 from .errors import (
     ConfigError,
@@ -68,6 +69,8 @@ __all__ = [
     "current_run",
     "RunInfo",
     "current_step",
+    "stream",
+    "StreamChunk",
     "StepInfo",
     # workers and time
     "Worker",

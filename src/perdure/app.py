@@ -116,12 +116,16 @@ class App(Runtime):
         queue: str | None = None,
         priority: int = 0,
         partition_key: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run; an existing `run_id` returns that run's handle (idempotent start).
 
         `queue` overrides the workflow's queue; higher `priority` runs are claimed first;
-        runs sharing a `partition_key` in a queue run one at a time.
+        runs sharing a `partition_key` in a queue run one at a time. `timeout` bounds the
+        wait for the store: an SQLite store whose write lock another process holds longer
+        raises StoreUnavailable naming that process, and nothing is written (None: the
+        store's busy timeout, 60 s on SQLite).
         """
         return self.sync(  # type: ignore[no-any-return]
             self.start_async(
@@ -132,6 +136,7 @@ class App(Runtime):
                 queue=queue,
                 priority=priority,
                 partition_key=partition_key,
+                timeout=timeout,
                 **kwargs,
             ),
             "App.start()",
@@ -146,6 +151,7 @@ class App(Runtime):
         queue: str | None = None,
         priority: int = 0,
         partition_key: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` for async code."""
@@ -159,6 +165,7 @@ class App(Runtime):
             queue=queue,
             priority=priority,
             partition_key=partition_key,
+            timeout=timeout,
         )
         return RunHandle(self.client, run.id)
 

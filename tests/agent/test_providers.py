@@ -551,3 +551,39 @@ def test_registry_builds_each_kind_and_refuses_unknowns(openai_server: OpenAISer
         make_provider("openai", model="m", temperatur=0.1)
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY is not set"):
         make_provider("anthropic", model="m", env={})
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_streamed_reply_reaches_the_runs_stream_as_it_comes(
+    provider: str,
+    openai_server: OpenAIServer,
+    anthropic_server: AnthropicServer,
+    app: Any,
+    worker: Any,
+) -> None:
+    """Inside a run, a streamed model call writes its text deltas (topic `out`) and the tools
+    it starts to call (topic `tool`) to the run's stream; the reply is the same."""
+    turn: dict[str, Any] = {"text": "A fairly long streamed answer, in pieces.",
+                            "tool_calls": [("c1", "get_weather", ARGS)]}  # fmt: skip
+    if provider == "openai":
+        openai_server.reply(**turn)
+        model: ModelProvider = openai_model(openai_server, stream=True)
+    else:
+        anthropic_server.reply(**turn)
+        model = anthropic_model(anthropic_server, stream=True)
+
+    @app.step(effect="idempotent", name="think")
+    async def think() -> str:
+        return (await model.complete(ask("Go", [WEATHER]))).message.content
+
+    @app.workflow(name="thinks")
+    async def thinks() -> str:
+        return await think()
+
+    handle = app.start(thinks)
+    worker.run_until_idle()
+    text = handle.result(timeout=10)
+    chunks = [c for c in handle.stream() if c.kind == "chunk"]
+    assert "".join(c.data for c in chunks if c.topic == "out") == text == turn["text"]
+    assert len([c for c in chunks if c.topic == "out"]) > 1  # in pieces, as they came
+    assert [c.data for c in chunks if c.topic == "tool"] == [{"tool_call": "get_weather"}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -164,3 +165,12 @@ def pg_server(tmp_path: Path) -> Iterator[PrivateServer]:
 def pg_chaos_url(pg_server: PrivateServer) -> str:
     """A schema on the test's own server (the whole server is thrown away afterwards)."""
     return f"{pg_server.url}?schema=chaos_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def chaos_seed(request: pytest.FixtureRequest) -> int:
+    """The seed of this test's random choices, printed: CHAOS_SEED if set (to replay a
+    failure), else a new one."""
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
+    print(f"{request.node.name}: seed {seed} (set CHAOS_SEED to replay its choices)")
+    return seed

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import time
@@ -181,12 +180,14 @@ class Chaos:
 @pytest.mark.slow
 @pytest.mark.timeout(290)
 def test_kill_minus_nine_chaos(
-    tmp_path: Path, chaos_app: ModuleType, worker_pool: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    chaos_app: ModuleType,
+    worker_pool: Any,
+    capsys: pytest.CaptureFixture[str],
+    chaos_seed: int,
 ) -> None:
     """Random kill -9s never repeat a once, keyed or transactional effect nor corrupt a journal."""
-    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))  # replay a failure
-    rng = random.Random(seed)
-    print(f"chaos seed {seed} (set CHAOS_SEED to replay its choices)")
+    seed, rng = chaos_seed, random.Random(chaos_seed)
     workdir = tmp_path / "chaos"
     chaos_app.prepare(workdir)
     pool = worker_pool(workdir, concurrency=CONCURRENCY, lease=LEASE)

@@ -10,7 +10,6 @@ Every run must still end as its plan says.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter
@@ -85,11 +84,10 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
     worker_pool: Any,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    chaos_seed: int,
 ) -> None:
     """Kills, freezes and one server restart never repeat a once, keyed or transactional effect."""
-    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))  # replay a failure
-    rng = random.Random(seed)
-    print(f"chaos seed {seed} (set CHAOS_SEED to replay its choices)")
+    seed, rng = chaos_seed, random.Random(chaos_seed)
     monkeypatch.setenv(chaos_app.STORE_URL_ENV, pg_chaos_url)  # this process and its workers
     workdir = tmp_path / "chaos"
     chaos_app.prepare(workdir)
@@ -253,11 +251,11 @@ def test_a_worker_starting_as_the_server_restarts_runs_or_fails_fast(
     chaos_app: ModuleType,
     worker_pool: Any,
     monkeypatch: pytest.MonkeyPatch,
+    chaos_seed: int,
 ) -> None:
     """A restart landing while a worker connects and migrates: the worker runs on, or exits 2
     with the one `cannot connect` line its supervisor restarts on; never a traceback."""
-    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
-    rng = random.Random(seed)
+    seed, rng = chaos_seed, random.Random(chaos_seed)
     monkeypatch.setenv(chaos_app.STORE_URL_ENV, pg_chaos_url)
     workdir = tmp_path / "chaos"
     chaos_app.prepare(workdir)

@@ -10,7 +10,6 @@ no once body runs twice and no keyed effect happens twice.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter
@@ -82,11 +81,10 @@ def test_partitions_never_run_a_once_body_twice(
     worker_pool: Any,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    chaos_seed: int,
 ) -> None:
     hosts, server = hosts_and_server
-    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
-    rng = random.Random(seed)
-    print(f"partition seed {seed} (set CHAOS_SEED to replay its choices)")
+    seed, rng = chaos_seed, random.Random(chaos_seed)
     schema = f"part_{rng.randrange(1 << 40):x}"
     monkeypatch.setenv(chaos_app.STORE_URL_ENV, f"{server.url}?schema={schema}")
     workdir = tmp_path / "chaos"

@@ -13,7 +13,6 @@ every needs_attention would be the outage's doing, and there must be none.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter
@@ -59,10 +58,9 @@ def test_postgres_outages_park_nothing_and_lose_nothing(
     worker_pool: Any,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    chaos_seed: int,
 ) -> None:
-    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
-    rng = random.Random(seed)
-    print(f"outage seed {seed} (set CHAOS_SEED to replay its choices)")
+    seed, rng = chaos_seed, random.Random(chaos_seed)
     monkeypatch.setenv(chaos_app.STORE_URL_ENV, pg_chaos_url)
     workdir = tmp_path / "chaos"
     chaos_app.prepare(workdir)

@@ -627,3 +627,35 @@ def test_a_session_cookie_is_secure_over_https(app: perdure.App) -> None:
         assert answer.status_code == 303, answer.text
         cookies = answer.headers.get_list("set-cookie")
         assert cookies and all("; secure" in c.lower() for c in cookies), cookies
+
+
+def test_a_run_page_draws_the_run_over_time_and_its_live_output(
+    app: perdure.App, server: TestClient
+) -> None:
+    """The run page draws each step as a bar over time and shows what the steps wrote to
+    the run's stream, by attempt: a retried step's first attempt is marked replaced."""
+    tries: list[int] = []
+
+    @app.step(effect="idempotent", name="speak", retry=perdure.Retry(max_attempts=2, initial=0))
+    def speak() -> str:
+        tries.append(1)
+        perdure.stream.write(f"draft {len(tries)} ")
+        perdure.stream.write({"done": len(tries)}, topic="progress")
+        if len(tries) == 1:
+            raise RuntimeError("cut off")
+        perdure.stream.write("final words")
+        return "ok"
+
+    @app.workflow(name="speaker")
+    async def speaker() -> str:
+        return await speak()
+
+    app.start(speaker, run_id="speaks-1")
+    TestWorker(app).run_until_idle()
+    sign_in(server, token(app, "read"))
+    page = server.get("/ui/runs/speaks-1").text
+    shown = text_of(page)
+    assert "Live output" in shown and "began again" in shown
+    assert "draft 1" in shown and "draft 2 final words" in shown
+    assert "(replaced by a later attempt)" in shown and 'progress : {"done": 2}' in shown
+    assert page.count('class="bar bar-') == 1 and "Over time" in shown

@@ -32,7 +32,8 @@ RUN_ID = "deploy-42"
 
 
 def register(app: perdure.App) -> None:
-    """`deploy`: a read step, a wait at the gate approve:c1, then a `once` step."""
+    """`deploy`: a read step, a wait at the gate approve:c1, then a `once` step that writes
+    to the run's stream."""
 
     @app.step(effect="read", name="plan")
     def plan(target: str) -> dict[str, str]:
@@ -40,6 +41,7 @@ def register(app: perdure.App) -> None:
 
     @app.step(name="apply")
     def apply(target: str, verdict: dict[str, object]) -> str:
+        perdure.stream.write(f"applying to {target}")  # the run page shows it live
         return f"applied to {target} ({verdict.get('comment')})"
 
     @app.workflow(name="deploy")
@@ -202,6 +204,8 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             expect(timeline).to_contain_text("apply")
             expect(timeline).to_contain_text("run.completed")
             expect(page.locator("#run-result")).to_contain_text("applied to prod (looks right)")
+            expect(page.locator("#run-output")).to_contain_text("applying to prod")
+            assert page.locator("#run-picture rect").count() >= 2  # plan, the wait, apply
             expect(page.locator("#run-audit")).to_contain_text("gate.approve")
             expect(page.locator("#run-audit")).to_contain_text("looks right")
             expect(page.locator(".notice")).to_have_count(0)  # no longer waits for anyone

@@ -65,6 +65,18 @@ def register(app: perdure.App) -> None:
     async def hold() -> str:
         return str(await perdure.wait_event("go"))
 
+    @app.step(effect="read", name="narrate")
+    def narrate(words: int) -> int:
+        for i in range(words):
+            perdure.stream.write(f"w{i} ")
+            time.sleep(0.02)
+        return words
+
+    @app.workflow(name="talk")
+    def talk(words: int) -> int:
+        """Say `words` words into the run's stream."""
+        return narrate(words)
+
 
 @pytest.fixture
 def mcp_app(tmp_path: Path) -> Any:
@@ -100,8 +112,10 @@ async def connected(
 
     async def on_message(message: Any) -> None:
         root = message.root if isinstance(message, t.ServerNotification) else None
-        if notes is not None and isinstance(root, t.TaskStatusNotification):
-            notes.append(root.params)
+        if notes is not None and isinstance(
+            root, t.TaskStatusNotification | t.ProgressNotification
+        ):
+            notes.append(root.params)  # type: ignore[arg-type]
 
     running = app.worker(concurrency=4, poll=0.05) if worker else None
     runner = asyncio.create_task(running.run()) if running else None
@@ -151,7 +165,7 @@ def test_tools_list_one_tool_per_workflow_with_schema_and_task_support(
             assert caps.tasks.requests is not None and caps.tasks.requests.tools is not None
             assert caps.tasks.requests.tools.call is not None
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-            assert sorted(listed) == ["add", "agent_helper", "explode", "greet", "hold"]
+            assert sorted(listed) == ["add", "agent_helper", "explode", "greet", "hold", "talk"]
             add = listed["add"]
             assert add.execution is not None and add.execution.taskSupport == "optional"
             assert add.description is not None and add.description.startswith("Add two numbers.")
@@ -794,3 +808,34 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
         stop(server)
         stop(worker)
         admin.close()
+
+
+def test_a_task_call_with_a_progress_token_gets_the_runs_stream_as_progress(
+    mcp_app: perdure.App,
+) -> None:
+    """A task-augmented call whose _meta has a progressToken gets notifications/progress for
+    the task's lifetime: an increasing count of stream chunks, each with the new text."""
+    notes: list[Any] = []
+
+    async def main() -> None:
+        async with connected(mcp_app, notes=notes) as session:
+            created = await tasks(session).call_tool_as_task(
+                "talk", {"words": 20}, meta={"progressToken": "p-1"}
+            )
+            task_id = created.task.taskId
+            await until(session, task_id, lambda x: x.status == "completed")
+            for _ in range(40):
+                if "w19" in "".join(n.message or "" for n in progress(notes)):
+                    break
+                await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    seen = progress(notes)
+    assert seen and all(n.progressToken == "p-1" for n in seen)
+    values = [n.progress for n in seen]
+    assert values == sorted(set(values)) and values[-1] == 20  # increasing, one per chunk
+    assert "".join(n.message or "" for n in seen) == "".join(f"w{i} " for i in range(20))
+
+
+def progress(notes: list[Any]) -> list[t.ProgressNotificationParams]:
+    return [n for n in notes if isinstance(n, t.ProgressNotificationParams)]

@@ -152,20 +152,21 @@ def test_cursors_the_server_gives_out_page_through_every_run(
     """Runs with ids of any characters a path cannot carry page through their cursors."""
     client, admin = served
     for n in range(5):
-        app.start("echo", n, run_id=f"odd:{n} /\u200b")
+        app.start("echo", n, run_id=f"odd:{n} /?#%é")
     seen: list[str] = []
     cursor = ""
     while cursor is not None:
         page = client.get(f"/api/v1/runs?limit=2&cursor={quote(cursor)}", headers=admin).json()
         seen += [r["id"] for r in page["runs"]]
         cursor = page["next_cursor"]
-    assert sorted(seen) == sorted(f"odd:{n} /\u200b" for n in range(5))
+    assert sorted(seen) == sorted(f"odd:{n} /?#%é" for n in range(5))
 
 
 @pytest.mark.parametrize(
     ("path", "status"),
     [
-        ("/api/v1/runs/a%E2%80%8Bb", 404),  # a zero-width space is a character an id may have
+        ("/api/v1/runs/a%C3%A9%40b", 404),  # letters of any script and '@' are in ids
+        ("/api/v1/runs/a%E2%80%8Bb", 400),  # a zero-width space is not (invisible)
         ("/api/v1/runs/a%1Bb", 400),  # an escape is not
         ("/api/v1/runs/a%E2%80%AEb", 400),  # nor a bidirectional override
         ("/api/v1/schedules/a%20b", 400),  # a schedule's name has no spaces

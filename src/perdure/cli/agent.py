@@ -42,7 +42,7 @@ def validate(spec_path: str, model: str) -> None:
     """Check an agent spec, and show the tiers that will answer (with --model as given)."""
     spec = with_model(load_spec(spec_path), model)
     check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
-    click.echo(f"{spec_path}: ok: {_describe(spec, model)}")
+    render.echo(f"{spec_path}: ok: {_describe(spec, model)}")
 
 
 def _describe(spec: AgentSpec, model: str = "spec") -> str:
@@ -99,7 +99,7 @@ def run_spec(
     run, _ = act(app, ops.start(app, operator(), agent.workflow.name, [task], run_id=run_id,
                                 via="cli"), "run")  # fmt: skip
     handle = app.handle(run.id)
-    click.echo(handle.id)
+    render.echo(render.shown(handle.id))
     if not wait:
         return
 
@@ -121,7 +121,7 @@ def run_spec(
             await runner
 
     result = asyncio.run(work())
-    click.echo(json.dumps(result, indent=2))
+    render.echo(json.dumps(result, indent=2))
 
 
 @click.command("agent")
@@ -137,7 +137,7 @@ def agent_cmd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app, agent = _agent(ctx, spec_path, model)
     served = attach_trigger(app, agent)
-    click.echo(f"perdure agent {agent.spec.name}: {served}; store {app.url}", err=True)
+    render.echo(f"perdure agent {agent.spec.name}: {served}; store {app.url}", err=True)
     app.run_worker(concurrency=concurrency, poll=poll)
 
 
@@ -169,9 +169,9 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
             for k, v in sorted(groups.items())]  # fmt: skip
     if not body:
-        click.echo("no model calls recorded")
+        render.echo("no model calls recorded")
         return
-    click.echo(render.table(body, [*header, "CALLS", "IN", "OUT", "COST"]))
+    render.echo(render.table(body, [*header, "CALLS", "IN", "OUT", "COST"]))
 
 
 @click.command()
@@ -197,7 +197,7 @@ def budget(
     app = get_app(ctx, existing=True)
     limits = Budget(agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day)
     woken = act(app, ops.set_budget(app, operator(), limits), "budget")
-    click.echo(f"{agent}: budget set; {woken} waiting run(s) woken")
+    render.echo(f"{render.shown(agent)}: budget set; {woken} waiting run(s) woken")
 
 
 COMMANDS = (validate, run_spec, agent_cmd, usage, budget)

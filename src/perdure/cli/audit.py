@@ -51,10 +51,10 @@ def audit(
             entry = {"id": r.id, "at": r.at, "actor": r.actor, "action": r.action,
                      "target": r.target, "outcome": r.outcome, "reason": r.reason,
                      "detail": json.loads(r.detail)}  # fmt: skip
-            click.echo(json.dumps(entry, sort_keys=True))
+            render.echo(json.dumps(entry, sort_keys=True))
         return
     if not rows:
-        click.echo("no audit entries" + (" match" if since or actor or run_id or target else ""))
+        render.echo("no audit entries" + (" match" if since or actor or run_id or target else ""))
         return
     body = [
         [str(r.id), render.when(r.at), r.actor, r.action, r.target,
@@ -62,7 +62,7 @@ def audit(
          _short(_detail(r.detail), 60)]
         for r in rows
     ]  # fmt: skip
-    click.echo(render.table(body, ["#", "WHEN", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"]))
+    render.echo(render.table(body, ["#", "WHEN", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"]))
 
 
 def _detail(text: str) -> str:

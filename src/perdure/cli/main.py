@@ -22,6 +22,7 @@ from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
+from .tail import tail
 from .tokens import token
 from .top import top
 from .workers import worker, workers
@@ -37,7 +38,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except PerdureError as exc:
-            click.echo(f"error: {exc}", err=True)
+            render.echo(f"error: {exc}", err=True)
             sys.exit(2)
 
 
@@ -105,9 +106,9 @@ def start(
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
     run, _ = act(app, ops.start(app, operator(), workflow, positional, keywords, run_id=run_id,
                                 via="cli"), "start")  # fmt: skip
-    click.echo(run.id)
+    render.echo(render.shown(run.id))
     if wait:
-        click.echo(json.dumps(app.handle(run.id).result()))
+        render.echo(json.dumps(app.handle(run.id).result()))
 
 
 @cli.command("ls")
@@ -120,7 +121,7 @@ def list_runs(
 ) -> None:
     """List runs, newest first."""
     app = get_app(ctx, existing=True)
-    click.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
+    render.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
 
 
 @cli.command()
@@ -129,18 +130,24 @@ def list_runs(
 )
 @click.pass_context
 def stuck(ctx: click.Context, grace: float) -> None:
-    """Runs nobody is moving (lease long expired, timer long due, pending long) and schedules
-    held back by a run waiting for an operator; exit 1 if any."""
+    """Runs nobody is moving (lease long expired, timer long due, pending long), schedules
+    held back by a run waiting for an operator, and an SQLite write lock held so long that
+    every writer waits (naming its holder); exit 1 if any."""
     from ..triggers.schedules import blocked
 
     app = get_app(ctx, existing=True)
+    stall = app.client.write_lock_stall()  # first: the queries below may have to wait for it
+    if stall is not None:
+        render.echo(f"store: {stall}")
     found = app.sync(app.client.stuck(grace), "perdure stuck")
     held = app.sync(blocked(app), "perdure stuck")
     if not found and not held:
-        click.echo(f"no stuck runs or blocked schedules (grace {grace:g}s)")
+        if stall is not None:
+            sys.exit(1)
+        render.echo(f"no stuck runs or blocked schedules (grace {grace:g}s)")
         return
     if found:
-        click.echo(
+        render.echo(
             render.table(
                 [(r.id, r.workflow, r.status, why) for r, why in found],
                 ("RUN", "WORKFLOW", "STATUS", "WHY"),
@@ -148,10 +155,10 @@ def stuck(ctx: click.Context, grace: float) -> None:
         )
     if held:
         if found:
-            click.echo()
+            render.echo()
         rows = [(b.schedule, b.run_id, b.status, f"{b.held} tick(s)", b.fix) for b in held]
         header = ("SCHEDULE", "BLOCKED BY RUN", "STATUS", "HELD BACK", "TO FREE IT")
-        click.echo(render.table(rows, header))
+        render.echo(render.table(rows, header))
     sys.exit(1)
 
 
@@ -161,9 +168,9 @@ def stuck(ctx: click.Context, grace: float) -> None:
 def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
-    click.echo(render.run_header(app.get_run(run_id)))
-    click.echo()
-    click.echo(render.timeline(app.journal(run_id)))
+    render.echo(render.run_header(app.get_run(run_id)))
+    render.echo()
+    render.echo(render.timeline(app.journal(run_id)))
 
 
 @cli.command("explain")
@@ -173,9 +180,9 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run = app.get_run(run_id)
-    click.echo(render.run_header(run))
-    click.echo()
-    click.echo(render.explanation(explain(app, run, app.journal(run_id))))
+    render.echo(render.run_header(run))
+    render.echo()
+    render.echo(render.explanation(explain(app, run, app.journal(run_id))))
 
 
 @cli.command()
@@ -187,7 +194,7 @@ def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> No
     """Send EVENT with a JSON PAYLOAD to a run (kept until the run waits for it)."""
     app = get_app(ctx, existing=True)
     act(app, ops.send_event(app, operator(), run_id, event, parse_json(payload, "PAYLOAD")), "send")
-    click.echo(f"sent {event} to {run_id}")
+    render.echo(f"sent {render.shown(event)} to {render.shown(run_id)}")
 
 
 @cli.command()
@@ -196,7 +203,7 @@ def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> No
 def cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a run and its children."""
     app = get_app(ctx, existing=True)
-    click.echo(act(app, ops.cancel(app, operator(), run_id), "cancel"))
+    render.echo(act(app, ops.cancel(app, operator(), run_id), "cancel"))
 
 
 def _whole(
@@ -227,7 +234,7 @@ def pause(ctx: click.Context, run_id: str | None, workflow: str | None, worker: 
     if whole is None:
         app = get_app(ctx, existing=True)
         whole = act(app, ops.pause(app, operator(), run_id or ""), "pause")
-    click.echo(whole)
+    render.echo(whole)
 
 
 @cli.command()
@@ -243,7 +250,7 @@ def resume(
     if whole is None:
         app = get_app(ctx, existing=True)
         whole = act(app, ops.resume(app, operator(), run_id or ""), "resume")
-    click.echo(whole)
+    render.echo(whole)
 
 
 @cli.command()
@@ -254,9 +261,9 @@ def gc(ctx: click.Context, batch: int) -> None:
     app = get_app(ctx, need_code=True, existing=True)
     kept = sorted(name for name, wf in app.workflows.items() if wf.retention is None)
     report = act(app, ops.gc(app, operator(), batch), "gc")
-    click.echo(str(report))
+    render.echo(str(report))
     if kept:
-        click.echo(
+        render.echo(
             f"kept every run of {len(kept)} workflow(s) without retention: {', '.join(kept)}"
         )
 
@@ -278,7 +285,7 @@ def resolve(
     app = get_app(ctx, existing=True)
     settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
                          retry=retry, fail=fail)  # fmt: skip
-    click.echo(act(app, settle, "resolve"))
+    render.echo(act(app, settle, "resolve"))
 
 
 @cli.command()
@@ -295,7 +302,9 @@ def resolve(
 def fork(ctx: click.Context, run_id: str, from_step: int, new_id: str | None) -> None:
     """Start a new run from RUN_ID's step N (retry from here after a fix)."""
     app = get_app(ctx, existing=True)
-    click.echo(act(app, ops.fork(app, operator(), run_id, from_step, new_id), "fork").id)
+    render.echo(
+        render.shown(act(app, ops.fork(app, operator(), run_id, from_step, new_id), "fork").id)
+    )
 
 
 @cli.command()
@@ -312,14 +321,14 @@ def emit(
     ingest = ops.emit(app, operator(), event_type, parse_json(payload, "PAYLOAD"),
                       event_id=event_id, run_id=run_id)  # fmt: skip
     for rid in act(app, ingest, "emit"):
-        click.echo(rid)
+        render.echo(render.shown(rid))
 
 
 @cli.command("effects")
 @click.pass_context
 def effects_cmd(ctx: click.Context) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    click.echo(render.effects(effects(get_app(ctx, need_code=True))))
+    render.echo(render.effects(effects(get_app(ctx, need_code=True))))
 
 
 @cli.command("replay-check")
@@ -328,7 +337,7 @@ def replay_check_cmd(ctx: click.Context) -> None:
     """Replay unfinished runs against the current code (executes nothing); exit 1 on divergence."""
     app = get_app(ctx, need_code=True)
     report = asyncio.run(replay_check(app))
-    click.echo(render.replay(report))
+    render.echo(render.replay(report))
     if report.divergences:
         sys.exit(1)
 
@@ -345,5 +354,6 @@ cli.add_command(workers)
 cli.add_command(mcp_cmd)
 cli.add_command(top)
 cli.add_command(audit)
+cli.add_command(tail)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

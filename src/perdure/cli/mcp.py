@@ -10,6 +10,7 @@ import click
 from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
+from . import render
 from .listening import listen_options
 
 
@@ -121,7 +122,7 @@ def mcp_cmd(
     runs = "runs workflows here" if with_worker else "a `perdure worker` runs them"
     try:
         if over_http:
-            click.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
+            render.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
             from ..server.timeouts import ConnectionLimits
 
@@ -130,7 +131,7 @@ def mcp_cmd(
             asyncio.run(serve_http(server, host, port, path=path, worker=worker,
                                    names=allowed_hosts, limits=limits))  # fmt: skip
         else:
-            click.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
+            render.echo(f"perdure mcp: stdio on {app.url}; tools: {names}; {runs}", err=True)
             asyncio.run(serve_stdio(server, worker))
     finally:
         app.close()

@@ -3,6 +3,12 @@
 Run data (results, errors, journal data, step details) is shown through
 `observe.redact.Redactor`, the one the API, the dashboard and MCP use, and masked
 before it is cut to fit a column, so a cut never leaves part of a secret showing.
+
+Everything is printed through `echo`, which writes every character the id rule refuses
+(`store.names`: control, format and invisible ones) as an escape, line breaks aside; a stored
+value in a table cell or a field is `shown`, its line breaks escaped too. So nothing stored,
+old rows made before the rule included, can move the cursor, retitle or clear the terminal,
+reorder a line or split one.
 """
 
 from __future__ import annotations
@@ -11,9 +17,23 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import click
+
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow, ScheduleRow, TickRow
+from ..store.names import escape
+
+
+def shown(value: object) -> str:
+    """One value (an id, a name, a cell) as it may be printed: every refused character,
+    line breaks included, as an escape."""
+    return escape(str(value))
+
+
+def echo(text: object = "", *, err: bool = False) -> None:
+    """`click.echo` of `text` with every refused character but the line break escaped."""
+    click.echo(escape(str(text), keep="\n"), err=err)
 
 
 def when(ts: float | None) -> str:
@@ -22,7 +42,9 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    """Rows in columns; every cell `shown`, so no stored value can break the table."""
+    rows = [[shown(c) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
     lines += [
@@ -43,28 +65,28 @@ def runs(rows: Sequence[RunRow]) -> str:
 def run_header(run: RunRow) -> str:
     redactor = Redactor()
     lines = [
-        f"run       {run.id}",
-        f"workflow  {run.workflow}  (code version {run.code_version})",
+        f"run       {shown(run.id)}",
+        f"workflow  {shown(run.workflow)}  (code version {shown(run.code_version)})",
         f"status    {run.status}" + ("  (pause requested)" if run.pause_requested else ""),
         f"created   {when(run.created_at)}   updated {when(run.updated_at)}",
     ]
     if run.wake_at:
-        lines.append(f"wakes     {when(run.wake_at)}  ({run.waiting_for or 'timer'})")
+        lines.append(f"wakes     {when(run.wake_at)}  ({shown(run.waiting_for or 'timer')})")
     elif run.waiting_for and run.status == "waiting":
-        lines.append(f"waits for {run.waiting_for}")
+        lines.append(f"waits for {shown(run.waiting_for)}")
     if run.parent_id:
-        lines.append(f"parent    {run.parent_id}")
+        lines.append(f"parent    {shown(run.parent_id)}")
     if run.lease_owner and run.status in ("running", "cancelling"):
         until = f"until {when(run.lease_until)}" if run.lease_until else "released (claimable now)"
         lines.append(
-            f"lease     {run.lease_owner} {until} "
+            f"lease     {shown(run.lease_owner)} {until} "
             f"(epoch {run.lease_epoch}, recoveries {run.recoveries})"
         )
     if run.result is not None:
-        lines.append(f"result    {(redactor.json_text(run.result) or '')[:200]}")
+        lines.append(f"result    {shown((redactor.json_text(run.result) or '')[:200])}")
     if run.error is not None:
         err = redactor.value(json.loads(run.error))
-        lines.append(f"error     {err.get('type')}: {err.get('message')}")
+        lines.append(f"error     {shown(err.get('type'))}: {shown(err.get('message'))}")
     return "\n".join(lines)
 
 
@@ -159,8 +181,8 @@ def schedules(rows: Sequence[ScheduleRow]) -> str:
 
 def schedule(row: ScheduleRow, upcoming: Sequence[float], ticks: Sequence[TickRow]) -> str:
     lines = [
-        f"schedule  {row.name}  ({row.source})",
-        f"workflow  {row.workflow}  input {row.input}",
+        f"schedule  {shown(row.name)}  ({row.source})",
+        f"workflow  {shown(row.workflow)}  input {shown(row.input)}",
         f"timing    {_timing(row)}  jitter {row.jitter:g}s  grace {row.grace:g}s",
         f"policies  catchup={row.catchup} (limit {row.catchup_limit})  overlap={row.overlap}",
         f"state     {'paused' if row.paused else 'active'}",

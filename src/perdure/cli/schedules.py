@@ -22,7 +22,7 @@ def list_schedules(ctx: click.Context) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    click.echo(render.schedules(app.schedules()))
+    render.echo(render.schedules(app.schedules()))
 
 
 @schedules.command("show")
@@ -38,7 +38,7 @@ def show(ctx: click.Context, name: str, count: int, limit: int) -> None:
     row = app.sync(sched.get(app, name), "schedules show")
     after = max(app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused else sched.upcoming(row, count, after)
-    click.echo(render.schedule(row, upcoming, app.schedule_ticks(name, limit=limit)))
+    render.echo(render.schedule(row, upcoming, app.schedule_ticks(name, limit=limit)))
 
 
 @schedules.command("add")
@@ -89,7 +89,7 @@ def add(
         jitter=jitter,
     )
     row = act(app, ops.add_schedule(app, operator(), schedule), "schedules add")
-    click.echo(f"{row.name}: next fire {render.when(row.next_fire)}")
+    render.echo(f"{render.shown(row.name)}: next fire {render.when(row.next_fire)}")
 
 
 def _operate(ctx: click.Context, name: str, verb: str) -> None:
@@ -103,10 +103,10 @@ def _operate(ctx: click.Context, name: str, verb: str) -> None:
         row = act(app, ops.resume_schedule(app, who, name), "schedules resume")
     else:
         act(app, ops.delete_schedule(app, who, name), "schedules delete")
-        click.echo(f"{name}: deleted")
+        render.echo(f"{render.shown(name)}: deleted")
         return
     state = "paused" if row.paused else f"next fire {render.when(row.next_fire)}"
-    click.echo(f"{name}: {state}")
+    render.echo(f"{render.shown(name)}: {state}")
 
 
 @schedules.command("pause")

@@ -8,6 +8,7 @@ from types import FrameType
 import click
 
 from ..extras import require_extra
+from . import render
 from .listening import listen_options
 
 
@@ -61,7 +62,7 @@ def serve(
 
     instrument(app)
     names = ", ".join(sorted(app.webhooks)) or "none"
-    click.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
+    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     limits = ConnectionLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )

@@ -25,8 +25,9 @@ def create(ctx: click.Context, name: str, scopes: tuple[str, ...]) -> None:
 
     app = get_app(ctx)
     token_id, secret = act(app, ops.create_token(app, operator(), name, scopes), "token create")
-    click.echo(f"token {token_id} for {name} ({' '.join(scopes)}); keep it, it is not shown again:")
-    click.echo(secret)
+    held = f"{render.shown(name)} ({' '.join(scopes)})"
+    render.echo(f"token {token_id} for {held}; keep it, it is not shown again:")
+    render.echo(secret)
 
 
 @token.command("ls")
@@ -39,7 +40,7 @@ def list_tokens(ctx: click.Context) -> None:
     rows = app.sync(app.store.list_tokens(), "token ls")
     body = [[r.id, r.name, r.scopes, render.when(r.created_at), render.when(r.revoked_at)]
             for r in rows]  # fmt: skip
-    click.echo(render.table(body, ["ID", "NAME", "SCOPES", "CREATED", "REVOKED"]) if body
+    render.echo(render.table(body, ["ID", "NAME", "SCOPES", "CREATED", "REVOKED"]) if body
                else "no tokens")  # fmt: skip
 
 
@@ -52,4 +53,4 @@ def revoke(ctx: click.Context, token_id: str) -> None:
 
     app = get_app(ctx, existing=True)
     act(app, ops.revoke_token(app, operator(), token_id), "token revoke")
-    click.echo(f"{token_id}: revoked")
+    render.echo(f"{token_id}: revoked")

@@ -57,7 +57,7 @@ def worker(
         from ..observe.metrics import serve_metrics
 
         serve_metrics(app, metrics_port)
-    click.echo(
+    render.echo(
         f"perdure worker: {len(app.workflows)} workflow(s) on {public_url(app.url)}", err=True
     )
     options = WorkerOptions(
@@ -93,7 +93,7 @@ def workers(ctx: click.Context, since: float) -> None:
     now = app.clock.now()
     rows = app.sync(app.store.list_workers(now - since), "workers")
     if not rows:
-        click.echo("no workers in the last hour" if since == 3600.0 else "no workers")
+        render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
     for w in rows:
@@ -108,4 +108,4 @@ def workers(ctx: click.Context, since: float) -> None:
                      render.when(w.started_at), render.when(w.heartbeat_at), skew,
                      state])  # fmt: skip
     head = ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "CLOCK", "STATE"]
-    click.echo(render.table(body, head))
+    render.echo(render.table(body, head))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
+from ..store import waits
 from ..store.base import (
     COMPLETED,
     DEAD,
@@ -33,6 +34,7 @@ from ..store.base import (
     Store,
 )
 from ..store.blobs import blob_ref, inline_or_blob
+from ..store.names import check_run_id
 from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
@@ -149,12 +151,41 @@ class Client:
         priority: int = 0,
         partition_key: str | None = None,
         origin: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> tuple[RunRow, bool]:
         """`start`, also saying whether this call created the run (False: it existed).
-        `origin` says what started it (`{"event": trigger, "id": ...}`; see `current_run`)."""
+        `origin` says what started it (`{"event": trigger, "id": ...}`; see `current_run`).
+
+        `timeout`: seconds to wait for the store (SQLite's one write lock) before raising
+        StoreUnavailable, naming who holds the lock, with nothing written. None: the
+        store's `busy_timeout` (60 s on SQLite; PostgreSQL has no global lock to wait for).
+        """
         if not isinstance(workflow, str):
             workflow = workflow.name
+        if run_id is not None:
+            check_run_id(run_id)  # before any work; the store checks every run it creates too
         definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
+        if timeout is None:
+            timeout = getattr(self.store, "busy_timeout", None)
+        elif not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise ConfigError(f"timeout={timeout!r}: give seconds greater than 0, or None")
+        with waits.bounded(timeout):
+            run, created = await self._create(workflow, definition, encoded, run_id, deadline,
+                                              queue, priority, partition_key, origin)  # fmt: skip
+        if not created and run.workflow != workflow:
+            raise PerdureError(
+                f"run id {run.id!r} already names a run of workflow {run.workflow!r}, "
+                f"not {workflow!r}"
+            )
+        self.runtime.notify()
+        return run, created
+
+    async def _create(
+        self, workflow: str, definition: WorkflowDef, encoded: str, run_id: str | None,
+        deadline: float | None, queue: str | None, priority: int, partition_key: str | None,
+        origin: dict[str, Any] | None,
+    ) -> tuple[RunRow, bool]:  # fmt: skip
+        """Open the store and create the run (or find it): the store calls of a start."""
         await self.runtime.open_store()
         text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
         now = self.runtime.clock.now()
@@ -174,14 +205,7 @@ class Client:
             new.entries.append(origin_entry(origin, now))
         if blob is not None:
             new.blobs.append(blob)
-        run, created = await self.store.create_run(new)
-        if not created and run.workflow != workflow:
-            raise PerdureError(
-                f"run id {run.id!r} already names a run of workflow {run.workflow!r}, "
-                f"not {workflow!r}"
-            )
-        self.runtime.notify()
-        return run, created
+        return await self.store.create_run(new)
 
     async def get(self, run_id: str) -> RunRow:
         await self.runtime.open_store()
@@ -252,6 +276,13 @@ class Client:
                 said = str(record.get("message", "")) if isinstance(record, dict) else run.error
                 found.append((run, f"parked: {' '.join(said.split())}"))
         return found
+
+    def write_lock_stall(self) -> str | None:
+        """One line if the store's global write lock (SQLite) has been held so long that every
+        writer is stalled, naming the holder; None if not, or if the store has no such lock.
+        Cheap: reads one small record, and probes the lock only when that record is old."""
+        check = getattr(self.store, "write_lock_stall", None)
+        return check() if check is not None else None
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to finish; return its result or raise `RunFailed`."""

@@ -3,17 +3,20 @@ status, wait for its result, signal it. Each holds the `Runtime` and a `Client` 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ConfigError
 from ..store.blobs import inline_or_blob
+from ..store.names import check_run_id
 from .client import Client, encode_input, origin_entry
 from .context import current
 from .durable import child_result
 from .registry import WorkflowDef
 from .retry import seconds
 from .runtime import Runtime
+from .streams import StreamChunk, follow, follow_sync
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,6 +47,15 @@ class RunHandle:
 
     async def result_async(self, timeout: float | timedelta | None = None) -> Any:
         return await self.client.result(self.id, seconds(timeout))
+
+    def stream(self, after: int = -1) -> Iterator[StreamChunk]:
+        """The run's stream after offset `after`, live until the run is finished (see
+        `perdure.stream`): chunks and the markers `attempt`, `retry` and `dropped`."""
+        return follow_sync(self.client, self.id, after)
+
+    def astream(self, after: int = -1) -> AsyncIterator[StreamChunk]:
+        """`stream` for async code."""
+        return follow(self.client, self.id, after)
 
     def send_event(self, name: str, payload: Any = None) -> None:
         self._sync(self.client.send_event(self.id, name, payload), "RunHandle.send_event()")
@@ -89,6 +101,7 @@ class Workflow(Generic[P, R]):
         queue: str | None = None,
         priority: int = 0,
         partition_key: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Start a run of this workflow (a child run when called inside a workflow); the
@@ -100,11 +113,15 @@ class Workflow(Generic[P, R]):
                 client.start(
                     self.name, args, kwargs, run_id=run_id, deadline=seconds(deadline),
                     queue=queue, priority=priority, partition_key=partition_key,
+                    timeout=timeout,
                 ),
                 "Workflow.start()",
             )  # fmt: skip
             return RunHandle(client, run.id)
-        if deadline is not None or queue is not None or priority or partition_key is not None:
+        if (
+            deadline is not None or queue is not None or priority or partition_key is not None
+            or timeout is not None
+        ):  # fmt: skip
             raise ConfigError(
                 f"{self.name}.start() inside a workflow starts a child run, which takes "
                 "run_id= only (its queue and deadline are its workflow's)"
@@ -126,7 +143,7 @@ class Workflow(Generic[P, R]):
         final = ctx.final(entries)
         if final is None:
             await ctx.checkpoint()
-            child_id = run_id or f"{ctx.run_id}.{pos}"
+            child_id = check_run_id(run_id or f"{ctx.run_id}.{pos}")  # raised into the workflow
             text, blob = inline_or_blob(
                 encode_input(self.name, args, kwargs), self.runtime.blob_threshold
             )

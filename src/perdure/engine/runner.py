@@ -19,7 +19,7 @@ from ..errors import (
 )
 from ..store.base import CANCELLED, COMPLETED, FAILED, FINISHED, Append, Claim, Entry, RunRow
 from ..store.blobs import inline_or_blob
-from . import observers
+from . import observers, streams
 from .client import unblob_text
 from .codec import dumps, loads
 from .context import RunContext, activate, deactivate
@@ -146,6 +146,7 @@ async def execute(
             await ctx.settle_inflight()
             if ctx.diverged is not None:
                 raise ctx.diverged  # the workflow swallowed it; the run still must not finish
+            await streams.flush(ctx)  # readers see every chunk before the run is done
             text, blob = inline_or_blob(
                 dumps(result, f"result of workflow {definition.name!r}"), runtime.blob_threshold
             )
@@ -182,6 +183,8 @@ async def execute(
         ctx.lost = True
         log.warning("worker %s: run %s stopped: %s", worker_id, run.id, exc)
     finally:
+        if outcome == "suspended":  # parked (a sleep, a wait): what it streamed is sent now
+            await streams.flush(ctx)
         ctx.closed = True
         observers.run_finished(ctx, outcome, started)
         contexts.pop(run.id, None)
@@ -205,6 +208,7 @@ async def fail(ctx: RunContext, exc: BaseException) -> None:
     record = error_record(exc)
     if isinstance(exc, PayloadError):
         record["type"] = "perdure.PayloadError"
+    await streams.flush(ctx)
     ctx.closed = False
     await ctx.write(
         ctx.entry("run.failed", data=record),

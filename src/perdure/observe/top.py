@@ -140,6 +140,11 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from ..store.names import escape
+
+    def cell(value: str) -> Text:  # stored text: no markup, no control or format characters
+        return Text(escape(value))
+
     states = "  ".join(f"{k} {v}" for k, v in sorted(frame.counts.items()) if v) or "no runs"
     header = Text.assemble((title, "bold"), "  ", states)
 
@@ -154,7 +159,7 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
         else:
             lease = Text(f"expired {_ago(-w.lease_left)} ago", style="red")
         beat = "-" if w.heartbeat_ago is None else f"{_ago(w.heartbeat_ago)} ago"
-        workers.add_row(w.id, str(w.runs), lease, beat)
+        workers.add_row(cell(w.id), str(w.runs), lease, beat)
     if not frame.workers:
         workers.add_row("(no worker seen)", "", "", "")
 
@@ -162,13 +167,13 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):
         queues.add_column(name, no_wrap=True)
     for q in frame.queues:
-        queues.add_row(q.name, str(q.running), str(q.pending), q.limits)
+        queues.add_row(cell(q.name), str(q.running), str(q.pending), q.limits)
 
     runs = Table(title="running", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("RUN", "WORKFLOW", "QUEUE", "WORKER", "AGE", "STEP"):
         runs.add_column(name, no_wrap=True, overflow="ellipsis")
     for r in frame.runs:
-        runs.add_row(r.id, r.workflow, r.queue, r.worker, _ago(r.age), r.step)
+        runs.add_row(*map(cell, (r.id, r.workflow, r.queue, r.worker)), _ago(r.age), cell(r.step))
     parts: list[Any] = [header, workers, queues, runs]
     if frame.more_runs:
         parts.append(Text(f"... and {frame.more_runs} more running"))

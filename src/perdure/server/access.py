@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..store.names import check
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -73,8 +74,7 @@ async def create_token(
     """A new token for `name` with `scopes`: (its id, the token, shown only now).
 
     Not audited by itself: operators create tokens through `operations.create_token`."""
-    if not name or len(name) > 100:
-        raise ConfigError("a token needs a name of 1 to 100 characters (who or what holds it)")
+    check(name, "token name", 100)  # who or what holds it
     kept = check_scopes(scopes)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = token_id or new_token_id()

@@ -51,6 +51,7 @@ from .validation import (
     Comment,
     CursorQuery,
     Fork,
+    IdRoute,
     IdsQuery,
     IntQuery,
     PutBudget,
@@ -70,6 +71,7 @@ from .validation import (
     path_param,
     run_cursor,
     runs_page,
+    segment,
 )
 
 log = logging.getLogger("perdure.server")
@@ -205,7 +207,12 @@ async def _probe(app: App) -> None:
 
 
 async def readyz(call: Call) -> Any:
-    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not."""
+    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, or if
+    the store's write lock (SQLite) has been held so long that every writer is stalled."""
+    stall = call.app.client.write_lock_stall()
+    if stall is not None:
+        log.warning("readyz: %s", stall)
+        return JSONResponse({"ready": False, "error": stall}, 503)
     try:
         await asyncio.wait_for(_probe(call.app), READY_TIMEOUT)
     except Exception as exc:  # whatever stops the store answering means "not ready"
@@ -329,21 +336,38 @@ async def send_event(call: Call) -> Any:
     return {"run_id": run_id, "event_id": event_id}
 
 
-async def stream(call: Call) -> Any:
-    run_id = RUN.read(call.request)
-    assert run_id is not None
+def _resume_after(call: Call) -> int:
+    """`?after=`, or the Last-Event-ID a reconnecting EventSource sends if it is later."""
     after = AFTER.read(call.request)
-    last = call.request.headers.get("last-event-id")  # a reconnecting EventSource says this
+    last = call.request.headers.get("last-event-id")
     if last is not None and last.isascii() and last.isdigit() and len(last) < 16:
         after = max(after, int(last))
-    await call.app.client.get(run_id)
+    return after
+
+
+def _still_allowed(call: Call) -> Callable[[], Awaitable[bool]]:
+    """Whether the stream's token still reads (a revoked one stops within sse.RECHECK s)."""
     header = call.request.headers.get("authorization")
 
-    async def allowed() -> bool:  # a revoked token stops receiving within sse.RECHECK s
+    async def allowed() -> bool:
         who = await authenticate_request(call.request, header)
         return who is not None and who.allows("read")
 
-    return sse.response(call.request, call.app, run_id, after, allowed)
+    return allowed
+
+
+async def stream(call: Call) -> Any:
+    run_id = RUN.read(call.request)
+    assert run_id is not None
+    after = _resume_after(call)
+    await call.app.client.get(run_id)
+    return sse.response(call.request, call.app, run_id, after, _still_allowed(call))
+
+
+async def run_stream(call: Call) -> Any:
+    run = await call.app.client.get(call.path("run_id"))
+    after = _resume_after(call)
+    return sse.chunks_response(call.request, call.app, run.id, after, _still_allowed(call))
 
 
 # -- gates ----------------------------------------------------------------------------------
@@ -574,6 +598,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{R}/events", send_event, "operate",
              "Deliver an event to the run's wait_event(name)", body=SendEvent,
              returns="EventSent", status=202, errors=(404,)),
+    Endpoint("GET", f"{R}/stream", run_stream, "read",
+             "Server-Sent Events: what the run's steps write while they run (perdure.stream)",
+             params=(AFTER,), returns="Stream", errors=(404, 503)),
     Endpoint("GET", f"{PREFIX}/events/stream", stream, "read",
              "Server-Sent Events: a run's status changes and new journal entries",
              params=(RUN, AFTER),
@@ -662,7 +689,7 @@ async def _audit_refusal(
     if name is None:  # it only reads
         return
     params = request.path_params
-    kind, value = next(((k, params[p]) for p, k in _TARGETS if p in params), ("api", ""))
+    kind, value = next(((k, segment(request, p)) for p, k in _TARGETS if p in params), ("api", ""))
     target = f"{kind}:{value}" if value else f"api:{endpoint.method} {endpoint.path}"
     await ops.refuse(app, who, Action(name, target, endpoint.scope or "read"), exc)
 
@@ -688,7 +715,7 @@ def _route(endpoint: Endpoint) -> Route:
             return _error(409, str(exc))
 
     handle.__name__ = endpoint.handler.__name__
-    return Route(endpoint.path, handle, methods=[endpoint.method])
+    return IdRoute(endpoint.path, handle, methods=[endpoint.method])
 
 
 def api_routes() -> list[BaseRoute]:

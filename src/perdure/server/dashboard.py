@@ -36,11 +36,13 @@ from ..engine.inspection import explain
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
+from ..store.names import escape
 from ..triggers import schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
+from .run_picture import outputs, picture
 from .sse import Recheck, SlotStream, slots_of
 from .throttle import TooManyFailures
 
@@ -55,6 +57,8 @@ PAGE = 50  # rows per page of runs and audit entries
 MAX_PAGE = 1000  # a page number beyond is the last one asked for (never a 500)
 MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
 MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
+MAX_STREAMED = 5000  # stream rows a run page reads (the newest)
+MAX_OUTPUTS = 30  # step attempts whose output a run page shows (the newest)
 STREAM_SECONDS = 600.0  # one SSE connection lasts this long; the browser then reconnects
 STREAM_POLL = 1.0  # seconds between checks for changes made by other processes
 HEADERS = {
@@ -91,6 +95,16 @@ def ago(ts: float | None, now: float) -> str:
     return f"{text} ago" if delta >= 0 else f"in {text}"
 
 
+def visible(value: Any) -> Any:
+    """Every `{{ value }}` a page shows, before HTML escaping: what the id rule refuses (control,
+    format and invisible characters) written as an escape, line breaks and tabs kept, so that
+    no stored text (old ids made before the rule included) reorders or hides a page's text."""
+    if isinstance(value, str):  # Markup stays Markup: the escapes are plain ASCII
+        return type(value)(escape(value, keep="\n\t"))
+    return value
+
+
+templates.env.finalize = visible
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
 
@@ -458,8 +472,17 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         and not run.pause_requested,
         "resume": run.status in ("paused", "dead") or run.pause_requested,
     }
+    last = await app.store.stream_last(run.id)
+    streamed = await app.store.read_stream(run.id, max(-1, last - MAX_STREAMED), MAX_STREAMED)
+    output, _ = outputs(streamed)
+    for block in output:
+        block.text = redactor.text(block.text)
+        block.topics = {k: json.dumps(redactor.value(v), default=str)
+                        for k, v in block.topics.items()}  # fmt: skip
     return await render(
         request, who, "run.html", run=run, rows=rows[-MAX_ENTRIES:], hidden=len(rows) > MAX_ENTRIES,
+        picture=picture(run, entries, app.clock.now()), output=output[-MAX_OUTPUTS:],
+        older=streamed[0].seq if streamed else 0,  # stream rows before those read
         error=error, result=_pretty(result), arguments=_pretty(arguments),
         audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
         children=children, gate=gate, actions=actions, final=run.status in FINISHED,
@@ -674,7 +697,8 @@ async def digest(app: App, run_id: str | None) -> str:
         if run is not None:
             moving = run.status not in FINISHED and run.status != "waiting"
             size = len(await app.store.journal(run_id)) if moving else 0
-            parts.append((run.status, run.updated_at, run.lease_owner, size))
+            streamed = await app.store.stream_last(run_id)
+            parts.append((run.status, run.updated_at, run.lease_owner, size, streamed))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from .api import ENDPOINTS, Endpoint
-from .validation import BODIES, MAX_BODY, MAX_TEXT, PATH_PARAMS, SCHEMA, TEXT, time_zones
+from .validation import BODIES, MAX_BODY, PATH_MOST, PATH_PARAMS, SCHEMA, TEXT, time_zones
 
 API_VERSION = "1"
 DEFAULT_PATH = Path("docs/openapi.json")
@@ -193,7 +193,7 @@ def _operation(endpoint: Endpoint, body_refs: dict[str, Any]) -> dict[str, Any]:
     }
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True,
-         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
+         "schema": {"type": "string", "minLength": 1, "maxLength": PATH_MOST[name],
                     "pattern": PATH_PARAMS[name]}}
         for name in re.findall(r"{(\w+)}", endpoint.path)
     ]  # fmt: skip

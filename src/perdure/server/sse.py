@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..engine.streams import StreamChunk, follow
 from ..errors import PerdureError
 from ..observe.redact import Redactor
 from ..store.base import FINISHED, Entry, RunRow
@@ -202,4 +203,40 @@ def response(
     if not slots.take():
         return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
     body = events(app, run_id, after, allowed)
+    return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
+
+
+def _chunk_frame(chunk: StreamChunk) -> str:
+    body = {"seq": chunk.seq, "topic": chunk.topic, "data": chunk.data, "at": chunk.at}
+    return _frame(chunk.kind, body, chunk.seq)
+
+
+async def stream_chunks(
+    app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
+) -> AsyncGenerator[str, None]:
+    """A run's stream (`perdure.stream`) as SSE: one event per row, its kind as the event
+    name (`chunk`, `attempt`, `retry`, `dropped`), `id:` its offset for Last-Event-ID; `end`
+    once the run is finished and all was sent, or when the credential no longer holds."""
+    check = Recheck(allowed)
+    yield "retry: 2000\n\n"
+    async for chunk in follow(app.client, run_id, after):
+        if not await check.still():
+            yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
+            return
+        yield _chunk_frame(chunk)
+    run = await app.store.get_run(run_id)
+    yield _frame("end", {"run_id": run_id, "status": run.status if run else None})
+
+
+def chunks_response(
+    request: Request, app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
+) -> Response:
+    """The run-stream response for one client (503 if MAX_STREAMS are already open)."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if request.method == "HEAD":
+        return Response(media_type="text/event-stream", headers=headers)
+    slots = slots_of(request)
+    if not slots.take():
+        return JSONResponse({"error": f"{MAX_STREAMS} streams are open; try again later"}, 503)
+    body = stream_chunks(app, run_id, after, allowed)
     return SlotStream(body, slots, media_type="text/event-stream", headers=headers)

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from urllib.parse import unquote
 
 from annotated_types import Interval
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -36,22 +38,34 @@ from pydantic import (
     field_validator,
 )
 from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from ..errors import ConfigError
 from ..store.base import ALL_STATUSES, RunRow, Store
+from ..store.names import (
+    MAX_NAME,
+    MAX_RUN_ID,
+    PATTERN,
+    REFUSED_CLASS,
+    check,
+    check_run_id,
+    problem,
+)
 from .webhooks import Refused, read_body
 
 MAX_BODY = 1_048_576  # bytes of request body, refused with 413 beyond
-MAX_TEXT = 200  # characters of an id or a name
+MAX_TEXT = MAX_RUN_ID  # characters of an id or a name in a path or query (a run id's most)
 BIG = 2**53  # beyond this an integer does not survive a round trip through JSON numbers
 MAX_TIME = 1e11  # seconds since 1970 (year 5138): a `since` beyond is no usable time
 MAX_CURSOR = 1000  # characters of a cursor
 
-# Ids and names: no control characters, line breaks or bidirectional overrides, which
-# would garble or disguise the line a terminal or a page shows them on.
-NAME = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
+# Ids and names meet the id rule (`store.names`): visible characters only, so that none can
+# garble or disguise the line a terminal or a page shows it on. Refused in a body it is a 422,
+# in the path or the query a 400, each with the rule's one line.
+NAME = PATTERN
 # A schedule's name also goes without ':' and spaces (`triggers.schedules.validate`).
-SCHEDULE_NAME = r"^[^\x00-\x20:\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
+SCHEDULE_NAME = f"^[^{REFUSED_CLASS} :]*$"
 TEXT = r"^[^\x00]*$"  # free text: anything but NUL, which no store keeps
 # A page position: the `created_at` and id of the last run shown, or the id of an audit entry.
 RUN_CURSOR = r"^-?[0-9]{1,17}(\.[0-9]{1,17})?(e[+-]?[0-9]{1,2})?:[^\x00]+$"
@@ -109,8 +123,15 @@ Kwargs = Annotated[
     WithJsonSchema({"type": "object", "propertyNames": {"pattern": TEXT},
                     "additionalProperties": {SCHEMA: "JsonValue"}}),
 ]  # fmt: skip
-Id = Field(min_length=1, max_length=MAX_TEXT, pattern=NAME)
-OptId = Field(None, min_length=1, max_length=MAX_TEXT, pattern=NAME)
+
+
+def _rule(most: int) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "minLength": 1, "maxLength": most, "pattern": NAME})
+
+
+# A body's run id and its other ids and names: the id rule, documented as a pattern.
+RunId = Annotated[str, AfterValidator(check_run_id), _rule(MAX_RUN_ID)]
+Name = Annotated[str, AfterValidator(lambda v: check(v, "name")), _rule(MAX_NAME)]
 
 
 @dataclass(frozen=True)
@@ -169,24 +190,23 @@ class Comment(Body):
 class StartRun(Body):
     """Start a run of `workflow` (or find the run `id` already names: idempotent)."""
 
-    workflow: str = Id
+    workflow: Name
     args: list[Json] = []
     kwargs: Kwargs = {}
-    id: str | None = OptId
+    id: RunId | None = None
     deadline: float | None = Field(None, gt=0, le=10 * 365 * 86400, description="seconds")
-    queue: str | None = OptId
+    queue: Name | None = None
     priority: Annotated[int, Interval(ge=-(2**31), le=2**31 - 1), INTEGRAL] = 0
-    partition_key: str | None = OptId
+    partition_key: Name | None = None
 
 
 class Resolve(Comment):
     """Settle a needs_attention step: give exactly one of `value`, `retry` or `fail`."""
 
     EXACTLY_ONE = (Choice("value"), Choice("retry", true=True), Choice("fail", true=True))
-    step: (
-        Annotated[int, Interval(ge=0, le=BIG), INTEGRAL]
-        | Annotated[str, Field(min_length=1, max_length=MAX_TEXT, pattern=NAME)]
-    ) = Field(description="the step's position or name")
+    step: Annotated[int, Interval(ge=0, le=BIG), INTEGRAL] | Name = Field(
+        description="the step's position or name"
+    )
     value: Json = Field(None, description="mark the step done with this value")
     retry: bool = False
     fail: bool = False
@@ -196,15 +216,15 @@ class Fork(Comment):
     """A new run reusing the first `from_step` positions of this one (retry from there)."""
 
     from_step: Annotated[int, Interval(ge=0, le=BIG), INTEGRAL]
-    id: str | None = OptId
+    id: RunId | None = None
 
 
 class SendEvent(Body):
     """An event for the run's `wait_event(name)`; a repeated `key` is delivered once."""
 
-    name: str = Id
+    name: Name
     payload: Json = None
-    key: str | None = OptId
+    key: Name | None = None
 
 
 class Answer(Body):
@@ -218,7 +238,7 @@ class PutSchedule(Body):
     or `every`."""
 
     EXACTLY_ONE = (Choice("cron", not_null=True), Choice("every", not_null=True))
-    workflow: str = Id
+    workflow: Name
     cron: str | None = Field(
         None, pattern=CRON, description="five fields (minute hour "
         "day-of-month month day-of-week) or a macro (@daily); one that never fires (30 "
@@ -267,7 +287,7 @@ class SetPause(Comment):
     """Pause (or resume) every run of a workflow, or a worker (by id, or all of a host)."""
 
     scope: Literal["workflow", "worker"]
-    name: str = Id
+    name: Name
     paused: bool = True
 
 
@@ -340,30 +360,71 @@ async def parse_body(request: Request, model: type[M]) -> M:
 # -- query values -----------------------------------------------------------------------------
 
 
-# The path parameters of the API and the pattern each meets (besides 1 to MAX_TEXT characters).
+# The path parameters of the API, the pattern each meets and its most characters.
 PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME}
+PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME}
 
 
 def text_param(
-    value: str | None, field: str, *, required: bool = False, pattern: str = NAME
+    value: str | None,
+    field: str,
+    *,
+    required: bool = False,
+    pattern: str = NAME,
+    most: int = MAX_TEXT,
 ) -> str | None:
-    """An id or name from the path or the query: 1 to MAX_TEXT characters meeting `pattern`
-    (`NAME`: no control characters, line breaks or bidirectional overrides)."""
+    """An id or name from the path or the query: the id rule (`store.names`), 1 to MAX_TEXT
+    characters (`most`: a schedule's or agent's name in a path, MAX_NAME); `SCHEDULE_NAME`
+    also refuses ':' and spaces.
+
+    What the rule refuses is a 400 (no id can be so: every id is checked where it is made);
+    one it allows that names nothing is for the handler to answer (404)."""
     if value is None or value == "":
         if required:
             raise BadInput(400, f"{field}: required", field)
         return None
-    if len(value) > MAX_TEXT or not re.fullmatch(pattern, value):
-        what = (
-            "no control characters" if pattern == NAME else "no control characters, ':' or spaces"
-        )
-        raise BadInput(400, f"{field}: 1 to {MAX_TEXT} characters, {what}", field)
+    why = problem(value, field.replace("_", " "), most)
+    if why is None and pattern == SCHEDULE_NAME and (":" in value or " " in value):
+        why = "a schedule name has no ':' or spaces"
+    if why is not None:
+        raise BadInput(400, f"{field}: {why}", field)
     return value
 
 
+_KEPT = re.compile(r"(%2[fF5])")  # an encoded '/' or '%' inside a path segment
+
+
+def _segments_path(scope: Scope) -> str | None:
+    """The request's path decoded but for `%2F` and `%25`, so that an id holding '/' stays one
+    segment (`IdRoute`); None when the raw path has neither, or disagrees with the path."""
+    raw = scope.get("raw_path")
+    if not raw or b"%2" not in raw.upper():
+        return None
+    text = raw.decode("latin-1")
+    kept = "".join(
+        part.upper() if _KEPT.fullmatch(part) else unquote(part) for part in _KEPT.split(text)
+    )
+    return kept if unquote(kept) == scope["path"] else None
+
+
+class IdRoute(Route):
+    """A route whose path parameters may hold '/' (sent as %2F): anything the id rule allows
+    in an id can be reached by it, `hook:push:a/b` included (`path_param` decodes them)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = _segments_path(scope) if scope["type"] == "http" else None
+        return super().matches(scope if path is None else {**scope, "path": path})
+
+
+def segment(request: Request, field: str) -> str:
+    """A path parameter as sent, unchecked: its %2F and %25 decoded (`IdRoute`)."""
+    return _KEPT.sub(lambda m: unquote(m.group()), request.path_params[field])
+
+
 def path_param(request: Request, field: str) -> str:
-    """A path parameter of `PATH_PARAMS`, checked against its pattern."""
-    value = text_param(request.path_params[field], field, required=True, pattern=PATH_PARAMS[field])
+    """A path parameter of `PATH_PARAMS` (`segment`), checked against its pattern."""
+    value = text_param(segment(request, field), field, required=True,
+                       pattern=PATH_PARAMS[field], most=PATH_MOST[field])  # fmt: skip
     assert value is not None
     return value
 
@@ -537,19 +598,21 @@ class StatusQuery(Query):
 
 @dataclass(frozen=True, kw_only=True)
 class IdsQuery(Query):
-    """Run ids, the parameter repeated (`?id=a&id=b`), at most `most` of them."""
+    """Run ids, the parameter repeated (`?id=a&id=b`), at most `most` of them, each of at most
+    MAX_NAME characters: `most` of those already pass what a request line may hold (uvicorn
+    takes 16 KiB), so a longer run id is read by its path (`/runs/{run_id}`) instead."""
 
     most: int
 
     def schema(self) -> dict[str, Any]:
-        item = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": NAME}
+        item = {"type": "string", "minLength": 1, "maxLength": MAX_NAME, "pattern": NAME}
         return {"type": "array", "items": item, "maxItems": self.most}
 
     def read(self, request: Request) -> list[str]:
         values = request.query_params.getlist(self.name)
         if len(values) > self.most:
             raise BadInput(400, f"{self.name}: at most {self.most} ids per call", self.name)
-        found = [text_param(v, self.name, required=True) for v in values]
+        found = [text_param(v, self.name, required=True, most=MAX_NAME) for v in values]
         return [v for v in found if v is not None]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dialect import Db
+from .names import check
 
 
 @dataclass(slots=True)
@@ -103,6 +104,7 @@ def get_budget(conn: Db, agent: str) -> Budget | None:
 
 
 def put_budget(conn: Db, b: Budget, now: float) -> None:
+    check(b.agent, "agent name")
     conn.execute(
         "INSERT INTO agent_budgets (agent, tokens_per_hour, tokens_per_day, cost_per_hour, "
         "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent) DO UPDATE SET "

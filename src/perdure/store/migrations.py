@@ -235,6 +235,20 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE workers ADD COLUMN clock_offset REAL
     """,
+    # 12: a run's stream: what its steps write while they run (tokens, progress), in order,
+    # with markers where an attempt began again; never needed for replay
+    """
+    CREATE TABLE run_streams (
+        run_id  TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        kind    TEXT NOT NULL,
+        topic   TEXT NOT NULL,
+        data    TEXT,
+        at      REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE INDEX run_streams_by_topic ON run_streams (run_id, topic)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

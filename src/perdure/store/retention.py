@@ -126,6 +126,7 @@ def _delete(conn: Db, ids: Sequence[str], batch: GcBatch) -> None:
         batch.entries += conn.execute(
             f"DELETE FROM journal WHERE run_id IN ({marks})", chunk
         ).rowcount
+        conn.execute(f"DELETE FROM run_streams WHERE run_id IN ({marks})", chunk)
         batch.runs += conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", chunk).rowcount
     for key in sorted(keys):
         # A writer naming this blob right now holds its row (its insert is an upsert): skip it.

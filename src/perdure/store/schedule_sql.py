@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import StoreError
 from .base import TERMINAL, RunRow, ScheduleAdvance, ScheduleRow, TickRow
 from .dialect import Db
+from .names import check
 from .sqlops import _RUN_COLUMNS, _run, cancel_tree, create_run
 
 _COLUMNS = (
@@ -48,6 +49,7 @@ def put_schedule(conn: Db, s: ScheduleRow, replace_state: bool) -> ScheduleRow:
     only if the stored timing differs (decided in the statement, so workers storing the
     same declaration at once never move a tick another already handled) or if
     `replace_state` forces it."""
+    check(s.name, "schedule name")
     values = [getattr(s, f) for f in _FIELDS]
     values[_FIELDS.index("paused")] = int(s.paused)
     updates = [f"{c} = excluded.{c}" for c in _DEFINITION]

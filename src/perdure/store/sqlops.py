@@ -35,6 +35,7 @@ from .base import (
 )
 from .blobs import blob_ref, inline_or_blob
 from .dialect import Db
+from .names import check, check_run_id
 
 Conn = Db
 
@@ -215,6 +216,7 @@ def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
 
 
 def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
+    check_run_id(new.id), check(new.queue, "queue name")  # every run enters here
     cur = conn.execute(
         "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
         "updated_at, deadline_at, queue, priority, partition_key) "

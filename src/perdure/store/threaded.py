@@ -6,6 +6,8 @@ transaction (one savepoint each, so one refused write never undoes another):
 with several runs active, many steps share one commit. Answers of a batch
 reach each caller's event loop in one wake-up. When the thread is idle, a
 caller that is alone may run its own write on a second connection instead.
+A caller may bound its wait (waits.py): an operation not begun by then
+never begins, so a caller that gave up knows nothing of it was written.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops, workers_sql
+from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, MemoryRow, UsageRow
 from .base import (
@@ -42,6 +44,8 @@ from .base import (
     TickRow,
 )
 from .dialect import Db
+from .stream_sql import StreamRow
+from .waits import Bound
 from .workers_sql import WorkerRow
 
 log = logging.getLogger("perdure.store")
@@ -60,6 +64,9 @@ class _Op:
     future: concurrent.futures.Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
+    bound: Bound | None = None  # the caller gives up at this bound unless the op has begun
+    begun: bool = False  # (with a bound) the store began it: the caller waits for the answer
+    abandoned: bool = False  # (with a bound) the caller gave up first: never begin it
 
     def start(self) -> bool:
         """False if the caller gave up before the operation began (then it is skipped)."""
@@ -129,6 +136,7 @@ class ThreadedStore:
         self._answers: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # store thread only
         self._doubtful = False  # a call lost the database: replace the thread's connection
         self._listeners: list[Callable[[], None]] = []
+        self._claims = threading.Lock()  # who was first, for ops with a bound: store or caller
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call `listener` (from any thread) when another process may have made work runnable.
@@ -169,6 +177,20 @@ class ThreadedStore:
     def _db(self, conn: Any) -> Db:
         return Db(conn)
 
+    def _holding(self, conn: Any, appends: Sequence[Append | None]) -> None:
+        """A write transaction of `conn` began, to write `appends` (SQLite records who holds
+        its one write lock)."""
+
+    def _finish(self, conn: Any, verb: str) -> None:
+        """End `conn`'s transaction with COMMIT or ROLLBACK."""
+        conn.execute(verb)
+
+    def _wait_error(self, seconds: float) -> StoreError:
+        """What a caller whose bound passed before its operation began is told."""
+        return StoreUnavailable(
+            f"store {self.url}: no answer within {seconds:g}s; nothing was written"
+        )
+
     def _inline_connect(self) -> Any | None:
         """A second connection for the inline path, or None to never run inline."""
         return None
@@ -181,7 +203,7 @@ class ThreadedStore:
         """Begin an inline write without waiting; False if the database is busy."""
         return False
 
-    def _busy(self, exc: BaseException) -> bool:
+    def _read_busy(self, exc: BaseException) -> bool:
         """True when an inline read met a lock it must not wait for (queue it instead)."""
         return False
 
@@ -211,7 +233,14 @@ class ThreadedStore:
             raise
 
     async def open(self) -> None:
-        await asyncio.to_thread(self.start)
+        bound = waits.current()
+        if bound is None or self._thread is not None:
+            await asyncio.to_thread(self.start)
+            return
+        try:  # connecting and migrating go on if the bound passes; the caller stops waiting
+            await asyncio.wait_for(asyncio.shield(asyncio.to_thread(self.start)), bound.left())
+        except TimeoutError:
+            raise self._wait_error(bound.seconds) from None
 
     async def close(self) -> None:
         self.stop()
@@ -294,7 +323,7 @@ class ThreadedStore:
             if op.future is not None:
                 if not op.future.done():
                     op.future.set_exception(error)
-            elif op.loop is not None and op.waiter is not None:
+            elif op.loop is not None and op.waiter is not None and not op.abandoned:
                 self._answers.setdefault(op.loop, []).append((op.waiter, None, error))
 
     def _send_answers(self) -> None:
@@ -349,6 +378,8 @@ class ThreadedStore:
             if writes:
                 self._commit(conn, writes)
                 writes = []
+            if not self._claim(op):
+                continue
             try:
                 self._answer(op, op.fn(self._db(conn)), None)
             except BaseException as exc:
@@ -362,19 +393,53 @@ class ThreadedStore:
                 op.future.set_exception(error)
             else:
                 op.future.set_result(value)
-        elif op.loop is not None and op.waiter is not None:
+        elif op.loop is not None and op.waiter is not None and not op.abandoned:
             self._answers.setdefault(op.loop, []).append((op.waiter, value, error))
+
+    def _claim(self, op: _Op) -> bool:
+        """True if `op` may begin now (then its caller waits for it); False if its caller
+        gave up waiting first (then it never begins)."""
+        if op.bound is None:
+            return True
+        with self._claims:
+            if op.abandoned:
+                return False
+            op.begun = True
+            return True
+
+    def _abandon(self, op: _Op) -> bool:
+        """The caller gives up on `op`: True if it had not begun (and now never will)."""
+        with self._claims:
+            if op.begun:
+                return False
+            op.abandoned = True
+            return True
 
     def _commit(self, conn: Any, ops: list[_Op]) -> None:
         outcomes: list[tuple[_Op, Any, BaseException | None]] = []
-        group = _plain_group(ops) if self.fused_appends else []
-        if len(ops) == 1 and ops[0].plain:
-            self._autocommit_one(conn, ops[0])
-            return
-        if len(group) == len(ops) and self._autocommit_group(conn, group):
-            return
+        if self.fused_appends:  # one plain statement needs no BEGIN, so nothing to wait for
+            ops = [op for op in ops if self._claim(op)]
+            if not ops:
+                return
+            group = _plain_group(ops)
+            if len(ops) == 1 and ops[0].plain:
+                self._autocommit_one(conn, ops[0])
+                return
+            if len(group) == len(ops) and self._autocommit_group(conn, group):
+                return
         try:
-            self._begin(conn)
+            try:
+                self._begin(conn)  # may wait for the database's write lock (SQLite)
+            except StoreUnavailable as exc:  # stopped while waiting: nothing was begun
+                for op in ops:
+                    self._answer(op, None, exc)
+                return
+            ops = [op for op in ops if self._claim(op)]
+            if not ops:  # every caller gave up while the lock was awaited
+                self._finish(conn, "ROLLBACK")
+                return
+            self._holding(conn, [op.append for op in ops])
+            group = _plain_group(ops) if self.fused_appends else []
             if len(ops) == 1:  # alone in its transaction: no savepoint needed
                 self._commit_one(conn, ops[0])
                 return
@@ -401,11 +466,11 @@ class ThreadedStore:
                 else:
                     conn.execute("RELEASE op")
                     outcomes.append((op, value, None))
-            conn.execute("COMMIT")
+            self._finish(conn, "COMMIT")
             self.commits += 1
         except self.db_errors as exc:
             with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+                self._finish(conn, "ROLLBACK")
             err = self._failure(conn, exc)
             if err is exc:
                 err = StoreError(f"store {self.url}: {exc}")
@@ -453,11 +518,11 @@ class ThreadedStore:
             value = op.fn(self._db(conn))
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+                self._finish(conn, "ROLLBACK")
             self._answer(op, None, self._failure(conn, exc))
             return
         try:
-            conn.execute("COMMIT")
+            self._finish(conn, "COMMIT")
         except BaseException as exc:  # lost mid-commit: it may or may not have landed
             self._answer(op, None, self._failure(conn, exc))
             return
@@ -500,16 +565,37 @@ class ThreadedStore:
         if self._thread is None:
             self.start()
         if inline if inline is not None else not write:
-            done, value = self._try_inline(fn, write, self._plain(append))
+            done, value = self._try_inline(fn, write, self._plain(append), append)
             if done:
                 return value  # type: ignore[no-any-return]
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Op(fn, write, append, self._plain(append), loop=loop, waiter=waiter))
-        return await waiter
+        bound = waits.current()
+        op = _Op(fn, write, append, self._plain(append), loop=loop, waiter=waiter, bound=bound)
+        self._enqueue(op)
+        if bound is None:
+            return await waiter
+        timer = loop.call_later(bound.left(), self._give_up, op, bound)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._abandon(op)
+            raise
+        finally:
+            timer.cancel()
+
+    def _give_up(self, op: _Op, bound: Bound) -> None:
+        """On the caller's loop when its bound passed: fail the op unless it has begun (then
+        its answer comes soon, and the caller waits for it)."""
+        if op.waiter is not None and not op.waiter.done() and self._abandon(op):
+            op.waiter.set_exception(self._wait_error(bound.seconds))
 
     def _try_inline(
-        self, fn: Callable[[Db], Any], write: bool, single: bool = False
+        self,
+        fn: Callable[[Db], Any],
+        write: bool,
+        single: bool = False,
+        append: Append | None = None,
     ) -> tuple[bool, Any]:
         """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
         completed = self._completed
@@ -526,7 +612,7 @@ class ThreadedStore:
                 if conn is None:
                     return False, None
             try:
-                return self._inline_run(conn, fn, write, single)
+                return self._inline_run(conn, fn, write, single, append)
             except BaseException as exc:
                 err = self._failure(conn, exc)
                 if err is not exc:  # the connection is lost: a fresh one next time
@@ -539,13 +625,13 @@ class ThreadedStore:
             self._inline_lock.release()
 
     def _inline_run(
-        self, conn: Any, fn: Callable[[Db], Any], write: bool, single: bool
+        self, conn: Any, fn: Callable[[Db], Any], write: bool, single: bool, append: Append | None
     ) -> tuple[bool, Any]:
         if not write:
             try:
                 return True, fn(self._db(conn))
             except self.db_errors as exc:
-                if self._busy(exc):
+                if self._read_busy(exc):
                     return False, None  # e.g. SQLite's WAL index being rebuilt: queue it
                 raise
         if single:  # one statement: its own transaction
@@ -554,13 +640,14 @@ class ThreadedStore:
             return True, value
         if not self._inline_begin(conn):
             return False, None  # the database is busy: queue instead of waiting
+        self._holding(conn, [append])
         try:
             value = fn(self._db(conn))
         except BaseException:
             with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+                self._finish(conn, "ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        self._finish(conn, "COMMIT")
         self.commits += 1
         return True, value
 
@@ -597,7 +684,7 @@ class ThreadedStore:
         """`append` from any thread, blocking it: inline if the store thread is idle."""
         fn: Callable[[Db], AppendResult] = lambda c: sqlops.append(c, append)  # noqa: E731
         if append.inline_ok:
-            done, value = self._try_inline(fn, True, self._plain(append))
+            done, value = self._try_inline(fn, True, self._plain(append), append)
             if done:
                 return value  # type: ignore[no-any-return]
         return self.submit(fn, write=True, append=append).result()
@@ -802,6 +889,17 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    async def append_stream(
+        self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int
+    ) -> int:
+        return await self._call(lambda c: stream_sql.append(c, run_id, rows, keep), write=True)
+
+    async def read_stream(self, run_id: str, after: int = -1, limit: int = 500) -> list[StreamRow]:
+        return await self._call(lambda c: stream_sql.read(c, run_id, after, limit), write=False)
+
+    async def stream_last(self, run_id: str) -> int:
+        return await self._call(lambda c: stream_sql.last(c, run_id), write=False)
 
     async def server_time(self) -> float | None:
         if not self.server_clock:

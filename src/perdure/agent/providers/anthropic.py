@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ...errors import PerdureError
 from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from .base import ModelAuthError, ModelError, ModelRetryable
+from .base import ModelAuthError, ModelError, ModelRetryable, stream_out
 from .openai import (
     CONNECT_TIMEOUT,
     one_line,
@@ -140,6 +140,13 @@ class AnthropicModel:
                 stop_sequences=request.stop or anthropic.omit,
                 extra_body=extra,
             ) as stream:
+                async for event in stream:  # deltas to the run's stream as they come
+                    if event.type == "text":
+                        stream_out(event.text)
+                    elif event.type == "content_block_start" and event.content_block.type == (
+                        "tool_use"
+                    ):
+                        stream_out(tool=event.content_block.name)
                 return from_anthropic(await stream.get_final_message())
         except anthropic.AnthropicError as exc:
             raise self._translate(exc) from exc

@@ -46,6 +46,20 @@ class ModelRetryable(PerdureError):
         self.retry_after = retry_after
 
 
+def stream_out(text: str = "", tool: str = "") -> None:
+    """A streamed reply's text delta (or the name of a tool it starts to call) to the run's
+    stream (`perdure.stream`), when the call runs inside a run; a no-op outside one."""
+    from ...engine.context import current
+    from ...engine.streams import stream
+
+    if current() is None:
+        return
+    if text:
+        stream.write(text)
+    if tool:
+        stream.write({"tool_call": tool}, topic="tool")
+
+
 class ModelProvider(Protocol):
     """One way to reach models: `scripted`, `openai` (any compatible server), `anthropic`."""
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import PerdureError
 from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from .base import MissingKey, ModelAuthError, ModelError, ModelRetryable
+from .base import MissingKey, ModelAuthError, ModelError, ModelRetryable, stream_out
 
 if TYPE_CHECKING:
     import openai
@@ -286,11 +286,14 @@ class StreamAssembler:
                 self.stop_reason = choice.finish_reason
             if choice.delta.content:
                 self.text.append(choice.delta.content)
+                stream_out(choice.delta.content)  # the run's watchers see it as it comes
             for piece in choice.delta.tool_calls or []:
                 call = self.calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
                 call["id"] = piece.id or call["id"]
                 if piece.function is not None:
                     # The name comes whole in the first fragment; some servers repeat it.
+                    if not call["name"] and piece.function.name:
+                        stream_out(tool=piece.function.name)
                     call["name"] = call["name"] or piece.function.name or ""
                     call["arguments"] += piece.function.arguments or ""
 

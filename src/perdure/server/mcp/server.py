@@ -52,6 +52,7 @@ from mcp.shared.experimental.tasks.helpers import RELATED_TASK_METADATA_KEY
 from mcp.shared.message import ServerMessageMetadata
 
 from ...engine.client import origin_of
+from ...engine.streams import StreamChunk, chunk_of
 from ...errors import PerdureError, StoreError
 from ...store.base import CANCELLING, FINISHED, RunRow
 from .. import operations as ops
@@ -92,11 +93,39 @@ class McpOptions:
 
 
 @dataclass
+class Progress:
+    """A task whose client gave a progress token: what of the run's stream it was sent."""
+
+    token: str | int
+    after: int = -1
+    sent: int = 0
+
+
+PROGRESS_TEXT = 1000  # characters of new output one progress notification carries at most
+
+
+def progress_message(chunks: list[StreamChunk]) -> str:
+    """New stream rows as one human-readable line: text as it is, other topics as JSON,
+    markers in brackets (a retry says the step began again)."""
+    parts: list[str] = []
+    for chunk in chunks:
+        if chunk.kind == "chunk":
+            text = chunk.data if isinstance(chunk.data, str) else json.dumps(chunk.data)
+            parts.append(text if chunk.topic == "out" else f"{chunk.topic}: {text} ")
+        elif chunk.kind == "retry" and isinstance(chunk.data, dict):
+            parts.append(f"[step {chunk.data.get('step')} began again] ")
+    return "".join(parts)[-PROGRESS_TEXT:]
+
+
+@dataclass
 class SessionState:
     """One client session: its SDK session and the tasks it follows (for status notifications)."""
 
     session: ServerSession | None = None
     watched: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    # task id -> what its client asked progress on: its progress token, the stream offset
+    # read so far, the progress value sent so far (it only grows)
+    progress: dict[str, Progress] = field(default_factory=dict)
 
     def watch(self, task: types.Task) -> None:
         if task.status not in _TERMINAL and task.taskId not in self.watched:
@@ -194,11 +223,16 @@ class PerdureMcp:
                 group.cancel_scope.cancel()
 
     async def _watch(self, state: SessionState) -> None:
-        """Send notifications/tasks/status when a followed task's status or message changes."""
+        """Send notifications/tasks/status when a followed task's status or message changes,
+        and notifications/progress with what its run wrote to its stream meanwhile."""
         while True:
             await anyio.sleep(self.options.poll)
             session = state.session
-            if session is None or not state.watched:
+            if session is None:
+                continue
+            if state.progress and not await self._progress(state, session):
+                return  # the client went away
+            if not state.watched:
                 continue
             for task_id, last in list(state.watched.items()):
                 try:
@@ -223,6 +257,31 @@ class PerdureMcp:
                     await session.send_notification(types.ServerNotification(note))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the client went away
+
+    async def _progress(self, state: SessionState, session: ServerSession) -> bool:
+        """One progress notification per task with new stream rows (rate-limited by the poll);
+        False once the session is closed."""
+        for task_id, progress in list(state.progress.items()):
+            try:
+                rows = await self.app.store.read_stream(task_id, progress.after, 500)
+                run = None if rows else await self.app.store.get_run(task_id)
+            except PerdureError as exc:
+                log.warning("mcp: reading the stream of task %s failed: %s", task_id, exc)
+                continue
+            if not rows:
+                if run is None or run.status in FINISHED:
+                    state.progress.pop(task_id, None)  # done: no more notifications for it
+                continue
+            chunks = [chunk_of(row) for row in rows]
+            progress.after = rows[-1].seq
+            progress.sent += sum(c.kind == "chunk" for c in chunks) or 1
+            try:
+                await session.send_progress_notification(
+                    progress.token, progress.sent, message=progress_message(chunks) or None
+                )
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return False
+        return True
 
     def _owner(self) -> str:
         """The authorization context a task is bound to: the bearer token (its digest, which
@@ -301,6 +360,9 @@ class PerdureMcp:
             if as_task or tool is None:
                 raise _error(types.INVALID_PARAMS, str(exc)) from None
             return types.ServerResult(_text_error(str(exc)))
+        token = req.params.meta.progressToken if req.params.meta else None
+        if token is not None:  # progress for the task's lifetime, from the run's stream
+            state.progress[run.id] = Progress(token)
         if as_task:
             task = await task_of(self.app, run, self.poll_ms)
             state.watch(task)

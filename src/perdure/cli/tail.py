@@ -1,0 +1,46 @@
+"""`perdure tail RUN`: print what a run's steps write to its stream (`perdure.stream`)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..engine.streams import StreamChunk, chunk_of
+from . import render
+
+
+def line(chunk: StreamChunk) -> str:
+    """How a row prints: text chunks as they are, other data as JSON, markers in brackets."""
+    if chunk.kind == "chunk":
+        text = chunk.data if isinstance(chunk.data, str) else json.dumps(chunk.data)
+        return text if chunk.topic == "out" else f"{chunk.topic}: {text}"
+    data = chunk.data if isinstance(chunk.data, dict) else {}
+    if chunk.kind == "dropped":
+        return f"[{data.get('rows')} older row(s) dropped before offset {data.get('before')}]"
+    what = f"step {data.get('step')!s} at {data.get('position')}, attempt {data.get('attempt')}"
+    if chunk.kind == "retry":
+        return f"[retry: {what}; what it wrote before is superseded]"
+    return f"[{what}]"
+
+
+@click.command("tail")
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run is finished.")
+@click.option("--after", default=-1, show_default=True, help="Start after this offset.")
+@click.pass_context
+def tail(ctx: click.Context, run_id: str, follow: bool, after: int) -> None:
+    """What RUN's steps wrote to its stream, with a marker where each step attempt began (a
+    `retry` marker when an attempt began again after a crash or a failure)."""
+    from .main import get_app
+
+    app = get_app(ctx, existing=True)
+    handle = app.handle(run_id)
+    if follow:
+        for chunk in handle.stream(after):
+            render.echo(line(chunk))
+        render.echo(f"[run {run_id} is {handle.status()}]", err=True)
+        return
+    rows = app.sync(app.store.read_stream(app.get_run(run_id).id, after, 100_000), "tail")
+    for row in rows:
+        render.echo(line(chunk_of(row)))
