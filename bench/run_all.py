@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from . import (
+    core_path,
     idle,
     pg_latency,
     pg_recovery,
@@ -27,12 +28,15 @@ from . import (
 from .common import ROOT, Table, have_strace
 
 FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
+    ("core path", lambda: [core_path.figure(("sqlite",))]),
     ("step cost", step_cost.figures),
     ("throughput", lambda: [throughput.figure()]),
     ("recovery", lambda: [recovery.figure_defaults(), recovery.figure()]),
     ("idle", lambda: [idle.figure()]),
 ]
 PG_FIGURES: list[tuple[str, Callable[[], list[Table]]]] = [
+    ("pg core path", lambda: [core_path.figure(("pg",))]),
+    ("core path", lambda: [core_path.figure(("sqlite",))]),
     ("pg step cost", pg_step_cost.figures),
     ("pg throughput", lambda: [pg_throughput.figure()]),
     ("pg latency", lambda: [pg_latency.figure()]),

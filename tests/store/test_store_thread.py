@@ -28,6 +28,7 @@ def test_an_unexpected_error_fails_the_batch_not_the_thread(
         real(conn, ops)
 
     monkeypatch.setattr(store, "_commit", broken_once)
+    monkeypatch.setattr(store, "_inline_connect", lambda: None)  # every call via the thread
 
     def new(run_id: str) -> NewRun:
         return NewRun(id=run_id, workflow="wf", input="{}", code_version="", now=1.0)

@@ -7,7 +7,7 @@ The worker, client, runner and steps take a Runtime, never the user-facing `App`
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -108,10 +108,7 @@ class Runtime:
             subscribe = getattr(store, "subscribe", None)
             if subscribe is not None:  # other processes' new work wakes this one's workers
                 subscribe(self.notify)
-            # a server's time is every host's time (lost just after connecting: measured
-            # again with the worker's next presence beat)
-            with contextlib.suppress(StoreUnavailable):
-                await follow_server(self.clock, store)
+            await _first_clock(self.clock, store)
             self._opened = True
 
     def close(self) -> None:
@@ -275,3 +272,23 @@ class Runtime:
         spec = QueueSpec(name, concurrency, per_worker, count, seconds(period) or 1.0)
         self.queues[name] = spec
         return spec
+
+
+async def _first_clock(clock: Clock, store: Store) -> None:
+    """Follow the server's time before any claim (a server's time is every host's time).
+    The server lost just after the store opened (a restart) is waited for a few seconds,
+    as the store thread reconnects; still away, it is the one-line start-up error a
+    worker exits 2 on (never claiming with a clock not set to the server's)."""
+    delay = 0.05
+    while True:
+        try:
+            await follow_server(clock, store)
+            return
+        except StoreUnavailable as exc:
+            if delay > 2.0:
+                where = getattr(store, "url", "the store")
+                raise ConfigError(
+                    f"cannot connect to PostgreSQL at {where}: lost during start-up ({exc})"
+                ) from None
+            await asyncio.sleep(delay)
+            delay *= 2

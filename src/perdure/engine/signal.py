@@ -15,9 +15,18 @@ class Signal:
         self._events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
 
     def fire(self) -> None:
+        """Wake every waiting loop: the caller's own directly, others through their
+        self-pipe (`call_soon_threadsafe` costs a syscall and a wake-up even for itself)."""
         with self._lock:
             items = list(self._events.items())
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
         for loop, event in items:
+            if loop is running:
+                event.set()
+                continue
             if loop.is_closed():
                 with self._lock:
                     self._events.pop(loop, None)

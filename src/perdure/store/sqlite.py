@@ -300,10 +300,23 @@ class SQLiteStore(ThreadedStore):
         finally:
             conn.close()
 
-    def _inline_connect(self) -> sqlite3.Connection:
+    def _inline_connect(self) -> sqlite3.Connection | None:
+        """The callers' own connection; none for `:memory:` (a second one would be another
+        database). It never waits for a lock: a busy database sends the call to the queue."""
+        if self.path == ":memory:":
+            return None
         conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.OperationalError:  # locked right now: queue, try again next call
+            conn.close()
+            return None
         return conn
+
+    def _read_busy(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and _busy(exc)
 
     def _inline_begin(self, conn: sqlite3.Connection) -> bool:
         try:

@@ -128,6 +128,7 @@ class ThreadedStore:
         # Inline path: a caller may run its own operation on a second connection when the
         # store thread has nothing queued or running (no commit to share, no order to keep).
         self._inline_conn: Any = None
+        self._migrated = False  # the store thread has migrated: inline calls may begin
         self._inline_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._enqueued = 0  # operations handed to the store thread
@@ -202,6 +203,10 @@ class ThreadedStore:
         """Begin an inline write without waiting; False if the database is busy."""
         return False
 
+    def _read_busy(self, exc: BaseException) -> bool:
+        """True when an inline read met a lock it must not wait for (queue it instead)."""
+        return False
+
     def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
         """What `start()` raises when connecting or migrating failed with `exc` (`lost`: the
         connection broke meanwhile)."""
@@ -243,6 +248,7 @@ class ThreadedStore:
     def stop(self) -> None:
         with self._lock:
             thread, self._thread = self._thread, None
+            self._migrated = False
         if thread is not None:
             self._queue.put(None)
             thread.join()
@@ -267,6 +273,7 @@ class ThreadedStore:
             self._disconnect(conn)
             ready.set_exception(self._start_failure(exc, lost=lost))
             return
+        self._migrated = True
         ready.set_result(None)
         try:
             while True:
@@ -290,7 +297,10 @@ class ThreadedStore:
                     if error is exc:
                         log.exception("store %s: a batch failed", self.url)
                     self._fail_batch(batch, exc, error if error is not exc else None)
+                # Counted done before the answers go out: a caller woken by its answer
+                # finds the thread idle and may run its next operation inline.
                 self._completed += len(batch)
+                self._send_answers()
                 if self._broken(conn) or self._doubtful:
                     self._doubtful = False
                     conn = self._reconnect(conn)
@@ -315,9 +325,12 @@ class ThreadedStore:
                     op.future.set_exception(error)
             elif op.loop is not None and op.waiter is not None and not op.abandoned:
                 self._answers.setdefault(op.loop, []).append((op.waiter, None, error))
+
+    def _send_answers(self) -> None:
+        """Wake each caller's loop once for all its answers of the batch just run."""
         answers, self._answers = self._answers, {}
         for loop, items in answers.items():
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
                 loop.call_soon_threadsafe(_deliver, items)
 
     def _reconnect(self, old: Any) -> Any:
@@ -373,10 +386,6 @@ class ThreadedStore:
                 self._answer(op, None, self._failure(conn, exc))
         if writes:
             self._commit(conn, writes)
-        answers, self._answers = self._answers, {}
-        for loop, items in answers.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                loop.call_soon_threadsafe(_deliver, items)
 
     def _answer(self, op: _Op, value: Any, error: BaseException | None) -> None:
         if op.future is not None:
@@ -542,17 +551,20 @@ class ThreadedStore:
         fn: Callable[[Db], T],
         *,
         write: bool,
-        inline: bool = False,
+        inline: bool | None = None,
         append: Append | None = None,
     ) -> T:
         """Await `fn` on the store thread; answers of one batch reach a loop in one wake-up.
 
         `inline` lets the caller run `fn` itself when the store thread is idle: one
-        caller alone saves two thread hand-offs, and there is no commit to share.
+        caller alone saves two thread hand-offs (and the GIL passing between three
+        threads), and there is no commit to share. Reads are short: by default they
+        run inline; writes only when the caller says so (a short write whose commit
+        nobody else is waiting to share).
         """
         if self._thread is None:
             self.start()
-        if inline:
+        if inline if inline is not None else not write:
             done, value = self._try_inline(fn, write, self._plain(append), append)
             if done:
                 return value  # type: ignore[no-any-return]
@@ -587,7 +599,11 @@ class ThreadedStore:
     ) -> tuple[bool, Any]:
         """Run `fn` on this thread if nothing is queued or running; (False, None) if not."""
         completed = self._completed
-        if completed != self._enqueued or not self._inline_lock.acquire(blocking=False):
+        if (
+            not self._migrated
+            or completed != self._enqueued
+            or not self._inline_lock.acquire(blocking=False)
+        ):
             return False, None
         try:
             conn = self._inline_conn
@@ -612,7 +628,12 @@ class ThreadedStore:
         self, conn: Any, fn: Callable[[Db], Any], write: bool, single: bool, append: Append | None
     ) -> tuple[bool, Any]:
         if not write:
-            return True, fn(self._db(conn))
+            try:
+                return True, fn(self._db(conn))
+            except self.db_errors as exc:
+                if self._read_busy(exc):
+                    return False, None  # e.g. SQLite's WAL index being rebuilt: queue it
+                raise
         if single:  # one statement: its own transaction
             value = fn(self._db(conn))
             self.commits += 1
@@ -633,7 +654,7 @@ class ThreadedStore:
     # -- the Store protocol ---------------------------------------------------------
 
     async def create_run(self, new: NewRun) -> tuple[RunRow, bool]:
-        return await self._call(lambda c: sqlops.create_run(c, new), write=True)
+        return await self._call(lambda c: sqlops.create_run(c, new), write=True, inline=True)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         return await self._call(lambda c: sqlops.get_run(c, run_id), write=False)
@@ -706,17 +727,18 @@ class ThreadedStore:
                 own,
             ),
             write=True,
+            inline=True,
         )
 
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float
     ) -> list[LeaseState]:
         return await self._call(
-            lambda c: sqlops.heartbeat(c, owner, run_ids, lease_until), write=True
+            lambda c: sqlops.heartbeat(c, owner, run_ids, lease_until), write=True, inline=True
         )
 
     async def release(self, owner: str, run_ids: Sequence[str]) -> None:
-        await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True)
+        await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True, inline=True)
 
     async def set_pause(self, scope: str, name: str, paused: bool, now: float) -> bool:
         return await self._call(lambda c: sqlops.set_pause(c, scope, name, paused, now), write=True)

@@ -1,0 +1,246 @@
+"""The core-path table (issue 14): per-step cost and runs one after another, both stores.
+
+Every row is measured floor and perdure side by side in one invocation: each
+configuration runs in a fresh interpreter on a fresh database (PostgreSQL: a
+fresh schema, dropped afterwards), rounds interleave the configurations so that
+load from other users of the machine hits both sides alike, and the median of
+the rounds is shown.
+
+- per step: a 200-step async workflow of `once` steps (a sync `def` body), run
+  by an in-process worker (concurrency 1) already running, from `start_async`
+  to the result; the floor is one INSERT + COMMIT per step.
+- runs one after another: 5-step runs started with `start_async` and awaited
+  one at a time; the floor is 6 INSERT + COMMITs per run (the start and 5 steps).
+- CPU per run: `time.process_time()` (all threads) over those runs, per run.
+
+`python -m bench.core_path` prints the table; `--sqlite` / `--pg` only one store;
+`--before DIR` also measures the perdure in source folder DIR (e.g. an export of
+main's src/) in the same rounds, for a before/after; `--rounds N` (default 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from .common import (
+    ROOT,
+    Config,
+    Floor,
+    Table,
+    child_command,
+    child_main,
+    fmt,
+    median,
+    run_child,
+    scratch,
+)
+
+MODULE = "bench.core_path"
+STEPS = 200  # per-step figure: steps per run
+REPS = 5  # per-step figure: measured runs per child
+RUN_STEPS = 5  # runs-one-after-another figure: steps per run
+RUNS = 200  # runs-one-after-another figure: measured runs per child
+ROUNDS = 3
+
+# -- child side ------------------------------------------------------------------------
+
+
+def child(cfg: Config) -> Config:
+    if cfg["kind"] == "floor":
+        return _floor(cfg)
+    return asyncio.run(_perdure(cfg))
+
+
+def _floor_steps(cfg: Config) -> tuple[Callable[[str, int], None], Callable[[], None]]:
+    if cfg["store"] == "pg":
+        from .pg_common import PgFloor
+
+        pg = PgFloor(cfg["schema"])
+        return (lambda run, seq: pg.step(run, seq, {"i": seq})), pg.conn.close
+    floor = Floor(os.path.join(scratch("core"), "floor.db"), cfg["synchronous"])
+    return (lambda run, seq: floor.step(run, seq, {"i": seq})), floor.close
+
+
+def _floor(cfg: Config) -> Config:
+    step, close = _floor_steps(cfg)
+    steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS + 1, RUNS)
+    for i in range(steps):  # warm-up
+        step("warm", i)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for run in range(runs):
+        for i in range(steps):
+            step(f"r{run}", i)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    close()
+    return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
+
+
+async def _perdure(cfg: Config) -> Config:
+    import perdure
+
+    if cfg["store"] == "pg":
+        from .pg_common import app_url
+
+        url = app_url(cfg["schema"])
+    else:
+        url = f"sqlite:///{scratch('core')}/perdure.db?synchronous={cfg['synchronous']}"
+    app = perdure.App(url)
+
+    @app.step(name="work", effect=cfg["effect"])
+    def work(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    @app.workflow(name="steps")
+    async def steps_wf(n: int) -> int:
+        for i in range(n):
+            await work(i)
+        return n
+
+    steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS, RUNS)
+    worker = app.worker(concurrency=1, lease=30.0, poll=0.01)
+    task = asyncio.create_task(worker.run())
+    await (await app.start_async(steps_wf, steps, run_id="warm")).result_async(60)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for run in range(runs):
+        handle = await app.start_async(steps_wf, steps, run_id=f"r{run}")
+        await handle.result_async(60)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    worker.stop()
+    await asyncio.wait_for(task, 30)
+    await app.store.close()
+    return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
+
+
+# -- parent side -----------------------------------------------------------------------
+
+
+def _measure(cfg: Config, src: str | None = None) -> Config:
+    """One child; `src`: import perdure from that source folder instead (a before/after)."""
+    if cfg["store"] != "pg":
+        return _child(cfg, src)
+    from .pg_common import fresh_schema
+
+    with fresh_schema("core") as schema:
+        return _child({**cfg, "schema": schema}, src)
+
+
+def _child(cfg: Config, src: str | None) -> Config:
+    if src is None:
+        return run_child(MODULE, cfg)
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.run(
+        child_command(MODULE, cfg), capture_output=True, text=True, timeout=300, cwd=ROOT, env=env
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"bench child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result: Config = json.loads(lines[-1])
+    return result
+
+
+# (row label, floor config, perdure config, what the row shows)
+Row = tuple[str, Config, Config, str]
+
+
+def rows(stores: tuple[str, ...]) -> list[Row]:
+    out: list[Row] = []
+    if "sqlite" in stores:
+        for sync, label in (("FULL", "fsync on"), ("NORMAL", "synchronous=NORMAL")):
+            base = {"store": "sqlite", "synchronous": sync, "shape": "steps"}
+            out.append(
+                (f"SQLite us per once step, {label}", {**base, "kind": "floor"},
+                 {**base, "kind": "perdure", "effect": "once"}, "step_us")
+            )  # fmt: skip
+        for sync, effect in (("FULL", "once"), ("NORMAL", "keyed")):
+            base = {"store": "sqlite", "synchronous": sync, "shape": "runs"}
+            out.append(
+                (f"SQLite 5-step runs/s one after another, {effect}, {sync}",
+                 {**base, "kind": "floor"}, {**base, "kind": "perdure", "effect": effect},
+                 "runs_s")
+            )  # fmt: skip
+    if "pg" in stores:
+        out.append(
+            ("PostgreSQL us per once step", {"store": "pg", "shape": "steps", "kind": "floor"},
+             {"store": "pg", "shape": "steps", "kind": "perdure", "effect": "once"}, "step_us")
+        )  # fmt: skip
+        base = {"store": "pg", "shape": "runs"}
+        out.append(
+            ("PostgreSQL 5-step runs/s one after another, keyed", {**base, "kind": "floor"},
+             {**base, "kind": "perdure", "effect": "keyed"}, "runs_s")
+        )  # fmt: skip
+    return out
+
+
+def _value(got: Config, what: str) -> float:
+    if what == "step_us":
+        return float(got["wall"]) / (got["runs"] * got["steps"]) * 1e6
+    if what == "runs_s":
+        return float(got["runs"]) / got["wall"]
+    return float(got["cpu"]) / got["runs"] * 1e3  # cpu_ms per run
+
+
+def _share(got: dict[str, float], side: str, what: str) -> str:
+    """A side's figure relative to the floor: x for times, % for rates."""
+    ratio = got[side] / got["floor"]
+    return f"{ratio:.2f}x" if what == "step_us" else f"{ratio:.0%}"
+
+
+def figure(stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None) -> Table:
+    """The table; `before`: a perdure source folder (e.g. main's src/) measured in the same
+    interleaved rounds, shown in its own columns."""
+    extra = ["before", "before/floor"] if before else []
+    table = Table(
+        title=f"Core path vs the floor (median of {ROUNDS} interleaved rounds, fresh process each)",
+        headers=["figure", "floor", "perdure", "perdure/floor", *extra, "CPU ms/run: floor",
+                 "perdure", *(["before"] if before else [])],
+    )  # fmt: skip
+    plan = rows(stores)
+    sides: list[tuple[str, str | None]] = [("floor", None), ("perdure", None)]
+    if before:
+        sides.append(("before", before))
+    trials: dict[tuple[int, str], list[Config]] = {}
+    for _ in range(ROUNDS):
+        for i, (_label, floor_cfg, perdure_cfg, _what) in enumerate(plan):
+            for side, src in sides:
+                cfg = floor_cfg if side == "floor" else perdure_cfg
+                trials.setdefault((i, side), []).append(_measure(cfg, src))
+    for i, (label, _f, _p, what) in enumerate(plan):
+        got = {side: median([_value(t, what) for t in trials[(i, side)]]) for side, _ in sides}
+        cpu = {side: median([_value(t, "cpu") for t in trials[(i, side)]]) for side, _ in sides}
+        runs = what == "runs_s"
+
+        cells = [label, fmt(got["floor"]), fmt(got["perdure"]), _share(got, "perdure", what)]
+        if before:
+            cells += [fmt(got["before"]), _share(got, "before", what)]
+        for side, _ in sides:
+            cells.append(fmt(cpu[side], 2) if runs else "-")
+        table.rows.append(cells)
+    table.notes = [
+        f"per step: a {STEPS}-step async workflow, worker concurrency 1, from start_async to",
+        "the result / steps; the floor is one INSERT+COMMIT per step (same synchronous).",
+        f"runs/s: {RUNS} runs of {RUN_STEPS} steps started and awaited one at a time; the floor",
+        f"does {RUN_STEPS + 1} INSERT+COMMITs per run. CPU ms/run: process CPU (all threads)"
+        " per run.",
+        "SQLite runs/s once uses synchronous=FULL (fsync on), keyed uses NORMAL.",
+    ]
+    return table
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
+    before = args[args.index("--before") + 1] if "--before" in args else None
+    if "--rounds" in args:
+        global ROUNDS
+        ROUNDS = int(args[args.index("--rounds") + 1])
+    print(figure(stores, before).render(), flush=True)
+
+
+if __name__ == "__main__":
+    child_main(main, child)
