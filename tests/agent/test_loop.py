@@ -143,15 +143,21 @@ def test_iterations_are_limited_and_the_last_evidence_is_given(
 def test_a_spent_budget_parks_the_run_until_it_is_raised(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:
-    agent, model = make(app, tmp_path, ["first", "second"], extra="[budget]\ntokens_per_day = 1")
+    """The second run's worst case does not fit what the first spent: it parks (the refusal
+    journaled with its reason) and runs when the budget is raised."""
+    first_reply = {"content": "first", "usage": {"input_tokens": 850, "output_tokens": 50}}
+    agent, model = make(
+        app, tmp_path, [first_reply, "second"],
+        extra="max_tokens_per_call = 50\n[budget]\ntokens_per_day = 1000",
+    )  # fmt: skip
     first = app.start(agent.workflow, {"prompt": "one"}, run_id="one")
     worker.run_until_idle()
-    assert first.result(timeout=5)["status"] == "done"  # nothing spent yet: it may run
+    assert first.result(timeout=5)["status"] == "done"  # its worst case fitted
     second = app.start(agent.workflow, {"prompt": "two"}, run_id="two")
     worker.run_until_idle()
     assert second.status() == "waiting" and model.calls == 1
-    reason = [e for e in app.journal("two") if e.name == "agent:helper.budget" and e.final]
-    assert "budget spent" in json.loads(reason[-1].data or "{}")["value"]["reason"]
+    refused = [e for e in app.journal("two") if e.name == "agent:helper.model" and e.final]
+    assert "900 of 1000 tokens used or reserved" in (refused[-1].data or "")
     woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "raise")
     assert woken == 1
     worker.run_until_idle()

@@ -329,3 +329,45 @@ class AnthropicServer(WireServer):
         }
         kind, message = kinds.get(status, ("api_error", "Internal server error"))
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+@dataclass
+class Served:
+    """One request a counting server answered 200: what it would bill."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class CountingServer(OpenAIServer):
+    """An OpenAI-compatible server that bills like a provider: the prompt's tokens (about
+    four characters each, as real tokenizers do) and the full `max_tokens` asked as the
+    answer (the worst case), after `latency` seconds; `served` lists what it billed."""
+
+    def __init__(self, latency: float = 0.0) -> None:
+        super().__init__()
+        self.latency = latency
+        self.served: list[Served] = []
+        self._lock = threading.Lock()
+
+    def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
+        import time
+
+        if self.latency:
+            time.sleep(self.latency)
+        messages = body.get("messages") or []
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        chars += len(json.dumps(body.get("tools") or []))
+        prompt = chars // 4 + 4 * len(messages)
+        completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        data = super().render(body, turn)
+        data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}  # fmt: skip
+        with self._lock:
+            self.served.append(Served(str(body.get("model")), prompt, completion))
+        return data
