@@ -38,6 +38,10 @@ class BudgetRefused(PerdureError):
     window: the run parks until budget frees up."""
 
 
+class UnknownAgent(PerdureError):
+    """Raised when a budget is read or changed for an agent no worker has served."""
+
+
 class RunLimitReached(PerdureError):
     """Raised in a model step when the call cannot fit the run's own token or cost limit."""
 
@@ -95,6 +99,7 @@ async def declare(runtime: Runtime, spec: AgentSpec) -> None:
     """Record in the store that this agent is served, with its spec's budget, so the budget
     command can tell a known agent and show where each limit comes from."""
     text = json.dumps(spec.budget.model_dump())
+    await runtime.open_store()
     await runtime.store.declare_agent(spec.name, text, runtime.clock.now())
 
 
@@ -102,7 +107,7 @@ async def declared(runtime: Runtime, agent: str) -> BudgetSpec | None:
     """The spec budget a worker serving `agent` declared (PerdureError if none ever did)."""
     text = await runtime.store.declared_agent(agent)
     if text is None:
-        raise PerdureError(
+        raise UnknownAgent(
             f"no agent named {agent!r} (an agent is known once a worker serves it: "
             "perdure agent SPEC)"
         )
@@ -177,3 +182,22 @@ async def set_budget(runtime: Runtime, agent: str, budget: Budget | None) -> int
     else:
         await runtime.store.put_budget(budget, runtime.clock.now())
     return await wake(runtime, agent, spec)
+
+
+async def describe(runtime: Runtime, agent: str) -> dict[str, Any]:
+    """What `perdure budget AGENT` and GET budgets/{agent} show: each limit in force and
+    where it comes from, what was spent (held reservations counted) this hour and day, and
+    how many runs are parked for budget. PerdureError for an unknown agent."""
+    await runtime.open_store()
+    force = await current(runtime, agent)
+    stored = await runtime.store.get_budget(agent)
+    now = runtime.clock.now()
+    spent = {}
+    for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
+        tokens, cost = await runtime.store.spent(agent, now - seconds)
+        spent[window] = {"tokens": tokens, "cost": cost}
+    limits = None
+    if stored is not None:
+        limits = {k: getattr(stored, k) for k in LIMITS}
+    return {"agent": agent, "budget": limits, "in_force": force.to_dict(), "spent": spent,
+            "parked": len(await runtime.store.budget_parked(agent))}  # fmt: skip
