@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -97,6 +97,9 @@ class WireServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def _after_reply(self) -> None:
+        """Hook: a reply was just written (CountingServer calls its `after_reply`)."""
+
     # Rendering, per provider.
     def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
         raise NotImplementedError
@@ -140,6 +143,8 @@ class WireServer:
                         self._sse(server.render_stream(body, turn))
                     else:
                         self._json(200, server.render(body, turn))
+                        self.wfile.flush()
+                        server._after_reply()
 
             def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
                 payload = json.dumps(data).encode()
@@ -353,7 +358,10 @@ class CountingServer(OpenAIServer):
         super().__init__()
         self.latency = latency
         self.served: list[Served] = []
+        self.after_reply: Callable[[], None] | None = None  # called once, right after a reply
         self._lock = threading.Lock()
+        # a client killed mid-call resets its connection: billed all the same, nothing to log
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
 
     def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
         import time
@@ -371,3 +379,8 @@ class CountingServer(OpenAIServer):
         with self._lock:
             self.served.append(Served(str(body.get("model")), prompt, completion))
         return data
+
+    def _after_reply(self) -> None:
+        hook, self.after_reply = self.after_reply, None
+        if hook is not None:
+            hook()
