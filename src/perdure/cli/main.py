@@ -120,7 +120,8 @@ def list_runs(
 ) -> None:
     """List runs, newest first."""
     app = get_app(ctx, existing=True)
-    click.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
+    rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    click.echo(render.runs(rows, app.sync(app.client.paused_workflows(), "ls")))
 
 
 @cli.command()
@@ -161,7 +162,8 @@ def stuck(ctx: click.Context, grace: float) -> None:
 def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
-    click.echo(render.run_header(app.get_run(run_id)))
+    run = app.get_run(run_id)
+    click.echo(render.run_header(run, app.sync(app.client.paused_workflows(), "show")))
     click.echo()
     click.echo(render.timeline(app.journal(run_id)))
 
@@ -173,7 +175,7 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run = app.get_run(run_id)
-    click.echo(render.run_header(run))
+    click.echo(render.run_header(run, app.sync(app.client.paused_workflows(), "explain")))
     click.echo()
     click.echo(render.explanation(explain(app, run, app.journal(run_id))))
 
