@@ -359,6 +359,7 @@ class CountingServer(OpenAIServer):
         self.latency = latency
         self.served: list[Served] = []
         self.after_reply: Callable[[], None] | None = None  # called once, right after a reply
+        self.no_usage = False  # when set, replies carry no usage (billed all the same)
         self._lock = threading.Lock()
         # a client killed mid-call resets its connection: billed all the same, nothing to log
         self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
@@ -376,6 +377,8 @@ class CountingServer(OpenAIServer):
         data = super().render(body, turn)
         data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
                          "total_tokens": prompt + completion}  # fmt: skip
+        if self.no_usage:  # some compatible servers say nothing of usage
+            del data["usage"]
         with self._lock:
             self.served.append(Served(str(body.get("model")), prompt, completion))
         return data
