@@ -175,13 +175,31 @@ def merged(agent: str, stored: Budget | None, changes: dict[str, Any]) -> Budget
 
 async def set_budget(runtime: Runtime, agent: str, budget: Budget | None) -> int:
     """Store a budget (None: forget the stored one, the spec's is in force again) and wake
-    the parked runs that now fit; returns how many. PerdureError for an unknown agent."""
-    spec = await declared(runtime, agent)
+    the parked runs that now fit; returns how many (the operations refuse unknown agents)."""
+    text = await runtime.store.declared_agent(agent)
+    spec = BudgetSpec(**json.loads(text)) if text is not None else None
     if budget is None:
         await runtime.store.clear_budget(agent)
     else:
         await runtime.store.put_budget(budget, runtime.clock.now())
-    return await wake(runtime, agent, spec)
+    queued = {run_id for run_id, _, _ in await runtime.store.budget_parked(agent)}
+    return await wake(runtime, agent, spec) + await _wake_legacy(runtime, agent, queued)
+
+
+async def _wake_legacy(runtime: Runtime, agent: str, queued: set[str]) -> int:
+    """Runs started before reservations wait for BUDGET_EVENT outside the queue: each is
+    woken to check again, as before."""
+    from ..engine.client import Client
+
+    waiting = await runtime.store.list_runs(
+        statuses=["waiting"], workflow=f"agent:{agent}", limit=10**4
+    )
+    woken = 0
+    for run in waiting:
+        if run.waiting_for == f"event:{BUDGET_EVENT}" and run.id not in queued:
+            await Client(runtime).send_event(run.id, BUDGET_EVENT, None)
+            woken += 1
+    return woken
 
 
 async def describe(runtime: Runtime, agent: str) -> dict[str, Any]:

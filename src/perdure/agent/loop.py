@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.agent")
 
 BUDGET_RECHECK = 300.0  # seconds a parked run waits at most before it tries again
+RESERVATIONS = "perdure.budget.reservations"  # patch marker: the run reserves per call
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_TOKENS = 4000  # of a task's file put in the transcript (less for a small context)
@@ -106,6 +107,7 @@ class _Steps:
     file: Any
     context: Any
     escalate: Any
+    budget: Any
     accept: Any
     ground: Any
     output: Any
@@ -280,6 +282,10 @@ class Agent:
                 memories = [r.text for r in rows]
             return {"notes": notes, "memories": memories}
 
+        @runtime.step(name=f"{name}.budget", effect="read")
+        async def check_budget() -> dict[str, Any]:  # runs started before reservations only
+            return await self._budget_verdict()
+
         @runtime.step(name=f"{name}.escalate", effect="read")
         def escalate(from_tier: str, to_tier: str, reason: str) -> dict[str, str]:
             return {"from": from_tier, "to": to_tier, "reason": reason}  # shown by show/explain
@@ -316,8 +322,8 @@ class Agent:
 
         self.steps = _Steps(
             model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
-            context=read_context, escalate=escalate, accept=accept, ground=ground,
-            output=write_output, notes=write_notes,
+            context=read_context, escalate=escalate, budget=check_budget, accept=accept,
+            ground=ground, output=write_output, notes=write_notes,
         )  # fmt: skip
 
         @runtime.workflow(name=name, deadline=deadline_seconds(spec))
@@ -336,6 +342,8 @@ class Agent:
         spec, limits = self.spec, self.spec.limits
         file = task.get("file")
         query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
+        # runs started before reservations replay as they ran: a budget check step first
+        legacy = not durable.patched(RESERVATIONS)
         context = await read_context(query)
         try:
             shown = self._shown_notes(context["notes"], task)
@@ -358,6 +366,8 @@ class Agent:
             evidence = "not checked yet"
             previous: str | None = None
             for iteration in range(1, limits.max_iterations + 1):
+                if legacy:
+                    await self._within_budget()
                 tier = self._route(failed_iterations)
                 if previous is not None and tier != previous:  # journaled, with its reason
                     await steps.escalate(previous, tier, evidence)
@@ -478,6 +488,31 @@ class Agent:
     def _feedback(evidence: str) -> str:
         return (f"Your answer was not accepted: {evidence}. Answer again, using only facts, "
                 "numbers, dates and names that appear in the task, and keep it short.")  # fmt: skip
+
+    async def _within_budget(self) -> None:
+        """Runs started before reservations: wait (durably) while the budget window is spent."""
+        while True:
+            verdict = await self.steps.budget()
+            if verdict["ok"]:
+                return
+            log.info("agent %s: %s", self.spec.name, verdict["reason"])
+            with contextlib.suppress(WaitTimeout):
+                await durable.wait_event(BUDGET_EVENT, timeout=verdict["wait"])
+
+    async def _budget_verdict(self) -> dict[str, Any]:
+        stored = await self.runtime.store.get_budget(self.spec.name)
+        budget = budgets.in_force(self.spec.name, self.spec.budget, stored).budget
+        now = self.runtime.clock.now()
+        for limit in budgets.window_limits(budget):
+            assert limit.window is not None
+            used_tokens, used_cost = await self.runtime.store.spent(self.spec.name,
+                                                                    now - limit.window)  # fmt: skip
+            if (limit.tokens is not None and used_tokens >= limit.tokens) or (
+                limit.cost is not None and used_cost >= limit.cost
+            ):
+                reason = f"budget spent {limit.what}: {used_tokens} tokens, {used_cost:.4f}"
+                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, limit.window)}
+        return {"ok": True, "reason": "", "wait": 0.0}
 
     async def _model(
         self, tier: str, request: ModelRequest, spend: _Spend, evidence: str
