@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
 from ..store.agent_sql import Budget, Limit
+from ..store.base import FINISHED
 from .messages import ModelRequest
 from .spec import AgentSpec, BudgetSpec, Limits
 
@@ -136,8 +137,9 @@ async def headroom(runtime: Runtime, budget: Budget) -> tuple[float, float]:
 
 async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
     """Wake, first parked first, as many of the agent's parked runs as fit what is free;
-    returns how many. A woken run that no longer fits (another took the room) parks again
-    in its place: waking is only a hint, the reservation decides."""
+    returns how many. A woken run keeps its place until its reservation is made, so one
+    that no longer fits (another took the room) waits on first in line: waking is only a
+    hint, the reservation decides."""
     from ..engine.client import Client
 
     parked = await runtime.store.budget_parked(agent)
@@ -147,15 +149,18 @@ async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
     tokens_left, cost_left = await headroom(runtime, force.budget)
     woken = 0
     for run_id, tokens, cost in parked:
+        run = await runtime.store.get_run(run_id)
+        if run is None or run.status in FINISHED:  # ended while parked: it waits no more
+            await runtime.store.budget_unpark(run_id)
+            continue
         if tokens > tokens_left or cost > cost_left + 1e-12:
             break
         tokens_left, cost_left = tokens_left - tokens, cost_left - cost
-        try:
+        try:  # it keeps its place in the queue until its reservation is made
             await Client(runtime).send_event(run_id, BUDGET_EVENT, None)
         except PerdureError:  # the run is gone (cancelled, deleted): it waits no more
             await runtime.store.budget_unpark(run_id)
             continue
-        await runtime.store.budget_unpark(run_id)
         woken += 1
     return woken
 
