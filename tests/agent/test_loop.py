@@ -361,3 +361,26 @@ def test_an_escalation_is_journaled_with_its_reason(
     value = json.loads(entry.data or "{}")["value"]
     assert value["from"] == "fast" and value["to"] == "strong"
     assert "`false` exited 1" in value["reason"]
+
+
+def test_a_parked_run_goes_on_when_the_window_rolls_past_what_filled_it(
+    app: perdure.App, worker: TestWorker, tmp_path: Path, clock: TestClock
+) -> None:
+    """No raise: the parked run's timer is when the first run's usage leaves the hour, and
+    then its call fits."""
+    first_reply = {"content": "first", "usage": {"input_tokens": 850, "output_tokens": 50}}
+    agent, model = make(
+        app, tmp_path, [first_reply, "second"],
+        extra="max_tokens_per_call = 50\n[budget]\ntokens_per_hour = 1000",
+    )  # fmt: skip
+    app.start(agent.workflow, {"prompt": "one"}, run_id="one")
+    worker.run_until_idle()
+    clock.advance(600)
+    second = app.start(agent.workflow, {"prompt": "two"}, run_id="two")
+    worker.run_until_idle()
+    assert second.status() == "waiting" and model.calls == 1
+    wake_at = app.get_run("two").wake_at
+    assert wake_at is not None and 2990 <= wake_at - clock.now() <= 3001  # 3000 s to go
+    clock.advance(3001)
+    worker.run_until_idle()
+    assert second.result(timeout=5)["answer"] == "second" and model.calls == 2

@@ -35,8 +35,12 @@ PER_MESSAGE = 8  # tokens a message's framing takes beyond its text
 
 
 class BudgetRefused(PerdureError):
-    """Raised in a model step when the call's worst case does not fit an agent budget
-    window: the run parks until budget frees up."""
+    """Raised when a model call's worst case does not fit an agent budget window: the run
+    parks until budget frees up, at most `wait` seconds (when the window will have room)."""
+
+    def __init__(self, message: str, wait: float) -> None:
+        super().__init__(message)
+        self.wait = wait
 
 
 class UnknownAgent(PerdureError):

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.agent")
 
-BUDGET_RECHECK = 300.0  # seconds a parked run waits at most before it tries again
+BUDGET_RECHECK = 300.0  # seconds a run parked by the old budget check waits before checking
+BUDGET_RECHECK_MAX = 3600.0  # seconds a parked run waits at most (woken sooner by a raise)
 RESERVATIONS = "perdure.budget.reservations"  # patch marker: the run reserves per call
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
@@ -208,7 +209,10 @@ class Agent:
         @runtime.step(name=f"{name}.model", effect="keyed", retry=model_retry, commit=True)
         async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
             req = ModelRequest.from_dict(request)
-            held = await self._reserve(tier, req)  # BudgetRefused / RunLimitReached
+            try:
+                held = await self._reserve(tier, req)  # or RunLimitReached: the run fails
+            except BudgetRefused as refused:  # journaled as the answer: the run parks
+                return {"refused": str(refused), "wait": refused.wait}
             try:
                 response = await self.provider(tier).complete(req)
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
@@ -523,14 +527,14 @@ class Agent:
             try:
                 raw: dict[str, Any] = await self.steps.model(tier, request.to_dict())
             except StepError as exc:
-                if exc.error_type.endswith("BudgetRefused"):
-                    log.info("agent %s: %s", self.spec.name, exc.message)
-                    with contextlib.suppress(WaitTimeout):
-                        await durable.wait_event(BUDGET_EVENT, timeout=BUDGET_RECHECK)
-                    continue
                 if exc.error_type.endswith("RunLimitReached"):
                     raise AgentFailed(f"{exc.message}; last evidence: {evidence}") from None
                 raise
+            if "refused" in raw:  # parked, holding no slot, until woken or the window rolls
+                log.info("agent %s: %s", self.spec.name, raw["refused"])
+                with contextlib.suppress(WaitTimeout):
+                    await durable.wait_event(BUDGET_EVENT, timeout=float(raw["wait"]))
+                continue
             reply = ModelResponse.from_dict(raw)
             spend.tokens += reply.usage.total
             spend.cost += float(raw.get("cost", 0.0))
@@ -570,7 +574,12 @@ class Agent:
             return held
         if refused.limit.window is None:
             raise RunLimitReached(refused.reason().replace("budget run limit", "run limit"))
-        raise BudgetRefused(refused.reason())
+        now = runtime.clock.now()
+        if refused.free_at is None:
+            why = f"{refused.reason()}: more than the whole budget; raise it (perdure budget)"
+            raise BudgetRefused(why, BUDGET_RECHECK_MAX)
+        wait = min(BUDGET_RECHECK_MAX, max(1.0, refused.free_at - now))
+        raise BudgetRefused(refused.reason(), wait)
 
     async def _compact(
         self, messages: list[Message], tier: str, spend: _Spend, evidence: str

@@ -80,6 +80,7 @@ class Refusal:
     used_cost: float
     asked_tokens: int
     asked_cost: float
+    free_at: float | None = None  # when enough of the window has rolled by (None: never)
 
     def reason(self) -> str:
         lim = self.limit
@@ -168,13 +169,15 @@ def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusa
         over_tokens = limit.tokens is not None and used_tokens + r.tokens > limit.tokens
         over_cost = limit.cost is not None and used_cost + r.cost > limit.cost + 1e-12
         if over_tokens or over_cost:
+            refusal = Refusal(limit, used_tokens, used_cost, r.tokens, r.cost)
             if limit.window is not None:
                 conn.execute(
                     "INSERT INTO agent_budget_waits (run_id, agent, tokens, cost, at) "
                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
                     (r.run_id, r.agent, r.tokens, r.cost, now),
                 )
-            return Refusal(limit, used_tokens, used_cost, r.tokens, r.cost)
+                refusal.free_at = _free_at(conn, r, limit, now)
+            return refusal
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) FROM agent_reservations WHERE run_id = ? "
         "AND position = ?",
@@ -189,6 +192,32 @@ def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusa
     )  # fmt: skip
     conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (r.run_id,))
     return None
+
+
+def _free_at(conn: Db, r: Reservation, limit: Limit, now: float) -> float | None:
+    """When enough of what the window holds has rolled out of it for `r` to fit (None: it
+    never will, the call alone being over the limit)."""
+    assert limit.window is not None
+    if (limit.tokens is not None and r.tokens > limit.tokens) or (
+        limit.cost is not None and r.cost > limit.cost
+    ):
+        return None
+    since = now - limit.window
+    rows = conn.execute(
+        "SELECT at, input_tokens + output_tokens, cost FROM agent_usage WHERE agent = ? "
+        "AND at >= ? UNION ALL SELECT at, tokens, cost FROM agent_reservations "
+        "WHERE agent = ? AND at >= ? ORDER BY 1",
+        (r.agent, since, r.agent, since),
+    ).fetchall()
+    tokens = sum(int(x[1]) for x in rows)
+    cost = sum(float(x[2]) for x in rows)
+    for at, row_tokens, row_cost in rows:  # oldest first: each leaves at at + window
+        tokens, cost = tokens - int(row_tokens), cost - float(row_cost)
+        fits_tokens = limit.tokens is None or tokens + r.tokens <= limit.tokens
+        fits_cost = limit.cost is None or cost + r.cost <= limit.cost + 1e-12
+        if fits_tokens and fits_cost:
+            return float(at) + limit.window
+    return now + limit.window
 
 
 def settle(conn: Db, r: Reservation, u: UsageRow | None) -> bool:
