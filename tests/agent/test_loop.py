@@ -15,7 +15,7 @@ from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
 from perdure.agent.tools import ToolContext, tool
 from perdure.store.agent_sql import Budget
-from perdure.testing import SimulatedCrash, TestWorker
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 SPEC = """
 name = "helper"
@@ -143,15 +143,21 @@ def test_iterations_are_limited_and_the_last_evidence_is_given(
 def test_a_spent_budget_parks_the_run_until_it_is_raised(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:
-    agent, model = make(app, tmp_path, ["first", "second"], extra="[budget]\ntokens_per_day = 1")
+    """The second run's worst case does not fit what the first spent: it parks (the refusal
+    journaled with its reason) and runs when the budget is raised."""
+    first_reply = {"content": "first", "usage": {"input_tokens": 850, "output_tokens": 50}}
+    agent, model = make(
+        app, tmp_path, [first_reply, "second"],
+        extra="max_tokens_per_call = 50\n[budget]\ntokens_per_day = 1000",
+    )  # fmt: skip
     first = app.start(agent.workflow, {"prompt": "one"}, run_id="one")
     worker.run_until_idle()
-    assert first.result(timeout=5)["status"] == "done"  # nothing spent yet: it may run
+    assert first.result(timeout=5)["status"] == "done"  # its worst case fitted
     second = app.start(agent.workflow, {"prompt": "two"}, run_id="two")
     worker.run_until_idle()
     assert second.status() == "waiting" and model.calls == 1
-    reason = [e for e in app.journal("two") if e.name == "agent:helper.budget" and e.final]
-    assert "budget spent" in json.loads(reason[-1].data or "{}")["value"]["reason"]
+    refused = [e for e in app.journal("two") if e.name == "agent:helper.model" and e.final]
+    assert "900 of 1000 tokens used or reserved" in (refused[-1].data or "")
     woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "raise")
     assert woken == 1
     worker.run_until_idle()
@@ -302,3 +308,79 @@ def test_an_agent_refuses_a_grant_of_no_tool_unless_it_is_given_that_tool(
     spec = load_spec(tmp_path / "agent.toml")
     agent = Agent(app, spec, providers={"fast": ScriptedModel([])}, tools=[shred])
     assert "shred" in {t.name for t in agent.toolbox.offered()}
+
+
+def test_compaction_summaries_count_toward_the_runs_tokens_and_its_limit(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The summary call's tokens are in the run's total (== recorded usage), and the run's
+    max_tokens holds with them counted: the run stops before passing it."""
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "big.txt").write_text("x" * 3000)
+    replies: list[Any] = [call("read_file", path="data/big.txt") for _ in range(4)]
+    replies += ["the notes", call("finish", summary="done")]
+    agent, _ = make(app, tmp_path, replies, iterations=8)
+    agent.spec.models["fast"].context_tokens = 2000
+    agent.spec.limits.repeat_failures = 99
+    handle = app.start(agent.workflow, {"prompt": "read a lot"}, run_id="c1")
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    used, _ = app.sync(app.store.run_spent("c1"), "spent")
+    assert result["tokens"] == used  # the summary's tokens included
+    other = perdure.App(f"sqlite:///{tmp_path}/c2.db", clock=TestClock())
+    try:
+        limited, _ = make(other, tmp_path, replies, iterations=8)
+        limited.spec.models["fast"].context_tokens = 2000
+        limited.spec.limits.repeat_failures = 99
+        limited.spec.limits.max_tokens = used - 1
+        capped = other.start(limited.workflow, {"prompt": "read a lot"}, run_id="c2")
+        TestWorker(other).run_until_idle()
+        with pytest.raises(perdure.RunFailed, match="token limit"):
+            capped.result(timeout=5)
+        spent, _ = other.sync(other.store.run_spent("c2"), "spent")
+        assert spent <= used - 1
+    finally:
+        other.close()
+
+
+def test_an_escalation_is_journaled_with_its_reason(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """After a failed iteration the strong tier answers; the journal says so, and why."""
+    agent, _ = make(
+        app, tmp_path, ["not yet"], iterations=2,
+        extra='[models.strong]\nprovider = "scripted"\n[routing]\nescalate_after_failures = 1\n'
+              'escalate = ["strong"]\n[acceptance]\ncommand = "false"',
+    )  # fmt: skip
+    agent.providers["strong"] = ScriptedModel(["strong answer"])
+    handle = app.start(agent.workflow, {"prompt": "x"}, run_id="e1")
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed):
+        handle.result(timeout=5)
+    [entry] = [e for e in app.journal("e1") if e.name == "agent:helper.escalate" and e.final]
+    value = json.loads(entry.data or "{}")["value"]
+    assert value["from"] == "fast" and value["to"] == "strong"
+    assert "`false` exited 1" in value["reason"]
+
+
+def test_a_parked_run_goes_on_when_the_window_rolls_past_what_filled_it(
+    app: perdure.App, worker: TestWorker, tmp_path: Path, clock: TestClock
+) -> None:
+    """No raise: the parked run's timer is when the first run's usage leaves the hour, and
+    then its call fits."""
+    first_reply = {"content": "first", "usage": {"input_tokens": 850, "output_tokens": 50}}
+    agent, model = make(
+        app, tmp_path, [first_reply, "second"],
+        extra="max_tokens_per_call = 50\n[budget]\ntokens_per_hour = 1000",
+    )  # fmt: skip
+    app.start(agent.workflow, {"prompt": "one"}, run_id="one")
+    worker.run_until_idle()
+    clock.advance(600)
+    second = app.start(agent.workflow, {"prompt": "two"}, run_id="two")
+    worker.run_until_idle()
+    assert second.status() == "waiting" and model.calls == 1
+    wake_at = app.get_run("two").wake_at
+    assert wake_at is not None and 2990 <= wake_at - clock.now() <= 3001  # 3000 s to go
+    clock.advance(3001)
+    worker.run_until_idle()
+    assert second.result(timeout=5)["answer"] == "second" and model.calls == 2

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -97,6 +97,9 @@ class WireServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def _after_reply(self) -> None:
+        """Hook: a reply was just written (CountingServer calls its `after_reply`)."""
+
     # Rendering, per provider.
     def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
         raise NotImplementedError
@@ -140,6 +143,8 @@ class WireServer:
                         self._sse(server.render_stream(body, turn))
                     else:
                         self._json(200, server.render(body, turn))
+                        self.wfile.flush()
+                        server._after_reply()
 
             def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
                 payload = json.dumps(data).encode()
@@ -329,3 +334,56 @@ class AnthropicServer(WireServer):
         }
         kind, message = kinds.get(status, ("api_error", "Internal server error"))
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+@dataclass
+class Served:
+    """One request a counting server answered 200: what it would bill."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class CountingServer(OpenAIServer):
+    """An OpenAI-compatible server that bills like a provider: the prompt's tokens (about
+    four characters each, as real tokenizers do) and the full `max_tokens` asked as the
+    answer (the worst case), after `latency` seconds; `served` lists what it billed."""
+
+    def __init__(self, latency: float = 0.0) -> None:
+        super().__init__()
+        self.latency = latency
+        self.served: list[Served] = []
+        self.after_reply: Callable[[], None] | None = None  # called once, right after a reply
+        self.no_usage = False  # when set, replies carry no usage (billed all the same)
+        self._lock = threading.Lock()
+        # a client killed mid-call resets its connection: billed all the same, nothing to log
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
+
+    def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
+        import time
+
+        if self.latency:
+            time.sleep(self.latency)
+        messages = body.get("messages") or []
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        chars += len(json.dumps(body.get("tools") or []))
+        prompt = chars // 4 + 4 * len(messages)
+        completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        data = super().render(body, turn)
+        data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}  # fmt: skip
+        if self.no_usage:  # some compatible servers say nothing of usage
+            del data["usage"]
+        with self._lock:
+            self.served.append(Served(str(body.get("model")), prompt, completion))
+        return data
+
+    def _after_reply(self) -> None:
+        hook, self.after_reply = self.after_reply, None
+        if hook is not None:
+            hook()

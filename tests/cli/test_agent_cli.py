@@ -56,7 +56,7 @@ def test_validate_run_usage_and_budget(tmp_path: Path) -> None:
     usage = runner.invoke(cli, ["--db", db, "usage", "--by", "agent"])
     assert usage.exit_code == 0 and usage.output.splitlines()[1].split()[:2] == ["notes", "1"]
     raised = runner.invoke(cli, ["--db", db, "budget", "notes", "--tokens-per-day", "5"])
-    assert raised.output.strip() == "notes: budget set; 0 waiting run(s) woken"
+    assert raised.output.strip().splitlines()[-1] == "notes: budget changed; 0 parked run(s) woken"
     bad_since = runner.invoke(cli, ["--db", db, "usage", "--since", "forever"])
     assert bad_since.exit_code == 2 and "--since" in bad_since.output
 

@@ -85,6 +85,7 @@ def test_every_cli_operator_action_is_audited_with_its_actor_target_and_outcome(
     ok("schedules", "delete", "nightly")
     token_id = ok("token", "create", "bot", "--scope", "read").split()[1]
     ok("token", "revoke", token_id)
+    app.sync(app.store.declare_agent("triage", "{}", 0.0), "declare")  # a worker serves it
     ok("budget", "triage", "--tokens-per-day", "1000")
     ok("gc")
     done = [(r.actor, r.action, r.target, r.outcome) for r in log()]

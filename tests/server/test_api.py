@@ -546,6 +546,7 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     assert [(g["run_id"], g["calls"]) for g in by_run] == [("t-1", 2), ("t-2", 1)]
     assert client.get(f"/api/v1/usage?since={now + 1}", headers=read).json()["groups"] == []
     assert client.get("/api/v1/usage?by=week", headers=read).json()["field"] == "by"
+    app.sync(app.store.declare_agent("triage", "{}", now), "declare")  # a worker serves it
     limits = {"tokens_per_day": 1000, "cost_per_hour": 2.5}
     refused = client.put("/api/v1/budgets/triage", json=limits, headers=auth(tokens["operate"]))
     assert refused.status_code == 403
@@ -556,12 +557,20 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
         "tokens": 175,
         "cost": 1.5,
     }
-    assert client.get("/api/v1/budgets/other", headers=read).json()["budget"] is None
+    assert client.get("/api/v1/budgets/other", headers=read).status_code == 404  # unknown
+    admin = auth(tokens["admin"])
+    more = client.put("/api/v1/budgets/triage", json={"cost_per_day": 1.0}, headers=admin).json()
+    assert more["budget"]["tokens_per_day"] == 1000  # only the limit given changed
+    assert more["in_force"]["cost_per_day"] == {"limit": 1.0, "from": "stored"}
+    back = client.put("/api/v1/budgets/triage", json={"reset": True}, headers=admin).json()
+    assert back["budget"] is None and back["in_force"]["tokens_per_day"]["from"] == "none"
+    typo = client.put("/api/v1/budgets/triaje", json={"tokens_per_day": 5}, headers=admin)
+    assert typo.status_code == 404 and "no agent named 'triaje'" in typo.json()["error"]
     wrong = client.put(
         "/api/v1/budgets/triage", json={"tokens_per_day": -1}, headers=auth(tokens["admin"])
     )
     assert wrong.status_code == 422 and wrong.json()["field"] == "tokens_per_day"
-    assert audit_actions(client, tokens["read"], "agent:triage")[0][:2] == (
+    assert audit_actions(client, tokens["read"], "agent:triage")[-1][:2] == (
         "admin-er",
         "budget.set",
     )

@@ -1,6 +1,8 @@
 """The agent loop: an ordinary durable workflow whose model calls and tool calls are steps.
 
-context -> budget check -> model step -> tool steps -> completion check -> repeat.
+context -> model step (its worst case reserved against the budgets first) -> tool steps
+-> completion check -> repeat. A call that does not fit an agent budget parks the run,
+holding no slot, until budget frees up (agent/budgets.py).
 A model call is a `keyed` step (its request fingerprint, response and usage are
 journaled, so replay returns the recorded response and spends nothing); each
 tool call is a step with the tool's own effect, so recovery follows that
@@ -28,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine import durable, observers
-from ..engine.client import Client
 from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
-from ..store.agent_sql import Budget, UsageRow
+from ..store.agent_sql import Budget, Reservation, UsageRow
+from . import budgets
+from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from .grounding import check as check_grounding
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
@@ -51,8 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.agent")
 
-BUDGET_EVENT = "perdure.budget"  # sent to an agent's waiting runs when its budget is raised
-BUDGET_RECHECK = 300.0  # seconds a run over budget waits before it checks the window again
+BUDGET_RECHECK = 300.0  # seconds a run parked by the old budget check waits before checking
+BUDGET_RECHECK_MAX = 3600.0  # seconds a parked run waits at most (woken sooner by a raise)
+RESERVATIONS = "perdure.budget.reservations"  # patch marker: the run reserves per call
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_TOKENS = 4000  # of a task's file put in the transcript (less for a small context)
@@ -103,6 +107,7 @@ class _Steps:
     refuse: Any
     file: Any
     context: Any
+    escalate: Any
     budget: Any
     accept: Any
     ground: Any
@@ -130,6 +135,7 @@ class Agent:
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
+        self._declared = False  # its spec's budget recorded in the store (at the first call)
         self._given = set(self.providers)  # kept as given; those made from the spec are remade
         # a misspelt grant is refused before anything is made or started, never silently ignored
         check_grants(spec, [t.name for t in (*builtin_tools(), *(tools or []))])
@@ -204,28 +210,45 @@ class Agent:
         async def model_call(tier: str, request: dict[str, Any]) -> dict[str, Any]:
             req = ModelRequest.from_dict(request)
             try:
+                held = await self._reserve(tier, req)  # or RunLimitReached: the run fails
+            except BudgetRefused as refused:  # journaled as the answer: the run parks
+                return {"refused": str(refused), "wait": refused.wait}
+            try:
                 response = await self.provider(tier).complete(req)
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
+                await runtime.store.release_reservation(held, None)
                 if tier not in self._given:  # the next attempt reads the key again
                     self.providers.pop(tier, None)
                 raise ModelAuthError(
                     self._auth_reason(tier, exc), status=exc.status, setting=exc.setting,
                     detail=exc.detail,
                 ) from exc  # fmt: skip
+            except (ModelError, ModelRetryable) as exc:
+                # an error answer was not paid; a reply never read (timeout) may have been
+                paid = isinstance(exc, ModelRetryable) and str(exc).endswith("(timeout)")
+                await runtime.store.release_reservation(held, "unknown" if paid else None)
+                await budgets.wake(runtime, spec.name, spec.budget)
+                raise
+            # cut off otherwise (cancelled, lease lost, crash): the reservation stays held,
+            # counted at its estimate, and is marked outcome unknown when the call is retried
             info = current_step()
             tier_spec = spec.tier(tier)
-            cost = tier_spec.price.cost(response.usage.input_tokens, response.usage.output_tokens)
-            await runtime.store.record_usage(
-                UsageRow(
-                    info.run_id, info.position, spec.name, req.model or tier,
-                    response.usage.input_tokens, response.usage.output_tokens, cost,
-                    runtime.clock.now(),
-                )
-            )  # fmt: skip
             usage = response.usage
+            cost = tier_spec.price.cost(usage.input_tokens, usage.output_tokens)
+            row = UsageRow(
+                info.run_id, info.position, spec.name, req.model or tier, usage.input_tokens,
+                usage.output_tokens, cost, runtime.clock.now(),
+            )  # fmt: skip
+            await runtime.store.settle(held, row if usage.total > 0 else None)
+            if usage.total > held.tokens:
+                log.warning("agent %s: a call used %d tokens, more than the %d reserved",
+                            spec.name, usage.total, held.tokens)  # fmt: skip
+            if usage.total > 0 and usage.total < held.tokens:
+                await budgets.wake(runtime, spec.name, spec.budget)
             observers.emit("model_usage", spec.name, req.model or tier,
                            usage.input_tokens, usage.output_tokens, cost)  # fmt: skip
-            return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost}
+            return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost,
+                    "reserved": held.tokens}  # fmt: skip
 
         def make_tool_step(effect: Effect) -> Any:
             @runtime.step(name=f"{name}.tool.{effect}", effect=effect)
@@ -264,8 +287,12 @@ class Agent:
             return {"notes": notes, "memories": memories}
 
         @runtime.step(name=f"{name}.budget", effect="read")
-        async def check_budget() -> dict[str, Any]:
+        async def check_budget() -> dict[str, Any]:  # runs started before reservations only
             return await self._budget_verdict()
+
+        @runtime.step(name=f"{name}.escalate", effect="read")
+        def escalate(from_tier: str, to_tier: str, reason: str) -> dict[str, str]:
+            return {"from": from_tier, "to": to_tier, "reason": reason}  # shown by show/explain
 
         @runtime.step(name=f"{name}.accept", effect="read")
         async def accept(context: dict[str, Any]) -> dict[str, Any]:
@@ -299,8 +326,8 @@ class Agent:
 
         self.steps = _Steps(
             model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
-            context=read_context, budget=check_budget, accept=accept, ground=ground,
-            output=write_output, notes=write_notes,
+            context=read_context, escalate=escalate, budget=check_budget, accept=accept,
+            ground=ground, output=write_output, notes=write_notes,
         )  # fmt: skip
 
         @runtime.workflow(name=name, deadline=deadline_seconds(spec))
@@ -315,10 +342,12 @@ class Agent:
 
     async def _loop(self, task: dict[str, Any]) -> dict[str, Any]:
         steps = self.steps
-        model_call, read_context = steps.model, steps.context
+        read_context = steps.context
         spec, limits = self.spec, self.spec.limits
         file = task.get("file")
         query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
+        # runs started before reservations replay as they ran: a budget check step first
+        legacy = not durable.patched(RESERVATIONS)
         context = await read_context(query)
         try:
             shown = self._shown_notes(context["notes"], task)
@@ -337,13 +366,18 @@ class Agent:
             foreign = [*shown.splitlines(), *context["memories"]]
             failures: Counter[str] = Counter()
             failed_iterations = rejections = 0
-            tokens, cost = 0, 0.0
+            spend = _Spend()
             evidence = "not checked yet"
+            previous: str | None = None
             for iteration in range(1, limits.max_iterations + 1):
-                await self._within_budget()
+                if legacy:
+                    await self._within_budget()
                 tier = self._route(failed_iterations)
+                if previous is not None and tier != previous:  # journaled, with its reason
+                    await steps.escalate(previous, tier, evidence)
+                previous = tier
                 if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
-                    messages = await self._compact(messages, tier)
+                    messages = await self._compact(messages, tier, spend, evidence)
                 request = ModelRequest(
                     model=spec.tier(tier).model,
                     messages=messages,
@@ -353,7 +387,7 @@ class Agent:
                     stop=spec.tier(tier).stop,
                 )
                 try:
-                    raw = await model_call(tier, request.to_dict())
+                    raw = await self._model(tier, request, spend, evidence)
                 except StepError as exc:  # a tier that cannot answer: the next one may
                     # (a refused key parks the run instead; a run journaled before that fails)
                     if exc.error_type.endswith("ModelAuthError") or self._last_tier(
@@ -364,8 +398,7 @@ class Agent:
                     failed_iterations = self._next_tier_start(failed_iterations)
                     continue
                 reply = ModelResponse.from_dict(raw)
-                tokens += reply.usage.total
-                cost += float(raw.get("cost", 0.0))
+                tokens, cost = spend.tokens, spend.cost
                 messages.append(reply.message)
                 if limits.max_tokens is not None and tokens > limits.max_tokens:
                     raise AgentFailed(f"token limit {limits.max_tokens} reached ({tokens}); "
@@ -461,7 +494,7 @@ class Agent:
                 "numbers, dates and names that appear in the task, and keep it short.")  # fmt: skip
 
     async def _within_budget(self) -> None:
-        """Wait (durably, holding no slot) while the agent's budget window is spent."""
+        """Runs started before reservations: wait (durably) while the budget window is spent."""
         while True:
             verdict = await self.steps.budget()
             if verdict["ok"]:
@@ -472,26 +505,85 @@ class Agent:
 
     async def _budget_verdict(self) -> dict[str, Any]:
         stored = await self.runtime.store.get_budget(self.spec.name)
-        b = self.spec.budget
-        budget = stored or Budget(self.spec.name, b.tokens_per_hour, b.tokens_per_day,
-                                  b.cost_per_hour, b.cost_per_day)  # fmt: skip
+        budget = budgets.in_force(self.spec.name, self.spec.budget, stored).budget
         now = self.runtime.clock.now()
-        for window, seconds, token_limit, cost_limit in (
-            ("hour", 3600.0, budget.tokens_per_hour, budget.cost_per_hour),
-            ("day", 86400.0, budget.tokens_per_day, budget.cost_per_day),
-        ):
-            if token_limit is None and cost_limit is None:
-                continue
-            used_tokens, used_cost = await self.runtime.store.spent(self.spec.name, now - seconds)
-            if token_limit is not None and used_tokens >= token_limit:
-                reason = f"budget spent: {used_tokens} of {token_limit} tokens this {window}"
-                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, seconds)}
-            if cost_limit is not None and used_cost >= cost_limit:
-                reason = f"budget spent: {used_cost:.4f} of {cost_limit} this {window}"
-                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, seconds)}
+        for limit in budgets.window_limits(budget):
+            assert limit.window is not None
+            used_tokens, used_cost = await self.runtime.store.spent(self.spec.name,
+                                                                    now - limit.window)  # fmt: skip
+            if (limit.tokens is not None and used_tokens >= limit.tokens) or (
+                limit.cost is not None and used_cost >= limit.cost
+            ):
+                reason = f"budget spent {limit.what}: {used_tokens} tokens, {used_cost:.4f}"
+                return {"ok": False, "reason": reason, "wait": min(BUDGET_RECHECK, limit.window)}
         return {"ok": True, "reason": "", "wait": 0.0}
 
-    async def _compact(self, messages: list[Message], tier: str) -> list[Message]:
+    async def _model(
+        self, tier: str, request: ModelRequest, spend: _Spend, evidence: str
+    ) -> dict[str, Any]:
+        """A model step; while its worst case does not fit the agent's budget the run waits
+        (durably, holding no slot) to be woken when budget frees up, or BUDGET_RECHECK."""
+        while True:
+            try:
+                raw: dict[str, Any] = await self.steps.model(tier, request.to_dict())
+            except StepError as exc:
+                if exc.error_type.endswith("RunLimitReached"):
+                    raise AgentFailed(f"{exc.message}; last evidence: {evidence}") from None
+                raise
+            if "refused" in raw:  # parked, holding no slot, until woken or the window rolls
+                log.info("agent %s: %s", self.spec.name, raw["refused"])
+                with contextlib.suppress(WaitTimeout):
+                    await durable.wait_event(BUDGET_EVENT, timeout=float(raw["wait"]))
+                continue
+            reply = ModelResponse.from_dict(raw)
+            spend.tokens += reply.usage.total
+            spend.cost += float(raw.get("cost", 0.0))
+            return raw
+
+    async def _reserve(self, tier: str, req: ModelRequest) -> Reservation:
+        """Hold the call's worst case against the run's limits and the agent's windows
+        (shrinking its max_tokens to what the run has left), or refuse it."""
+        runtime, spec = self.runtime, self.spec
+        if not self._declared:
+            await budgets.declare(runtime, spec)
+            self._declared = True
+        info = current_step()
+        model = spec.tier(tier)
+        prompt = budgets.prompt_tokens(req)
+        out = req.max_tokens or max(1, model.context_tokens - prompt)
+        run_limits = budgets.run_limit(spec.limits)
+        if spec.limits.max_tokens is not None:
+            used, _ = await runtime.store.run_spent(info.run_id)
+            room = spec.limits.max_tokens - used - prompt
+            if room < 1:
+                raise RunLimitReached(
+                    f"token limit {spec.limits.max_tokens} reached ({used} used, the next "
+                    f"prompt alone is about {prompt})"
+                )
+            out = min(out, room)
+        req.max_tokens = out
+        force = budgets.in_force(spec.name, spec.budget, await runtime.store.get_budget(spec.name))
+        held = Reservation(
+            info.run_id, info.position, 0, spec.name, tier, req.model or tier, prompt + out,
+            model.price.cost(prompt, out), "open", 0.0,
+        )  # fmt: skip
+        refused = await runtime.store.reserve(
+            held, [*run_limits, *budgets.window_limits(force.budget)], runtime.clock.now()
+        )
+        if refused is None:
+            return held
+        if refused.limit.window is None:
+            raise RunLimitReached(refused.reason().replace("budget run limit", "run limit"))
+        now = runtime.clock.now()
+        if refused.free_at is None:
+            why = f"{refused.reason()}: more than the whole budget; raise it (perdure budget)"
+            raise BudgetRefused(why, BUDGET_RECHECK_MAX)
+        wait = min(BUDGET_RECHECK_MAX, max(1.0, refused.free_at - now))
+        raise BudgetRefused(refused.reason(), wait)
+
+    async def _compact(
+        self, messages: list[Message], tier: str, spend: _Spend, evidence: str
+    ) -> list[Message]:
         """Summarise older turns into a note; a tool call and its result stay together."""
         head, rest = messages[:2], messages[2:]
         cut = max(0, len(rest) - KEEP_TURNS)
@@ -507,7 +599,7 @@ class Agent:
             messages=[Message("system", instruction), Message("user", transcript)],
             max_tokens=300,
         )
-        answer = await self.steps.model(tier, request.to_dict())
+        answer = await self._model(tier, request, spend, evidence)  # counted like any call
         note = ModelResponse.from_dict(answer).message.content
         return [*head, Message("user", f"Notes on the work so far: {note}"), *recent]
 
@@ -629,6 +721,14 @@ class Agent:
                 "commit", "-q", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
 
 
+@dataclass
+class _Spend:
+    """What one run's model calls spent so far (from their journaled replies)."""
+
+    tokens: int = 0
+    cost: float = 0.0
+
+
 @dataclass(frozen=True)
 class _Attempt:
     """One finishing answer of the loop, with what it is checked against."""
@@ -673,14 +773,5 @@ def task_text(path: Path, limit: int) -> str:
 
 
 async def raise_budget(runtime: Runtime, agent: str, budget: Budget) -> int:
-    """Store a new budget and wake the agent's runs waiting for one; returns how many."""
-    await runtime.store.put_budget(budget, runtime.clock.now())
-    woken = 0
-    waiting = await runtime.store.list_runs(
-        statuses=["waiting"], workflow=f"agent:{agent}", limit=10**4
-    )
-    for run in waiting:
-        if run.waiting_for == f"event:{BUDGET_EVENT}":
-            await Client(runtime).send_event(run.id, BUDGET_EVENT, None)
-            woken += 1
-    return woken
+    """Store a new budget and wake the agent's parked runs that now fit; returns how many."""
+    return await budgets.set_budget(runtime, agent, budget)

@@ -297,6 +297,15 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
                                "anthropic or local tiers")  # fmt: skip
         if model.provider in ("openai", "anthropic") and not model.model:
             raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
+    costed = [k for k in ("cost_per_hour", "cost_per_day") if getattr(spec.budget, k)]
+    costed += ["max_cost"] if spec.limits.max_cost is not None else []
+    for name in routing.order() if costed else ():
+        price = spec.models[name].price
+        if not price.input_per_mtok and not price.output_per_mtok:
+            raise fail(("models", name, "price"),
+                       f"a cost limit is set ({costed[0]}) but this tier has no price, so its "
+                       "calls would cost nothing against it; set price = { input_per_mtok = "
+                       "..., output_per_mtok = ... }")  # fmt: skip
     acceptance = spec.acceptance
     if acceptance.command is not None and acceptance.python is not None:
         raise fail(("acceptance", "python"), "give command or python, not both")

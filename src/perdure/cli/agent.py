@@ -135,7 +135,10 @@ def agent_cmd(
 ) -> None:
     """Serve the agent's trigger and work its runs until SIGTERM (drains, then stops)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from ..agent.budgets import declare
+
     app, agent = _agent(ctx, spec_path, model)
+    app.sync(declare(app, agent.spec), "agent")  # known to `perdure budget` from now on
     served = attach_trigger(app, agent)
     render.echo(f"perdure agent {agent.spec.name}: {served}; store {app.url}", err=True)
     app.run_worker(concurrency=concurrency, poll=poll)
@@ -168,36 +171,99 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     header = {"run": ["AGENT", "RUN"], "agent": ["AGENT"], "day": ["DAY", "AGENT"]}[by]
     body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
             for k, v in sorted(groups.items())]  # fmt: skip
-    if not body:
+    held = app.sync(app.store.reservations(agent, time.time() - seconds), "usage")
+    if not body and not held:
         render.echo("no model calls recorded")
         return
-    render.echo(render.table(body, [*header, "CALLS", "IN", "OUT", "COST"]))
+    if body:
+        render.echo(render.table(body, [*header, "CALLS", "IN", "OUT", "COST"]))
+    if held:  # sent (or about to be) and never settled: counted at their reservation
+        kinds: dict[tuple[str, str, str, str], list[float]] = {}
+        for r in held:
+            total = kinds.setdefault((r.agent, r.model, r.tier, _HELD[r.state]), [0, 0, 0.0])
+            total[0] += 1
+            total[1] += r.tokens
+            total[2] += r.cost
+        rows = [[*k, str(int(v[0])), str(int(v[1])), f"{v[2]:.4f}"]
+                for k, v in sorted(kinds.items())]  # fmt: skip
+        render.echo("\nCalls whose usage is not known, counted at their reservation:")
+        render.echo(render.table(rows, ["AGENT", "MODEL", "TIER", "OUTCOME", "CALLS",
+                                       "TOKENS (EST.)", "COST (EST.)"]))  # fmt: skip
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
+
+
+_HELD = {
+    "open": "in flight or cut off",
+    "unknown": "sent, outcome unknown",
+    "estimated": "answered without usage",
+}
+
+
+def _limit(option: str, text: str | None, kind: type[int] | type[float]) -> int | float | None:
+    """A limit given on the command line: a number, 0 or more (one-line error otherwise)."""
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "a whole number of tokens" if kind is int else "a cost"
+        raise PerdureError(f"{option}: {text!r} is not {what}") from None
+    if value < 0 or value != value or value == float("inf"):
+        raise PerdureError(f"{option}: {text!r} must be 0 or more")
+    return value
 
 
 @click.command()
 @click.argument("agent")
-@click.option("--tokens-per-hour", type=int, default=None)
-@click.option("--tokens-per-day", type=int, default=None)
-@click.option("--cost-per-hour", type=float, default=None)
-@click.option("--cost-per-day", type=float, default=None)
+@click.option("--tokens-per-hour", default=None, metavar="N", help="Change this limit only.")
+@click.option("--tokens-per-day", default=None, metavar="N", help="Change this limit only.")
+@click.option("--cost-per-hour", default=None, metavar="X", help="Change this limit only.")
+@click.option("--cost-per-day", default=None, metavar="X", help="Change this limit only.")
+@click.option("--reset", is_flag=True, help="Forget the stored budget: the spec's is in force.")
 @click.pass_context
 def budget(
     ctx: click.Context,
     agent: str,
-    tokens_per_hour: int | None,
-    tokens_per_day: int | None,
-    cost_per_hour: float | None,
-    cost_per_day: float | None,
+    tokens_per_hour: str | None,
+    tokens_per_day: str | None,
+    cost_per_hour: str | None,
+    cost_per_day: str | None,
+    reset: bool,
 ) -> None:
-    """Set AGENT's budget (unset limits: none); runs waiting for budget continue if it allows."""
+    """Show AGENT's budget in force and where each limit comes from (spec or stored), or
+    change only the limits given (--reset: back to the spec's); parked runs that now fit go on."""
+    from ..agent.budgets import describe
     from ..server import operations as ops
-    from ..store.agent_sql import Budget
     from .main import act, get_app, operator
 
+    changes = {
+        "tokens_per_hour": _limit("--tokens-per-hour", tokens_per_hour, int),
+        "tokens_per_day": _limit("--tokens-per-day", tokens_per_day, int),
+        "cost_per_hour": _limit("--cost-per-hour", cost_per_hour, float),
+        "cost_per_day": _limit("--cost-per-day", cost_per_day, float),
+    }
+    if reset and any(v is not None for v in changes.values()):
+        raise PerdureError("budget: --reset goes alone (it returns every limit to the spec's)")
     app = get_app(ctx, existing=True)
-    limits = Budget(agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day)
-    woken = act(app, ops.set_budget(app, operator(), limits), "budget")
-    render.echo(f"{render.shown(agent)}: budget set; {woken} waiting run(s) woken")
+    woken = None
+    if reset or any(v is not None for v in changes.values()):
+        woken = act(app, ops.set_budget(app, operator(), agent, changes, reset=reset), "budget")
+    shown = app.sync(describe(app, agent), "budget")
+    rows = []
+    for name, value in shown["in_force"].items():
+        window = name.rsplit("_", 1)[1]
+        used = shown["spent"][window]["tokens" if name.startswith("tokens") else "cost"]
+        limit = "none" if value["limit"] is None else _number(value["limit"])
+        rows.append([name, limit, value["from"], _number(used)])
+    render.echo(render.table(rows, ["LIMIT", "IN FORCE", "FROM", "SPENT (RESERVED COUNTED)"]))
+    if shown["parked"]:
+        render.echo(f"{shown['parked']} run(s) parked for budget")
+    if woken is not None:
+        render.echo(f"{render.shown(agent)}: budget {'reset to the spec' if reset else 'changed'}; "
+                   f"{woken} parked run(s) woken")  # fmt: skip
 
 
 COMMANDS = (validate, run_spec, agent_cmd, usage, budget)

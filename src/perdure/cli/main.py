@@ -121,7 +121,8 @@ def list_runs(
 ) -> None:
     """List runs, newest first."""
     app = get_app(ctx, existing=True)
-    render.echo(render.runs(app.list_runs(statuses=statuses, workflow=workflow, limit=limit)))
+    rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    render.echo(render.runs(rows, app.sync(app.client.paused_workflows(), "ls")))
 
 
 @cli.command()
@@ -169,7 +170,8 @@ def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
-    render.echo(render.run_header(run, entries))
+    paused = app.sync(app.client.paused_workflows(), "show")
+    render.echo(render.run_header(run, entries, paused))
     render.echo()
     render.echo(render.timeline(entries))
 
@@ -181,7 +183,8 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
-    render.echo(render.run_header(run, entries))
+    paused = app.sync(app.client.paused_workflows(), "explain")
+    render.echo(render.run_header(run, entries, paused))
     render.echo()
     render.echo(render.explanation(explain(app, run, entries)))
 

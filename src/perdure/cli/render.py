@@ -14,7 +14,7 @@ reorder a line or split one.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 import click
@@ -54,22 +54,33 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def runs(rows: Sequence[RunRow]) -> str:
+def shown_status(run: RunRow, paused: Collection[str] = ()) -> str:
+    """A run's status as an operator should read it: `paused` for a run of a paused workflow
+    that nobody executes (handed back, or not started), whatever the row's status says."""
+    released = run.status == "pending" or (run.status == "running" and not run.lease_until)
+    return "paused" if run.workflow in paused and released else run.status
+
+
+def runs(rows: Sequence[RunRow], paused: Collection[str] = ()) -> str:
     if not rows:
         return "no runs"
     return table(
-        [(r.id, r.workflow, r.status, when(r.created_at), when(r.updated_at)) for r in rows],
+        [(r.id, r.workflow, shown_status(r, paused), when(r.created_at), when(r.updated_at))
+         for r in rows],
         ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED"),
-    )
+    )  # fmt: skip
 
 
-def run_header(run: RunRow, entries: Sequence[Entry] = ()) -> str:
-    """The run's fields; with its journal, also the run it continued from (continue_as_new)."""
+def run_header(run: RunRow, entries: Sequence[Entry] = (), paused: Collection[str] = ()) -> str:
+    """The run's fields (its status as `ls` shows it: `paused` when its workflow is);
+    with its journal, also the run it continued from (continue_as_new)."""
     redactor = Redactor()
+    status = shown_status(run, paused)
+    held = "  (its workflow is paused: perdure resume --workflow)" if status == "paused" else ""
     lines = [
         f"run       {shown(run.id)}",
         f"workflow  {shown(run.workflow)}  (code version {shown(run.code_version)})",
-        f"status    {run.status}" + ("  (pause requested)" if run.pause_requested else ""),
+        f"status    {status}" + ("  (pause requested)" if run.pause_requested else "") + held,
         f"created   {when(run.created_at)}   updated {when(run.updated_at)}",
     ]
     if run.wake_at:

@@ -281,7 +281,10 @@ class Client:
         await self.runtime.open_store()
         now = self.runtime.clock.now()
         found = []
+        paused = await self.paused_workflows()
         for run in await self.store.stuck(now, grace):
+            if run.workflow in paused:  # held by an operator's pause: not stuck
+                continue
             if run.status in (RUNNING, "cancelling"):
                 why = (
                     f"lease of {run.lease_owner} expired {now - (run.lease_until or now):.0f}s "
@@ -350,6 +353,11 @@ class Client:
         event_id = await self.store.send_event(run_id, name, text, self.runtime.clock.now(), key)
         self.runtime.notify()
         return event_id
+
+    async def paused_workflows(self) -> set[str]:
+        """The workflows an operator paused (`perdure pause --workflow`)."""
+        await self.runtime.open_store()
+        return {name for scope, name, _ in await self.store.list_pauses() if scope == "workflow"}
 
     async def set_pause(self, scope: str, name: str, paused: bool) -> bool:
         """Pause or resume a whole workflow or worker (id, or host for all its workers).

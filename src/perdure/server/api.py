@@ -509,30 +509,38 @@ async def usage(call: Call) -> Any:
 
 
 async def _budget_json(app: App, agent: str) -> dict[str, Any]:
-    budget = await app.store.get_budget(agent)
-    now = app.clock.now()
-    spent = {}
-    for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
-        tokens, cost = await app.store.spent(agent, now - seconds)
-        spent[window] = {"tokens": tokens, "cost": cost}
-    limits = None if budget is None else dataclasses.asdict(budget)
-    if limits is not None:
-        del limits["agent"]
-    return {"agent": agent, "budget": limits, "spent": spent}
+    from ..agent.budgets import describe  # the agent layer, only for budgets
+
+    return await describe(app, agent)
+
+
+async def _known_agent(app: App, agent: str) -> None:
+    """404 for an agent no worker has served (its budget would be silently ignored)."""
+    from ..agent.budgets import UnknownAgent, declared
+
+    try:
+        await declared(app, agent)
+    except UnknownAgent as exc:
+        raise BadInput(404, str(exc), "agent") from None
 
 
 async def get_budget(call: Call) -> Any:
     await call.app.open_store()
+    await _known_agent(call.app, call.path("agent"))
     return await _budget_json(call.app, call.path("agent"))
 
 
 @audits("budget.set")
 async def put_budget(call: Call) -> Any:
-    from ..store.agent_sql import Budget
-
     body: PutBudget = call.body
     agent = call.path("agent")
-    woken = await ops.set_budget(call.app, call.actor, Budget(agent, **body.model_dump()))
+    from ..agent.budgets import UnknownAgent
+
+    changes = body.model_dump(exclude={"reset"})
+    try:  # refused for an unknown agent inside the audited operation
+        woken = await ops.set_budget(call.app, call.actor, agent, changes, reset=body.reset)
+    except UnknownAgent as exc:
+        raise BadInput(404, str(exc), "agent") from None
     return {**await _budget_json(call.app, agent), "woken": woken}
 
 
@@ -637,9 +645,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              params=(AGENT, SINCE, BY),
              returns="Usage"),
     Endpoint("GET", f"{PREFIX}/budgets/{{agent}}", get_budget, "read",
-             "An agent's stored budget and what it spent this hour and day", returns="Budget"),
+             "An agent's budget in force (each limit from the spec or stored), what it spent "
+             "this hour and day, and its runs parked for budget", returns="Budget"),
     Endpoint("PUT", f"{PREFIX}/budgets/{{agent}}", put_budget, "admin",
-             "Set an agent's budget; its runs waiting for budget continue if it allows",
+             "Change only the limits given of an agent's budget (reset: back to the spec's); "
+             "as many parked runs as now fit continue",
              body=PutBudget, returns="BudgetSet"),
     Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
              params=(TARGET, AUDIT_RUN, ACTOR, AUDIT_SINCE, LIMIT, AUDIT_CURSOR),

@@ -600,8 +600,13 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
         | {w.removeprefix("agent:") for w in app.workflows if w.startswith("agent:")}
     )
     agents = []
+    from ..agent.budgets import current  # the agent layer, for its budget in force
+
     for name in names:
-        budget = await app.store.get_budget(name)
+        try:  # each limit from the stored budget, else the spec's
+            budget: Any = (await current(app, name)).budget
+        except PerdureError:  # no worker has served it yet: only a stored budget is known
+            budget = await app.store.get_budget(name)
         gauges = []
         for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
             tokens, cost = await app.store.spent(name, now - seconds)

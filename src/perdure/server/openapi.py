@@ -77,8 +77,13 @@ _LIMITS = _obj(
     "", tokens_per_hour=OPT_INT, tokens_per_day=OPT_INT, cost_per_hour=OPT_NUM,
     cost_per_day=OPT_NUM,
 )
+_IN_FORCE_LIMIT = _obj("limit from", limit={"type": ["number", "null"]},
+                       **{"from": {"type": "string", "enum": ["spec", "stored", "none"]}})
 _BUDGET = dict(agent=STR, budget={"anyOf": [_LIMITS, {"type": "null"}]},
-               spent=_obj("hour day", hour=_SPENT, day=_SPENT))
+               in_force=_obj("tokens_per_hour tokens_per_day cost_per_hour cost_per_day",
+                             tokens_per_hour=_IN_FORCE_LIMIT, tokens_per_day=_IN_FORCE_LIMIT,
+                             cost_per_hour=_IN_FORCE_LIMIT, cost_per_day=_IN_FORCE_LIMIT),
+               spent=_obj("hour day", hour=_SPENT, day=_SPENT), parked=INT)
 
 _JSON = _ref("JsonValue")
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -161,8 +166,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             calls=INT, input_tokens=INT, output_tokens=INT, cost=NUM,
         )),
     ),
-    "Budget": _obj("agent budget spent", **_BUDGET),
-    "BudgetSet": _obj("agent budget spent woken", **_BUDGET, woken=INT),
+    "Budget": _obj("agent budget in_force spent parked", **_BUDGET),
+    "BudgetSet": _obj("agent budget in_force spent parked woken", **_BUDGET, woken=INT),
     "AuditPage": _obj(
         "entries next_cursor", next_cursor=OPT_STR,
         entries=_array(_obj(

@@ -26,7 +26,6 @@ from .access import create_token as _create_token
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.retention import GcReport
-    from ..store.agent_sql import Budget
     from ..store.base import RunRow, ScheduleRow
     from ..triggers.schedules import Schedule
 
@@ -344,17 +343,30 @@ async def delete_schedule(app: App, who: Principal, name: str) -> None:
     await perform(app, who, Action("schedule.delete", f"schedule:{name}", "admin"), do)
 
 
-async def set_budget(app: App, who: Principal, budget: Budget) -> int:
-    """Set an agent's budget; returns how many runs waiting for budget were woken."""
-    from ..agent.loop import raise_budget  # the agent layer, only when a budget changes
+async def set_budget(
+    app: App, who: Principal, agent: str, changes: dict[str, Any], *, reset: bool = False
+) -> int:
+    """Change only the limits in `changes` (None: unchanged) of a known agent's stored budget,
+    or with `reset` forget it (the spec's is in force again); wakes the parked runs that now
+    fit and returns how many."""
+    from ..agent import budgets  # the agent layer, only when a budget changes
 
-    limits = {k: getattr(budget, k) for k in
-              ("tokens_per_hour", "tokens_per_day", "cost_per_hour", "cost_per_day")}  # fmt: skip
-    action = Action("budget.set", f"agent:{budget.agent}", "admin", limits)
+    given = {k: v for k, v in changes.items() if v is not None}
+    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
+    action = Action("budget.set", f"agent:{agent}", "admin", detail)
 
     async def do() -> int:
         await app.open_store()
-        return await raise_budget(app, budget.agent, budget)
+        await budgets.declared(app, agent)  # an unknown agent is refused
+        if reset:
+            return await budgets.set_budget(app, agent, None)
+        if not given:
+            raise PerdureError(
+                f"budget {agent}: give a limit to change (--tokens-per-hour, --tokens-per-day, "
+                "--cost-per-hour, --cost-per-day) or --reset"
+            )
+        stored = await app.store.get_budget(agent)
+        return await budgets.set_budget(app, agent, budgets.merged(agent, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
 

@@ -275,12 +275,14 @@ class PutSchedule(Body):
 
 
 class PutBudget(Body):
-    """An agent's spending limits per rolling hour and day; an absent limit is none."""
+    """Changes to an agent's spending limits per rolling hour and day: an absent limit is
+    unchanged; `reset` forgets the stored budget (the spec's is in force again)."""
 
     tokens_per_hour: Annotated[int, Interval(ge=0, le=BIG), INTEGRAL] | None = None
     tokens_per_day: Annotated[int, Interval(ge=0, le=BIG), INTEGRAL] | None = None
     cost_per_hour: float | None = Field(None, ge=0, le=1e12)
     cost_per_day: float | None = Field(None, ge=0, le=1e12)
+    reset: bool = False
 
 
 class SetPause(Comment):

@@ -1,8 +1,12 @@
 """The SQL of agents' durable state: model usage, budgets, long-term memory, progress notes.
 
 Usage rows are keyed by (run, journal position), so recording a model call's
-usage again after a crash changes nothing. Memory search is full-text: FTS5 on
-SQLite, a generated tsvector on PostgreSQL; a query matches any of its words.
+usage again after a crash changes nothing. Before a call is sent its worst case is
+reserved against every limit that applies, under one lock per agent (SQLite's single
+writer; a transaction-scoped advisory lock on PostgreSQL), so concurrent calls can never
+together pass a budget; the reservation is settled to the call's usage when it returns.
+Memory search is full-text: FTS5 on SQLite, a generated tsvector on PostgreSQL; a query
+matches any of its words.
 """
 
 from __future__ import annotations
@@ -41,6 +45,54 @@ class Budget:
 
 
 @dataclass(slots=True)
+class Reservation:
+    """A model call's worst case, held against budgets from before it is sent until it is
+    settled. `state`: open (sent or about to be), unknown (cut off: outcome unknown, the
+    estimate counted as spent), estimated (the provider's reply had no usage)."""
+
+    run_id: str
+    position: int
+    attempt: int
+    agent: str
+    tier: str
+    model: str
+    tokens: int
+    cost: float
+    state: str
+    at: float
+
+
+@dataclass(slots=True)
+class Limit:
+    """One budget a call is held to: `window` seconds back (None: the whole run of `run_id`)."""
+
+    what: str  # how the refusal names it, e.g. "this day", "run limit"
+    window: float | None
+    tokens: int | None = None
+    cost: float | None = None
+
+
+@dataclass(slots=True)
+class Refusal:
+    """Why a reservation was refused: the limit, what is used and what was asked."""
+
+    limit: Limit
+    used_tokens: int
+    used_cost: float
+    asked_tokens: int
+    asked_cost: float
+    free_at: float | None = None  # when enough of the window has rolled by (None: never)
+
+    def reason(self) -> str:
+        lim = self.limit
+        if lim.tokens is not None and self.used_tokens + self.asked_tokens > lim.tokens:
+            return (f"budget {lim.what}: {self.used_tokens} of {lim.tokens} tokens used or "
+                    f"reserved, this call may take {self.asked_tokens}")  # fmt: skip
+        return (f"budget {lim.what}: {self.used_cost:.4f} of {lim.cost} used or reserved, "
+                f"this call may cost {self.asked_cost:.4f}")  # fmt: skip
+
+
+@dataclass(slots=True)
 class MemoryRow:
     """A long-term memory entry of an agent, with the run that wrote it."""
 
@@ -63,22 +115,172 @@ def record_usage(conn: Db, u: UsageRow) -> bool:
 
 
 def spent(conn: Db, agent: str, since: float) -> tuple[int, float]:
-    """Tokens and cost an agent spent since `since`."""
+    """Tokens and cost an agent spent since `since`, counting held reservations (calls in
+    flight, or cut off with their outcome unknown) at their estimate."""
     row = conn.execute(
         "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
         "FROM agent_usage WHERE agent = ? AND at >= ?",
         (agent, since),
     ).fetchone()
-    return int(row[0]), float(row[1])
+    held = conn.execute(
+        "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
+        "WHERE agent = ? AND at >= ?",
+        (agent, since),
+    ).fetchone()
+    return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
 
 
 def run_spent(conn: Db, run_id: str) -> tuple[int, float]:
+    """Tokens and cost a run spent, held reservations counted at their estimate."""
     row = conn.execute(
         "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
         "FROM agent_usage WHERE run_id = ?",
         (run_id,),
     ).fetchone()
-    return int(row[0]), float(row[1])
+    held = conn.execute(
+        "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
+        "WHERE run_id = ?",
+        (run_id,),
+    ).fetchone()
+    return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
+
+
+def _lock_agent(conn: Db, agent: str) -> None:
+    """Serialise reservations of one agent until the transaction ends (SQLite: its single
+    writer already does; PostgreSQL: a transaction-scoped advisory lock)."""
+    if conn.dialect == "postgres":
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"perdure.budget:{agent}",))
+
+
+def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusal | None:
+    """Hold `r` against every limit, or refuse (nothing held; a window refusal puts the run
+    in the agent's queue of parked runs). Earlier attempts of the same call still held were
+    cut off: they stay counted, marked outcome unknown. `r.attempt` is set here."""
+    _lock_agent(conn, r.agent)
+    conn.execute(
+        "UPDATE agent_reservations SET state = 'unknown' WHERE run_id = ? AND position = ? "
+        "AND state = 'open'",
+        (r.run_id, r.position),
+    )
+    for limit in limits:
+        if limit.window is None:
+            used_tokens, used_cost = run_spent(conn, r.run_id)
+        else:
+            used_tokens, used_cost = spent(conn, r.agent, now - limit.window)
+        over_tokens = limit.tokens is not None and used_tokens + r.tokens > limit.tokens
+        over_cost = limit.cost is not None and used_cost + r.cost > limit.cost + 1e-12
+        if over_tokens or over_cost:
+            refusal = Refusal(limit, used_tokens, used_cost, r.tokens, r.cost)
+            if limit.window is not None:
+                conn.execute(
+                    "INSERT INTO agent_budget_waits (run_id, agent, tokens, cost, at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                    (r.run_id, r.agent, r.tokens, r.cost, now),
+                )
+                refusal.free_at = _free_at(conn, r, limit, now)
+            return refusal
+    row = conn.execute(
+        "SELECT COALESCE(MAX(attempt), 0) FROM agent_reservations WHERE run_id = ? "
+        "AND position = ?",
+        (r.run_id, r.position),
+    ).fetchone()
+    r.attempt, r.state, r.at = int(row[0]) + 1, "open", now
+    conn.execute(
+        "INSERT INTO agent_reservations (run_id, position, attempt, agent, tier, model, tokens, "
+        "cost, state, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (r.run_id, r.position, r.attempt, r.agent, r.tier, r.model, r.tokens, r.cost, r.state,
+         r.at),
+    )  # fmt: skip
+    conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (r.run_id,))
+    return None
+
+
+def _free_at(conn: Db, r: Reservation, limit: Limit, now: float) -> float | None:
+    """When enough of what the window holds has rolled out of it for `r` to fit (None: it
+    never will, the call alone being over the limit)."""
+    assert limit.window is not None
+    if (limit.tokens is not None and r.tokens > limit.tokens) or (
+        limit.cost is not None and r.cost > limit.cost
+    ):
+        return None
+    since = now - limit.window
+    rows = conn.execute(
+        "SELECT at, input_tokens + output_tokens, cost FROM agent_usage WHERE agent = ? "
+        "AND at >= ? UNION ALL SELECT at, tokens, cost FROM agent_reservations "
+        "WHERE agent = ? AND at >= ? ORDER BY 1",
+        (r.agent, since, r.agent, since),
+    ).fetchall()
+    tokens = sum(int(x[1]) for x in rows)
+    cost = sum(float(x[2]) for x in rows)
+    for at, row_tokens, row_cost in rows:  # oldest first: each leaves at at + window
+        tokens, cost = tokens - int(row_tokens), cost - float(row_cost)
+        fits_tokens = limit.tokens is None or tokens + r.tokens <= limit.tokens
+        fits_cost = limit.cost is None or cost + r.cost <= limit.cost + 1e-12
+        if fits_tokens and fits_cost:
+            return float(at) + limit.window
+    return now + limit.window
+
+
+def settle(conn: Db, r: Reservation, u: UsageRow | None) -> bool:
+    """Replace a reservation by the call's usage (None: the reply said nothing of usage, so
+    the estimate stays, marked 'estimated'). False if the usage was already recorded."""
+    key = (r.run_id, r.position, r.attempt)
+    if u is None:
+        conn.execute(
+            "UPDATE agent_reservations SET state = 'estimated' WHERE run_id = ? "
+            "AND position = ? AND attempt = ?",
+            key,
+        )
+        return True
+    conn.execute(
+        "DELETE FROM agent_reservations WHERE run_id = ? AND position = ? AND attempt = ?", key
+    )
+    return record_usage(conn, u)
+
+
+def release(conn: Db, r: Reservation, state: str | None) -> None:
+    """Let go of a reservation (the call failed before it was paid), or keep it counted in
+    `state` (e.g. 'unknown': cut off, it may have been paid)."""
+    key = (r.run_id, r.position, r.attempt)
+    if state is None:
+        conn.execute(
+            "DELETE FROM agent_reservations WHERE run_id = ? AND position = ? AND attempt = ?",
+            key,
+        )
+    else:
+        conn.execute(
+            "UPDATE agent_reservations SET state = ? WHERE run_id = ? AND position = ? "
+            "AND attempt = ?",
+            (state, *key),
+        )
+
+
+def reservations(conn: Db, agent: str | None, since: float) -> list[Reservation]:
+    """Reservations still held: calls in flight, cut off (unknown) or without usage."""
+    where, params = "at >= ?", [since]
+    if agent is not None:
+        where += " AND agent = ?"
+        params.append(agent)  # type: ignore[arg-type]
+    rows = conn.execute(
+        "SELECT run_id, position, attempt, agent, tier, model, tokens, cost, state, at "
+        f"FROM agent_reservations WHERE {where} ORDER BY at, run_id, position, attempt",
+        params,
+    ).fetchall()
+    return [Reservation(r[0], int(r[1]), int(r[2]), r[3], r[4], r[5], int(r[6]), float(r[7]),
+                        r[8], float(r[9])) for r in rows]  # fmt: skip
+
+
+def parked(conn: Db, agent: str) -> list[tuple[str, int, float]]:
+    """The agent's runs parked for budget, first parked first: (run, tokens, cost) asked."""
+    rows = conn.execute(
+        "SELECT run_id, tokens, cost FROM agent_budget_waits WHERE agent = ? ORDER BY at, run_id",
+        (agent,),
+    ).fetchall()
+    return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
+
+
+def unpark(conn: Db, run_id: str) -> None:
+    conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (run_id,))
 
 
 def usage(conn: Db, agent: str | None, since: float) -> list[UsageRow]:
@@ -114,6 +316,28 @@ def put_budget(conn: Db, b: Budget, now: float) -> None:
         (b.agent, b.tokens_per_hour, b.tokens_per_day, b.cost_per_hour, b.cost_per_day, now),
     )
     conn.notify()
+
+
+def declare_agent(conn: Db, agent: str, spec_budget: str, now: float) -> None:
+    """Record that a worker serves `agent`, with its spec's budget (JSON)."""
+    conn.execute(
+        "INSERT INTO agent_specs (agent, budget, at) VALUES (?, ?, ?) ON CONFLICT (agent) "
+        "DO UPDATE SET budget = excluded.budget, at = excluded.at",
+        (agent, spec_budget, now),
+    )
+
+
+def declared_agent(conn: Db, agent: str) -> str | None:
+    """The spec budget (JSON) a worker serving `agent` declared; None: no worker ever did."""
+    row = conn.execute("SELECT budget FROM agent_specs WHERE agent = ?", (agent,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def clear_budget(conn: Db, agent: str) -> bool:
+    """Forget an agent's stored budget (its spec's is in force again); False if none."""
+    cur = conn.execute("DELETE FROM agent_budgets WHERE agent = ?", (agent,))
+    conn.notify()
+    return cur.rowcount == 1
 
 
 def remember(conn: Db, agent: str, text: str, tags: str, run_id: str | None, now: float) -> int:

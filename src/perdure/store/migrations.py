@@ -257,6 +257,41 @@ MIGRATIONS: list[str] = [
     ALTER TABLE workers ADD COLUMN lock_key INTEGER;
     ALTER TABLE workers ADD COLUMN lock_server REAL
     """,
+    # 14 (budgets): a model call reserves its worst case
+    # against the agent's budget before it is sent; the row is the call's durable intent
+    # (tier, model, estimate), settled into agent_usage when the reply comes, kept as
+    # 'unknown' (its estimate counted) when the call was cut off. Runs parked for budget
+    # wait in agent_budget_waits, in the order they parked, with what they asked for.
+    # agent_specs: each agent a worker serves, with its spec's [budget] (JSON).
+    """
+    CREATE TABLE agent_reservations (
+        run_id    TEXT NOT NULL,
+        position  INTEGER NOT NULL,
+        attempt   INTEGER NOT NULL,
+        agent     TEXT NOT NULL,
+        tier      TEXT NOT NULL,
+        model     TEXT NOT NULL,
+        tokens    INTEGER NOT NULL,
+        cost      REAL NOT NULL,
+        state     TEXT NOT NULL,
+        at        REAL NOT NULL,
+        PRIMARY KEY (run_id, position, attempt)
+    );
+    CREATE INDEX agent_reservations_by_agent ON agent_reservations (agent, state, at);
+    CREATE TABLE agent_budget_waits (
+        run_id    TEXT PRIMARY KEY,
+        agent     TEXT NOT NULL,
+        tokens    INTEGER NOT NULL,
+        cost      REAL NOT NULL,
+        at        REAL NOT NULL
+    );
+    CREATE INDEX agent_budget_waits_by_agent ON agent_budget_waits (agent, at);
+    CREATE TABLE agent_specs (
+        agent   TEXT PRIMARY KEY,
+        budget  TEXT NOT NULL,
+        at      REAL NOT NULL
+    )
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from ..errors import StoreError, StoreUnavailable
 from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
-from .agent_sql import Budget, MemoryRow, UsageRow
+from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, UsageRow
 from .base import (
     Append,
     AppendResult,
@@ -832,6 +832,37 @@ class ThreadedStore:
 
     async def put_budget(self, budget: Budget, now: float) -> None:
         await self._call(lambda c: agent_sql.put_budget(c, budget, now), write=True)
+
+    async def clear_budget(self, agent: str) -> bool:
+        return await self._call(lambda c: agent_sql.clear_budget(c, agent), write=True)
+
+    async def declare_agent(self, agent: str, spec_budget: str, now: float) -> None:
+        await self._call(lambda c: agent_sql.declare_agent(c, agent, spec_budget, now), write=True)
+
+    async def declared_agent(self, agent: str) -> str | None:
+        return await self._call(lambda c: agent_sql.declared_agent(c, agent), write=False)
+
+    async def reserve(
+        self, reservation: Reservation, limits: list[Limit], now: float
+    ) -> Refusal | None:
+        return await self._call(
+            lambda c: agent_sql.reserve(c, reservation, limits, now), write=True
+        )
+
+    async def settle(self, reservation: Reservation, usage: UsageRow | None) -> bool:
+        return await self._call(lambda c: agent_sql.settle(c, reservation, usage), write=True)
+
+    async def release_reservation(self, reservation: Reservation, state: str | None) -> None:
+        await self._call(lambda c: agent_sql.release(c, reservation, state), write=True)
+
+    async def reservations(self, agent: str | None, since: float) -> list[Reservation]:
+        return await self._call(lambda c: agent_sql.reservations(c, agent, since), write=False)
+
+    async def budget_parked(self, agent: str) -> list[tuple[str, int, float]]:
+        return await self._call(lambda c: agent_sql.parked(c, agent), write=False)
+
+    async def budget_unpark(self, run_id: str) -> None:
+        await self._call(lambda c: agent_sql.unpark(c, run_id), write=True)
 
     async def remember(
         self, agent: str, text: str, tags: str, run_id: str | None, now: float

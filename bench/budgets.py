@@ -1,0 +1,161 @@
+"""Figure B1: budgets under concurrency. 10, 50 and 200 concurrent agent runs against a
+budget B, on SQLite and PostgreSQL, each run one model call to a counting OpenAI-compatible
+server on 127.0.0.1 that bills the prompt and the full max_tokens (the worst case).
+
+Printed per store and N: spent/B (goal <= 1.00), requests served vs recorded (settled usage
+rows plus calls held at their estimate; goal equal), runs woken when B is doubled and
+spent/2B after, and the cost of a reservation (reserve + settle) per model call, measured
+alone on the store (goal < 1 ms on SQLite).
+
+    .venv/bin/python -m bench.budgets [--no-pg]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, Table
+
+sys.path.insert(0, str(ROOT / "tests" / "agent"))  # the counting server the tests use
+
+PG_URL = os.environ.get("PERDURE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+COUNTS = (10, 50, 200)
+PER_CALL = 1200  # about what one call may take (prompt + max_tokens 1000)
+SPEC = """
+name = "bench"
+goal = "Answer the question"
+instructions = "Answer in one line."
+
+[models.fast]
+provider = "openai"
+model = "counting-1"
+base_url = "{base}/v1"
+api_key_env = "PERDURE_BENCH_KEY"
+context_tokens = 8000
+max_tokens = 1000
+price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
+
+[tools]
+grant = ["finish"]
+
+[limits]
+max_iterations = 1
+
+[budget]
+tokens_per_day = {budget}
+"""
+
+
+def _store_url(kind: str, folder: Path) -> tuple[str, str | None]:
+    if kind == "sqlite":
+        return f"sqlite:///{folder}/b-{uuid.uuid4().hex[:6]}.db", None
+    schema = f"perdure_bench_budgets_{uuid.uuid4().hex[:8]}"
+    return f"{PG_URL}?schema={schema}", schema
+
+
+def _drop(schema: str | None) -> None:
+    if schema is None:
+        return
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
+    """One row: N runs against B = 40% of what they would spend, then B doubled."""
+    from wire_servers import CountingServer
+
+    import perdure
+    from perdure.agent.loop import Agent, raise_budget
+    from perdure.agent.spec import load_spec
+    from perdure.store.agent_sql import Budget
+    from perdure.testing import TestWorker
+
+    server = CountingServer(latency=0.05).start()
+    url, schema = _store_url(kind, folder)
+    budget = int(runs * PER_CALL * 0.4)
+    spec = folder / f"bench-{kind}-{runs}.toml"
+    spec.write_text(SPEC.format(base=server.origin, budget=budget))
+    app = perdure.App(url)
+    try:
+        agent = Agent(app, load_spec(spec))
+        for i in range(runs):
+            app.start(agent.workflow, {"prompt": f"question {i}"}, run_id=f"b{i}")
+        TestWorker(app, concurrency=runs).run_until_idle()
+        spent = sum(s.total for s in server.served)
+        raised = Budget("bench", tokens_per_day=2 * budget)
+        woken = app.sync(raise_budget(app, "bench", raised), "raise")
+        TestWorker(app, concurrency=runs).run_until_idle()
+        spent2 = sum(s.total for s in server.served)
+        usage = app.sync(app.store.usage("bench", 0.0), "usage")
+        held = app.sync(app.store.reservations("bench", 0.0), "held")
+        return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
+                "served": len(server.served), "recorded": len(usage) + len(held),
+                "woken": woken, "spent/2B": spent2 / (2 * budget)}  # fmt: skip
+    finally:
+        app.close()
+        server.stop()
+        _drop(schema)
+
+
+def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
+    """Milliseconds of one reserve + settle, on the store alone (one caller)."""
+    import perdure
+    from perdure.store.agent_sql import Limit, Reservation, UsageRow
+
+    url, schema = _store_url(kind, folder)
+    app = perdure.App(url)
+
+    async def loop() -> float:
+        await app.open_store()
+        store = app.store
+        limits = [Limit("this day", 86400.0, 10**12, None), Limit("this hour", 3600.0, 10**12)]
+        began = time.perf_counter()
+        for i in range(calls):
+            held = Reservation(f"r{i}", 1, 0, "bench", "fast", "m", 1200, 0.001, "open", 0.0)
+            now = time.time()
+            assert await store.reserve(held, limits, now) is None
+            await store.settle(held, UsageRow(f"r{i}", 1, "bench", "m", 100, 900, 0.001, now))
+        return (time.perf_counter() - began) * 1000 / calls
+
+    try:
+        return float(app.sync(loop(), "bench"))
+    finally:
+        app.close()
+        _drop(schema)
+
+
+def main() -> None:
+    os.environ.setdefault("PERDURE_BENCH_KEY", "k")
+    kinds = ["sqlite"] if "--no-pg" in sys.argv else ["sqlite", "postgres"]
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-budgets-") as tmp:
+        folder = Path(tmp)
+        table = Table(
+            "B1. Budgets under concurrency (one call per run, the worst case billed; served "
+            "and recorded: both phases)",
+            ["store", "runs", "B", "spent/B", "woken at 2B", "spent/2B", "served", "recorded"],
+        )
+        for kind in kinds:
+            for runs in COUNTS:
+                row = measure(kind, runs, folder)
+                table.rows.append([
+                    row["store"], str(row["runs"]), str(row["B"]), f"{row['spent/B']:.3f}",
+                    str(row["woken"]), f"{row['spent/2B']:.3f}", str(row["served"]),
+                    str(row["recorded"]),
+                ])  # fmt: skip
+                print(table.rows[-1], flush=True)
+        print(table.render())
+        for kind in kinds:
+            print(f"reservation (reserve + settle) on {kind}: "
+                  f"{reservation_cost(kind, folder):.3f} ms per model call")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

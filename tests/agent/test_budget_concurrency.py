@@ -1,0 +1,125 @@
+"""Budgets hold under concurrency: 10 runs at once on a worker of concurrency 10, against a
+real OpenAI-compatible server that bills every request it answers, on SQLite and PostgreSQL.
+What the server billed never exceeds the budget, and a raise wakes only the runs that fit."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wire_servers import CountingServer
+
+import perdure
+from perdure.agent.loop import Agent, raise_budget
+from perdure.agent.spec import load_spec
+from perdure.store.agent_sql import Budget
+from perdure.testing import TestClock, TestWorker
+
+PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+SPEC = """
+name = "spender"
+goal = "Answer the question"
+instructions = "Answer in one line."
+
+[models.fast]
+provider = "openai"
+model = "counting-1"
+base_url = "{base}/v1"
+api_key_env = "PERDURE_TEST_COUNTING_KEY"
+context_tokens = 8000
+max_tokens = 1000
+price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
+
+[tools]
+grant = ["finish"]
+
+[limits]
+max_iterations = 1
+
+[budget]
+{budget}
+"""
+
+
+@pytest.fixture
+def server() -> Iterator[CountingServer]:
+    s = CountingServer(latency=0.3).start()  # long enough for all first calls to overlap
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/b.db"
+        return
+    schema = f"t_budget_{uuid.uuid4().hex[:10]}"
+    yield f"{PG_URL}?schema={schema}"
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _agent(app: perdure.App, tmp_path: Path, server: CountingServer, budget: str) -> Agent:
+    path = tmp_path / "spender.toml"
+    path.write_text(SPEC.format(base=server.origin, budget=budget))
+    return Agent(app, load_spec(path))
+
+
+@pytest.mark.slow
+def test_ten_concurrent_runs_never_spend_past_the_token_budget(
+    store_url: str, tmp_path: Path, server: CountingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Budget 5,000 tokens a day, 10 runs whose calls may each take ~1,100: only the calls
+    whose worst case fits are sent (the rest park); raising it to 8,000 wakes as many
+    parked runs as now fit, and the server's bill stays within each budget exactly."""
+    monkeypatch.setenv("PERDURE_TEST_COUNTING_KEY", "k")
+    app = perdure.App(store_url, clock=TestClock())
+    try:
+        agent = _agent(app, tmp_path, server, "tokens_per_day = 5000")
+        start = agent.workflow
+        handles = [app.start(start, {"prompt": f"q{i}"}, run_id=f"r{i}") for i in range(10)]
+        TestWorker(app, concurrency=10).run_until_idle()
+        billed = sum(s.total for s in server.served)
+        assert 0 < billed <= 5000
+        done = [h for h in handles if h.status() == "completed"]
+        parked = [h for h in handles if h.status() == "waiting"]
+        assert len(done) == len(server.served) and len(done) + len(parked) == 10
+        assert len(done) >= 3  # the budget was used, not refused wholesale
+        recorded = app.sync(app.store.usage("spender", 0.0), "usage")
+        assert sum(u.input_tokens + u.output_tokens for u in recorded) == billed
+        per_call = max(s.total for s in server.served)
+
+        raised = Budget("spender", tokens_per_day=8000)
+        woken = app.sync(raise_budget(app, "spender", raised), "raise")
+        assert 1 <= woken <= (8000 - billed) // (per_call - 50)  # only those that fit
+        TestWorker(app, concurrency=10).run_until_idle()
+        billed = sum(s.total for s in server.served)
+        assert billed <= 8000
+        assert len(server.served) == len(done) + woken
+    finally:
+        app.close()
+
+
+@pytest.mark.slow
+def test_ten_concurrent_runs_never_spend_past_the_cost_budget(
+    tmp_path: Path, server: CountingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cost limit holds the same way: 0.01 a day at the tier's prices."""
+    monkeypatch.setenv("PERDURE_TEST_COUNTING_KEY", "k")
+    app = perdure.App(f"sqlite:///{tmp_path}/c.db", clock=TestClock())
+    try:
+        agent = _agent(app, tmp_path, server, "cost_per_day = 0.01")
+        for i in range(10):
+            app.start(agent.workflow, {"prompt": f"q{i}"}, run_id=f"r{i}")
+        TestWorker(app, concurrency=10).run_until_idle()
+        cost = sum((s.prompt_tokens * 1.0 + s.completion_tokens * 2.0) / 1e6 for s in server.served)
+        assert 0 < cost <= 0.01
+        assert len(server.served) < 10
+    finally:
+        app.close()

@@ -1,0 +1,60 @@
+"""A run parked by the budget check of perdure before reservations (its journal checked in:
+golden_budget_parked.json) replays on today's code along its old path, is woken by a budget
+raise like before, and finishes; its model call is reserved like any other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import perdure
+from perdure.agent.loop import Agent, raise_budget
+from perdure.agent.providers.scripted import ScriptedModel
+from perdure.agent.spec import load_spec
+from perdure.store.agent_sql import Budget
+from perdure.store.base import Entry, NewRun
+from perdure.testing import TestClock, TestWorker
+
+HERE = Path(__file__).parent
+SPEC = """
+name = "helper"
+goal = "Do the task"
+
+[models.fast]
+provider = "scripted"
+context_tokens = 100000
+
+[budget]
+tokens_per_day = 1
+"""
+
+
+def test_a_run_parked_before_reservations_replays_and_finishes(tmp_path: Path) -> None:
+    """Seeded with its old journal (context, a refused budget check, a wait for the budget
+    event): it waits again without calling the model, a raise wakes it, it answers."""
+    record = json.loads((HERE / "golden_budget_parked.json").read_text())
+    clock = TestClock()
+    app = perdure.App(f"sqlite:///{tmp_path}/u.db", clock=clock)
+    try:
+        (tmp_path / "a.toml").write_text(SPEC)
+        model = ScriptedModel(["second"])
+        Agent(app, load_spec(tmp_path / "a.toml"), providers={"fast": model})  # registers it
+        run = record["run"]
+        entries = [Entry(**{k: v for k, v in e.items() if k not in ("seq", "epoch", "worker")})
+                   for e in record["journal"]]  # fmt: skip
+        app.sync(app.open_store(), "open")
+        new = NewRun(
+            id=run["id"], workflow=run["workflow"], input=run["input"],
+            code_version=run["code_version"], now=run["created_at"], entries=entries,
+        )  # fmt: skip
+        app.sync(app.store.create_run(new), "seed")
+        worker = TestWorker(app)
+        worker.run_until_idle()
+        assert app.get_run("two").status == "waiting" and model.calls == 0
+        woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "r")
+        assert woken == 1
+        worker.run_until_idle()
+        assert app.handle("two").result(timeout=5)["answer"] == "second" and model.calls == 1
+        assert len(app.sync(app.store.usage("helper", 0.0), "usage")) == 1
+    finally:
+        app.close()
