@@ -1,0 +1,221 @@
+"""The OpenAI Agents SDK's own loop, made durable by perdure.
+
+Every model call of the SDK goes through a `Model` wrapper whose `get_response` is a
+`keyed` step (the `ModelResponse` is journaled once, never requested again on replay or
+recovery), and every function tool's `on_invoke_tool` is a step with the tool's effect
+(default `once`: an interrupted call parks the run in `needs_attention`, never re-runs).
+
+    runner = Runner(app, tool_effects={"lookup_order": "read"})
+    refunds = runner.workflow(agent)        # a perdure workflow running `agent` on its input
+    app.start(refunds, "refund order 42")   # or, inside any workflow: await runner.run(agent, x)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..engine.context import current
+from ..engine.effects import Effect, check_effect
+from ..errors import ConfigError
+from ..extras import require_extra
+
+require_extra("openai-agents", "perdure.integrations.openai_agents")
+
+import agents  # noqa: E402  # only once the extra is known to be there
+from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, RunResult  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..engine.handles import Workflow
+    from ..engine.steps import Step
+
+__all__ = ["Runner", "tool_effect"]
+
+T = TypeVar("T", bound=FunctionTool)
+
+# A ModelResponse is a dataclass of pydantic items (a discriminated union) and a Usage
+# dataclass: one adapter dumps it to JSON and validates it back to the same objects.
+_RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_EFFECT_ATTR = "__perdure_effect__"
+
+
+def tool_effect(effect: Effect) -> Callable[[T], T]:
+    """Declare a function tool's effect: `@tool_effect("read")` above `@function_tool`."""
+    kind = check_effect(effect, "tool_effect()")
+
+    def mark(tool: T) -> T:
+        if not isinstance(tool, FunctionTool):
+            raise ConfigError(
+                f"@tool_effect({kind!r}) goes above @function_tool, not on {type(tool).__name__}"
+            )
+        setattr(tool, _EFFECT_ATTR, kind)
+        return tool
+
+    return mark
+
+
+async def _model_call(call: Callable[[], Awaitable[ModelResponse]]) -> dict[str, Any]:
+    """The body of a model step: the SDK's request, its response as JSON."""
+    return _RESPONSE.dump_python(await call(), mode="json")  # type: ignore[no-any-return]
+
+
+async def _tool_call(call: Callable[[], Awaitable[Any]]) -> Any:
+    """The body of a tool step: the SDK's own invoker (schema check, failure handler)."""
+    return await call()
+
+
+class _DurableModel(Model):
+    """A Model whose responses come from the journal when they are there."""
+
+    def __init__(self, inner: Model, step: Step[..., Any]) -> None:
+        self.inner = inner
+        self.step = step
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        async def call() -> ModelResponse:
+            return await self.inner.get_response(*args, **kwargs)
+
+        return _RESPONSE.validate_python(await self.step(call))
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        # Streaming is not journaled yet: Runner.run never streams, run_streamed is refused.
+        return self.inner.stream_response(*args, **kwargs)
+
+
+class Runner:
+    """The SDK's `Runner`, with model and function-tool calls as journaled perdure steps.
+
+    Args:
+        app: the perdure app whose store journals the runs.
+        tool_effects: effect per tool name (`{"lookup_order": "read"}`); a tool marked with
+            `@tool_effect` keeps its mark; any other tool is `once`.
+    """
+
+    def __init__(self, app: App, *, tool_effects: Mapping[str, Effect] | None = None) -> None:
+        self.app = app
+        self.tool_effects = {
+            name: check_effect(kind, f"tool_effects[{name!r}]")
+            for name, kind in (tool_effects or {}).items()
+        }
+        self._steps: dict[str, Step[..., Any]] = {}
+        self._workflows: dict[str, Workflow[..., Any]] = {}
+
+    # -- the durable agent ------------------------------------------------------------
+
+    def _step(self, name: str, fn: Callable[..., Any], effect: Effect) -> Step[..., Any]:
+        step = self._steps.get(name)
+        if step is None:
+            commit = effect == "keyed"  # a billed response is committed before the loop goes on
+            step = self.app.step(name=name, effect=effect, commit=commit)(fn)
+            self._steps[name] = step
+        elif step.definition.effect != effect:
+            raise ConfigError(f"step {name!r} is already registered as {step.definition.effect}")
+        return step
+
+    def effect_of(self, tool: FunctionTool) -> Effect:
+        """The effect a tool's calls are journaled with."""
+        marked = getattr(tool, _EFFECT_ATTR, None)
+        return self.tool_effects.get(tool.name, marked or "once")
+
+    def _tool(self, agent: str, tool: FunctionTool) -> FunctionTool:
+        step = self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
+        invoke = tool.on_invoke_tool
+
+        async def durable(context: Any, arguments: str) -> Any:
+            return await step(lambda: invoke(context, arguments))
+
+        return dataclasses.replace(tool, on_invoke_tool=durable)
+
+    def durable(self, agent: Agent[Any], run_config: RunConfig | None = None) -> Agent[Any]:
+        """A copy of `agent` (and of the agents it hands off to) whose model and function
+        tools run as steps; `run_config.model` / `model_provider` pick the inner model as
+        the SDK would."""
+        config = run_config or RunConfig()
+        done: dict[int, Agent[Any]] = {}
+
+        def wrap(one: Agent[Any]) -> Agent[Any]:
+            if id(one) in done:
+                return done[id(one)]
+            if isinstance(config.model, Model):
+                inner = config.model
+            elif isinstance(config.model, str):
+                inner = config.model_provider.get_model(config.model)
+            elif isinstance(one.model, Model):
+                inner = one.model
+            else:
+                inner = config.model_provider.get_model(one.model)
+            model = _DurableModel(
+                inner, self._step(f"agents.{one.name}.model", _model_call, "keyed")
+            )
+            copy = one.clone(model=model)
+            done[id(one)] = copy
+            copy.tools = [
+                self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
+            ]
+            copy.handoffs = [wrap(h) if isinstance(h, Agent) else h for h in one.handoffs]
+            return copy
+
+        return wrap(_agent(agent))
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(
+        self,
+        starting_agent: Agent[Any],
+        input: Any,
+        *,
+        run_config: RunConfig | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """`agents.Runner.run`, inside a perdure workflow: same arguments, same result."""
+        agent = _agent(starting_agent)
+        if current() is None:
+            raise ConfigError(
+                "openai_agents.Runner.run() runs inside a perdure workflow; outside one, "
+                "start runner.workflow(agent) or call runner.run_sync(agent, input)"
+            )
+        config = dataclasses.replace(run_config or RunConfig(), model=None)
+        durable = self.durable(agent, run_config)
+        return await agents.Runner.run(durable, input, run_config=config, **kwargs)
+
+    def workflow(self, agent: Agent[Any], *, name: str | None = None) -> Workflow[..., Any]:
+        """Register (once) the perdure workflow `agents.{agent.name}` that runs `agent` on its
+        input and returns the final output. Register it at import time, so that every worker
+        knows the agent by its name."""
+        agent = _agent(agent)
+        wf_name = name or f"agents.{agent.name}"
+        found = self._workflows.get(wf_name)
+        if found is not None:
+            return found
+
+        async def run_agent(input: Any) -> Any:
+            return (await self.run(agent, input)).final_output
+
+        workflow = self.app.workflow(name=wf_name)(run_agent)
+        self._workflows[wf_name] = workflow
+        return workflow
+
+    def run_sync(
+        self,
+        starting_agent: Agent[Any],
+        input: Any,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Start `starting_agent`'s durable run (idempotent by `run_id`) and wait for its
+        final output; a worker (`perdure worker`, `app.run_worker()`) runs it."""
+        workflow = self.workflow(starting_agent)
+        return self.app.start(workflow, input, run_id=run_id).result(timeout=timeout)
+
+
+def _agent(agent: object) -> Agent[Any]:
+    if not isinstance(agent, Agent):
+        raise ConfigError(
+            f"openai_agents.Runner needs an agents.Agent, not {type(agent).__name__}: "
+            "build it with agents.Agent(name=..., instructions=..., tools=[...])"
+        )
+    return agent

@@ -1,0 +1,249 @@
+"""perdure.integrations.openai_agents: the OpenAI Agents SDK's real loop, talking to a real
+OpenAI-compatible HTTP server on 127.0.0.1, with its model and tool calls journaled as steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents_support import wire_servers
+
+pytest.importorskip("agents")
+
+import agents
+from agents import Agent, OpenAIChatCompletionsModel, function_tool
+from openai import AsyncOpenAI
+
+import perdure
+from perdure.integrations.openai_agents import Runner, tool_effect
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
+
+NO_EXTRAS = Path(__file__).parent.parent / "packaging"
+
+agents.set_tracing_disabled(True)  # no trace export: no network but the local server
+
+
+class Payments:
+    """The outside world the tools act on: what each tool did, and with which key."""
+
+    def __init__(self) -> None:
+        self.lookups: list[str] = []
+        self.refunds: list[tuple[str, str]] = []  # (order, idempotency key)
+        self.emails: list[str] = []
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    running = wire_servers().OpenAIServer().start()
+    yield running
+    running.stop()
+
+
+def shop_agent(server: Any, payments: Payments) -> Agent[Any]:
+    """A refund agent with a read, a keyed and a once tool, on the scripted server."""
+
+    @function_tool
+    def lookup_order(order: str) -> str:
+        """Look an order up."""
+        payments.lookups.append(order)
+        return f"{order}: paid 30 EUR"
+
+    @tool_effect("keyed")
+    @function_tool
+    def issue_refund(order: str) -> str:
+        """Refund an order."""
+        try:
+            key = perdure.current_step().idempotency_key
+        except perdure.PerdureError:  # the plain SDK Runner: no step, no key
+            key = ""
+        payments.refunds.append((order, key))
+        return f"refunded {order}"
+
+    @function_tool
+    def send_email(order: str) -> str:
+        """Tell the customer."""
+        payments.emails.append(order)
+        return "sent"
+
+    client = AsyncOpenAI(base_url=server.origin + "/v1", api_key="dummy", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+    return Agent(
+        name="refunds",
+        instructions="Refund orders.",
+        tools=[lookup_order, issue_refund, send_email],
+        model=model,
+    )
+
+
+def script(server: Any) -> None:
+    """Four model turns: look up, refund, e-mail, answer."""
+    server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
+    server.reply(tool_calls=[("c2", "issue_refund", {"order": "o42"})])
+    server.reply(tool_calls=[("c3", "send_email", {"order": "o42"})])
+    server.reply("Order o42 was refunded.")
+
+
+def steps(app: perdure.App, run_id: str) -> list[tuple[str, str]]:
+    """(step name, effect) of each journaled step intent or read outcome, in order."""
+    found: dict[int, tuple[str, str]] = {}
+    for entry in app.journal(run_id):
+        if entry.kind == "step.intent" and entry.position is not None:
+            found[entry.position] = (entry.name, json.loads(entry.data or "{}")["effect"])
+        elif entry.kind == "step.outcome" and entry.position not in found:
+            assert entry.position is not None
+            found[entry.position] = (entry.name, "read")
+    return [found[p] for p in sorted(found)]
+
+
+def make_runner(app: perdure.App) -> Runner:
+    return Runner(app, tool_effects={"lookup_order": "read"})
+
+
+def test_result_equals_the_plain_runner_and_each_call_is_a_step(
+    app: perdure.App, worker: TestWorker, server: Any
+) -> None:
+    """The durable run answers what the SDK's own Runner answers, with the same requests,
+    and journals one step per model call and per tool call, each with its effect."""
+    plain_payments = Payments()
+    script(server)
+    plain = agents.Runner.run_sync(shop_agent(server, plain_payments), "refund o42")
+    plain_requests = len(server.requests)
+    assert plain_requests == 4
+
+    payments = Payments()
+    runner = make_runner(app)
+    workflow = runner.workflow(shop_agent(server, payments))
+    script(server)
+    handle = app.start(workflow, "refund o42", run_id="r1")
+    worker.run_until_idle()
+
+    assert handle.status() == "completed"
+    assert handle.result() == plain.final_output == "Order o42 was refunded."
+    assert len(server.requests) - plain_requests == 4
+    assert [r.body["messages"] for r in server.requests[plain_requests:]] == [
+        r.body["messages"] for r in server.requests[:plain_requests]
+    ]
+    assert payments.refunds[0][0] == "o42" and payments.emails == ["o42"]
+    model = ("agents.refunds.model", "keyed")
+    assert steps(app, "r1") == [
+        model,
+        ("agents.refunds.tool.lookup_order", "read"),
+        model,
+        ("agents.refunds.tool.issue_refund", "keyed"),
+        model,
+        ("agents.refunds.tool.send_email", "once"),
+        model,
+    ]
+
+
+def test_recovery_never_requests_a_recorded_response_again(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """A crash inside the keyed refund: recovery replays the two recorded responses (the
+    server sees no request for them), re-runs the refund with the same key, finishes."""
+    payments = Payments()
+    workflow = make_runner(app).workflow(shop_agent(server, payments))
+    script(server)
+    handle = app.start(workflow, "refund o42", run_id="r2")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    assert len(server.requests) == 2 and payments.refunds == []
+
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+
+    assert handle.result() == "Order o42 was refunded."
+    assert len(server.requests) == 4  # only the two calls that had not been made
+    assert payments.lookups == ["o42"]  # the read tool's recorded outcome was replayed
+    assert len(payments.refunds) == 1
+    assert payments.refunds[0][1]  # the keyed tool saw its idempotency key
+
+
+def test_an_interrupted_once_tool_parks_the_run(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """A crash between the e-mail's intent and its outcome: recovery does not send it again
+    (nor ask the model again); the run waits in needs_attention for an operator."""
+    payments = Payments()
+    workflow = make_runner(app).workflow(shop_agent(server, payments))
+    script(server)
+    handle = app.start(workflow, "refund o42", run_id="r3")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.send_email")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    assert len(server.requests) == 3
+
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+
+    assert handle.status() == "needs_attention"
+    assert len(server.requests) == 3
+    assert payments.emails == [] and len(payments.refunds) == 1
+
+
+def test_run_inside_a_workflow_returns_the_sdk_result(
+    app: perdure.App, worker: TestWorker, server: Any
+) -> None:
+    """`await runner.run(agent, input)` inside one's own workflow gives the SDK's RunResult."""
+    payments = Payments()
+    runner = make_runner(app)
+    agent = shop_agent(server, payments)
+
+    @app.workflow()
+    async def support(text: str) -> list[str]:
+        result = await runner.run(agent, text)
+        return [str(result.final_output), type(result).__name__, result.last_agent.name]
+
+    script(server)
+    handle = app.start(support, "refund o42")
+    worker.run_until_idle()
+    assert handle.result() == ["Order o42 was refunded.", "RunResult", "refunds"]
+
+
+def test_bad_input_is_one_line(app: perdure.App) -> None:
+    """Not an Agent, a bad effect, or run() outside a workflow: one clear line each."""
+    runner = make_runner(app)
+    with pytest.raises(perdure.ConfigError, match=r"needs an agents\.Agent, not str") as bad:
+        runner.workflow("refunds")  # type: ignore[arg-type]
+    assert "\n" not in str(bad.value)
+    with pytest.raises(perdure.ConfigError, match="tool_effects\\['x'\\]"):
+        Runner(app, tool_effects={"x": "twice"})  # type: ignore[dict-item]
+    with pytest.raises(perdure.ConfigError, match="inside a perdure workflow"):
+        import asyncio
+
+        asyncio.run(runner.run(Agent(name="a"), "hi"))
+
+
+def test_without_the_extra_the_import_is_one_line(tmp_path: Path) -> None:
+    """With the SDK not installed (blocked as a bare install would lack it), `import perdure`
+    works and importing the integration raises MissingExtra naming the extra."""
+    code = (
+        "import no_extras; no_extras.install()\n"
+        "import perdure\n"
+        "try:\n"
+        "    import perdure.integrations.openai_agents\n"
+        "except perdure.errors.MissingExtra as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(NO_EXTRAS)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "perdure.integrations.openai_agents needs the openai-agents extra (agents is missing):"
+        " pip install 'perdure[openai-agents]'\n"
+    )
