@@ -3,6 +3,7 @@ OpenAI-compatible HTTP server on 127.0.0.1, with its model and tool calls journa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,8 +18,9 @@ from agents_support import wire_servers
 pytest.importorskip("agents")
 
 import agents
-from agents import Agent, OpenAIChatCompletionsModel, function_tool
+from agents import Agent, ModelResponse, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
+from pydantic import TypeAdapter
 
 import perdure
 from perdure.integrations.openai_agents import Runner, tool_effect
@@ -218,8 +220,6 @@ def test_bad_input_is_one_line(app: perdure.App) -> None:
     with pytest.raises(perdure.ConfigError, match="tool_effects\\['x'\\]"):
         Runner(app, tool_effects={"x": "twice"})  # type: ignore[dict-item]
     with pytest.raises(perdure.ConfigError, match="inside a perdure workflow"):
-        import asyncio
-
         asyncio.run(runner.run(Agent(name="a"), "hi"))
 
 
@@ -247,3 +247,52 @@ def test_without_the_extra_the_import_is_one_line(tmp_path: Path) -> None:
         "perdure.integrations.openai_agents needs the openai-agents extra (agents is missing):"
         " pip install 'perdure[openai-agents]'\n"
     )
+
+
+def test_a_replayed_response_is_the_recorded_one(
+    app: perdure.App, clock: TestClock, worker: TestWorker, server: Any
+) -> None:
+    """After a durable sleep the whole workflow replays: the SDK rebuilds its result from
+    the journal (no request), item for item and token for token what the live run got."""
+    payments = Payments()
+    runner = make_runner(app)
+    agent = shop_agent(server, payments)
+    dump = TypeAdapter(list[ModelResponse]).dump_python
+
+    @app.step(effect="idempotent")
+    def first_pass(responses: list[Any]) -> list[Any]:
+        return responses
+
+    @app.workflow()
+    async def twice(text: str) -> list[Any]:
+        result = await runner.run(agent, text)
+        live = await first_pass(dump(result.raw_responses, mode="json"))
+        await perdure.sleep(60)
+        return [live, dump(result.raw_responses, mode="json"), result.final_output]
+
+    script(server)
+    handle = app.start(twice, "refund o42")
+    worker.run_until_idle()
+    assert len(server.requests) == 4
+    clock.advance(61)
+    worker.run_until_idle()
+
+    live, replayed, answer = handle.result()
+    assert len(server.requests) == 4
+    assert replayed == live and len(live) == 4 and answer == "Order o42 was refunded."
+    assert live[0]["output"][0]["type"] == "function_call"
+    assert sum(r["usage"]["input_tokens"] for r in replayed) == 4 * 21
+
+
+def test_streaming_is_refused_not_silently_undurable(app: perdure.App, server: Any) -> None:
+    """The SDK's run_streamed on a durable agent is one clear error, not an unjournaled run."""
+    durable = make_runner(app).durable(shop_agent(server, Payments()))
+
+    async def drain() -> None:
+        streamed = agents.Runner.run_streamed(durable, "hi")
+        async for _ in streamed.stream_events():
+            pass
+
+    with pytest.raises(perdure.ConfigError, match="does not stream yet"):
+        asyncio.run(drain())
+    assert server.requests == []

@@ -81,8 +81,11 @@ class _DurableModel(Model):
         return _RESPONSE.validate_python(await self.step(call))
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        # Streaming is not journaled yet: Runner.run never streams, run_streamed is refused.
-        return self.inner.stream_response(*args, **kwargs)
+        # A streamed response is not journaled yet: refused rather than silently not durable.
+        raise ConfigError(
+            "perdure.integrations.openai_agents does not stream yet: use Runner.run, "
+            "not agents.Runner.run_streamed, with a durable agent"
+        )
 
 
 class Runner:
