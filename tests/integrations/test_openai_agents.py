@@ -296,3 +296,38 @@ def test_streaming_is_refused_not_silently_undurable(app: perdure.App, server: A
     with pytest.raises(perdure.ConfigError, match="does not stream yet"):
         asyncio.run(drain())
     assert server.requests == []
+
+
+def test_usage_shows_per_model_call(app: perdure.App, worker: TestWorker, server: Any) -> None:
+    """Each model call's tokens are recorded for `perdure usage`, under the agent's name."""
+    workflow = make_runner(app).workflow(shop_agent(server, Payments()))
+    script(server)
+    handle = app.start(workflow, "refund o42", run_id="r-usage")
+    worker.run_until_idle()
+    assert handle.status() == "completed"
+    rows = app.sync(app.store.usage("refunds", 0.0), "usage")
+    assert [(r.run_id, r.model, r.input_tokens, r.output_tokens) for r in rows] == [
+        ("r-usage", "scripted", 21, 7)
+    ] * 4
+    assert sorted(r.position for r in rows) == [0, 2, 4, 6]
+
+
+def test_a_refused_key_parks_and_a_bad_request_fails_in_one_line(
+    app: perdure.App, worker: TestWorker, server: Any
+) -> None:
+    """A 401 pauses the run with a reason naming the agent and `perdure resume`; a 400
+    fails it at once with one line naming the step; neither records a response."""
+    workflow = make_runner(app).workflow(shop_agent(server, Payments()))
+    server.fail_next(401)
+    parked = app.start(workflow, "refund o42", run_id="r-401")
+    worker.run_until_idle()
+    row = app.get_run("r-401")
+    assert parked.status() == "paused", row
+    assert len(server.requests) == 1
+    server.fail_next(400)
+    failed = app.start(workflow, "refund o42", run_id="r-400")
+    worker.run_until_idle()
+    assert failed.status() == "failed"
+    error = app.get_run("r-400").error or ""
+    assert "agents.refunds.model" in error and "Unknown parameter" in error, error
+    assert "\n" not in error and len(server.requests) == 2

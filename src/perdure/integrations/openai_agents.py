@@ -18,18 +18,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
-from ..errors import ConfigError
+from ..engine.retry import Retry
+from ..engine.steps import current_step
+from ..errors import ConfigError, ParkRun
 from ..extras import require_extra
+from ..store.agent_sql import UsageRow
 
 require_extra("openai-agents", "perdure.integrations.openai_agents")
 
 import agents  # noqa: E402  # only once the extra is known to be there
+import openai  # noqa: E402  # the SDK's own dependency
 from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, RunResult  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
     from ..engine.steps import Step
 
 __all__ = ["Runner", "tool_effect"]
@@ -57,9 +62,49 @@ def tool_effect(effect: Effect) -> Callable[[T], T]:
     return mark
 
 
-async def _model_call(call: Callable[[], Awaitable[ModelResponse]]) -> dict[str, Any]:
-    """The body of a model step: the SDK's request, its response as JSON."""
-    return _RESPONSE.dump_python(await call(), mode="json")  # type: ignore[no-any-return]
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _model_body(
+    runtime: Runtime, agent: str
+) -> Callable[[Callable[[], Awaitable[ModelResponse]], str], Awaitable[dict[str, Any]]]:
+    """The body of `agent`'s model step: the SDK's request, its usage recorded for
+    `perdure usage` (once per position), its response as JSON. A refused key parks the run."""
+
+    async def model_call(
+        call: Callable[[], Awaitable[ModelResponse]], model: str
+    ) -> dict[str, Any]:
+        info = current_step()
+        try:
+            response = await call()
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ParkRun(
+                f"agent {agent!r}, model {model!r}: the provider refused the key "
+                f"({_one_line(exc)}); fix it where the workers run, then "
+                f"`perdure resume {info.run_id}`"
+            ) from exc
+        usage = response.usage
+        await runtime.store.record_usage(
+            UsageRow(
+                info.run_id, info.position, agent, model, usage.input_tokens,
+                usage.output_tokens, 0.0, runtime.clock.now(),
+            )
+        )  # fmt: skip
+        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+
+    return model_call
+
+
+# A model call is retried when the provider may answer later; a refused key parks the run
+# (ParkRun) and any other error (a bad request) fails it at once, in one line.
+MODEL_RETRY = Retry(
+    max_attempts=6,
+    initial=1.0,
+    max_delay=60.0,
+    retry_on=(openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError),
+    no_retry_on=(ParkRun,),
+)
 
 
 async def _tool_call(call: Callable[[], Awaitable[Any]]) -> Any:
@@ -78,7 +123,8 @@ class _DurableModel(Model):
         async def call() -> ModelResponse:
             return await self.inner.get_response(*args, **kwargs)
 
-        return _RESPONSE.validate_python(await self.step(call))
+        model = str(getattr(self.inner, "model", type(self.inner).__name__))
+        return _RESPONSE.validate_python(await self.step(call, model))
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         # A streamed response is not journaled yet: refused rather than silently not durable.
@@ -108,11 +154,15 @@ class Runner:
 
     # -- the durable agent ------------------------------------------------------------
 
-    def _step(self, name: str, fn: Callable[..., Any], effect: Effect) -> Step[..., Any]:
+    def _step(
+        self, name: str, fn: Callable[..., Any], effect: Effect, *, model: bool = False
+    ) -> Step[..., Any]:
+        """Register (once) a step; a model step retries per MODEL_RETRY and commits its
+        outcome before the loop goes on, so a billed response is never bought twice."""
         step = self._steps.get(name)
         if step is None:
-            commit = effect == "keyed"  # a billed response is committed before the loop goes on
-            step = self.app.step(name=name, effect=effect, commit=commit)(fn)
+            retry = MODEL_RETRY if model else None
+            step = self.app.step(name=name, effect=effect, retry=retry, commit=model)(fn)
             self._steps[name] = step
         elif step.definition.effect != effect:
             raise ConfigError(f"step {name!r} is already registered as {step.definition.effect}")
@@ -150,10 +200,9 @@ class Runner:
                 inner = one.model
             else:
                 inner = config.model_provider.get_model(one.model)
-            model = _DurableModel(
-                inner, self._step(f"agents.{one.name}.model", _model_call, "keyed")
-            )
-            copy = one.clone(model=model)
+            body = _model_body(self.app, one.name)
+            step = self._step(f"agents.{one.name}.model", body, "keyed", model=True)
+            copy = one.clone(model=_DurableModel(inner, step))
             done[id(one)] = copy
             copy.tools = [
                 self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
