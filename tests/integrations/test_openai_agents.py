@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -331,3 +333,82 @@ def test_a_refused_key_parks_and_a_bad_request_fails_in_one_line(
     error = app.get_run("r-400").error or ""
     assert "agents.refunds.model" in error and "Unknown parameter" in error, error
     assert "\n" not in error and len(server.requests) == 2
+
+
+def test_handoffs_are_durable_too(app: perdure.App, worker: TestWorker, server: Any) -> None:
+    """The agent a triage agent hands off to gets its own durable model and tools: every
+    model call of both agents is a step, under each agent's name."""
+    refunds = shop_agent(server, Payments())
+    triage = Agent(name="triage", instructions="Route.", handoffs=[refunds], model=refunds.model)
+    workflow = make_runner(app).workflow(triage)
+    server.reply(tool_calls=[("h1", "transfer_to_refunds", {})])
+    server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
+    server.reply("Order o42 is paid.")
+    handle = app.start(workflow, "refund o42", run_id="r-handoff")
+    worker.run_until_idle()
+    assert handle.result() == "Order o42 is paid."
+    assert steps(app, "r-handoff") == [
+        ("agents.triage.model", "keyed"),
+        ("agents.refunds.model", "keyed"),
+        ("agents.refunds.tool.lookup_order", "read"),
+        ("agents.refunds.model", "keyed"),
+    ]
+
+
+def test_run_sync_waits_for_a_real_worker(app: perdure.App, server: Any) -> None:
+    """`runner.run_sync(agent, input)` starts the durable run and returns its final output
+    once a worker (here a real one, on its own thread) has run it."""
+    runner = make_runner(app)
+    agent = shop_agent(server, Payments())
+    runner.workflow(agent)  # registered before the worker starts, as at import time
+    script(server)
+    worker = app.worker(perdure.WorkerOptions(poll=0.05, gc_every=None))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
+    thread.start()
+    try:
+        answer = runner.run_sync(agent, "refund o42", run_id="r-sync", timeout=60)
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(20)
+        loop.close()
+    assert answer == "Order o42 was refunded."
+    assert app.get_run("r-sync").status == "completed" and len(server.requests) == 4
+
+
+PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh schema on the machine's PostgreSQL, dropped afterwards."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_URL}?schema={schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.postgres
+def test_recovery_on_postgres(pg_url: str, server: Any) -> None:
+    """On PostgreSQL too: recovery after a crash in the e-mail tool asks the model for
+    nothing it had answered and parks the interrupted once tool."""
+    clock = TestClock()
+    app = perdure.App(pg_url, clock=clock)
+    try:
+        payments = Payments()
+        workflow = make_runner(app).workflow(shop_agent(server, payments))
+        script(server)
+        handle = app.start(workflow, "refund o42", run_id="r-pg")
+        dead = TestWorker(app)
+        dead.crash_after_intent("agents.refunds.tool.send_email")
+        with pytest.raises(SimulatedCrash):
+            dead.run_until_idle()
+        clock.advance(dead.lease + 1)
+        TestWorker(app).run_until_idle()
+        assert handle.status() == "needs_attention"
+        assert len(server.requests) == 3 and payments.emails == []
+        assert len(payments.refunds) == 1
+    finally:
+        app.close()
