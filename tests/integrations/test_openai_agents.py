@@ -33,6 +33,10 @@ NO_EXTRAS = Path(__file__).parent.parent / "packaging"
 agents.set_tracing_disabled(True)  # no trace export: no network but the local server
 
 
+class Receipt:
+    """Not JSON: no journal can hold it."""
+
+
 class Payments:
     """The outside world the tools act on: what each tool did, and with which key."""
 
@@ -412,3 +416,26 @@ def test_recovery_on_postgres(pg_url: str, server: Any) -> None:
         assert len(payments.refunds) == 1
     finally:
         app.close()
+
+
+def test_a_non_json_tool_result_fails_the_run_in_one_line(
+    app: perdure.App, worker: TestWorker, server: Any
+) -> None:
+    """A tool whose result cannot be journaled fails the run with one line naming the tool
+    and the value, instead of a response the journal could not replay."""
+
+    @function_tool
+    def lookup_order(order: str) -> Receipt:
+        """Look an order up."""
+        return Receipt()
+
+    agent = shop_agent(server, Payments()).clone(tools=[lookup_order])
+    workflow = make_runner(app).workflow(agent)
+    server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
+    handle = app.start(workflow, "refund o42", run_id="r-json")
+    worker.run_until_idle()
+    assert handle.status() == "failed"
+    message = json.loads(app.get_run("r-json").error or "{}")["message"]
+    assert "\n" not in message
+    assert "agents.refunds.tool.lookup_order" in message and "not JSON" in message, message
+    assert len(server.requests) == 1
