@@ -44,6 +44,7 @@ class Payments:
         self.lookups: list[str] = []
         self.refunds: list[tuple[str, str]] = []  # (order, idempotency key)
         self.emails: list[str] = []
+        self.die_after_refund = False  # the first refund dies after paying, as a kill -9 would
 
 
 @pytest.fixture
@@ -71,6 +72,9 @@ def shop_agent(server: Any, payments: Payments) -> Agent[Any]:
         except perdure.PerdureError:  # the plain SDK Runner: no step, no key
             key = ""
         payments.refunds.append((order, key))
+        if payments.die_after_refund:
+            payments.die_after_refund = False
+            raise SimulatedCrash("killed after the payment, before its outcome was journaled")
         return f"refunded {order}"
 
     @function_tool
@@ -173,6 +177,31 @@ def test_recovery_never_requests_a_recorded_response_again(
     assert payments.lookups == ["o42"]  # the read tool's recorded outcome was replayed
     assert len(payments.refunds) == 1
     assert payments.refunds[0][1]  # the keyed tool saw its idempotency key
+
+
+def test_a_refund_killed_after_paying_is_retried_with_the_same_key(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """The refund pays, then the worker dies before the outcome is journaled: recovery
+    runs the keyed tool again with the same idempotency key (so the payments side can
+    deduplicate) and asks the model only for the turns it had not answered."""
+    payments = Payments()
+    payments.die_after_refund = True
+    workflow = make_runner(app).workflow(shop_agent(server, payments))
+    script(server)
+    handle = app.start(workflow, "refund o42", run_id="r-kill")
+    dead = TestWorker(app)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    assert len(server.requests) == 2 and len(payments.refunds) == 1
+
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+
+    assert handle.result() == "Order o42 was refunded."
+    assert len(server.requests) == 4
+    (order, key), (again, same) = payments.refunds
+    assert order == again == "o42" and key == same != ""
 
 
 def test_an_interrupted_once_tool_parks_the_run(
