@@ -468,3 +468,17 @@ def test_a_non_json_tool_result_fails_the_run_in_one_line(
     assert "\n" not in message
     assert "agents.refunds.tool.lookup_order" in message and "not JSON" in message, message
     assert len(server.requests) == 1
+
+
+def test_the_side_effect_inventory_lists_every_step_before_any_run(
+    app: perdure.App, server: Any
+) -> None:
+    """`runner.workflow(agent)` registers its model and tool steps at once, with their
+    effects, so `perdure effects` shows them before the first run."""
+    make_runner(app).workflow(shop_agent(server, Payments()))
+    assert {n: d.effect for n, d in app.steps.items() if n.startswith("agents.")} == {
+        "agents.refunds.model": "keyed",
+        "agents.refunds.tool.lookup_order": "read",
+        "agents.refunds.tool.issue_refund": "keyed",
+        "agents.refunds.tool.send_email": "once",
+    }

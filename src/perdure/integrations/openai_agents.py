@@ -173,8 +173,16 @@ class Runner:
         marked = getattr(tool, _EFFECT_ATTR, None)
         return self.tool_effects.get(tool.name, marked or "once")
 
+    def _model_step(self, agent: str) -> Step[..., Any]:
+        return self._step(
+            f"agents.{agent}.model", _model_body(self.app, agent), "keyed", model=True
+        )
+
+    def _tool_step(self, agent: str, tool: FunctionTool) -> Step[..., Any]:
+        return self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
+
     def _tool(self, agent: str, tool: FunctionTool) -> FunctionTool:
-        step = self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
+        step = self._tool_step(agent, tool)
         invoke = tool.on_invoke_tool
 
         async def durable(context: Any, arguments: str) -> Any:
@@ -200,9 +208,7 @@ class Runner:
                 inner = one.model
             else:
                 inner = config.model_provider.get_model(one.model)
-            body = _model_body(self.app, one.name)
-            step = self._step(f"agents.{one.name}.model", body, "keyed", model=True)
-            copy = one.clone(model=_DurableModel(inner, step))
+            copy = one.clone(model=_DurableModel(inner, self._model_step(one.name)))
             done[id(one)] = copy
             copy.tools = [
                 self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
@@ -248,7 +254,24 @@ class Runner:
 
         workflow = self.app.workflow(name=wf_name)(run_agent)
         self._workflows[wf_name] = workflow
+        self._register(agent)
         return workflow
+
+    def _register(self, agent: Agent[Any]) -> None:
+        """Register the steps of `agent` and of the agents it hands off to now, so that
+        `perdure effects` lists every model and tool step before any run."""
+        seen: set[int] = set()
+        todo = [agent]
+        while todo:
+            one = todo.pop()
+            if id(one) in seen:
+                continue
+            seen.add(id(one))
+            self._model_step(one.name)
+            for tool in one.tools:
+                if isinstance(tool, FunctionTool):
+                    self._tool_step(one.name, tool)
+            todo.extend(h for h in one.handoffs if isinstance(h, Agent))
 
     def run_sync(
         self,
