@@ -482,3 +482,13 @@ def test_the_side_effect_inventory_lists_every_step_before_any_run(
         "agents.refunds.tool.issue_refund": "keyed",
         "agents.refunds.tool.send_email": "once",
     }
+
+
+def test_two_runners_share_steps_but_not_effects(app: perdure.App, server: Any) -> None:
+    """A second Runner on the same app reuses the agent's steps; one that declares another
+    effect for the same tool is one clear line."""
+    agent = shop_agent(server, Payments())
+    make_runner(app).workflow(agent)
+    make_runner(app).durable(agent)  # same effects: fine
+    with pytest.raises(perdure.ConfigError, match="already registered as read, not once"):
+        Runner(app).durable(agent)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.retry import Retry
-from ..engine.steps import current_step
+from ..engine.steps import Step, current_step
 from ..errors import ConfigError, ParkRun
 from ..extras import require_extra
 from ..store.agent_sql import UsageRow
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from ..app import App
     from ..engine.handles import Workflow
     from ..engine.runtime import Runtime
-    from ..engine.steps import Step
 
 __all__ = ["Runner", "tool_effect"]
 
@@ -161,11 +160,18 @@ class Runner:
         outcome before the loop goes on, so a billed response is never bought twice."""
         step = self._steps.get(name)
         if step is None:
-            retry = MODEL_RETRY if model else None
-            step = self.app.step(name=name, effect=effect, retry=retry, commit=model)(fn)
+            known = self.app.steps.get(name)  # another Runner on this app registered it
+            if known is not None:
+                step = Step(known)
+            else:
+                retry = MODEL_RETRY if model else None
+                step = self.app.step(name=name, effect=effect, retry=retry, commit=model)(fn)
             self._steps[name] = step
-        elif step.definition.effect != effect:
-            raise ConfigError(f"step {name!r} is already registered as {step.definition.effect}")
+        if step.definition.effect != effect:
+            raise ConfigError(
+                f"step {name!r} is already registered as {step.definition.effect}, not {effect}"
+                " (one effect per agent and tool name)"
+            )
         return step
 
     def effect_of(self, tool: FunctionTool) -> Effect:
