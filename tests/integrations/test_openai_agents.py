@@ -356,16 +356,22 @@ def test_a_refused_key_parks_and_a_bad_request_fails_in_one_line(
     server.fail_next(401)
     parked = app.start(workflow, "refund o42", run_id="r-401")
     worker.run_until_idle()
-    row = app.get_run("r-401")
-    assert parked.status() == "paused", row
+    assert parked.status() == "paused"
+    reason = json.loads(app.get_run("r-401").error or "{}")["message"]
+    assert reason.startswith("agent 'refunds', model 'scripted': the provider refused the key")
+    assert "\n" not in reason and reason.endswith("then `perdure resume r-401`")
     assert len(server.requests) == 1
+    server.reply("Nothing to refund.")  # the key was fixed: resume asks the model again
+    app.resume("r-401")
+    worker.run_until_idle()
+    assert parked.result() == "Nothing to refund." and len(server.requests) == 2
     server.fail_next(400)
     failed = app.start(workflow, "refund o42", run_id="r-400")
     worker.run_until_idle()
     assert failed.status() == "failed"
-    error = app.get_run("r-400").error or ""
+    error = json.loads(app.get_run("r-400").error or "{}")["message"]
     assert "agents.refunds.model" in error and "Unknown parameter" in error, error
-    assert "\n" not in error and len(server.requests) == 2
+    assert "\n" not in error and len(server.requests) == 3
 
 
 def test_handoffs_are_durable_too(app: perdure.App, worker: TestWorker, server: Any) -> None:
