@@ -208,7 +208,8 @@ def test_an_interrupted_once_tool_parks_the_run(
     app: perdure.App, clock: TestClock, server: Any
 ) -> None:
     """A crash between the e-mail's intent and its outcome: recovery does not send it again
-    (nor ask the model again); the run waits in needs_attention for an operator."""
+    (nor ask the model again); the run waits in needs_attention until an operator resolves
+    the step by value, which the SDK then reads as the tool's output."""
     payments = Payments()
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
@@ -225,6 +226,14 @@ def test_an_interrupted_once_tool_parks_the_run(
     assert handle.status() == "needs_attention"
     assert len(server.requests) == 3
     assert payments.emails == [] and len(payments.refunds) == 1
+
+    # the operator checked the mailbox: it was sent; the value becomes the tool's output
+    app.resolve("r3", "agents.refunds.tool.send_email", value="sent")
+    TestWorker(app).run_until_idle()
+    assert handle.result() == "Order o42 was refunded."
+    assert payments.emails == [] and len(server.requests) == 4
+    last = server.requests[-1].body["messages"][-1]
+    assert last == {"role": "tool", "tool_call_id": "c3", "content": "sent"}
 
 
 def test_run_inside_a_workflow_returns_the_sdk_result(
