@@ -507,3 +507,34 @@ def test_two_runners_share_steps_but_not_effects(app: perdure.App, server: Any) 
     make_runner(app).durable(agent)  # same effects: fine
     with pytest.raises(perdure.ConfigError, match="already registered as read, not once"):
         Runner(app).durable(agent)
+
+
+def test_parallel_tool_calls_keep_their_positions_across_recovery(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """Two tool calls in one turn run concurrently in the SDK; their steps take positions
+    in call order, so the replay after a crash in the second finds the first recorded."""
+    payments = Payments()
+    workflow = make_runner(app).workflow(shop_agent(server, payments))
+    server.reply(
+        tool_calls=[
+            ("c1", "lookup_order", {"order": "o42"}),
+            ("c2", "issue_refund", {"order": "o42"}),
+        ]
+    )
+    server.reply("Done.")
+    handle = app.start(workflow, "refund o42", run_id="r-par")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert handle.result() == "Done."
+    assert len(server.requests) == 2 and len(payments.refunds) == 1
+    assert steps(app, "r-par") == [
+        ("agents.refunds.model", "keyed"),
+        ("agents.refunds.tool.lookup_order", "read"),
+        ("agents.refunds.tool.issue_refund", "keyed"),
+        ("agents.refunds.model", "keyed"),
+    ]
