@@ -255,14 +255,20 @@ def test_run_inside_a_workflow_returns_the_sdk_result(
     assert handle.result() == ["Order o42 was refunded.", "RunResult", "refunds"]
 
 
-def test_bad_input_is_one_line(app: perdure.App) -> None:
-    """Not an Agent, a bad effect, or run() outside a workflow: one clear line each."""
+def test_bad_input_is_one_line(app: perdure.App, server: Any) -> None:
+    """Not an Agent, a bad effect, a misplaced mark, a tool without an effect under
+    require_effects, run() outside a workflow: one clear line each."""
     runner = make_runner(app)
     with pytest.raises(perdure.ConfigError, match=r"needs an agents\.Agent, not str") as bad:
         runner.workflow("refunds")  # type: ignore[arg-type]
     assert "\n" not in str(bad.value)
     with pytest.raises(perdure.ConfigError, match="tool_effects\\['x'\\]"):
         Runner(app, tool_effects={"x": "twice"})  # type: ignore[dict-item]
+    with pytest.raises(perdure.ConfigError, match="above @function_tool, not on builtin_function"):
+        tool_effect("read")(print)  # type: ignore[type-var]
+    strict = Runner(app, tool_effects={"lookup_order": "read"}, require_effects=True)
+    with pytest.raises(perdure.ConfigError, match="tool 'send_email' declares no effect"):
+        strict.workflow(shop_agent(server, Payments()))
     with pytest.raises(perdure.ConfigError, match="inside a perdure workflow"):
         asyncio.run(runner.run(Agent(name="a"), "hi"))
 

@@ -138,16 +138,25 @@ class Runner:
 
     Args:
         app: the perdure app whose store journals the runs.
-        tool_effects: effect per tool name (`{"lookup_order": "read"}`); a tool marked with
-            `@tool_effect` keeps its mark; any other tool is `once`.
+        tool_effects: effect per tool name (`{"lookup_order": "read"}`); it wins over a
+            tool's `@tool_effect` mark; a tool with neither is `once`.
+        require_effects: refuse (one line, when the agent is registered or run) a tool
+            with neither, instead of defaulting it to `once`.
     """
 
-    def __init__(self, app: App, *, tool_effects: Mapping[str, Effect] | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        tool_effects: Mapping[str, Effect] | None = None,
+        require_effects: bool = False,
+    ) -> None:
         self.app = app
         self.tool_effects = {
             name: check_effect(kind, f"tool_effects[{name!r}]")
             for name, kind in (tool_effects or {}).items()
         }
+        self.require_effects = require_effects
         self._steps: dict[str, Step[..., Any]] = {}
         self._workflows: dict[str, Workflow[..., Any]] = {}
 
@@ -176,8 +185,13 @@ class Runner:
 
     def effect_of(self, tool: FunctionTool) -> Effect:
         """The effect a tool's calls are journaled with."""
-        marked = getattr(tool, _EFFECT_ATTR, None)
-        return self.tool_effects.get(tool.name, marked or "once")
+        effect: Effect | None = self.tool_effects.get(tool.name, getattr(tool, _EFFECT_ATTR, None))
+        if effect is None and self.require_effects:
+            raise ConfigError(
+                f"tool {tool.name!r} declares no effect (require_effects=True): add it to "
+                f"tool_effects or mark it @tool_effect(...)"
+            )
+        return effect or "once"
 
     def _model_step(self, agent: str) -> Step[..., Any]:
         return self._step(
@@ -258,9 +272,9 @@ class Runner:
         async def run_agent(input: Any) -> Any:
             return (await self.run(agent, input)).final_output
 
+        self._register(agent)  # first: an agent refused here leaves no workflow behind
         workflow = self.app.workflow(name=wf_name)(run_agent)
         self._workflows[wf_name] = workflow
-        self._register(agent)
         return workflow
 
     def _register(self, agent: Agent[Any]) -> None:
