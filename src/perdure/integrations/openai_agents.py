@@ -250,6 +250,12 @@ class Runner:
     ) -> RunResult:
         """`agents.Runner.run`, inside a perdure workflow: same arguments, same result."""
         agent = _agent(starting_agent)
+        if kwargs.get("session") is not None:
+            # an SDK session keeps history outside the journal: a replay would add it twice
+            raise ConfigError(
+                "openai_agents.Runner.run(session=...) is not durable yet: the journal "
+                "already keeps the conversation; pass the earlier items as input instead"
+            )
         if current() is None:
             raise ConfigError(
                 "openai_agents.Runner.run() runs inside a perdure workflow; outside one, "
