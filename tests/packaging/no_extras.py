@@ -35,6 +35,7 @@ BLOCKED = frozenset(
         "opentelemetry",
         "structlog",
         "rich",
+        "agents",
         "httpx",
     }
 )

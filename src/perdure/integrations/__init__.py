@@ -1,0 +1,1 @@
+"""Adapters that make agents written with other frameworks durable perdure workflows."""
