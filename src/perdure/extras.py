@@ -21,6 +21,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "local-large": ("xllamacpp", "openai"),  # and 22 data-only wheels, found by local_model
     "server": ("starlette", "uvicorn", "jinja2"),
     "mcp": ("mcp",),
+    "pydantic-ai": ("pydantic_ai",),
     "observe": ("structlog", "prometheus_client", "opentelemetry.sdk.trace", "rich"),
 }
 
