@@ -1,0 +1,210 @@
+"""PerdureAgent: a real pydantic-ai Agent (TestModel / FunctionModel) run as a perdure workflow,
+its model requests and tool calls journaled steps that recovery treats by effect."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+import perdure
+from perdure.errors import ConfigError
+from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
+
+NAME = "pydantic_ai:shop"
+
+
+def steps_of(app: perdure.App, run_id: str) -> list[tuple[int, str]]:
+    """(position, step name) of each step the run finished, in order."""
+    done = [(e.position, e.name) for e in app.journal(run_id) if e.kind == "step.outcome"]
+    return sorted(done)  # parallel tool calls may finish in any order
+
+
+class Scripted:
+    """A FunctionModel script: call `tool` once, then answer with its result; counts calls."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.calls = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if p.part_kind == "tool-return"
+        ]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart(self.tool, {"order": "42"}, "c1")])
+        return ModelResponse(parts=[TextPart(f"done: {returns[0].content}")])
+
+
+def test_result_equals_the_plain_agents_and_each_request_and_call_is_a_step(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """The durable run answers what the plain agent answers; the journal holds one model
+    step per request and one tool step per call, each with its declared effect."""
+    agent = Agent(TestModel(), name="shop")
+    orders: list[str] = []
+
+    @agent.tool_plain
+    @perdure_tool(effect="read")
+    def lookup_order(order: str) -> str:
+        orders.append(order)
+        return f"order {order}: shipped"
+
+    @agent.tool_plain
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    plain = agent.run_sync("where is my order?")
+    durable = PerdureAgent(agent, app, tool_effects={"send_email": "keyed"})
+    handle = durable.start("where is my order?")
+    worker.run_until_idle()
+    result = durable.result(handle)
+
+    assert result.output == plain.output
+    assert [type(m) for m in result.all_messages()] == [type(m) for m in plain.all_messages()]
+    assert steps_of(app, handle.id) == [
+        (0, f"{NAME}.model"),
+        (1, f"{NAME}.tool.lookup_order"),
+        (2, f"{NAME}.tool.send_email"),
+        (3, f"{NAME}.model"),
+    ]
+    assert app.steps[f"{NAME}.model"].effect == "keyed"
+    assert app.steps[f"{NAME}.tool.lookup_order"].effect == "read"
+    assert app.steps[f"{NAME}.tool.send_email"].effect == "keyed"
+    assert len(orders) == 2  # the plain run and the durable one, nothing more
+
+
+def test_model_response_is_not_requested_again_and_an_interrupted_once_tool_parks(
+    app: perdure.App, clock: TestClock, worker: TestWorker
+) -> None:
+    """A crash inside a `once` tool: recovery replays the recorded model response without
+    calling the model, does not re-run the tool, and parks the run in needs_attention; the
+    operator's value lets it finish with one more model request only."""
+    script = Scripted("issue_refund")
+    agent = Agent(FunctionModel(script), name="shop")
+    refunds: list[str] = []
+
+    @agent.tool_plain
+    def issue_refund(order: str) -> str:
+        refunds.append(order)
+        return f"refunded {order}"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("refund order 42")
+    worker.crash_after_intent(f"{NAME}.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    assert script.calls == 1 and refunds == []
+
+    clock.advance(worker.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert app.get_run(handle.id).status == "needs_attention"
+    assert script.calls == 1  # the recorded response was replayed, not requested
+    assert refunds == []  # a once tool cut off is never re-run by itself
+
+    app.resolve(handle.id, 1, value={"value": "refunded 42 (by hand)"})
+    TestWorker(app).run_until_idle()
+    assert durable.result(handle).output == "done: refunded 42 (by hand)"
+    assert script.calls == 2 and refunds == []
+
+
+def test_a_keyed_tool_is_rerun_with_the_same_idempotency_key(
+    app: perdure.App, clock: TestClock, worker: TestWorker
+) -> None:
+    """A `keyed` tool cut off by a crash runs again on recovery, seeing the same
+    `current_step().idempotency_key` both times."""
+    script = Scripted("issue_refund")
+    agent = Agent(FunctionModel(script), name="shop")
+    keys: list[str] = []
+
+    @agent.tool_plain
+    @perdure_tool(effect="keyed")
+    def issue_refund(order: str) -> str:
+        keys.append(perdure.current_step().idempotency_key)
+        return f"refunded {order}"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("refund order 42")
+    worker.crash_after_intent(f"{NAME}.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    clock.advance(worker.lease + 1)
+    TestWorker(app).run_until_idle()
+
+    assert durable.result(handle).output == "done: refunded 42"
+    assert keys == [f"{handle.id}:1"]  # the crash came before the body; the rerun has the key
+    assert script.calls == 2
+
+
+def test_a_model_retry_from_a_tool_is_journaled_and_the_run_completes(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A tool raising ModelRetry is an outcome like any other: the model is asked again."""
+    from pydantic_ai import ModelRetry
+
+    agent = Agent(TestModel(), name="shop")
+    tries: list[int] = []
+
+    @agent.tool_plain
+    @perdure_tool(effect="read")
+    def lookup_order(order: str) -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ModelRetry("order not found, try again")
+        return "shipped"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("where?")
+    worker.run_until_idle()
+    assert app.get_run(handle.id).status == "completed"
+    assert [n for _, n in steps_of(app, handle.id)].count(f"{NAME}.tool.lookup_order") == 2
+
+
+@pytest.mark.parametrize(
+    ("agent", "kwargs", "needle"),
+    [
+        (object(), {}, "PerdureAgent wraps a pydantic_ai.Agent, not object"),
+        (Agent(TestModel()), {}, "PerdureAgent needs a name"),
+        (Agent(name="x"), {}, "agent 'x' has no model"),
+        (Agent(TestModel(), name="x"), {"tool_effects": {"t": "twice"}}, "twice"),
+    ],
+)
+def test_bad_input_is_one_line(
+    app: perdure.App, agent: Any, kwargs: dict[str, Any], needle: str
+) -> None:
+    """Something that is not a usable Agent, or an unknown effect, is one clear line."""
+    with pytest.raises(ConfigError) as caught:
+        PerdureAgent(agent, app, **kwargs)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_run_and_run_sync_wait_for_a_worker_and_return_the_output(app: perdure.App) -> None:
+    """`await durable.run(...)` and `durable.run_sync(...)` start the workflow and return its
+    output once a worker (here one running on the app's loop) has run it."""
+    agent = Agent(TestModel(custom_output_text="hello"), name="shop")
+    durable = PerdureAgent(agent, app)
+    w = app.worker(concurrency=2)
+
+    async def spawn() -> asyncio.Task[None]:
+        return asyncio.create_task(w.run())
+
+    async def stop(task: asyncio.Task[None]) -> None:
+        w.stop()
+        await task
+
+    task = app.sync(spawn(), "test")
+    try:
+        first = app.sync(durable.run("hi", timeout=30), "test")
+        second = durable.run_sync("hi again", timeout=30)
+    finally:
+        app.sync(stop(task), "test")
+    assert (first.output, second.output) == ("hello", "hello")
+    assert first.run_id != second.run_id
+    assert steps_of(app, second.run_id) == [(0, f"{NAME}.model")]
