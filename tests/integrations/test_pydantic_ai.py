@@ -10,11 +10,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -173,6 +174,96 @@ def test_a_model_retry_from_a_tool_is_journaled_and_the_run_completes(
     worker.run_until_idle()
     assert app.get_run(handle.id).status == "completed"
     assert [n for _, n in steps_of(app, handle.id)].count(f"{NAME}.tool.lookup_order") == 2
+
+
+@dataclass
+class Shop:
+    region: str
+
+
+def test_deps_are_rebuilt_from_json_and_usage_is_recorded_once_per_request(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """JSON deps reach the tools as the agent's `deps_type`; each model request's tokens
+    are in the store's usage (what `perdure usage` shows), under the agent's name."""
+    agent = Agent(TestModel(), name="shop", deps_type=Shop)
+    seen: list[Any] = []
+
+    @agent.tool
+    @perdure_tool(effect="read")
+    def lookup_order(ctx: RunContext[Shop], order: str) -> str:
+        seen.append(ctx.deps)
+        return f"{ctx.deps.region}: shipped"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("where?", deps=Shop("eu"))
+    worker.run_until_idle()
+    assert "eu: shipped" in durable.result(handle).output
+    assert seen == [Shop("eu")]
+    rows = app.sync(app.store.usage(NAME, 0.0), "usage")
+    assert [(r.run_id, r.position) for r in rows] == [(handle.id, 0), (handle.id, 2)]
+    assert all(r.input_tokens > 0 and r.model == "test" for r in rows)
+
+
+def test_a_failing_model_fails_the_run_naming_the_error(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A model that raises fails the run with its message; nothing is retried silently."""
+    calls: list[int] = []
+
+    def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        raise RuntimeError("provider said no")
+
+    durable = PerdureAgent(Agent(FunctionModel(broken), name="shop"), app)
+    handle = durable.start("hi")
+    worker.run_until_idle()
+    run = app.get_run(handle.id)
+    assert run.status == "failed" and "provider said no" in (run.error or "")
+    assert calls == [1]
+
+
+def test_a_renamed_tool_is_a_non_determinism_error_at_its_position(
+    app: perdure.App, clock: TestClock, worker: TestWorker
+) -> None:
+    """Recovering a run with code whose tool was renamed stops at the diverging position
+    instead of mixing the old journal with the new tool."""
+    script = Scripted("issue_refund")
+    agent = Agent(FunctionModel(script), name="shop")
+
+    @agent.tool_plain
+    @perdure_tool(effect="keyed")
+    def issue_refund(order: str) -> str:
+        return f"refunded {order}"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("refund order 42")
+    worker.crash_after_intent(f"{NAME}.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+
+    script.tool = "refund_order"
+    agent2 = Agent(FunctionModel(script), name="shop")
+
+    @agent2.tool_plain
+    @perdure_tool(effect="keyed")
+    def refund_order(order: str) -> str:
+        return f"refunded {order}"
+
+    fresh = perdure.App(app.url, clock=clock)
+    try:
+        PerdureAgent(agent2, fresh)
+        clock.advance(worker.lease + 1)
+        TestWorker(fresh).run_until_idle()
+        run = fresh.get_run(handle.id)
+    finally:
+        fresh.close()
+    assert run.status == "failed", run
+    # the recorded response asks for issue_refund, which the new code lacks: pydantic-ai asks
+    # the model again where the journal holds the tool call, and replay stops right there
+    error = run.error or ""
+    assert "NonDeterminismError" in error and f"{NAME}.tool.issue_refund" in error, error
+    assert "position 1" in error, error
 
 
 @pytest.mark.parametrize(
