@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.effects import Effect, check_effect
 from ..engine.handles import RunHandle
-from ..engine.retry import NO_RETRY, seconds
+from ..engine.retry import NO_RETRY
 from ..engine.steps import Step, current_step
 from ..errors import ConfigError
 from ..extras import require_extra
@@ -54,7 +54,7 @@ EFFECT_ATTR = "__perdure_effect__"
 
 
 def perdure_tool(*, effect: Effect) -> Callable[[F], F]:
-    """Declare a tool function's effect (put it under `@agent.tool`): what recovery may do
+    """Declare a tool function's effect (above or below `@agent.tool`): what recovery may do
     with a call cut off between intent and outcome (see `perdure.Effect`)."""
     kind = check_effect(effect, "perdure_tool")
 
@@ -166,10 +166,12 @@ class PerdureAgent:
         handle = self.start(prompt, deps=deps, run_id=run_id)
         return self._result(handle.id, handle.result(timeout))
 
-    def result(self, run: RunHandle | str, timeout: float | timedelta | None = None) -> Any:
+    def result(
+        self, run: RunHandle | str, timeout: float | timedelta | None = None
+    ) -> PerdureRunResult:
         """Wait for a started run and give its `PerdureRunResult` (RunFailed if it failed)."""
         handle = run if isinstance(run, RunHandle) else self.app.handle(run)
-        return self._result(handle.id, handle.result(seconds(timeout)))
+        return self._result(handle.id, handle.result(timeout))
 
     def _result(self, run_id: str, raw: dict[str, Any]) -> PerdureRunResult:
         output_type = self.agent.output_type
