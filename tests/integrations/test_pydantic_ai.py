@@ -266,6 +266,27 @@ def test_a_renamed_tool_is_a_non_determinism_error_at_its_position(
     assert "position 1" in error, error
 
 
+def test_run_inside_a_workflow_journals_into_that_run(app: perdure.App, worker: TestWorker) -> None:
+    """`await durable.run(...)` inside a workflow runs the agent as part of that run: its
+    model request is a step of the calling workflow, after the workflow's own step."""
+    agent = Agent(TestModel(custom_output_text="42 shipped"), name="shop")
+    durable = PerdureAgent(agent, app)
+
+    @app.step(effect="read", name="ticket")
+    def ticket() -> str:
+        return "where is 42?"
+
+    @app.workflow(name="support")
+    async def support() -> str:
+        result = await durable.run(await ticket())
+        return f"{result.run_id == perdure.current_run().id}: {result.output}"
+
+    handle = app.start(support)
+    worker.run_until_idle()
+    assert handle.result() == "True: 42 shipped"
+    assert steps_of(app, handle.id) == [(0, "ticket"), (1, f"{NAME}.model")]
+
+
 @pytest.mark.parametrize(
     ("agent", "kwargs", "needle"),
     [

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.handles import RunHandle
 from ..engine.retry import NO_RETRY
@@ -150,7 +151,13 @@ class PerdureAgent:
         run_id: str | None = None,
         timeout: float | timedelta | None = None,
     ) -> PerdureRunResult:
-        """Start a run and wait for its result (a worker of `app` must be running)."""
+        """Start a run and wait for its result (a worker of `app` must be running).
+
+        Inside a workflow, the agent runs as part of that run instead: its model requests
+        and tool calls are steps of the calling workflow, and `deps` may be any object."""
+        ctx = current()
+        if ctx is not None:
+            return self._result(ctx.run_id, await self._run_here(prompt, deps))
         handle = await self.start_async(prompt, deps=deps, run_id=run_id)
         return self._result(handle.id, await handle.result_async(timeout))
 
@@ -183,20 +190,20 @@ class PerdureAgent:
     # -- the workflow and its steps ----------------------------------------------------
 
     def _workflow(self) -> Callable[..., Any]:
-        agent = self.agent
-
         async def run_agent(prompt: str, deps: Any = None) -> dict[str, Any]:
-            value = self._deps(deps)
-            with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
-                result = await agent.run(prompt, deps=value)
-            return {
-                "output": to_jsonable_python(result.output),
-                "messages": ModelMessagesTypeAdapter.dump_python(
-                    result.all_messages(), mode="json"
-                ),
-            }
+            return await self._run_here(prompt, self._deps(deps))
 
         return run_agent
+
+    async def _run_here(self, prompt: str, deps: Any) -> dict[str, Any]:
+        """The agent's own loop, with the durable model and toolsets, in the current run."""
+        agent = self.agent
+        with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
+            result = await agent.run(prompt, deps=deps)
+        return {
+            "output": to_jsonable_python(result.output),
+            "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),
+        }
 
     def _deps(self, data: Any) -> Any:
         deps_type = getattr(self.agent, "deps_type", object)
