@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -347,9 +348,26 @@ def _wait(what: str, until: Callable[[], bool], log: Path, timeout: float = 30.0
         time.sleep(0.05)
 
 
+PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL (dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/kill.db"
+        return
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_URL}?schema={schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 @pytest.mark.slow
 def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repeats(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """`kill -9` of a real `perdure worker` while the refund tool runs: a new worker finds the
     run, does not request the recorded model response again and does not re-run the refund;
@@ -359,7 +377,7 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
         import pai_app
     finally:
         sys.path.remove(str(HERE))
-    url, ledger, log = f"sqlite:///{tmp_path}/kill.db", tmp_path / "ledger", tmp_path / "log"
+    url, ledger, log = store_url, tmp_path / "ledger", tmp_path / "log"
     ledger.touch()
     client = perdure.App(url)
     durable = pai_app.register(client)
