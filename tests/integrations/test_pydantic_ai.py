@@ -4,6 +4,7 @@ its model requests and tool calls journaled steps that recovery treats by effect
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -222,6 +223,26 @@ def test_a_failing_model_fails_the_run_naming_the_error(
     run = app.get_run(handle.id)
     assert run.status == "failed" and "provider said no" in (run.error or "")
     assert calls == [1]
+
+
+def test_a_non_json_tool_result_fails_the_run_in_one_line(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A tool returning something JSON cannot hold fails the run naming the tool and the fix."""
+    agent = Agent(TestModel(), name="shop")
+
+    @agent.tool_plain
+    @perdure_tool(effect="read")
+    def lookup_order(order: str) -> Any:
+        return object()
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("where?")
+    worker.run_until_idle()
+    run = app.get_run(handle.id)
+    assert run.status == "failed"
+    message = json.loads(run.error or "{}")["message"]
+    assert "tool 'lookup_order' returned a object, which is not JSON" in message, message
 
 
 def test_a_renamed_tool_is_a_non_determinism_error_at_its_position(

@@ -26,7 +26,7 @@ from ..engine.effects import Effect, check_effect
 from ..engine.handles import RunHandle
 from ..engine.retry import NO_RETRY
 from ..engine.steps import Step, current_step
-from ..errors import ConfigError
+from ..errors import ConfigError, PayloadError
 from ..extras import require_extra
 from ..store.agent_sql import UsageRow
 
@@ -41,7 +41,7 @@ from pydantic_ai.settings import ModelSettings  # noqa: E402
 from pydantic_ai.tools import RunContext  # noqa: E402
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset  # noqa: E402
 from pydantic_ai.toolsets.abstract import ToolsetTool  # noqa: E402
-from pydantic_core import to_jsonable_python  # noqa: E402
+from pydantic_core import PydanticSerializationError, to_jsonable_python  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -270,7 +270,13 @@ async def _call_tool(
         value = await toolset.call_tool(name, tool_args, ctx, tool)
     except ModelRetry as exc:
         return {"retry": exc.message}
-    return {"value": to_jsonable_python(value)}
+    try:
+        return {"value": to_jsonable_python(value)}
+    except PydanticSerializationError:
+        raise PayloadError(
+            f"tool {name!r} returned a {type(value).__name__}, which is not JSON: return a "
+            "str, number, list, dict, dataclass or pydantic model"
+        ) from None
 
 
 @dataclass
