@@ -9,11 +9,16 @@ The tools `ledger_once`, `ledger_keyed`, `ledger_idempotent` and `ledger_read` e
 run's name and, with the step's idempotency key (run id + position, stable across replays):
 
 1. append `started:<run>:<tool>:<key>` to the marker file,
-2. wait `AGENT_CRASH_HOLD` seconds (a kill here lands between the model call, already
-   journaled, and the tool's effect),
+2. wait until the file `effect` exists in the folder `AGENT_CRASH_GATE` (a kill here lands
+   between the model call, already journaled, and the tool's effect),
 3. append `<run>:<tool>:<key>` to the ledger: the side effect,
-4. wait again (a kill here lands between the effect and its journal write),
+4. wait until the file `return` exists there (a kill here lands between the effect and its
+   journal write),
 5. return `result_text(run, tool, key)`.
+
+The test opens the gates (creates the files) when its kill has landed, so the kill points
+hold however slow the machine is; without `AGENT_CRASH_GATE` each wait is
+`AGENT_CRASH_HOLD` seconds.
 
 Each line is one `write()` on an O_APPEND file, so it survives kill -9 whole.
 """
@@ -32,6 +37,8 @@ SPEC_ENV = "AGENT_CRASH_SPEC"
 LEDGER_ENV = "AGENT_CRASH_LEDGER"
 MARKERS_ENV = "AGENT_CRASH_MARKERS"
 HOLD_ENV = "AGENT_CRASH_HOLD"
+GATE_ENV = "AGENT_CRASH_GATE"
+GATE_MOST = 120.0  # seconds a tool waits at a gate at most (the test failed long before)
 EFFECTS = ("once", "keyed", "idempotent", "read")
 
 
@@ -53,16 +60,28 @@ def append_line(path: str, line: str) -> None:
         os.close(fd)
 
 
+async def gate(name: str) -> None:
+    """Wait until the test opens gate `name` (or AGENT_CRASH_HOLD seconds without gates)."""
+    folder = os.environ.get(GATE_ENV)
+    if not folder:
+        await asyncio.sleep(float(os.environ.get(HOLD_ENV, "1.0")))
+        return
+    path = os.path.join(folder, name)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GATE_MOST
+    while not os.path.exists(path) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def make_tool(effect: str) -> FunctionTool:
     name = tool_name(effect)
 
     async def record(ctx: ToolContext, run: str) -> str:
         key = perdure.current_step().idempotency_key  # the same on every replay of this call
-        hold = float(os.environ.get(HOLD_ENV, "1.0"))
         append_line(os.environ[MARKERS_ENV], f"started:{run}:{name}:{key}")
-        await asyncio.sleep(hold)
+        await gate("effect")
         append_line(os.environ[LEDGER_ENV], f"{run}:{name}:{key}")
-        await asyncio.sleep(hold)
+        await gate("return")
         return result_text(run, name, key)
 
     record.__name__ = name

@@ -54,7 +54,7 @@ EFFECTS = ("once", "keyed", "idempotent", "read")
 GROUPS = ("ref", "A", "B")  # the reference, and the two kill points
 AGENT = "crash"
 WORKFLOW = f"agent:{AGENT}"
-HOLD = 1.0  # seconds each tool waits before and after its effect
+HOLD = 1.0  # seconds a tool waits before and after its effect where no gate is used
 LEASE = 2.0
 KEY_ENV = "FAKE_KEY"
 SPEC = """
@@ -218,6 +218,16 @@ class Workers:
         self.env.pop("PERDURE_APP", None)
         self.procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
 
+    def gate(self, group: str) -> Path:
+        """The folder whose files open `group`'s tool gates (see agent_crash_app)."""
+        folder = self.workdir / f"gates-{group}"
+        folder.mkdir(exist_ok=True)
+        return folder
+
+    def open_gates(self, group: str, *names: str) -> None:
+        for name in names:
+            (self.gate(group) / name).touch()
+
     def spawn(self, group: str, url: str) -> subprocess.Popen[bytes]:
         args = [
             sys.executable, "-m", "perdure", "--app", "agent_crash_app:app", "worker",
@@ -228,7 +238,7 @@ class Workers:
             proc = subprocess.Popen(
                 args,
                 cwd=HERE,  # the CLI imports agent_crash_app from the working directory
-                env={**self.env, "PERDURE_DB": url},
+                env={**self.env, "PERDURE_DB": url, "AGENT_CRASH_GATE": str(self.gate(group))},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -378,6 +388,8 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
         # progress notes, so the transcripts compare.
         for case in cases:
             apps[case.group].start(WORKFLOW, {"prompt": case.run}, run_id=case.run)
+        workers.open_gates("ref", "effect", "return")  # the reference runs straight through
+        workers.open_gates("B", "effect")  # B's tools do their effect, then wait
         first = {g: workers.spawn(g, urls[g]) for g in GROUPS}
 
         def runs(group: str) -> list[str]:
@@ -404,19 +416,20 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                         if group == "A":
                             assert not done, (
                                 f"kill point A missed for {run}: the effect already happened "
-                                f"({done}); the tools' hold ({HOLD}s) is too short here"
+                                f"({done}); its gate did not hold"
                             )
                         else:
                             assert len(done) == 1, f"{run}: ledger {done} at the kill"
                             assert not tool_outcomes(app, run), (
                                 f"kill point B missed for {run}: its tool's outcome is "
-                                "journaled already; the tools' hold is too short here"
+                                "journaled already; its gate did not hold"
                             )
                         journaled = any(
                             e.kind == "step.outcome" and e.name == f"{WORKFLOW}.model"
                             for e in app.journal(run)
                         )
                         case.model_at_kill = "yes" if journaled else "no"
+                    workers.open_gates(group, "effect", "return")  # the recovery runs on
                     workers.spawn(group, urls[group])  # waits for the dead lease to expire
             if time.monotonic() - started_at > 45:
                 pytest.fail(f"the kill points of {sorted(pending)} never came")
