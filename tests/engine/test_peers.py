@@ -178,8 +178,7 @@ def test_a_reused_pid_is_dead_and_a_stopped_process_is_not() -> None:
     from perdure.store.workers_sql import WorkerRow
 
     me = this_process()
-    if me is None:
-        pytest.skip("needs Linux /proc")
+    assert me is not None, "this process's identity comes from Linux /proc, which perdure needs"
     boot, _, rest = me.partition("/")
     namespace = rest.rpartition("/")[0]
     host = socket.gethostname()
