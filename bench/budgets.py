@@ -27,29 +27,6 @@ sys.path.insert(0, str(ROOT / "tests" / "agent"))  # the counting server the tes
 PG_URL = os.environ.get("PERDURE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 COUNTS = (10, 50, 200)
 PER_CALL = 1200  # about what one call may take (prompt + max_tokens 1000)
-SPEC = """
-name = "bench"
-goal = "Answer the question"
-instructions = "Answer in one line."
-
-[models.fast]
-provider = "openai"
-model = "counting-1"
-base_url = "{base}/v1"
-api_key_env = "PERDURE_BENCH_KEY"
-context_tokens = 8000
-max_tokens = 1000
-price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
-
-[tools]
-grant = ["finish"]
-
-[limits]
-max_iterations = 1
-
-[budget]
-tokens_per_day = {budget}
-"""
 
 
 def _store_url(kind: str, folder: Path) -> tuple[str, str | None]:
@@ -70,7 +47,7 @@ def _drop(schema: str | None) -> None:
 
 def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
     """One row: N runs against B = 40% of what they would spend, then B doubled."""
-    from wire_servers import CountingServer
+    from wire_servers import COUNTING_SPEC, CountingServer
 
     import perdure
     from perdure.agent.loop import Agent, raise_budget
@@ -82,7 +59,11 @@ def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
     url, schema = _store_url(kind, folder)
     budget = int(runs * PER_CALL * 0.4)
     spec = folder / f"bench-{kind}-{runs}.toml"
-    spec.write_text(SPEC.format(base=server.origin, budget=budget))
+    text = COUNTING_SPEC.format(
+        name="bench", base=server.origin, key_env="PERDURE_BENCH_KEY",
+        budget=f"tokens_per_day = {budget}",
+    )  # fmt: skip
+    spec.write_text(text)
     app = perdure.App(url)
     try:
         agent = Agent(app, load_spec(spec))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wire_servers import CountingServer
+from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
 from perdure.agent.loop import Agent, raise_budget
@@ -19,30 +19,6 @@ from perdure.store.agent_sql import Budget
 from perdure.testing import TestClock, TestWorker
 
 PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-SPEC = """
-name = "spender"
-goal = "Answer the question"
-instructions = "Answer in one line."
-
-[models.fast]
-provider = "openai"
-model = "counting-1"
-base_url = "{base}/v1"
-api_key_env = "PERDURE_TEST_COUNTING_KEY"
-context_tokens = 8000
-max_tokens = 1000
-price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
-
-[tools]
-grant = ["finish"]
-
-[limits]
-max_iterations = 1
-
-[budget]
-{budget}
-"""
 
 
 @pytest.fixture
@@ -67,7 +43,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def _agent(app: perdure.App, tmp_path: Path, server: CountingServer, budget: str) -> Agent:
     path = tmp_path / "spender.toml"
-    path.write_text(SPEC.format(base=server.origin, budget=budget))
+    spec = COUNTING_SPEC.format(
+        name="spender", base=server.origin, key_env="PERDURE_TEST_COUNTING_KEY", budget=budget
+    )
+    path.write_text(spec)
     return Agent(app, load_spec(path))
 
 

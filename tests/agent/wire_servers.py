@@ -349,6 +349,31 @@ class Served:
         return self.prompt_tokens + self.completion_tokens
 
 
+COUNTING_SPEC = """
+name = "{name}"
+goal = "Answer the question"
+instructions = "Answer in one line."
+
+[models.fast]
+provider = "openai"
+model = "counting-1"
+base_url = "{base}/v1"
+api_key_env = "{key_env}"
+context_tokens = 8000
+max_tokens = 1000
+price = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}
+
+[tools]
+grant = ["finish"]
+
+[limits]
+max_iterations = 1
+
+[budget]
+{budget}
+"""  # an agent spec on a CountingServer: one call of up to 1,000 tokens, priced
+
+
 class CountingServer(OpenAIServer):
     """An OpenAI-compatible server that bills like a provider: the prompt's tokens (about
     four characters each, as real tokenizers do) and the full `max_tokens` asked as the
