@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -174,7 +174,7 @@ class Stream:
 stream = Stream()
 
 
-async def follow(client: Client, run_id: str, after: int = -1) -> AsyncIterator[StreamChunk]:
+async def follow(client: Client, run_id: str, after: int = -1) -> AsyncGenerator[StreamChunk, None]:
     """The run's stream after offset `after`, live: it follows the run across workers and
     crashes and ends once the run is finished and everything was read."""
     await client.get(run_id)  # RunNotFound for an unknown run
@@ -197,21 +197,19 @@ async def follow(client: Client, run_id: str, after: int = -1) -> AsyncIterator[
 
 
 def follow_sync(client: Client, run_id: str, after: int = -1) -> Iterator[StreamChunk]:
-    """`follow` for sync code: each batch is read through the runtime's portal."""
+    """`follow` for sync code: the same reader, stepped through the runtime's portal (one
+    loop, so its waits and the store's wake-ups are the async reader's)."""
     runtime = client.runtime
-    runtime.sync(client.get(run_id), "RunHandle.stream()")
-    wait = READ_SOON
-    while True:
-        rows = runtime.sync(client.store.read_stream(run_id, after, BATCH), "stream")
-        for row in rows:
-            after = row.seq
-            yield chunk_of(row)
-        if len(rows) == BATCH:
-            continue
-        run = runtime.sync(client.get(run_id), "stream")
-        if run.status in FINISHED:
-            if not runtime.sync(client.store.read_stream(run_id, after, BATCH), "stream"):
+    reader = follow(client, run_id, after)
+    try:
+        while True:
+            try:
+                yield runtime.sync(_next(reader), "RunHandle.stream()")
+            except StopAsyncIteration:
                 return
-            continue
-        wait = READ_SOON if rows else min(wait * 2, READ_WAIT)
-        runtime.sync(runtime.wait_change(wait), "stream")
+    finally:
+        runtime.sync(reader.aclose(), "RunHandle.stream()")
+
+
+async def _next(reader: AsyncIterator[StreamChunk]) -> StreamChunk:
+    return await reader.__anext__()
