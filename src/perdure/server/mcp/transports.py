@@ -81,15 +81,13 @@ class ThrottledBearer(BearerAuthBackend):
         header = conn.headers.get("authorization", "")
         if not header.lower().startswith("bearer "):
             return None
-        address, credential = address_of(conn), digest(header[7:].strip())
-        wait = self.throttle.wait(address, credential)
-        if wait > 0:
-            raise HeldBack(TooManyFailures(wait))
-        found: tuple[AuthCredentials, BaseUser] | None = await super().authenticate(conn)
-        if found is None:
-            self.throttle.failed(address)
-        else:
-            self.throttle.passed(credential)
+        verify = super().authenticate
+        try:
+            found: tuple[AuthCredentials, BaseUser] | None = await self.throttle.check(
+                address_of(conn), digest(header[7:].strip()), lambda: verify(conn)
+            )
+        except TooManyFailures as exc:
+            raise HeldBack(exc) from None
         return found
 
 
