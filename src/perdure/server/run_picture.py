@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..store.base import Entry, RunRow
+from ..store.base import TERMINAL, Entry, RunRow
 from ..store.stream_sql import ATTEMPT, CHUNK, DROPPED, RETRY, StreamRow
 
 MAX_BARS = 80  # positions drawn (the newest)
@@ -46,7 +46,7 @@ def picture(run: RunRow, entries: list[Entry], now: float) -> Picture | None:
     if not spans:
         return None
     start = min(e.at for e in entries)
-    finished = run.status in ("completed", "failed", "cancelled", "dead")
+    finished = run.status in TERMINAL
     end = max(max(e.at for e in entries), start + 0.001) if finished else max(now, start + 0.001)
     scale = (WIDTH - LABEL - 10) / (end - start)
     bars: list[Bar] = []
