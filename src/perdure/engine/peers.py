@@ -101,14 +101,19 @@ def dead_owner(
     up in `registry` (worker id -> host, pid)."""
     if owner == me:
         return False
+    where = where_of(owner, registry)
+    return where is not None and where[0] == host and where[1] != os.getpid() and pid_gone(where[1])
+
+
+def where_of(
+    owner: str, registry: dict[str, tuple[str, int]] | None = None
+) -> tuple[str, int] | None:
+    """The (host, pid) a lease owner runs at: read from a `host:pid:random` id, else looked
+    up in `registry` (worker id -> host, pid) for a chosen one; None if unknown."""
     parts = owner.split(":", 2)
     if len(parts) == 3 and parts[1].isdigit():
-        where = (parts[0], int(parts[1]))
-    elif registry is not None and owner in registry:
-        where = registry[owner]
-    else:
-        return False
-    return where[0] == host and where[1] != os.getpid() and pid_gone(where[1])
+        return parts[0], int(parts[1])
+    return registry.get(owner) if registry is not None else None
 
 
 async def release_dead_peers(store: Store, me: str, now: float) -> int:
@@ -207,13 +212,10 @@ async def how_lost(store: Store, owner: str | None, now: float, silent_after: fl
     row = rows.get(owner)
     if row is not None and row.stopped_at is not None:
         return f"its worker {owner} stopped"
-    parts = owner.split(":", 2)
-    if len(parts) == 3 and parts[1].isdigit():
-        host, pid = parts[0], int(parts[1])
-    elif row is not None:
-        host, pid = row.host, row.pid
-    else:
+    where = where_of(owner, {owner: (row.host, row.pid)} if row is not None else None)
+    if where is None:
         return f"its worker {owner} was lost (died, or cut off from the store)"
+    host, pid = where
     if host == socket.gethostname() and pid != os.getpid():
         if pid_gone(pid) or (row is not None and process_dead(row, host)):
             return f"its worker {owner} died (process {pid} is gone)"
