@@ -31,33 +31,30 @@ def append(conn: Db, run_id: str, rows: Sequence[tuple[str, str, str | None, flo
            keep: int) -> int:  # fmt: skip
     """Append (kind, topic, data, at) rows to `run_id`'s stream; the last seq written. Beyond
     `keep` rows the oldest are dropped, and the drop is recorded."""
-    found = conn.execute(
-        "SELECT COALESCE(MAX(seq), -1) FROM run_streams WHERE run_id = ?", (run_id,)
-    ).fetchone()
-    first = int(found[0]) + 1
+    first = last(conn, run_id) + 1
     marked: set[str] = set()  # steps with a marker in this batch already
     rows = [_marked(conn, run_id, row, marked) if row[0] == ATTEMPT else row for row in rows]
     conn.executemany(
         "INSERT INTO run_streams (run_id, seq, kind, topic, data, at) VALUES (?, ?, ?, ?, ?, ?)",
         [(run_id, first + i, *row) for i, row in enumerate(rows)],
     )
-    last = first + len(rows) - 1
-    oldest = last - keep + 1
+    newest = first + len(rows) - 1
+    oldest = newest - keep + 1
     if oldest > 0:
         cur = conn.execute(
             "DELETE FROM run_streams WHERE run_id = ? AND seq < ? AND kind <> ?",
             (run_id, oldest, DROPPED),
         )
         if cur.rowcount:
-            last += 1
+            newest += 1
             note = json.dumps({"before": oldest, "rows": cur.rowcount})
             conn.execute(
                 "INSERT INTO run_streams (run_id, seq, kind, topic, data, at) "
                 "VALUES (?, ?, ?, '', ?, ?)",
-                (run_id, last, DROPPED, note, rows[-1][3]),
+                (run_id, newest, DROPPED, note, rows[-1][3]),
             )
     conn.notify()  # readers in other processes wake (PostgreSQL: NOTIFY at commit)
-    return last
+    return newest
 
 
 def _marked(
