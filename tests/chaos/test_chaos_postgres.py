@@ -179,13 +179,13 @@ def test_kill_minus_nine_and_postgres_restart_chaos(
         progress = (-1, t1)  # (runs ended, when that count last grew)
         while True:
             supervise(chaos, restart, refused_start)
-            runs = chaos.runs()
+            runs = through_outage(chaos.runs)
             ended = sum(r.status in TERMINAL for r in runs.values())
             if ended > progress[0]:
                 progress = (ended, time.monotonic())
             for run in runs.values():
-                if run.status == NEEDS_ATTENTION:
-                    chaos.resolve(run.id)
+                if run.status == NEEDS_ATTENTION:  # its connections may predate the restart
+                    through_outage(lambda run_id=run.id: chaos.resolve(run_id))
             if all(r.status in TERMINAL for r in runs.values()):
                 break
             if time.monotonic() - progress[1] > RESOLVE_STALL_SECONDS:

@@ -13,7 +13,15 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import ConfigError, PerdureError, RunFailed, RunNotFound, StoreError, WaitTimeout
+from ..errors import (
+    ConfigError,
+    PerdureError,
+    RunFailed,
+    RunNotFound,
+    StoreError,
+    StoreUnavailable,
+    WaitTimeout,
+)
 from ..store import waits
 from ..store.base import (
     COMPLETED,
@@ -579,6 +587,8 @@ class Client:
                     expect_status=expect,
                 )
             )
+        except StoreUnavailable:
+            raise  # the store is away: no conflict was seen, say so
         except StoreError as exc:
             if conflict_ok:
                 return False
