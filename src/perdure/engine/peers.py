@@ -32,7 +32,10 @@ RUNNING = ("running", "cancelling")
 PRESENCE = 10.0  # seconds between a worker's registry updates (less with a short lease)
 SILENT_AFTER = 3 * PRESENCE  # seconds without a sign of life before a worker counts as silent
 PEERS_EVERY = 0.25  # seconds between checks of the registry for dead workers
-CONFIRM = 0.5  # seconds a session lock must stay free before its worker counts as dead
+# seconds a session lock must stay free before its worker counts as dead: longer than a live
+# worker takes to reconnect and lock anew (~0.1 s: a 50 ms pause, a connect, two queries); a
+# worker that takes longer loses its runs to recovery, fenced by the epoch, never duplicated
+CONFIRM = 0.3
 RECENT = 3600.0  # registry rows checked that often: workers seen within this many seconds
 Life = tuple[str, int, float, "int | None"]  # one life of a worker: id, pid, start, lock key
 
