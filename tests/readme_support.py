@@ -7,6 +7,7 @@ when the block does not do what it says; none of them skips.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -105,7 +106,8 @@ class Sandbox:
 
     def background(self, command: str, *, line: int, ready_port: int | None = None) -> None:
         """Start a long-running command and wait until it is ready: its port answers, or
-        (without a port) it has written its first line; and it still runs SETTLE s later."""
+        (without a port) it has written its first line, not an `error:` line; and it still runs
+        SETTLE s later."""
         log = self.path / f"background-{len(self.backgrounds)}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
@@ -125,6 +127,12 @@ class Sandbox:
             if time.monotonic() > limit:
                 job.fail(f"was not ready in {READY_TIMEOUT:.0f} s")
             time.sleep(0.05)
+        if ready_port is None and job.log.read_bytes().startswith(b"error:"):
+            # perdure's one-line user error is no readiness, however long the process takes
+            # to exit on a loaded machine
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(READY_TIMEOUT)
+            job.fail(f"exited {proc.returncode} before it was ready")
         time.sleep(SETTLE)
         if proc.poll() is not None:  # its first line was its last: an error
             job.fail(f"exited {proc.returncode} before it was ready")
