@@ -189,12 +189,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def get(url: str, within: float = 60, alive: Callable[[], str] | None = None) -> str:
+def get(
+    url: str,
+    within: float = 60,
+    alive: Callable[[], str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> str:
     """The body of GET url, retried until the server listens (or `within` seconds pass)."""
     deadline = time.monotonic() + within
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=5) as response:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                        timeout=5) as response:  # fmt: skip
                 return str(response.read().decode())
         except OSError as exc:
             if time.monotonic() > deadline:
@@ -264,7 +270,13 @@ def test_a_fresh_install_runs_a_workflow_and_its_extra(
         port = free_port()
 
         def scrape(log: Callable[[], str]) -> None:
-            body = get(f"http://127.0.0.1:{port}/metrics", alive=log)
+            env = environment(made, PERDURE_DB=sqlite)
+            made_token = perdure(made, "token", "create", "prom", "--scope", "read",
+                                 cwd=tmp_path, env=env)  # fmt: skip
+            assert made_token.returncode == 0, f"{made_token.stdout}{made_token.stderr}"
+            token = made_token.stdout.splitlines()[-1].strip()
+            body = get(f"http://127.0.0.1:{port}/metrics", alive=log,
+                       headers={"Authorization": f"Bearer {token}"})  # fmt: skip
             assert 'perdure_run_executions_total{outcome="completed"} 1.0' in body, body
             top = perdure(made, "top", "--once", cwd=tmp_path, env=environment(made,
                           PERDURE_DB=sqlite))  # fmt: skip

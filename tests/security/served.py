@@ -69,9 +69,14 @@ def make_token(env: dict[str, str], name: str, scope: str) -> tuple[str, str]:
 
 
 def start(
-    tmp_path: Path, command: list[str], health: str, extra_env: dict[str, str] | None = None
+    tmp_path: Path,
+    command: list[str],
+    health: str,
+    extra_env: dict[str, str] | None = None,
+    port_option: str = "--port",
 ) -> Iterator[Served]:
-    """Start `perdure COMMAND --port P` and wait until `health` answers (any status)."""
+    """Start `perdure COMMAND --port P` (or another `port_option`) and wait until `health`
+    answers (any status)."""
     port = free_port()
     db = f"sqlite:///{tmp_path}/security.db"
     env = {**os.environ, "PERDURE_DB": db, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
@@ -86,7 +91,7 @@ def start(
     with served.log.open("wb") as log:
         served.proc = subprocess.Popen(
             [sys.executable, "-m", "perdure", "--app", "sec_app:app", *command,
-             "--port", str(port)],
+             port_option, str(port)],
             cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

@@ -1,18 +1,46 @@
-"""GET /metrics of a real `perdure serve`: a token with the `read` scope, or --metrics-public."""
+"""The metrics of a real `perdure serve` (GET /metrics) and of a real `perdure worker
+--metrics-port`: a token with the `read` scope, or --metrics-public; the same errors from both."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
-from served import Served
+import pytest
+from served import Served, start
 
 from perdure import App
 from perdure.server.access import digest
 
+KINDS = ["serve", "worker"]
+Scraped = Callable[..., AbstractContextManager[Served]]
 
-def test_metrics_without_a_valid_token_are_refused(serve: Served) -> None:
-    with serve.client() as http:
+
+@pytest.fixture(params=KINDS)
+def scraped_with(request: pytest.FixtureRequest, tmp_path: Path) -> Scraped:
+    """`perdure serve` or `perdure worker --metrics-port P`, with extra options, stopped when
+    the block ends (a token per scope made first)."""
+    kind: str = request.param
+
+    def made(*options: str) -> AbstractContextManager[Served]:
+        if kind == "serve":
+            return contextmanager(start)(tmp_path, ["serve", *options], "/healthz")
+        return contextmanager(start)(
+            tmp_path, ["worker", *options], "/metrics", port_option="--metrics-port"
+        )
+
+    return made
+
+
+@pytest.fixture
+def scraped(scraped_with: Scraped) -> Iterator[Served]:
+    with scraped_with() as served:
+        yield served
+
+
+def test_metrics_without_a_valid_token_are_refused(scraped: Served) -> None:
+    with scraped.client() as http:
         bare = http.get("/metrics")
         wrong = http.get("/metrics", headers={"Authorization": "Bearer pdr_not-a-token"})
     for response in (bare, wrong):
@@ -20,27 +48,28 @@ def test_metrics_without_a_valid_token_are_refused(serve: Served) -> None:
         assert response.headers["www-authenticate"] == "Bearer"
         assert "\n" not in response.text.strip()
         assert "perdure token create" in response.json()["error"]
+        assert "--metrics-public" in response.json()["error"]
         assert "perdure_runs" not in response.text
 
 
-def test_metrics_need_the_read_scope(serve: Served) -> None:
+def test_metrics_need_the_read_scope(scraped: Served) -> None:
     """A token whose scopes do not include `read` (none at all here, as a hand-edited or newer
     store could hold) is refused 403, naming the scope."""
     token = "pdr_no-scopes-at-all"
-    store = App(serve.db)
+    store = App(scraped.db)
     try:
         store.sync(store.open_store(), "")
         store.sync(store.store.add_token("noscope", "sec-none", digest(token), "", 0.0), "")
     finally:
         store.close()
-    with serve.client() as http:
+    with scraped.client() as http:
         response = http.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 403
     assert "'read' scope" in response.json()["error"]
 
 
-def test_metrics_with_a_read_token(serve: Served) -> None:
-    with serve.client("read") as http:
+def test_metrics_with_a_read_token(scraped: Served) -> None:
+    with scraped.client("read") as http:
         response = http.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -48,12 +77,27 @@ def test_metrics_with_a_read_token(serve: Served) -> None:
     assert "perdure_store_up 1.0" in response.text
 
 
-def test_metrics_public_needs_no_token(
-    serve_with: Callable[..., AbstractContextManager[Served]],
-) -> None:
-    with serve_with("--metrics-public") as served, served.client() as http:
+def test_wrong_tokens_are_held_back_but_the_real_one_passes(scraped: Served) -> None:
+    """After 20 wrong tokens from one address: 429 with Retry-After; the read token that
+    worked before still goes through."""
+    with scraped.client() as http:
+        assert http.get("/metrics", headers={"Authorization": f"Bearer {scraped.tokens['read']}"}
+                        ).status_code == 200  # fmt: skip
+        codes = [
+            http.get("/metrics", headers={"Authorization": f"Bearer pdr_guess-{i}"}).status_code
+            for i in range(22)
+        ]
+        held = http.get("/metrics", headers={"Authorization": "Bearer pdr_guess-last"})
+        real = http.get("/metrics", headers={"Authorization": f"Bearer {scraped.tokens['read']}"})
+    assert codes[:20] == [401] * 20 and codes[20:] == [429] * 2, codes
+    assert held.status_code == 429 and int(held.headers["retry-after"]) >= 1
+    assert real.status_code == 200
+
+
+def test_metrics_public_needs_no_token(scraped_with: Scraped) -> None:
+    with scraped_with("--metrics-public") as served, served.client() as http:
         response = http.get("/metrics")
         api = http.get("/api/v1/runs")
     assert response.status_code == 200
     assert "perdure_store_up 1.0" in response.text
-    assert api.status_code == 401  # only /metrics is public
+    assert api.status_code in (401, 404)  # only /metrics is public (a worker serves no more)

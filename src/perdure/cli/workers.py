@@ -30,6 +30,11 @@ from . import render
     "--gc-every", default=300.0, show_default=True, help="Seconds between gc passes (0: off)."
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve /metrics on this port.")
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="Serve --metrics-port without a token (default: a `read` token, as serve's /metrics).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -41,6 +46,7 @@ def worker(
     max_recoveries: int,
     gc_every: float,
     metrics_port: int | None,
+    metrics_public: bool,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
     next step boundary, and after --grace seconds leave what still executes to recovery (a
@@ -55,8 +61,9 @@ def worker(
     instrument(app)
     if metrics_port is not None:
         from ..observe.metrics import serve_metrics
+        from ..server.scrape_access import worker_guard
 
-        serve_metrics(app, metrics_port)
+        serve_metrics(app, metrics_port, guard=None if metrics_public else worker_guard(app))
     render.echo(
         f"perdure worker: {len(app.workflows)} workflow(s) on {public_url(app.url)}", err=True
     )

@@ -20,11 +20,15 @@ counters are scraped from its `--metrics-port`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..engine import observers
 from ..engine.observers import RunEvent, StepEvent
@@ -164,6 +168,8 @@ class Metrics(observers.Observer):
         self.cost.labels(agent).inc(cost)
 
 
+# (authorization header, client address) -> None, or (status, one-line error, headers)
+Guard = Callable[[str | None, str], "tuple[int, str, dict[str, str]] | None"]
 _default: Metrics | None = None
 _default_lock = threading.Lock()
 
@@ -185,21 +191,60 @@ def install_metrics(runtime: Runtime | None = None) -> Metrics:
     return _default
 
 
-def serve_metrics(runtime: Runtime, port: int, host: str | None = None) -> Any:
+def serve_metrics(
+    runtime: Runtime, port: int, host: str | None = None, guard: Guard | None = None
+) -> Any:
     """Serve this process's metrics at http://host:port/metrics from a thread of its own;
     returns the server (`.shutdown()` stops it).
 
     `host` defaults to `PERDURE_METRICS_HOST`, else 127.0.0.1 (0.0.0.0: every interface).
+    `guard(authorization header, client address)` may refuse a request: (status, one-line
+    error, headers), answered as JSON; None lets it through.
     """
     metrics = install_metrics(runtime)
-    from prometheus_client import start_http_server
+    from prometheus_client import make_wsgi_app
 
+    served = _guarded(make_wsgi_app(metrics.registry), guard)
     host = host or os.environ.get("PERDURE_METRICS_HOST", "127.0.0.1")
     try:
-        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+        server = make_server(host, port, served, _ThreadingServer, handler_class=_QuietHandler)
     except OSError as exc:
         raise ConfigError(f"metrics on {host}:{port}: cannot listen ({exc.strerror})") from None
+    threading.Thread(target=server.serve_forever, name="perdure-metrics", daemon=True).start()
     return server
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds the process up at exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged: one line per scrape would drown the worker's own."""
+
+
+def _guarded(served: Any, guard: Guard | None) -> Any:
+    """`served` (a WSGI app) at /metrics only (404 elsewhere), behind `guard` if given."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") != "/metrics":
+            refused: tuple[int, str, dict[str, str]] | None = (404, "only /metrics is here", {})
+        elif guard is not None:
+            refused = guard(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR", "-"))
+        else:
+            refused = None
+        if refused is None:
+            return served(environ, start_response)
+        status, message, headers = refused
+        body = (json.dumps({"error": message}) + "\n").encode()
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+             *headers.items()],
+        )  # fmt: skip
+        return [body]
+
+    return app
 
 
 async def metrics_endpoint(request: Request) -> Response:

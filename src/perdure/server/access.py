@@ -111,15 +111,20 @@ async def authenticate_request(
 ) -> Principal | None:
     """`authenticate`, with wrong tokens counted against the client's address by the
     server's `Throttle` (raises TooManyFailures, a 429, while the address is held back)."""
+    throttle: Throttle = request.app.state.throttle
+    return await authenticate_counted(
+        request.app.state.perdure, throttle, address_of(request), authorization
+    )
+
+
+async def authenticate_counted(
+    app: App, throttle: Throttle, address: str, authorization: str | None
+) -> Principal | None:
+    """`authenticate`, with a wrong token counted against `address` by `throttle`."""
     if not authorization:
         return None
-    throttle: Throttle = request.app.state.throttle
     credential = digest(authorization.partition(" ")[2].strip())
-    return await throttle.check(
-        address_of(request),
-        credential,
-        lambda: authenticate(request.app.state.perdure, authorization),
-    )
+    return await throttle.check(address, credential, lambda: authenticate(app, authorization))
 
 
 async def record(
