@@ -42,6 +42,7 @@ require_extra("pydantic-ai", "perdure.integrations.pydantic_ai")
 from pydantic import TypeAdapter  # noqa: E402
 from pydantic_ai import Agent, ModelRetry  # noqa: E402
 from pydantic_ai.capabilities import HandleDeferredToolCalls  # noqa: E402
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -163,6 +164,9 @@ class PerdureAgent:
             for ts, effect in (toolset_effects or {}).items()
         }
         self.require_effects = require_effects
+        if require_effects:  # first: an agent refused here leaves no step behind
+            for toolset in agent.toolsets:
+                toolset.apply(self._check_declared)
         self.budget = ModelBudget.of(
             self.name, budget, max_tokens=max_tokens, max_cost=max_cost, price=price
         )
@@ -367,8 +371,6 @@ class PerdureAgent:
         return step
 
     def _wrap_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
-        if self.require_effects:
-            self._check_declared(toolset)
         if isinstance(toolset, FunctionToolset):  # known now: registered before any run
             for tool_name, tool in toolset.tools.items():
                 self.tool_step(tool_name, tool.function)
@@ -470,11 +472,16 @@ async def _call_tool(
     ctx: RunContext[Any],
     tool: ToolsetTool[Any],
 ) -> dict[str, Any]:
-    """One tool call; a `ModelRetry` is an outcome too (replayed as the same retry)."""
+    """One tool call; a `ModelRetry`, or a call deferred to a person, is an outcome too
+    (replayed as the same retry or deferral)."""
     try:
         value = await toolset.call_tool(name, tool_args, ctx, tool)
     except ModelRetry as exc:
         return {"retry": exc.message}
+    except ApprovalRequired as exc:
+        return {"deferred": "approval", "metadata": exc.metadata}
+    except CallDeferred as exc:
+        return {"deferred": exc.kind, "metadata": exc.metadata}
     try:
         return {"value": to_jsonable_python(value)}
     except PydanticSerializationError:
@@ -500,6 +507,10 @@ class _PerdureToolset(WrapperToolset[Any]):
         outcome = await step(self.wrapped, name, tool_args, ctx, tool)
         if "retry" in outcome:
             raise ModelRetry(outcome["retry"])
+        if outcome.get("deferred") == "approval":
+            raise ApprovalRequired(outcome.get("metadata"))
+        if "deferred" in outcome:
+            raise CallDeferred(outcome.get("metadata"), kind=outcome["deferred"])
         return outcome["value"]
 
 
