@@ -16,7 +16,9 @@ waits at a perdure gate (integrations/gates.py) instead of interrupting the run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -31,6 +33,7 @@ from ..errors import ConfigError, ParkRun
 from ..extras import require_extra
 from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
+from .replay import check_tools
 from .streaming import ModelEvents, streaming, write_event
 
 require_extra("openai-agents", "perdure.integrations.openai_agents")
@@ -39,6 +42,7 @@ import agents  # noqa: E402  # only once the extra is known to be there
 import openai  # noqa: E402  # the SDK's own dependency
 from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, RunResult  # noqa: E402
 from agents.exceptions import ModelBehaviorError  # noqa: E402
+from agents.mcp import MCPServer  # noqa: E402
 from agents.stream_events import RawResponsesStreamEvent  # noqa: E402
 from agents.usage import Usage  # noqa: E402
 from openai.types.responses import (  # noqa: E402
@@ -47,6 +51,8 @@ from openai.types.responses import (  # noqa: E402
     ResponseStreamEvent,
 )
 from pydantic import TypeAdapter  # noqa: E402
+
+from .agents_mcp import DurableMCPServer, mcp_call  # noqa: E402  # imports the SDK
 
 if TYPE_CHECKING:
     from ..app import App
@@ -96,6 +102,7 @@ def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[.
         stream: bool,
         prompt: Any,
         max_output: int | None,
+        offered: list[str],
     ) -> dict[str, Any]:
         info = current_step()
         held = await reserved(budget, runtime, prompt, max_output, model)
@@ -116,7 +123,8 @@ def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[.
         usage = response.usage
         tokens = (usage.input_tokens, usage.output_tokens)
         await budget.settle(runtime, held, model, tokens, budget.cost(*tokens))
-        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+        dump = _RESPONSE.dump_python(response, mode="json")
+        return {"response": dump, "tools": offered, "position": info.position}
 
     return model_call
 
@@ -187,10 +195,17 @@ class _DurableModel(Model):
         model = str(getattr(self.inner, "model", type(self.inner).__name__))
         stream = streaming.get()
 
-        async def step() -> Any:
-            return await self.step(call, stream_call, model, stream, prompt, max_output)
+        tools = [str(getattr(t, "name", t)) for t in bound.get("tools") or []]
+        offered = tools + [h.tool_name for h in bound.get("handoffs") or []]
 
-        return _RESPONSE.validate_python(await call_within_budget(self.agent, step))
+        async def step() -> Any:
+            return await self.step(call, stream_call, model, stream, prompt, max_output, offered)
+
+        data = await call_within_budget(self.agent, step)
+        if "response" in data:  # the response, with the tools it was offered
+            check_tools(data, offered, f"agents.{self.agent}.model")
+            data = data["response"]
+        return _RESPONSE.validate_python(data)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         # the SDK's own streamed loop would bypass the journal: refused, not silently undurable
@@ -220,6 +235,8 @@ class Runner:
         app: the perdure app whose store journals the runs.
         tool_effects: effect per tool name (`{"lookup_order": "read"}`); it wins over a
             tool's `@tool_effect` mark; a tool with neither is `once`.
+        mcp_effects: effect of the tools of an agent's MCP server, by the server's name,
+            where `tool_effects` names none.
         require_effects: refuse (one line, when the agent is registered or run) a tool
             with neither, instead of defaulting it to `once`.
         budget: limits per rolling hour/day for all runs of each agent
@@ -235,6 +252,7 @@ class Runner:
         app: App,
         *,
         tool_effects: Mapping[str, Effect] | None = None,
+        mcp_effects: Mapping[str, Effect] | None = None,
         require_effects: bool = False,
         budget: BudgetSpec | Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
@@ -246,7 +264,12 @@ class Runner:
             name: check_effect(kind, f"tool_effects[{name!r}]")
             for name, kind in (tool_effects or {}).items()
         }
+        self.mcp_effects = {
+            name: check_effect(kind, f"mcp_effects[{name!r}]")
+            for name, kind in (mcp_effects or {}).items()
+        }
         self.require_effects = require_effects
+        self._connected: dict[int, int] = {}  # MCP servers this runner connected: runs using them
         self._budget_args: dict[str, Any] = {"max_tokens": max_tokens, "max_cost": max_cost,
                                              "price": price}  # fmt: skip
         self._budget_spec = budget
@@ -301,6 +324,19 @@ class Runner:
             found = self._gates[agent] = Gates(self.app, f"agents.{agent}")
         return found
 
+    def _mcp_effect(self, server: str) -> Effect:
+        effect = self.mcp_effects.get(server)
+        if effect is None and self.require_effects:
+            raise ConfigError(
+                f"MCP server {server!r} declares no effect (require_effects=True): add it to "
+                "mcp_effects, or name its tools in tool_effects"
+            )
+        return effect or "once"
+
+    def _mcp_step(self, agent: str, server: str, tool: str) -> Step[..., Any]:
+        effect = self.tool_effects.get(tool) or self._mcp_effect(server)
+        return self._step(f"agents.{agent}.tool.{tool}", mcp_call, effect)
+
     def _tool_step(self, agent: str, tool: FunctionTool) -> Step[..., Any]:
         return self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
 
@@ -344,6 +380,10 @@ class Runner:
                 self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
             ]
             copy.handoffs = [wrap(h) if isinstance(h, Agent) else h for h in one.handoffs]
+            copy.mcp_servers = [
+                DurableMCPServer(m, functools.partial(self._mcp_step, one.name))
+                for m in one.mcp_servers
+            ]
             return copy
 
         return wrap(_agent(agent))
@@ -373,7 +413,38 @@ class Runner:
             )
         config = dataclasses.replace(run_config or RunConfig(), model=None)
         durable = self.durable(agent, run_config)
-        return await agents.Runner.run(durable, input, run_config=config, **kwargs)
+        async with self._mcp_sessions(durable):
+            return await agents.Runner.run(durable, input, run_config=config, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def _mcp_sessions(self, agent: Agent[Any]) -> AsyncIterator[None]:
+        """Connect, for the run, the agents' MCP servers not connected yet (a worker runs
+        the agent without the caller's `async with server:`), shared by concurrent runs."""
+        servers: dict[int, MCPServer] = {}
+        todo, seen = [agent], set()
+        while todo:
+            one = todo.pop()
+            if id(one) in seen:
+                continue
+            seen.add(id(one))
+            for server in one.mcp_servers:
+                inner = server.inner if isinstance(server, DurableMCPServer) else server
+                if id(inner) in self._connected or getattr(inner, "session", "") is None:
+                    servers[id(inner)] = inner
+            todo.extend(h for h in one.handoffs if isinstance(h, Agent))
+        for key, inner in servers.items():
+            if key not in self._connected:
+                self._connected[key] = 0
+                await inner.connect()  # type: ignore[no-untyped-call]
+            self._connected[key] += 1
+        try:
+            yield
+        finally:
+            for key, inner in servers.items():
+                self._connected[key] -= 1
+                if self._connected[key] == 0:
+                    del self._connected[key]
+                    await inner.cleanup()  # type: ignore[no-untyped-call]
 
     def workflow(self, agent: Agent[Any], *, name: str | None = None) -> Workflow[..., Any]:
         """Register (once) the perdure workflow `agents.{agent.name}` that runs `agent` on its
@@ -411,6 +482,8 @@ class Runner:
             for tool in one.tools:
                 if isinstance(tool, FunctionTool):
                     self._tool_step(one.name, tool)
+            for server in one.mcp_servers:  # its tools are listed at run time; its effect now
+                self._mcp_effect(server.name)
             todo.extend(h for h in one.handoffs if isinstance(h, Agent))
 
     def run_sync(

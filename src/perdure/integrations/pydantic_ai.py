@@ -35,6 +35,7 @@ from ..errors import ConfigError, PayloadError
 from ..extras import require_extra
 from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
+from .replay import check_tools
 from .streaming import ModelEvents, streaming, write_event
 
 require_extra("pydantic-ai", "perdure.integrations.pydantic_ai")
@@ -336,7 +337,11 @@ class PerdureAgent:
             tokens = (usage.input_tokens, usage.output_tokens)
             cost = budget.cost(*tokens) if budget.price else _cost(response)
             await budget.settle(app, held, response.model_name or model.model_name, tokens, cost)
-            return list(ModelMessagesTypeAdapter.dump_python([response], mode="json"))
+            return {
+                "response": list(ModelMessagesTypeAdapter.dump_python([response], mode="json")),
+                "tools": _offered(params),
+                "position": current_step().position,
+            }
 
         return model_request
 
@@ -537,6 +542,9 @@ class _PerdureModel(WrapperModel):
             )
 
         data = await call_within_budget(self._agent, call)
+        if isinstance(data, dict):  # the response, with the tools it was offered
+            check_tools(data, _offered(model_request_parameters), f"{self._agent}.model")
+            data = data["response"]
         response = ModelMessagesTypeAdapter.validate_python(data)[0]
         assert isinstance(response, ModelResponse)
         return response
@@ -555,6 +563,11 @@ class _PerdureModel(WrapperModel):
             "not agent.run_stream or event_stream_handler inside the run"
         )
         yield  # pragma: no cover  # an async generator, as the protocol wants
+
+
+def _offered(params: ModelRequestParameters) -> list[str]:
+    """The names of the tools a request offers the model."""
+    return [t.name for t in params.function_tools]
 
 
 def _cost(response: ModelResponse) -> float:

@@ -1,0 +1,166 @@
+"""The Agents SDK made durable: an agent's MCP servers' tool calls are steps (a real MCP
+server subprocess), and changed code (a renamed tool or agent) is a non-determinism error
+at the position where the replay diverges."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import agents
+import pytest
+from agents import Agent, function_tool
+from agents.mcp import MCPServerStdio
+from agents_support import wire_servers
+from test_openai_agents import Payments, make_runner, script, shop_agent
+
+import perdure
+from perdure.integrations.openai_agents import Runner
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
+
+agents.set_tracing_disabled(True)
+FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    running = wire_servers().OpenAIServer().start()
+    yield running
+    running.stop()
+
+
+def mcp_agent(server: Any) -> Agent[Any]:
+    """An agent whose only tools are those of the fixture MCP server (not connected: the
+    durable run connects it where it runs)."""
+    fixture = MCPServerStdio(
+        params={"command": sys.executable, "args": [FIXTURE]}, name="fixture",
+        client_session_timeout_seconds=30,
+    )  # fmt: skip
+    base = shop_agent(server, Payments())
+    return base.clone(tools=[], mcp_servers=[fixture])
+
+
+def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
+    app: perdure.App, clock: TestClock, server: Any, tmp_path: Path
+) -> None:
+    """`add` (read, per tool) and `touch` (once, the server's effect) go to a real MCP server
+    as steps; a crash inside `touch` parks the run without touching; the operator's value
+    is what the model reads."""
+    target = tmp_path / "touched.txt"
+    runner = Runner(app, tool_effects={"add": "read"}, mcp_effects={"fixture": "once"},
+                    require_effects=True)  # fmt: skip
+    flow = runner.workflow(mcp_agent(server))
+    server.reply(tool_calls=[("c1", "add", {"a": 2, "b": 3})])
+    server.reply(tool_calls=[("c2", "touch", {"path": str(target)})])
+    server.reply("Added and touched.")
+    handle = app.start(flow, "add, then touch", run_id="m-1")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.touch")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert handle.status() == "needs_attention" and not target.exists()
+    assert len(server.requests) == 2
+    add_reply = server.requests[1].body["messages"][-1]
+    assert add_reply["role"] == "tool" and "5" in json.dumps(add_reply["content"])
+
+    by_hand = {"content": [{"type": "text", "text": "touched by hand"}], "isError": False}
+    app.resolve("m-1", "agents.refunds.tool.touch", value=by_hand)
+    TestWorker(app).run_until_idle()
+    assert handle.result() == "Added and touched." and not target.exists()
+    assert "touched by hand" in json.dumps(server.requests[-1].body["messages"][-1]["content"])
+    effects = {n: d.effect for n, d in app.steps.items() if ".tool." in n}
+    assert effects["agents.refunds.tool.add"] == "read"
+    assert effects["agents.refunds.tool.touch"] == "once"
+
+
+def test_an_mcp_server_without_an_effect_is_refused_under_require_effects(
+    app: perdure.App, server: Any
+) -> None:
+    """require_effects=True: an MCP server whose tools have no declared effect is one line
+    when the agent is registered."""
+    with pytest.raises(perdure.ConfigError, match="MCP server 'fixture' declares no effect"):
+        Runner(app, require_effects=True).workflow(mcp_agent(server))
+
+
+def _crash_in_refund(app: perdure.App, server: Any, run_id: str) -> None:
+    workflow = make_runner(app).workflow(shop_agent(server, Payments()))
+    script(server)
+    app.start(workflow, "refund o42", run_id=run_id)
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+
+
+def test_a_renamed_tool_is_a_non_determinism_error_at_the_first_request(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """New code whose refund tool is renamed: the replay stops at the first recorded model
+    call, which offered the old tool list, naming both lists; no request is sent."""
+    _crash_in_refund(app, server, "n-tool")
+    sent = len(server.requests)
+
+    @function_tool
+    def refund_order(order: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    agent = shop_agent(server, Payments())
+    agent = agent.clone(
+        tools=[refund_order if t.name == "issue_refund" else t for t in agent.tools]
+    )
+    fresh = perdure.App(app.url, clock=clock)
+    try:
+        make_runner(fresh).workflow(agent)
+        clock.advance(60)
+        TestWorker(fresh).run_until_idle()
+        run = fresh.get_run("n-tool")
+    finally:
+        fresh.close()
+    error = json.loads(run.error or "{}")
+    message = error.get("message", "")
+    assert run.status == "failed" and error["type"] == "perdure.errors.NonDeterminismError"
+    assert "at position 0" in message and "'issue_refund'" in message, message
+    assert "'refund_order'" in message and "\n" not in message, message
+    assert len(server.requests) == sent
+
+
+def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """Inside one's own workflow, the agent renamed in new code stops the replay at
+    position 0, where the journal has the old agent's model step."""
+    agent = shop_agent(server, Payments())
+
+    @app.workflow(name="support")
+    async def support(text: str) -> str:
+        return str((await make_runner(app).run(agent, text)).final_output)
+
+    script(server)
+    app.start(support, "refund o42", run_id="n-agent")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+
+    fresh = perdure.App(app.url, clock=clock)
+    try:
+        renamed = shop_agent(server, Payments()).clone(name="helpdesk")
+
+        @fresh.workflow(name="support")
+        async def support2(text: str) -> str:
+            return str((await make_runner(fresh).run(renamed, text)).final_output)
+
+        clock.advance(60)
+        TestWorker(fresh).run_until_idle()
+        run = fresh.get_run("n-agent")
+    finally:
+        fresh.close()
+    message = json.loads(run.error or "{}").get("message", "")
+    assert run.status == "failed" and "at position 0" in message, message
+    assert "agents.refunds.model" in message and "agents.helpdesk.model" in message, message
