@@ -5,7 +5,11 @@ at the position where the replay diverges."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
 from agents_support import wire_servers
 from test_openai_agents import Payments, make_runner, script, shop_agent
+from test_pydantic_ai import _wait
 
 import perdure
 from perdure.integrations.openai_agents import Runner
@@ -164,3 +169,65 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
     message = json.loads(run.error or "{}").get("message", "")
     assert run.status == "failed" and "at position 0" in message, message
     assert "agents.refunds.model" in message and "agents.helpdesk.model" in message, message
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def _worker(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    full = {**os.environ, **env, "PERDURE_DB": url, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "perdure", "--app", "agents_app:app", "worker", "--poll",
+             "0.05"],
+            cwd=HERE, env=full, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repeats(
+    tmp_path: Path, store_url: str, server: Any
+) -> None:
+    """`kill -9` of a real `perdure worker` while the e-mail tool runs: a restarted worker
+    sends no recorded model call again, streams none again, and does not re-send the
+    e-mail; the run is in needs_attention, and resolved it finishes with one more call."""
+    ledger, log = tmp_path / "ledger", tmp_path / "log"
+    ledger.touch()
+    env = {"AGENTS_LEDGER": str(ledger), "AGENTS_BASE_URL": server.origin + "/v1"}
+    os.environ.update(env)  # the client's copy of the app builds the same agent
+    sys.path.insert(0, str(HERE))
+    try:
+        import agents_app
+    finally:
+        sys.path.remove(str(HERE))
+    client = perdure.App(store_url)
+    workflow = agents_app.register(client)
+    lines = lambda: ledger.read_text().split()  # noqa: E731
+    server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
+    server.reply(tool_calls=[("c2", "send_email", {"order": "o42"})])
+    server.reply("Order o42 was refunded.")
+    first = _worker(store_url, env, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        handle = client.start(workflow, "refund o42", run_id="k-42", stream=True)
+        _wait("the e-mail to start", lambda: "email-started" in lines(), log)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        assert lines() == ["lookup", "email-started"] and len(server.requests) == 2
+        second = _worker(store_url, env, log)
+        _wait("needs_attention", lambda: handle.status() == "needs_attention", log)
+        time.sleep(agents_app.HOLD + 0.5)  # a re-sent e-mail would have logged by now
+        assert lines() == ["lookup", "email-started"] and len(server.requests) == 2
+        client.resolve("k-42", "agents.refunds.tool.send_email", value="sent")
+        assert handle.result(timeout=30) == "Order o42 was refunded."
+        assert lines() == ["lookup", "email-started"] and len(server.requests) == 3
+        kinds = [c.kind for c in handle.stream() if c.kind != "chunk"]
+        assert kinds == ["attempt"] * 3  # each model call streamed once, none again
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        client.close()
+        for key in env:
+            os.environ.pop(key, None)

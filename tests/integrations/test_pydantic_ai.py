@@ -10,8 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,23 +368,6 @@ def _wait(what: str, until: Callable[[], bool], log: Path, timeout: float = 30.0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()}")
         time.sleep(0.05)
-
-
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL (dropped after)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/kill.db"
-        return
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.slow
