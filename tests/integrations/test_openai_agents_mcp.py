@@ -24,6 +24,8 @@ from test_pydantic_ai import _wait
 
 import perdure
 from perdure.integrations.openai_agents import Runner
+from perdure.server import operations
+from perdure.server.access import local_operator
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
@@ -37,17 +39,18 @@ def server() -> Iterator[Any]:
     running.stop()
 
 
-def mcp_agent(server: Any) -> Agent[Any]:
+def mcp_agent(server: Any, **options: Any) -> Agent[Any]:
     """An agent whose only tools are those of the fixture MCP server (not connected: the
     durable run connects it where it runs)."""
     fixture = MCPServerStdio(
         params={"command": sys.executable, "args": [FIXTURE]}, name="fixture",
-        client_session_timeout_seconds=30,
+        client_session_timeout_seconds=30, **options,
     )  # fmt: skip
     base = shop_agent(server, Payments())
     return base.clone(tools=[], mcp_servers=[fixture])
 
 
+@pytest.mark.slow  # an MCP server subprocess cut off by the crash, then another
 def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
     app: perdure.App, clock: TestClock, server: Any, tmp_path: Path
 ) -> None:
@@ -81,6 +84,35 @@ def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
     effects = {n: d.effect for n, d in app.steps.items() if ".tool." in n}
     assert effects["agents.refunds.tool.add"] == "read"
     assert effects["agents.refunds.tool.touch"] == "once"
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_an_mcp_servers_require_approval_interrupts_into_a_gate(
+    app: perdure.App, worker: TestWorker, server: Any, tmp_path: Path, approve: bool
+) -> None:
+    """An MCP server with require_approval="always": the SDK's interruption becomes a
+    perdure gate; approved, the call runs (once, as a step); denied, the model reads the
+    reason, and the call never reaches the server."""
+    target = tmp_path / "touched.txt"
+    runner = Runner(app, mcp_effects={"fixture": "idempotent"})
+    flow = runner.workflow(mcp_agent(server, require_approval="always"))
+    server.reply(tool_calls=[("c1", "touch", {"path": str(target)})])
+    server.reply("Done.")
+    handle = app.start(flow, "touch it", run_id="m-gate")
+    worker.run_until_idle()
+    assert handle.status() == "waiting" and not target.exists()
+    gates = app.sync(operations.pending_gates(app), "gates")
+    assert [(g.call_id, g.tool, g.arguments) for g in gates] == [
+        ("c1", "touch", {"path": str(target)})
+    ]
+    app.sync(operations.decide(app, local_operator(), "m-gate", "c1", approve, "no"), "decide")
+    worker.run_until_idle()
+    assert handle.result() == "Done." and target.exists() == approve
+    assert len(server.requests) == 2
+    steps = [e.name for e in app.journal("m-gate") if e.kind == "step.outcome"]
+    assert steps.count("agents.refunds.tool.touch") == (1 if approve else 0)
+    if not approve:
+        assert "no" in json.dumps(server.requests[-1].body["messages"][-1]["content"])
 
 
 def test_an_mcp_server_without_an_effect_is_refused_under_require_effects(

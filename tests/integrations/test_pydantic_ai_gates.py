@@ -232,6 +232,7 @@ class StdioMCP(AbstractToolset[Any]):
         return "".join(getattr(c, "text", "") for c in result.content)
 
 
+@pytest.mark.slow  # an MCP server subprocess cut off by the crash, then another
 def test_an_mcp_servers_tool_calls_are_steps_with_the_toolsets_effect(
     app: perdure.App, clock: TestClock, tmp_path: Path
 ) -> None:

@@ -414,7 +414,21 @@ class Runner:
         config = dataclasses.replace(run_config or RunConfig(), model=None)
         durable = self.durable(agent, run_config)
         async with self._mcp_sessions(durable):
-            return await agents.Runner.run(durable, input, run_config=config, **kwargs)
+            result = await agents.Runner.run(durable, input, run_config=config, **kwargs)
+            # what still interrupts the SDK's loop (an MCP server's require_approval, a
+            # hosted tool's approval) waits at a gate too, then the run goes on from its state
+            while result.interruptions:
+                state = result.to_state()
+                for item in result.interruptions:
+                    gates = self.gates(item.agent.name)
+                    call_id = item.call_id or f"{item.agent.name}:{item.name}"
+                    decision = await gates.approve(call_id, item.name or "", item.arguments)
+                    if decision.approved:
+                        state.approve(item)
+                    else:
+                        state.reject(item, rejection_message=decision.comment or REJECTED)
+                result = await agents.Runner.run(durable, state, run_config=config, **kwargs)
+            return result
 
     @contextlib.asynccontextmanager
     async def _mcp_sessions(self, agent: Agent[Any]) -> AsyncIterator[None]:
