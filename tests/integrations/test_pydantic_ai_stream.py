@@ -164,3 +164,42 @@ def test_run_stream_inside_a_workflow_is_one_line(app: perdure.App, worker: Test
     worker.run_until_idle()
     run = app.get_run(handle.id)
     assert run.status == "failed" and "inside a workflow use run()" in (run.error or "")
+
+
+def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
+    app: perdure.App, clock: TestClock
+) -> None:
+    """A crash while the model streams: the keyed request runs again on recovery behind a
+    `retry` marker, and stream_text drops the partial text it had shown."""
+    calls: list[int] = []
+
+    async def tokens(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        calls.append(1)
+        yield "Hel"
+        yield "lo"
+        if len(calls) == 1:  # wait until the partial text is in the store, then die
+            for _ in range(2000):
+                if len(await app.store.read_stream("s-cut", -1, 10)) >= 3:  # marker, 2 pieces
+                    break
+                await asyncio.sleep(0.005)
+            raise SimulatedCrash("killed while the model streamed")
+        yield " world"
+
+    durable = PerdureAgent(
+        Agent(FunctionModel(no_request, stream_function=tokens), name="writer"), app
+    )
+    handle = durable.start("greet", run_id="s-cut", stream=True)
+    dead = TestWorker(app)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert durable.result(handle).output == "Hello world" and len(calls) == 2
+
+    markers = [c.kind for c in handle.stream() if c.kind != "chunk"]
+    assert markers == ["attempt", "retry"]
+
+    async def texts() -> list[str]:
+        return [t async for t in durable.stream("s-cut").stream_text()]
+
+    assert app.sync(texts(), "test") == ["Hel", "Hello", "Hel", "Hello", "Hello world"]
