@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -186,10 +188,10 @@ def test_needs_approval_waits_at_a_gate_answered_once_and_audited(
 
 
 def test_a_denied_call_without_a_comment_reads_the_sdks_rejection(
-    app: perdure.App, worker: TestWorker, server: Any
+    app: perdure.App, clock: TestClock, worker: TestWorker, server: Any
 ) -> None:
-    """Denied through a plain event (as `perdure send RUN approve:c2 false` sends), the
-    model reads the SDK's own rejection message."""
+    """Denied from the CLI (`perdure send RUN approve:c2 false`) days later, the model
+    reads the SDK's own rejection message."""
     payments = Payments()
     flow = Runner(app, tool_effects={"lookup_order": "read"}).workflow(
         approval_agent(server, payments)
@@ -197,7 +199,11 @@ def test_a_denied_call_without_a_comment_reads_the_sdks_rejection(
     script(server)
     handle = app.start(flow, "refund o42", run_id="a-deny")
     worker.run_until_idle()
-    app.send_event("a-deny", "approve:c2", False)
+    clock.advance(3 * 86400)
+    cli = [sys.executable, "-m", "perdure", "--db", app.url, "send", "a-deny", "approve:c2",
+           "false"]  # fmt: skip
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
     worker.run_until_idle()
     assert handle.status() == "completed" and payments.refunds == []
     assert server.requests[2].body["messages"][-1]["content"] == REJECTED

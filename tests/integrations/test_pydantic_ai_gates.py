@@ -73,7 +73,7 @@ def refund_agent(script: Calls, refunds: list[str]) -> Agent[Any, str]:
 
 @pytest.mark.parametrize("approve", [True, False])
 def test_a_tool_that_requires_approval_waits_at_a_gate_answered_once(
-    app: perdure.App, worker: TestWorker, approve: bool
+    app: perdure.App, clock: TestClock, worker: TestWorker, approve: bool
 ) -> None:
     """`requires_approval=True`: the run waits at a gate listing the call; the audited
     answer lets it go on (approved: the tool runs once; denied: the model reads why), and a
@@ -87,6 +87,7 @@ def test_a_tool_that_requires_approval_waits_at_a_gate_answered_once(
     assert [(g.kind, g.call_id, g.tool, g.arguments) for g in gates] == [
         ("approval", "c1", "issue_refund", {"order": "42"})
     ]
+    clock.advance(5 * 86400)  # a person answers days later
     who = local_operator()
     app.sync(operations.decide(app, who, "p-gate", "c1", approve, "not this one"), "decide")
     worker.run_until_idle()
