@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -137,16 +138,16 @@ class ModelBudget:
         await budgets.wake(runtime, self.agent, self.spec)
 
 
-_declared: set[tuple[int, str, str]] = set()
+_declared: weakref.WeakKeyDictionary[Runtime, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
 async def _declare(runtime: Runtime, budget: ModelBudget) -> None:
-    """Record once per process that this agent is served, so `perdure budget AGENT` knows it."""
+    """Record once per runtime that this agent is served, so `perdure budget AGENT` knows it."""
     text = json.dumps(budget.spec.model_dump())
-    key = (id(runtime), budget.agent, text)
-    if key not in _declared:
+    done = _declared.setdefault(runtime, set())
+    if (budget.agent, text) not in done:
         await runtime.store.declare_agent(budget.agent, text, runtime.clock.now())
-        _declared.add(key)
+        done.add((budget.agent, text))
 
 
 async def call_within_budget(agent: str, call: Callable[[], Awaitable[Any]]) -> Any:
