@@ -203,3 +203,35 @@ def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
         return [t async for t in durable.stream("s-cut").stream_text()]
 
     assert app.sync(texts(), "test") == ["Hel", "Hello", "Hel", "Hello", "Hello world"]
+
+
+def test_an_openai_compatible_sse_stream_is_read_back_and_its_usage_recorded(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """pydantic-ai's OpenAI model on a scripted server that answers in server-sent events:
+    the run's stream holds the text the server sent in pieces, the journal the response
+    once, and `perdure usage` the tokens the stream reported."""
+    from agents_support import wire_servers
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    server = wire_servers().OpenAIServer().start()
+    try:
+        server.reply("Order 42 is on its way.")
+        provider = OpenAIProvider(base_url=server.origin + "/v1", api_key="dummy")
+        agent = Agent(OpenAIChatModel("scripted", provider=provider), name="writer")
+        durable = PerdureAgent(agent, app)
+        handle = durable.start("where is 42?", run_id="s-sse", stream=True)
+        worker.run_until_idle()
+    finally:
+        server.stop()
+    assert durable.result(handle).output == "Order 42 is on its way."
+    assert len(server.requests) == 1 and server.requests[0].body["stream"] is True
+
+    async def texts() -> list[str]:
+        return [t async for t in durable.stream("s-sse").stream_text(delta=True)]
+
+    pieces = app.sync(texts(), "test")
+    assert "".join(pieces) == "Order 42 is on its way." and len(pieces) > 3
+    rows = app.sync(app.store.usage(NAME, 0.0), "usage")
+    assert [(r.run_id, r.input_tokens, r.output_tokens) for r in rows] == [("s-sse", 21, 7)]
