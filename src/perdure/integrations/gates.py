@@ -10,6 +10,7 @@ replay returns the same decision, and a second answer finds no gate waiting.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +66,6 @@ def _args(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     if isinstance(arguments, str):
-        import json
-
         try:
             found = json.loads(arguments or "{}")
         except ValueError:
