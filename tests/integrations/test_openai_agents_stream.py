@@ -248,5 +248,7 @@ def test_a_wrong_budget_is_one_line(app: perdure.App) -> None:
     with pytest.raises(perdure.ConfigError, match="tokens_per_week") as bad:
         Runner(app, budget={"tokens_per_week": 5})
     assert "\n" not in str(bad.value)
-    with pytest.raises(perdure.ConfigError, match="max_tokens"):
+    with pytest.raises(perdure.ConfigError, match="Runner: limits max_tokens: Input should be"):
         Runner(app, max_tokens=-1)
+    with pytest.raises(perdure.ConfigError, match="Runner: price input: Extra inputs"):
+        Runner(app, price={"input": 1.0})

@@ -72,14 +72,20 @@ class ModelBudget:
         max_tokens: int | None = None,
         max_cost: float | None = None,
         price: Price | Mapping[str, float] | None = None,
+        where: str | None = None,
     ) -> ModelBudget:
-        """Check the arguments a user gave (one line each when wrong)."""
-        spec = _budget_spec(budget, f"agent {agent!r}")
+        """Check the arguments a user gave (one line each, naming `where`, when wrong)."""
+        where = where or f"agent {agent!r}"
+        spec = _budget_spec(budget, where)
         try:
             Limits(max_tokens=max_tokens, max_cost=max_cost)
             cost = Price(**price) if isinstance(price, Mapping) else price
-        except (ValidationError, TypeError) as exc:
-            raise ConfigError(f"agent {agent!r}: {' '.join(str(exc).split())}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or exc.title
+            raise ConfigError(f"{where}: {exc.title.lower()} {field}: {first['msg']}") from None
+        except TypeError as exc:
+            raise ConfigError(f"{where}: price: {exc}") from None
         return cls(agent, spec, max_tokens, max_cost, cost)
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:

@@ -273,7 +273,7 @@ class Runner:
         self._budget_args: dict[str, Any] = {"max_tokens": max_tokens, "max_cost": max_cost,
                                              "price": price}  # fmt: skip
         self._budget_spec = budget
-        ModelBudget.of("agent", budget, **self._budget_args)  # wrong limits: one line, now
+        ModelBudget.of("", budget, where="Runner", **self._budget_args)  # wrong: one line now
         self._steps: dict[str, Step[..., Any]] = {}
         self._gates: dict[str, Gates] = {}
         self._workflows: dict[str, Workflow[..., Any]] = {}
