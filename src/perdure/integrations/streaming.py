@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.streams import follow, stream
+from ..errors import PayloadError
 
 if TYPE_CHECKING:
     from ..engine.client import Client
@@ -28,8 +29,14 @@ streaming: contextvars.ContextVar[bool] = contextvars.ContextVar("perdure_stream
 
 
 def write_event(position: int, event: Any) -> None:
-    """Append one model stream event (JSON) of the step at `position` to the run's stream."""
-    stream.write({"position": position, "event": event}, topic=MODEL_TOPIC)
+    """Append one model stream event (JSON) of the step at `position` to the run's stream;
+    one too big for a chunk (a long answer's `response.completed`) is left out, with a note
+    of its type: the step's journaled response holds it whole."""
+    try:
+        stream.write({"position": position, "event": event}, topic=MODEL_TOPIC)
+    except PayloadError:
+        kind = event.get("type") or event.get("event_kind") if isinstance(event, dict) else None
+        stream.write({"position": position, "omitted": str(kind)}, topic=MODEL_TOPIC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,5 +64,5 @@ class ModelEvents:
             data = chunk.data if isinstance(chunk.data, dict) else {}
             if chunk.kind == "retry":
                 yield ModelEvent(chunk.seq, int(data.get("position", -1)), None, retry=True)
-            elif chunk.kind == "chunk" and chunk.topic == MODEL_TOPIC:
-                yield ModelEvent(chunk.seq, int(data["position"]), data.get("event"))
+            elif chunk.kind == "chunk" and chunk.topic == MODEL_TOPIC and "event" in data:
+                yield ModelEvent(chunk.seq, int(data["position"]), data["event"])
