@@ -336,8 +336,9 @@ def test_a_replayed_response_is_the_recorded_one(
     assert sum(r["usage"]["input_tokens"] for r in replayed) == 4 * 21
 
 
-def test_streaming_is_refused_not_silently_undurable(app: perdure.App, server: Any) -> None:
-    """The SDK's run_streamed on a durable agent is one clear error, not an unjournaled run."""
+def test_the_sdks_own_streamed_loop_is_refused(app: perdure.App, server: Any) -> None:
+    """The SDK's run_streamed on a durable agent is one clear error naming perdure's
+    run_streamed, not an unjournaled run."""
     durable = make_runner(app).durable(shop_agent(server, Payments()))
 
     async def drain() -> None:
@@ -345,7 +346,7 @@ def test_streaming_is_refused_not_silently_undurable(app: perdure.App, server: A
         async for _ in streamed.stream_events():
             pass
 
-    with pytest.raises(perdure.ConfigError, match="does not stream yet"):
+    with pytest.raises(perdure.ConfigError, match=r"use perdure's Runner\(app\)\.run_streamed"):
         asyncio.run(drain())
     assert server.requests == []
 

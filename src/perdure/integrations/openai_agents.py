@@ -4,6 +4,10 @@ Every model call of the SDK goes through a `Model` wrapper whose `get_response` 
 `keyed` step (the `ModelResponse` is journaled once, never requested again on replay or
 recovery), and every function tool's `on_invoke_tool` is a step with the tool's effect
 (default `once`: an interrupted call parks the run in `needs_attention`, never re-runs).
+Each model call reserves its worst case against the agent's budgets first (a spent budget
+parks the run, integrations/budget.py); `Runner.run_streamed` reads the SDK's raw response
+events through the run's durable stream while the step runs; a tool's `needs_approval`
+waits at a perdure gate (integrations/gates.py) instead of interrupting the run.
 
     runner = Runner(app, tool_effects={"lookup_order": "read"})
     refunds = runner.workflow(agent)        # a perdure workflow running `agent` on its input
@@ -12,37 +16,58 @@ recovery), and every function tool's `on_invoke_tool` is a step with the tool's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+import functools
+import inspect
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.retry import Retry
 from ..engine.steps import Step, current_step
 from ..errors import ConfigError, ParkRun
 from ..extras import require_extra
-from ..store.agent_sql import UsageRow
+from .budget import ModelBudget, call_within_budget, reserved
+from .gates import Gates
+from .replay import check_tools
+from .streaming import ModelEvents, streaming, write_event
 
 require_extra("openai-agents", "perdure.integrations.openai_agents")
 
 import agents  # noqa: E402  # only once the extra is known to be there
 import openai  # noqa: E402  # the SDK's own dependency
 from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, RunResult  # noqa: E402
+from agents.exceptions import ModelBehaviorError  # noqa: E402
+from agents.mcp import MCPServer  # noqa: E402
+from agents.stream_events import RawResponsesStreamEvent  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import (  # noqa: E402
+    ResponseCompletedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseStreamEvent,
+)
 from pydantic import TypeAdapter  # noqa: E402
+
+from .agents_mcp import DurableMCPServer, mcp_call  # noqa: E402  # imports the SDK
 
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.handles import Workflow
     from ..engine.runtime import Runtime
 
-__all__ = ["Runner", "tool_effect"]
+__all__ = ["DurableStreamedRun", "Runner", "tool_effect"]
 
 T = TypeVar("T", bound=FunctionTool)
 
 # A ModelResponse is a dataclass of pydantic items (a discriminated union) and a Usage
 # dataclass: one adapter dumps it to JSON and validates it back to the same objects.
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+REJECTED = "Tool execution was not approved."  # what the model reads for a denied call
 _EFFECT_ATTR = "__perdure_effect__"
 
 
@@ -65,34 +90,68 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _model_body(
-    runtime: Runtime, agent: str
-) -> Callable[[Callable[[], Awaitable[ModelResponse]], str], Awaitable[dict[str, Any]]]:
-    """The body of `agent`'s model step: the SDK's request, its usage recorded for
-    `perdure usage` (once per position), its response as JSON. A refused key parks the run."""
+def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[..., Any]:
+    """The body of `agent`'s model step: its worst case reserved, the SDK's request
+    (streamed to the run's stream if asked), its usage settled for `perdure usage` (once
+    per position), its response as JSON. A refused key parks the run."""
 
     async def model_call(
-        call: Callable[[], Awaitable[ModelResponse]], model: str
+        call: Callable[[], Awaitable[ModelResponse]],
+        stream_call: Callable[[], AsyncIterator[Any]],
+        model: str,
+        stream: bool,
+        prompt: Any,
+        max_output: int | None,
+        offered: list[str],
     ) -> dict[str, Any]:
         info = current_step()
+        held = await reserved(budget, runtime, prompt, max_output, model)
+        if isinstance(held, dict):  # refused: journaled as the outcome, the run parks
+            return held
         try:
-            response = await call()
+            response = await (_streamed(stream_call(), info.position) if stream else call())
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            await budget.release(runtime, held)
             raise ParkRun(
                 f"agent {agent!r}, model {model!r}: the provider refused the key "
                 f"({_one_line(exc)}); fix it where the workers run, then "
                 f"`perdure resume {info.run_id}`"
             ) from exc
+        except Exception:  # an error answer was not paid; a kill leaves it held
+            await budget.release(runtime, held)
+            raise
         usage = response.usage
-        await runtime.store.record_usage(
-            UsageRow(
-                info.run_id, info.position, agent, model, usage.input_tokens,
-                usage.output_tokens, 0.0, runtime.clock.now(),
-            )
-        )  # fmt: skip
-        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+        tokens = (usage.input_tokens, usage.output_tokens)
+        await budget.settle(runtime, held, model, tokens, budget.cost(*tokens))
+        dump = _RESPONSE.dump_python(response, mode="json")
+        return {"response": dump, "tools": offered, "position": info.position}
 
     return model_call
+
+
+async def _streamed(events: AsyncIterator[Any], position: int) -> ModelResponse:
+    """The SDK's stream of response events, each written to the run's stream as it comes;
+    the ModelResponse (what the step journals) built from its completed response, as the
+    SDK's own streamed runs build it."""
+    final = None
+    done: list[Any] = []
+    async for event in events:
+        write_event(position, event.model_dump(mode="json"))
+        kind = getattr(event, "type", "")
+        if isinstance(event, ResponseCompletedEvent):
+            final = event.response
+        elif kind in ("response.incomplete", "response.failed", "error", "response.error"):
+            raise ModelBehaviorError(f"the model's stream ended with {kind}")
+        if isinstance(event, ResponseOutputItemDoneEvent):
+            done.append(event.item)
+    if final is None:
+        raise ModelBehaviorError("the model's stream ended without a completed response")
+    used = final.usage
+    usage = Usage(requests=1)
+    if used is not None:
+        usage = Usage(requests=1, input_tokens=used.input_tokens,
+                      output_tokens=used.output_tokens, total_tokens=used.total_tokens)  # fmt: skip
+    return ModelResponse(output=list(final.output or done), usage=usage, response_id=final.id)
 
 
 # A model call is retried when the provider may answer later; a refused key parks the run
@@ -111,26 +170,62 @@ async def _tool_call(call: Callable[[], Awaitable[Any]]) -> Any:
     return await call()
 
 
+_GET = inspect.signature(Model.get_response)
+
+
 class _DurableModel(Model):
     """A Model whose responses come from the journal when they are there."""
 
-    def __init__(self, inner: Model, step: Step[..., Any]) -> None:
+    def __init__(self, inner: Model, step: Step[..., Any], agent: str) -> None:
         self.inner = inner
         self.step = step
+        self.agent = agent
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         async def call() -> ModelResponse:
             return await self.inner.get_response(*args, **kwargs)
 
+        def stream_call() -> AsyncIterator[Any]:
+            return self.inner.stream_response(*args, **kwargs)
+
+        bound = _GET.bind(self, *args, **kwargs).arguments
+        prompt = [bound.get("system_instructions"), bound.get("input")]
+        settings = bound.get("model_settings")
+        max_output = getattr(settings, "max_tokens", None)
         model = str(getattr(self.inner, "model", type(self.inner).__name__))
-        return _RESPONSE.validate_python(await self.step(call, model))
+        stream = streaming.get()
+
+        tools = [str(getattr(t, "name", t)) for t in bound.get("tools") or []]
+        offered = tools + [h.tool_name for h in bound.get("handoffs") or []]
+
+        async def step() -> Any:
+            return await self.step(call, stream_call, model, stream, prompt, max_output, offered)
+
+        data = await call_within_budget(self.agent, step)
+        if "response" in data:  # the response, with the tools it was offered
+            check_tools(data, offered, f"agents.{self.agent}.model")
+            data = data["response"]
+        return _RESPONSE.validate_python(data)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        # A streamed response is not journaled yet: refused rather than silently not durable.
+        # the SDK's own streamed loop would bypass the journal: refused, not silently undurable
         raise ConfigError(
-            "perdure.integrations.openai_agents does not stream yet: use Runner.run, "
-            "not agents.Runner.run_streamed, with a durable agent"
+            "a durable agent streams through perdure: use perdure's "
+            "Runner(app).run_streamed(agent, input), not agents.Runner.run_streamed"
         )
+
+
+async def _needs_approval(tool: FunctionTool, context: Any, arguments: str) -> bool:
+    """The tool's `needs_approval` for this call (a bool, or the SDK's policy callable)."""
+    setting = tool.needs_approval
+    if isinstance(setting, bool):
+        return setting
+    try:
+        params = json.loads(arguments or "{}")
+    except ValueError:
+        return True  # arguments that cannot be read need a person, as in the SDK
+    verdict = setting(context, params, context.tool_call_id)
+    return bool(await verdict if inspect.isawaitable(verdict) else verdict)
 
 
 class Runner:
@@ -140,8 +235,16 @@ class Runner:
         app: the perdure app whose store journals the runs.
         tool_effects: effect per tool name (`{"lookup_order": "read"}`); it wins over a
             tool's `@tool_effect` mark; a tool with neither is `once`.
+        mcp_effects: effect of the tools of an agent's MCP server, by the server's name,
+            where `tool_effects` names none.
         require_effects: refuse (one line, when the agent is registered or run) a tool
             with neither, instead of defaulting it to `once`.
+        budget: limits per rolling hour/day for all runs of each agent
+            (`{"tokens_per_hour": 50_000}`); one stored with `perdure budget AGENT` wins
+            limit by limit. Every model call reserves its worst case first.
+        max_tokens: tokens one run may use (over it, the run fails in one line).
+        max_cost: cost one run may use, at `price`.
+        price: `{"input_per_mtok": ..., "output_per_mtok": ...}`, what calls cost.
     """
 
     def __init__(
@@ -149,15 +252,30 @@ class Runner:
         app: App,
         *,
         tool_effects: Mapping[str, Effect] | None = None,
+        mcp_effects: Mapping[str, Effect] | None = None,
         require_effects: bool = False,
+        budget: BudgetSpec | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+        price: Price | Mapping[str, float] | None = None,
     ) -> None:
         self.app = app
         self.tool_effects = {
             name: check_effect(kind, f"tool_effects[{name!r}]")
             for name, kind in (tool_effects or {}).items()
         }
+        self.mcp_effects = {
+            name: check_effect(kind, f"mcp_effects[{name!r}]")
+            for name, kind in (mcp_effects or {}).items()
+        }
         self.require_effects = require_effects
+        self._connected: dict[int, int] = {}  # MCP servers this runner connected: runs using them
+        self._budget_args: dict[str, Any] = {"max_tokens": max_tokens, "max_cost": max_cost,
+                                             "price": price}  # fmt: skip
+        self._budget_spec = budget
+        ModelBudget.of("", budget, where="Runner", **self._budget_args)  # wrong: one line now
         self._steps: dict[str, Step[..., Any]] = {}
+        self._gates: dict[str, Gates] = {}
         self._workflows: dict[str, Workflow[..., Any]] = {}
 
     # -- the durable agent ------------------------------------------------------------
@@ -194,21 +312,49 @@ class Runner:
         return effect or "once"
 
     def _model_step(self, agent: str) -> Step[..., Any]:
+        budget = ModelBudget.of(agent, self._budget_spec, **self._budget_args)
         return self._step(
-            f"agents.{agent}.model", _model_body(self.app, agent), "keyed", model=True
+            f"agents.{agent}.model", _model_body(self.app, agent, budget), "keyed", model=True
         )
+
+    def gates(self, agent: str) -> Gates:
+        """The approval gates of `agent` (journaled as `agents.{agent}.gate`)."""
+        found = self._gates.get(agent)
+        if found is None:
+            found = self._gates[agent] = Gates(self.app, f"agents.{agent}")
+        return found
+
+    def _mcp_effect(self, server: str) -> Effect:
+        effect = self.mcp_effects.get(server)
+        if effect is None and self.require_effects:
+            raise ConfigError(
+                f"MCP server {server!r} declares no effect (require_effects=True): add it to "
+                "mcp_effects, or name its tools in tool_effects"
+            )
+        return effect or "once"
+
+    def _mcp_step(self, agent: str, server: str, tool: str) -> Step[..., Any]:
+        effect = self.tool_effects.get(tool) or self._mcp_effect(server)
+        return self._step(f"agents.{agent}.tool.{tool}", mcp_call, effect)
 
     def _tool_step(self, agent: str, tool: FunctionTool) -> Step[..., Any]:
         return self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
 
     def _tool(self, agent: str, tool: FunctionTool) -> FunctionTool:
+        """A copy of `tool` whose calls are steps; one that `needs_approval` waits at a
+        perdure gate first (a denied call's output is the SDK's rejection message)."""
         step = self._tool_step(agent, tool)
         invoke = tool.on_invoke_tool
+        gates = self.gates(agent) if tool.needs_approval is not False else None
 
         async def durable(context: Any, arguments: str) -> Any:
+            if gates is not None and await _needs_approval(tool, context, arguments):
+                decision = await gates.approve(context.tool_call_id, tool.name, arguments)
+                if not decision.approved:
+                    return decision.comment or REJECTED
             return await step(lambda: invoke(context, arguments))
 
-        return dataclasses.replace(tool, on_invoke_tool=durable)
+        return dataclasses.replace(tool, on_invoke_tool=durable, needs_approval=False)
 
     def durable(self, agent: Agent[Any], run_config: RunConfig | None = None) -> Agent[Any]:
         """A copy of `agent` (and of the agents it hands off to) whose model and function
@@ -228,12 +374,16 @@ class Runner:
                 inner = one.model
             else:
                 inner = config.model_provider.get_model(one.model)
-            copy = one.clone(model=_DurableModel(inner, self._model_step(one.name)))
+            copy = one.clone(model=_DurableModel(inner, self._model_step(one.name), one.name))
             done[id(one)] = copy
             copy.tools = [
                 self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
             ]
             copy.handoffs = [wrap(h) if isinstance(h, Agent) else h for h in one.handoffs]
+            copy.mcp_servers = [
+                DurableMCPServer(m, functools.partial(self._mcp_step, one.name))
+                for m in one.mcp_servers
+            ]
             return copy
 
         return wrap(_agent(agent))
@@ -263,7 +413,52 @@ class Runner:
             )
         config = dataclasses.replace(run_config or RunConfig(), model=None)
         durable = self.durable(agent, run_config)
-        return await agents.Runner.run(durable, input, run_config=config, **kwargs)
+        async with self._mcp_sessions(durable):
+            result = await agents.Runner.run(durable, input, run_config=config, **kwargs)
+            # what still interrupts the SDK's loop (an MCP server's require_approval, a
+            # hosted tool's approval) waits at a gate too, then the run goes on from its state
+            while result.interruptions:
+                state = result.to_state()
+                for item in result.interruptions:
+                    gates = self.gates(item.agent.name)
+                    call_id = item.call_id or f"{item.agent.name}:{item.name}"
+                    decision = await gates.approve(call_id, item.name or "", item.arguments)
+                    if decision.approved:
+                        state.approve(item)
+                    else:
+                        state.reject(item, rejection_message=decision.comment or REJECTED)
+                result = await agents.Runner.run(durable, state, run_config=config, **kwargs)
+            return result
+
+    @contextlib.asynccontextmanager
+    async def _mcp_sessions(self, agent: Agent[Any]) -> AsyncIterator[None]:
+        """Connect, for the run, the agents' MCP servers not connected yet (a worker runs
+        the agent without the caller's `async with server:`), shared by concurrent runs."""
+        servers: dict[int, MCPServer] = {}
+        todo, seen = [agent], set()
+        while todo:
+            one = todo.pop()
+            if id(one) in seen:
+                continue
+            seen.add(id(one))
+            for server in one.mcp_servers:
+                inner = server.inner if isinstance(server, DurableMCPServer) else server
+                if id(inner) in self._connected or getattr(inner, "session", "") is None:
+                    servers[id(inner)] = inner
+            todo.extend(h for h in one.handoffs if isinstance(h, Agent))
+        for key, inner in servers.items():
+            if key not in self._connected:
+                self._connected[key] = 0
+                await inner.connect()  # type: ignore[no-untyped-call]
+            self._connected[key] += 1
+        try:
+            yield
+        finally:
+            for key, inner in servers.items():
+                self._connected[key] -= 1
+                if self._connected[key] == 0:
+                    del self._connected[key]
+                    await inner.cleanup()  # type: ignore[no-untyped-call]
 
     def workflow(self, agent: Agent[Any], *, name: str | None = None) -> Workflow[..., Any]:
         """Register (once) the perdure workflow `agents.{agent.name}` that runs `agent` on its
@@ -275,8 +470,12 @@ class Runner:
         if found is not None:
             return found
 
-        async def run_agent(input: Any) -> Any:
-            return (await self.run(agent, input)).final_output
+        async def run_agent(input: Any, stream: bool = False) -> Any:
+            token = streaming.set(stream)
+            try:
+                return (await self.run(agent, input)).final_output
+            finally:
+                streaming.reset(token)
 
         self._register(agent)  # first: an agent refused here leaves no workflow behind
         workflow = self.app.workflow(name=wf_name)(run_agent)
@@ -297,6 +496,8 @@ class Runner:
             for tool in one.tools:
                 if isinstance(tool, FunctionTool):
                     self._tool_step(one.name, tool)
+            for server in one.mcp_servers:  # its tools are listed at run time; its effect now
+                self._mcp_effect(server.name)
             todo.extend(h for h in one.handoffs if isinstance(h, Agent))
 
     def run_sync(
@@ -311,6 +512,62 @@ class Runner:
         final output; a worker (`perdure worker`, `app.run_worker()`) runs it."""
         workflow = self.workflow(starting_agent)
         return self.app.start(workflow, input, run_id=run_id).result(timeout=timeout)
+
+    def run_streamed(
+        self, starting_agent: Agent[Any], input: Any, *, run_id: str | None = None
+    ) -> DurableStreamedRun:
+        """`agents.Runner.run_streamed`, durable: the run starts (idempotent by `run_id`)
+        when its events are first read, a worker runs it, and `stream_events()` gives the
+        model's raw response events through the run's durable stream as they come; then
+        `final_output` holds the output."""
+        workflow = self.workflow(starting_agent)
+        return DurableStreamedRun(self.app, run_id, start=(workflow, input))
+
+    def stream(self, run_id: str, *, offset: int = -1) -> DurableStreamedRun:
+        """Read run `run_id`'s events after stream `offset` (where a reader had got to:
+        it goes on from there after a disconnect or a crash of either side)."""
+        return DurableStreamedRun(self.app, run_id, offset=offset)
+
+
+class DurableStreamedRun:
+    """A durable run read while it runs: the SDK's `RawResponsesStreamEvent`s of its model
+    calls, from stream offset `offset` on, then its `final_output`."""
+
+    def __init__(
+        self,
+        app: App,
+        run_id: str | None,
+        *,
+        start: tuple[Workflow[..., Any], Any] | None = None,
+        offset: int = -1,
+    ) -> None:
+        self.app = app
+        self.run_id = run_id
+        self.final_output: Any = None
+        self.is_complete = False
+        self._start = start
+        self._offset = offset
+        self._events: ModelEvents | None = None
+
+    @property
+    def offset(self) -> int:
+        """The stream offset read so far."""
+        return self._events.offset if self._events is not None else self._offset
+
+    async def stream_events(self) -> AsyncIterator[RawResponsesStreamEvent]:
+        """The model's response events as they come (a call retried after a crash streams
+        again from its start), until the run is done; then `final_output` is set."""
+        if self._start is not None:
+            workflow, given = self._start
+            handle = await self.app.start_async(workflow, given, stream=True, run_id=self.run_id)
+            self.run_id, self._start = handle.id, None
+        assert self.run_id is not None
+        self._events = ModelEvents(self.app.client, self.run_id, self.offset)
+        async for item in self._events:
+            if not item.retry:
+                yield RawResponsesStreamEvent(data=_EVENT.validate_python(item.event))
+        self.final_output = await self.app.handle(self.run_id).result_async()
+        self.is_complete = True
 
 
 def _agent(agent: object) -> Agent[Any]:

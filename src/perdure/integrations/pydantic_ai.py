@@ -7,6 +7,10 @@ never requested, nor billed, again); each toolset is wrapped so that each `call_
 is a step with the tool's declared effect (`tool_effects=`, `@perdure_tool`, else
 `once`: an interrupted call parks the run in `needs_attention`, never runs twice).
 Responses go through pydantic-ai's own `ModelMessagesTypeAdapter`, so the journal is JSON.
+Before each request its worst case is reserved against the agent's budgets (a spent budget
+parks the run, integrations/budget.py); `run_stream` reads the tokens through the run's
+durable stream while the step runs; deferred tools (`requires_approval=True`,
+`ApprovalRequired`, `CallDeferred`) wait at perdure gates (integrations/gates.py).
 
     agent = Agent("openai:gpt-5", name="support")
     durable = PerdureAgent(agent, app, tool_effects={"lookup_order": "read"})
@@ -15,12 +19,13 @@ Responses go through pydantic-ai's own `ModelMessagesTypeAdapter`, so the journa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.handles import RunHandle
@@ -28,27 +33,42 @@ from ..engine.retry import NO_RETRY
 from ..engine.steps import Step, current_step
 from ..errors import ConfigError, PayloadError
 from ..extras import require_extra
-from ..store.agent_sql import UsageRow
+from .budget import ModelBudget, call_within_budget, reserved
+from .gates import Gates
+from .replay import check_tools
+from .streaming import ModelEvents, streaming, write_event
 
 require_extra("pydantic-ai", "perdure.integrations.pydantic_ai")
 
 from pydantic import TypeAdapter  # noqa: E402
 from pydantic_ai import Agent, ModelRetry  # noqa: E402
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse  # noqa: E402
+from pydantic_ai.capabilities import HandleDeferredToolCalls  # noqa: E402
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    ModelResponseStreamEvent,
+)
 from pydantic_ai.models import Model, ModelRequestParameters, infer_model  # noqa: E402
 from pydantic_ai.models.wrapper import WrapperModel  # noqa: E402
 from pydantic_ai.settings import ModelSettings  # noqa: E402
-from pydantic_ai.tools import RunContext  # noqa: E402
+from pydantic_ai.tools import (  # noqa: E402
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolApproved,
+    ToolDenied,
+)
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset  # noqa: E402
 from pydantic_ai.toolsets.abstract import ToolsetTool  # noqa: E402
 from pydantic_core import PydanticSerializationError, to_jsonable_python  # noqa: E402
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from ..app import App
 
-__all__ = ["PerdureAgent", "PerdureRunResult", "perdure_tool"]
+__all__ = ["PerdureAgent", "PerdureRunResult", "PerdureStreamedRun", "perdure_tool"]
+_EVENT: TypeAdapter[Any] = TypeAdapter(ModelResponseStreamEvent)
 
 F = TypeVar("F", bound=Callable[..., Any])
 EFFECT_ATTR = "__perdure_effect__"
@@ -88,11 +108,20 @@ class PerdureAgent:
         name: the durable identity (default: the agent's name); its steps are named after it.
         tool_effects: effect per tool name (`{"lookup_order": "read"}`); wins over
             `@perdure_tool`.
+        toolset_effects: effect of the tools of a toolset (an MCP server) by its `id`,
+            where neither `tool_effects` nor `@perdure_tool` names one.
         default_effect: the effect of a tool declared nowhere (default `once`).
+        require_effects: refuse, when wrapping, a tool (or toolset) declared nowhere.
+        budget: limits per rolling hour/day for all runs (`{"tokens_per_hour": 50_000}`);
+            one stored with `perdure budget pydantic_ai:NAME` wins limit by limit.
+        max_tokens: tokens one run may use (reserved before each call; over it, it fails).
+        max_cost: cost one run may use, at `price`.
+        price: `{"input_per_mtok": ..., "output_per_mtok": ...}`, what calls are reserved
+            and counted at (default: pydantic-ai's own prices, known after the call).
 
     Raises:
-        ConfigError: `agent` is not a pydantic-ai Agent, it has no name or no model, or an
-            effect is unknown.
+        ConfigError: `agent` is not a pydantic-ai Agent, it has no name or no model, an
+            effect is unknown or missing (require_effects), or a budget is wrong.
     """
 
     def __init__(
@@ -102,7 +131,13 @@ class PerdureAgent:
         *,
         name: str | None = None,
         tool_effects: Mapping[str, Effect] | None = None,
+        toolset_effects: Mapping[str, Effect] | None = None,
         default_effect: Effect = "once",
+        require_effects: bool = False,
+        budget: BudgetSpec | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+        price: Price | Mapping[str, float] | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigError(
@@ -125,23 +160,40 @@ class PerdureAgent:
             tool: check_effect(effect, f"agent {label!r} tool {tool!r}")
             for tool, effect in (tool_effects or {}).items()
         }
+        self.toolset_effects = {
+            ts: check_effect(effect, f"agent {label!r} toolset {ts!r}")
+            for ts, effect in (toolset_effects or {}).items()
+        }
+        self.require_effects = require_effects
+        if require_effects:  # first: an agent refused here leaves no step behind
+            for toolset in agent.toolsets:
+                toolset.apply(self._check_declared)
+        self.budget = ModelBudget.of(
+            self.name, budget, max_tokens=max_tokens, max_cost=max_cost, price=price
+        )
+        self.gates = Gates(app, self.name)
         self._tool_steps: dict[str, Step[..., Any]] = {}
-        self._model = _PerdureModel(infer_model(agent.model), self._model_step())
+        self._model = _PerdureModel(infer_model(agent.model), self._model_step(), self.name)
         self._toolsets = [ts.visit_and_replace(self._wrap_toolset) for ts in agent.toolsets]
         self.workflow = app.workflow(name=self.name)(self._workflow())
 
     # -- running ----------------------------------------------------------------------
 
     async def start_async(
-        self, prompt: str, *, deps: Any = None, run_id: str | None = None
+        self, prompt: str, *, deps: Any = None, run_id: str | None = None, stream: bool = False
     ) -> RunHandle:
         """Start a run of the agent on `prompt` (an existing `run_id` returns that run);
-        `deps` must be JSON (a dataclass or pydantic model): a worker rebuilds it from it."""
-        return await self.app.start_async(self.workflow, prompt, deps=deps, run_id=run_id)
+        `deps` must be JSON (a dataclass or pydantic model): a worker rebuilds it from it.
+        `stream=True`: its model steps stream their tokens to the run's stream."""
+        extra: dict[str, Any] = {"stream": True} if stream else {}
+        return await self.app.start_async(self.workflow, prompt, deps=deps, run_id=run_id, **extra)
 
-    def start(self, prompt: str, *, deps: Any = None, run_id: str | None = None) -> RunHandle:
+    def start(
+        self, prompt: str, *, deps: Any = None, run_id: str | None = None, stream: bool = False
+    ) -> RunHandle:
         """`start_async` for sync code."""
-        return self.app.start(self.workflow, prompt, deps=deps, run_id=run_id)
+        extra: dict[str, Any] = {"stream": True} if stream else {}
+        return self.app.start(self.workflow, prompt, deps=deps, run_id=run_id, **extra)
 
     async def run(
         self,
@@ -173,6 +225,26 @@ class PerdureAgent:
         handle = self.start(prompt, deps=deps, run_id=run_id)
         return self._result(handle.id, handle.result(timeout))
 
+    @asynccontextmanager
+    async def run_stream(
+        self, prompt: str, *, deps: Any = None, run_id: str | None = None
+    ) -> AsyncIterator[PerdureStreamedRun]:
+        """Start a streaming run and read it while a worker runs it: `stream_text()` gives
+        the model's tokens as they come (through the run's durable stream), `get_output()`
+        the output once the run is done. Outside a workflow only."""
+        if current() is not None:
+            raise ConfigError(
+                "PerdureAgent.run_stream() starts a run of its own: inside a workflow use "
+                "run(), whose steps are the calling run's"
+            )
+        handle = await self.start_async(prompt, deps=deps, run_id=run_id, stream=True)
+        yield self.stream(handle.id)
+
+    def stream(self, run_id: str, *, offset: int = -1) -> PerdureStreamedRun:
+        """Read run `run_id`'s model tokens after stream `offset` (the `offset` a reader had
+        reached: it goes on from there, after a disconnect or a crash of either side)."""
+        return PerdureStreamedRun(self, run_id, offset)
+
     def result(
         self, run: RunHandle | str, timeout: float | timedelta | None = None
     ) -> PerdureRunResult:
@@ -190,20 +262,44 @@ class PerdureAgent:
     # -- the workflow and its steps ----------------------------------------------------
 
     def _workflow(self) -> Callable[..., Any]:
-        async def run_agent(prompt: str, deps: Any = None) -> dict[str, Any]:
-            return await self._run_here(prompt, self._deps(deps))
+        async def run_agent(prompt: str, deps: Any = None, stream: bool = False) -> dict[str, Any]:
+            token = streaming.set(stream)
+            try:
+                return await self._run_here(prompt, self._deps(deps))
+            finally:
+                streaming.reset(token)
 
         return run_agent
 
     async def _run_here(self, prompt: str, deps: Any) -> dict[str, Any]:
-        """The agent's own loop, with the durable model and toolsets, in the current run."""
+        """The agent's own loop, with the durable model and toolsets, in the current run;
+        deferred tool calls are answered at perdure gates."""
         agent = self.agent
+        gates = HandleDeferredToolCalls[Any](handler=self._deferred)
         with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
-            result = await agent.run(prompt, deps=deps)
+            result = await agent.run(prompt, deps=deps, capabilities=[gates])
         return {
             "output": to_jsonable_python(result.output),
             "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),
         }
+
+    async def _deferred(
+        self, ctx: RunContext[Any], requests: DeferredToolRequests
+    ) -> DeferredToolResults:
+        """Each call waiting for approval, or for an answer, waits at a perdure gate."""
+        results = DeferredToolResults()
+        for call in requests.approvals:
+            decision = await self.gates.approve(call.tool_call_id, call.tool_name, call.args)
+            results.approvals[call.tool_call_id] = (
+                ToolApproved()
+                if decision.approved
+                else ToolDenied(decision.comment or "A person denied this tool call.")
+            )
+        for call in requests.calls:
+            results.calls[call.tool_call_id] = await self.gates.ask(
+                call.tool_call_id, call.tool_name, call.args
+            )
+        return results
 
     def _deps(self, data: Any) -> Any:
         deps_type = getattr(self.agent, "deps_type", object)
@@ -212,7 +308,7 @@ class PerdureAgent:
         return TypeAdapter(deps_type).validate_python(data)
 
     def _model_step(self) -> Step[..., Any]:
-        app, label = self.app, self.name
+        app, budget = self.app, self.budget
 
         # keyed and committed: a response that arrived is journaled before any tool runs,
         # so neither replay nor recovery requests (and pays for) it again
@@ -222,40 +318,156 @@ class PerdureAgent:
             messages: list[ModelMessage],
             settings: ModelSettings | None,
             params: ModelRequestParameters,
-        ) -> list[Any]:
-            response = await model.request(messages, settings, params)
-            info = current_step()
+            stream: bool = False,
+        ) -> Any:
+            prompt = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+            limit = (settings or {}).get("max_tokens")
+            held = await reserved(budget, app, prompt, limit, model.model_name)
+            if isinstance(held, dict):  # refused: journaled as the outcome, the run parks
+                return held
+            try:
+                if stream:
+                    response = await _streamed(model, messages, settings, params)
+                else:
+                    response = await model.request(messages, settings, params)
+            except Exception:  # an error answer was not paid; a kill leaves it held
+                await budget.release(app, held)
+                raise
             usage = response.usage
-            await app.store.record_usage(
-                UsageRow(
-                    info.run_id, info.position, label, response.model_name or model.model_name,
-                    usage.input_tokens, usage.output_tokens, _cost(response), app.clock.now(),
-                )
-            )  # fmt: skip
-            return list(ModelMessagesTypeAdapter.dump_python([response], mode="json"))
+            tokens = (usage.input_tokens, usage.output_tokens)
+            cost = budget.cost(*tokens) if budget.price else _cost(response)
+            await budget.settle(app, held, response.model_name or model.model_name, tokens, cost)
+            return {
+                "response": list(ModelMessagesTypeAdapter.dump_python([response], mode="json")),
+                "tools": _offered(params),
+                "position": current_step().position,
+            }
 
         return model_request
 
-    def effect_of(self, tool: str, fn: Callable[..., Any] | None) -> Effect:
-        """The effect a call of `tool` is journaled with: mapping, decorator, default."""
+    def effect_of(
+        self, tool: str, fn: Callable[..., Any] | None, toolset: str | None = None
+    ) -> Effect:
+        """The effect a call of `tool` is journaled with: mapping, decorator, its toolset's,
+        default."""
+        found = self.declared_effect(tool, fn, toolset)
+        return found if found is not None else self.default_effect
+
+    def declared_effect(
+        self, tool: str, fn: Callable[..., Any] | None, toolset: str | None = None
+    ) -> Effect | None:
         if tool in self.tool_effects:
             return self.tool_effects[tool]
-        marked = getattr(fn, EFFECT_ATTR, None)
-        return marked if marked is not None else self.default_effect
+        marked: Effect | None = getattr(fn, EFFECT_ATTR, None)
+        if marked is not None:
+            return marked
+        return self.toolset_effects.get(toolset) if toolset is not None else None
 
-    def tool_step(self, tool: str, fn: Callable[..., Any] | None) -> Step[..., Any]:
+    def tool_step(
+        self, tool: str, fn: Callable[..., Any] | None, toolset: str | None = None
+    ) -> Step[..., Any]:
         """The step `{name}.tool.{tool}` (registered on first use): a renamed tool is a
         different step, so replay against a changed tool list stops at the divergence."""
         step = self._tool_steps.get(tool)
         if step is None:
-            step = self.app.step(name=f"{self.name}.tool.{tool}", effect=self.effect_of(tool, fn))(
-                _call_tool
-            )
+            effect = self.effect_of(tool, fn, toolset)
+            step = self.app.step(name=f"{self.name}.tool.{tool}", effect=effect)(_call_tool)
             self._tool_steps[tool] = step
         return step
 
     def _wrap_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+        if isinstance(toolset, FunctionToolset):  # known now: registered before any run
+            for tool_name, tool in toolset.tools.items():
+                self.tool_step(tool_name, tool.function)
         return _PerdureToolset(toolset, durable=self)
+
+    def _check_declared(self, toolset: AbstractToolset[Any]) -> None:
+        label = self.name.removeprefix("pydantic_ai:")
+        if isinstance(toolset, FunctionToolset):
+            for tool_name, tool in toolset.tools.items():
+                if self.declared_effect(tool_name, tool.function) is None:
+                    raise ConfigError(
+                        f"agent {label!r}: tool {tool_name!r} declares no effect "
+                        "(require_effects=True): mark it @perdure_tool(effect=...) or add it "
+                        "to tool_effects"
+                    )
+        elif toolset.id is None or toolset.id not in self.toolset_effects:
+            raise ConfigError(
+                f"agent {label!r}: toolset {toolset.label} declares no effect "
+                "(require_effects=True): give it an id and add it to toolset_effects, or "
+                "name its tools in tool_effects"
+            )
+
+
+class PerdureStreamedRun:
+    """A durable run of the agent read while it runs, from stream offset `offset` on."""
+
+    def __init__(self, durable: PerdureAgent, run_id: str, offset: int = -1) -> None:
+        self.durable = durable
+        self.run_id = run_id
+        self._events = ModelEvents(durable.app.client, run_id, offset)
+
+    @property
+    def offset(self) -> int:
+        """The stream offset read so far: `durable.stream(run_id, offset=...)` goes on there."""
+        return self._events.offset
+
+    async def stream_events(self) -> AsyncIterator[Any]:
+        """The model's stream events (`PartStartEvent`, `PartDeltaEvent`, ...) as they come;
+        a request retried after a crash streams again from its start."""
+        async for item in self._events:
+            if not item.retry:
+                yield _EVENT.validate_python(item.event)
+
+    async def stream_text(self, *, delta: bool = False) -> AsyncIterator[str]:
+        """The text of the model's current response as it grows (`delta=True`: each new
+        piece); text of a request cut off by a crash is dropped when it is asked again."""
+        text, position = "", -1
+        async for item in self._events:
+            if item.retry or item.position != position:
+                text, position = "", item.position
+            piece = _text_of(item.event) if not item.retry else ""
+            if piece:
+                text += piece
+                yield piece if delta else text
+
+    async def result(self, timeout: float | timedelta | None = None) -> PerdureRunResult:
+        """The run's result once it is done."""
+        handle = self.durable.app.handle(self.run_id)
+        return self.durable._result(self.run_id, await handle.result_async(timeout))
+
+    async def get_output(self, timeout: float | timedelta | None = None) -> Any:
+        """The run's output once it is done (as pydantic-ai's `get_output`)."""
+        return (await self.result(timeout)).output
+
+
+def _text_of(event: Any) -> str:
+    """The text a stream event adds (JSON form), '' for any other event."""
+    if not isinstance(event, dict):
+        return ""
+    if event.get("event_kind") == "part_start":
+        part = event.get("part") or {}
+        return str(part.get("content") or "") if part.get("part_kind") == "text" else ""
+    if event.get("event_kind") == "part_delta":
+        change = event.get("delta") or {}
+        if change.get("part_delta_kind") == "text":
+            return str(change.get("content_delta") or "")
+    return ""
+
+
+async def _streamed(
+    model: Model,
+    messages: list[ModelMessage],
+    settings: ModelSettings | None,
+    params: ModelRequestParameters,
+) -> ModelResponse:
+    """The request streamed: each event to the run's stream as it comes, the whole
+    response (what the step journals) at the end."""
+    position = current_step().position
+    async with model.request_stream(messages, settings, params) as response:
+        async for event in response:
+            write_event(position, _EVENT.dump_python(event, mode="json"))
+    return response.get()
 
 
 async def _call_tool(
@@ -265,11 +477,16 @@ async def _call_tool(
     ctx: RunContext[Any],
     tool: ToolsetTool[Any],
 ) -> dict[str, Any]:
-    """One tool call; a `ModelRetry` is an outcome too (replayed as the same retry)."""
+    """One tool call; a `ModelRetry`, or a call deferred to a person, is an outcome too
+    (replayed as the same retry or deferral)."""
     try:
         value = await toolset.call_tool(name, tool_args, ctx, tool)
     except ModelRetry as exc:
         return {"retry": exc.message}
+    except ApprovalRequired as exc:
+        return {"deferred": "approval", "metadata": exc.metadata}
+    except CallDeferred as exc:
+        return {"deferred": exc.kind, "metadata": exc.metadata}
     try:
         return {"value": to_jsonable_python(value)}
     except PydanticSerializationError:
@@ -291,19 +508,25 @@ class _PerdureToolset(WrapperToolset[Any]):
         fn = None
         if isinstance(self.wrapped, FunctionToolset) and name in self.wrapped.tools:
             fn = self.wrapped.tools[name].function
-        step = self.durable.tool_step(name, fn)
+        step = self.durable.tool_step(name, fn, self.wrapped.id)
         outcome = await step(self.wrapped, name, tool_args, ctx, tool)
         if "retry" in outcome:
             raise ModelRetry(outcome["retry"])
+        if outcome.get("deferred") == "approval":
+            raise ApprovalRequired(outcome.get("metadata"))
+        if "deferred" in outcome:
+            raise CallDeferred(outcome.get("metadata"), kind=outcome["deferred"])
         return outcome["value"]
 
 
 class _PerdureModel(WrapperModel):
-    """The agent's model, each `request()` a journaled `keyed` step."""
+    """The agent's model, each `request()` a journaled `keyed` step (asked again, at the
+    next position, once budget frees up if its reservation was refused)."""
 
-    def __init__(self, wrapped: Model, step: Step[..., Any]) -> None:
+    def __init__(self, wrapped: Model, step: Step[..., Any], agent: str) -> None:
         super().__init__(wrapped)
         self._step = step
+        self._agent = agent
 
     async def request(
         self,
@@ -311,7 +534,17 @@ class _PerdureModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        data = await self._step(self.wrapped, messages, model_settings, model_request_parameters)
+        stream = streaming.get()
+
+        async def call() -> Any:
+            return await self._step(
+                self.wrapped, messages, model_settings, model_request_parameters, stream
+            )
+
+        data = await call_within_budget(self._agent, call)
+        if isinstance(data, dict):  # the response, with the tools it was offered
+            check_tools(data, _offered(model_request_parameters), f"{self._agent}.model")
+            data = data["response"]
         response = ModelMessagesTypeAdapter.validate_python(data)[0]
         assert isinstance(response, ModelResponse)
         return response
@@ -325,10 +558,16 @@ class _PerdureModel(WrapperModel):
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[Any]:
         raise ConfigError(
-            "PerdureAgent does not stream model responses yet: use run() or run_sync(), "
-            "without event_stream_handler"
+            "a PerdureAgent's model streams through the run's stream: use "
+            "durable.run_stream(...) (or start(stream=True) and durable.stream(run_id)), "
+            "not agent.run_stream or event_stream_handler inside the run"
         )
         yield  # pragma: no cover  # an async generator, as the protocol wants
+
+
+def _offered(params: ModelRequestParameters) -> list[str]:
+    """The names of the tools a request offers the model."""
+    return [t.name for t in params.function_tools]
 
 
 def _cost(response: ModelResponse) -> float:
