@@ -29,7 +29,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import durable, observers
+from ..engine import aborts, durable, observers
 from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.steps import current_step
@@ -214,7 +214,16 @@ class Agent:
             except BudgetRefused as refused:  # journaled as the answer: the run parks
                 return {"refused": str(refused), "wait": refused.wait}
             try:
-                response = await self.provider(tier).complete(req)
+                response = await aborts.abortable(self.provider(tier).complete(req), "model call")
+            except aborts.CallAborted as cut:  # pause --now: counted at its reservation
+                await runtime.store.release_reservation(held, "aborted" if cut.sent else None)
+                await budgets.wake(runtime, spec.name, spec.budget)
+                estimate = {"tier": tier, "model": held.model, "tokens": held.tokens,
+                            "cost": held.cost, "sent": cut.sent}  # fmt: skip
+                what = (f"model call on tier {tier!r} (counted at its reservation: "
+                        f"{held.tokens} tokens, cost {held.cost:.4f})" if cut.sent
+                        else f"model call on tier {tier!r} (not sent)")  # fmt: skip
+                raise cut.with_details(what, estimate=estimate) from None
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
                 await runtime.store.release_reservation(held, None)
                 if tier not in self._given:  # the next attempt reads the key again
@@ -259,9 +268,10 @@ class Agent:
                 memory: Memory | None = None
                 if spec.memory.enabled:
                     memory = StoreMemory(runtime, spec.name, current_step().run_id)
-                return await self.toolbox.execute(
-                    prepared, self.toolbox.context(call["id"], memory)
-                )
+                running = self.toolbox.execute(prepared, self.toolbox.context(call["id"], memory))
+                if prepared.tool.may_abort(prepared.effect):  # pause --now may cut it off
+                    return await aborts.abortable(running, f"tool {prepared.tool.name}")
+                return await running
 
             return tool_call
 

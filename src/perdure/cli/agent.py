@@ -199,6 +199,7 @@ _HELD = {
     "open": "in flight or cut off",
     "unknown": "sent, outcome unknown",
     "estimated": "answered without usage",
+    "aborted": "aborted by pause --now",
 }
 
 

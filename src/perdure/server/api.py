@@ -54,6 +54,7 @@ from .validation import (
     IdRoute,
     IdsQuery,
     IntQuery,
+    PauseRun,
     PutBudget,
     PutSchedule,
     Query,
@@ -297,7 +298,8 @@ def _run_action(action: str) -> Handler:
     async def act(call: Call) -> Any:
         run_id = call.path("run_id")
         comment = call.body.comment
-        status = await ops.operate(call.app, call.actor, action, run_id, comment)
+        now = bool(getattr(call.body, "now", False))  # pause's body may say now
+        status = await ops.operate(call.app, call.actor, action, run_id, comment, now=now)
         return {"run_id": run_id, "status": status}
 
     act.__name__ = f"{action}_run"
@@ -483,7 +485,7 @@ async def list_pauses(call: Call) -> Any:
 async def set_pause(call: Call) -> Any:
     body: SetPause = call.body
     changed = await ops.set_pause(
-        call.app, call.actor, body.scope, body.name, body.paused, body.comment
+        call.app, call.actor, body.scope, body.name, body.paused, body.comment, now=body.now
     )
     return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
 
@@ -595,8 +597,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              errors=(404,)),
     Endpoint("POST", f"{R}/cancel", _run_action("cancel"), "operate",
              "Cancel a run and its children", body=Comment, returns="Status", errors=(404,)),
-    Endpoint("POST", f"{R}/pause", _run_action("pause"), "operate", "Pause a run",
-             body=Comment, returns="Status", errors=(404, 409)),
+    Endpoint("POST", f"{R}/pause", _run_action("pause"), "operate",
+             "Pause a run (now: abort its calls in flight that allow it)", body=PauseRun,
+             returns="Status", errors=(404, 409)),
     Endpoint("POST", f"{R}/resume", _run_action("resume"), "operate",
              "Resume a paused run, or replay a dead one", body=Comment, returns="Status",
              errors=(404, 409)),

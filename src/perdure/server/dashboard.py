@@ -470,6 +470,7 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         "cancel": run.status not in FINISHED,
         "pause": run.status in ("pending", "running", "sleeping", "waiting")
         and not run.pause_requested,
+        "pause_now": run.status == "running",  # its calls in flight are aborted
         "resume": run.status in ("paused", "dead") or run.pause_requested,
     }
     last = await app.store.stream_last(run.id)
@@ -491,7 +492,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
 
 @action
 async def run_action(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
-    """cancel | pause | resume a run, or retry | fail one of its needs_attention steps."""
+    """cancel | pause | pause_now | resume a run, or retry | fail one of its needs_attention
+    steps."""
     run_id, verb = form.get("run_id", ""), form.get("action", "")
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
@@ -500,6 +502,9 @@ async def run_action(request: Request, app: App, who: Principal, form: dict[str,
         options = {"step": step, verb: True}
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
         return back(request, target, f"Step {step}: {verb} requested; the run is {status}.")
+    if verb == "pause_now":  # abort the calls in flight that allow it, then pause
+        status = await operations.operate(app, who, "pause", run_id, comment, now=True)
+        return back(request, target, f"Pause now: calls in flight aborted; the run is {status}.")
     if verb not in ("cancel", "pause", "resume"):
         raise PerdureError(f"unknown action {verb!r}")
     status = await operations.operate(app, who, verb, run_id, comment)

@@ -740,8 +740,12 @@ class ThreadedStore:
     async def release(self, owner: str, run_ids: Sequence[str]) -> None:
         await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True, inline=True)
 
-    async def set_pause(self, scope: str, name: str, paused: bool, now: float) -> bool:
-        return await self._call(lambda c: sqlops.set_pause(c, scope, name, paused, now), write=True)
+    async def set_pause(
+        self, scope: str, name: str, paused: bool, now: float, abort: bool = False
+    ) -> bool:
+        return await self._call(
+            lambda c: sqlops.set_pause(c, scope, name, paused, now, abort), write=True
+        )
 
     async def list_pauses(self) -> list[tuple[str, str, float]]:
         return await self._call(sqlops.list_pauses, write=False)
