@@ -383,6 +383,34 @@ async def set_budget(
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
 
 
+async def set_shared_budget(
+    app: App, who: Principal, name: str, changes: dict[str, Any], *, reset: bool = False
+) -> int:
+    """Change only the limits in `changes` (None: unchanged) of a shared budget some agent's
+    spec names (or one already stored), or with `reset` forget them; wakes the parked runs
+    of its agents that now fit and returns how many."""
+    from ..agent import budgets
+
+    given = {k: v for k, v in changes.items() if v is not None}
+    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
+    action = Action("budget.set", f"shared:{name}", "admin", detail)
+
+    async def do() -> int:
+        await app.open_store()
+        await budgets.known_shared(app, name)  # an unknown shared budget is refused
+        if reset:
+            return await budgets.set_shared(app, name, None)
+        if not given:
+            raise PerdureError(
+                f"budget --shared {name}: give a limit to change (--tokens-per-hour, "
+                "--tokens-per-day, --cost-per-hour, --cost-per-day) or --reset"
+            )
+        stored = await app.store.get_shared_budget(name)
+        return await budgets.set_shared(app, name, budgets.merged_shared(name, stored, given))
+
+    return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
+
+
 async def create_token(
     app: App, who: Principal, name: str, scopes: Sequence[str]
 ) -> tuple[str, str]:
