@@ -372,8 +372,10 @@ async def parse_body(request: Request, model: type[M]) -> M:
 
 
 # The path parameters of the API, the pattern each meets and its most characters.
-PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME}
-PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME}
+PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME,
+               "shared": NAME}  # fmt: skip
+PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME,
+             "shared": MAX_NAME}  # fmt: skip
 
 
 def text_param(
