@@ -155,3 +155,34 @@ def test_an_aborted_once_tool_that_allowed_it_needs_attention_on_resume(
     entries = app.sync(app.store.journal("a1"), "journal")
     [attention] = [e for e in entries if e.kind == "step.needs_attention"]
     assert "aborted by pause --now" in json.loads(attention.data or "{}")["reason"]
+
+
+def test_two_gathered_steps_aborted_at_once_pause_the_run_and_both_run_again(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """Steps of one run awaited together are all cut off; the run pauses (neither waits for
+    the other forever) and, resumed, each runs again with its own key."""
+    calls: list[int] = []
+
+    @app.step(name="slow", effect="keyed")
+    async def slow(i: int) -> int:
+        calls.append(i)
+        if len(calls) <= 2:
+            if i == 0:
+                await asyncio.sleep(0.01)  # both are in flight when the pause comes
+                await _pause_now(app)
+            return int(await perdure.abortable(asyncio.sleep(3600, i)))
+        return i
+
+    @app.workflow(name="both")
+    async def both() -> list[int]:
+        return list(await asyncio.gather(slow(0), slow(1)))
+
+    handle = app.start(both, run_id="g1")
+    worker.run_until_idle()
+    assert app.get_run("g1").status == "paused"
+    assert [s["aborted"] for s in _stopped(app, "g1")] == [True, True]
+    app.resume("g1")
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == [0, 1]
+    assert sorted(calls) == [0, 0, 1, 1]
