@@ -13,6 +13,7 @@ it is recovered under its effect's rule like any step cut off while executing: `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -65,17 +66,21 @@ def _of(ctx: RunContext) -> _Aborts:
 def request(ctx: RunContext, now: bool) -> None:
     """Set (from any thread) whether the run's abortable calls are to be cut off now; when
     set, those in flight are aborted and any started later is aborted before it begins."""
-    state = _of(ctx)
-    state.requested = now
-    if not now:
+    if not now:  # the common case, every heartbeat: nothing to make
+        found = _by_run.get(ctx)
+        if found is not None:
+            found.requested = False
         return
+    state = _of(ctx)
+    state.requested = True
 
     def fire() -> None:
         for waiter in list(state.waiting):
             if not waiter.done():
                 waiter.set_result(None)
 
-    ctx.loop.call_soon_threadsafe(fire)
+    with contextlib.suppress(RuntimeError):  # its loop closed: nothing is in flight there
+        ctx.loop.call_soon_threadsafe(fire)
 
 
 def _asked(ctx: RunContext, state: _Aborts) -> bool:
@@ -105,9 +110,16 @@ async def abortable(call: Awaitable[T], what: str = "") -> T:
         state.waiting.discard(waiter)
         if not task.done():
             task.cancel()  # aborted, or this step itself cancelled: the call goes with it
+            task.add_done_callback(_quietly)  # however it ends, nobody waits for it now
     if task.done() and not task.cancelled():
         return task.result()
     raise CallAborted(what)
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    """Retrieve what an abandoned call ended with, so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 def stopped_entry(ctx: RunContext, info: StepInfo, aborted: CallAborted) -> Entry:
