@@ -860,8 +860,8 @@ def test_every_action_endpoint_audits_a_request_refused_for_its_scope(
         answer = client.request(endpoint.method, fill(endpoint.path), headers=auth(tokens["read"]))
         assert answer.status_code == 403, (endpoint.path, answer.text)
         [entry] = _entries(client, tokens["read"], "&limit=1")
-        kind = "schedule" if "/schedules/" in endpoint.path else "agent" if "budgets" in (
-            endpoint.path) else "run"  # fmt: skip
+        kind = "schedule" if "/schedules/" in endpoint.path else "shared" if "/shared/" in (
+            endpoint.path) else "agent" if "budgets" in endpoint.path else "run"  # fmt: skip
         target = f"{kind}:x" if "{" in endpoint.path else f"api:{endpoint.method} {endpoint.path}"
         assert (entry["actor"], entry["action"], entry["target"], entry["outcome"]) == (
             "read-er", endpoint.handler.audits, target, "refused",  # type: ignore[attr-defined]

@@ -731,7 +731,7 @@ async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
     return JSONResponse(result, status_code=endpoint.status)
 
 
-_TARGETS = (("run_id", "run"), ("name", "schedule"), ("agent", "agent"))
+_TARGETS = (("run_id", "run"), ("name", "schedule"), ("agent", "agent"), ("shared", "shared"))
 
 
 async def _audit_refusal(
