@@ -17,7 +17,7 @@ import perdure
 from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, UsageRow
+from perdure.store.agent_sql import Budget, SharedBudget, UsageRow
 from perdure.testing import TestClock, TestWorker
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -680,3 +680,19 @@ def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
     assert state.pause_requested and state.abort
     [audit] = app.sync(app.store.audit_log(target="run:busy-1", limit=1), "audit")
     assert audit.action == "run.pause" and json.loads(audit.detail)["now"] is True
+
+
+def test_the_agents_page_shows_each_shared_budget_with_its_agents(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """A budget agents share shows beside the agents: spent this hour and day against its
+    limits, and which agents share it."""
+    now = clock.now()
+    app.sync(app.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare")
+    app.sync(app.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s")
+    row = UsageRow("quick-1", 9, "helper", "m", 500, 0, 0.0, now, pool="team-a")
+    app.sync(app.store.record_usage(row), "usage")
+    sign_in(server, token(app, "read"))
+    page = text_of(server.get("/ui/agents").text)
+    assert "Shared budgets team-a shared by helper" in page
+    assert "500 of 2,000 (25%)" in page

@@ -631,7 +631,33 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
                 day[1] += u.cost
         days = [(day, int(t), c) for day, (t, c) in sorted(per_day.items())]
         agents.append({"name": name, "gauges": gauges, "chart": usage_bars(days)})
-    return await render(request, who, "agents.html", agents=agents)
+    return await render(request, who, "agents.html", agents=agents,
+                        shared=await _shared_gauges(app))  # fmt: skip
+
+
+async def _shared_gauges(app: App) -> list[dict[str, Any]]:
+    """Each budget agents share ([budget] shared = NAME): spent against its limits this hour
+    and day, and which agents share it."""
+    from ..agent.budgets import describe_shared
+
+    names = set()
+    for _, text in await app.store.declared_agents():
+        spec = _json(text)
+        shared = spec.get("shared") if isinstance(spec, dict) else None
+        if isinstance(shared, str):
+            names.add(shared)
+    found = []
+    for name in sorted(names):
+        shown = await describe_shared(app, name)
+        gauges = []
+        for window in ("hour", "day"):
+            spent, limits = shown["spent"][window], shown["limits"]
+            gauges.append(_gauge(f"tokens this {window}", spent["tokens"],
+                                 limits[f"tokens_per_{window}"], "{:,.0f}"))  # fmt: skip
+            gauges.append(_gauge(f"cost this {window}", spent["cost"],
+                                 limits[f"cost_per_{window}"], "{:.4f}"))  # fmt: skip
+        found.append({"name": name, "gauges": gauges, "agents": shown["agents"]})
+    return found
 
 
 def _gauge(label: str, used: float, limit: float | None, fmt: str) -> dict[str, Any]:
