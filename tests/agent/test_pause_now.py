@@ -186,3 +186,26 @@ def test_two_gathered_steps_aborted_at_once_pause_the_run_and_both_run_again(
     worker.run_until_idle()
     assert handle.result(timeout=5) == [0, 1]
     assert sorted(calls) == [0, 0, 1, 1]
+
+
+def test_the_app_pauses_a_workflow_now_and_its_workers_are_told_to_abort(
+    app: perdure.App,
+) -> None:
+    """`App.pause_workflow(name, now=True)` is recorded so that the heartbeat of a worker
+    holding one of its runs says to hold it and abort its calls; a plain pause only holds."""
+
+    @app.workflow(name="held")
+    def held() -> int:
+        return 1
+
+    app.start(held, run_id="h1")
+    [claim] = app.sync(app.store.claim("w1", app.clock.now(), 30.0, 1, ["held"]), "claim")
+    app.pause_workflow("held")
+    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    assert state.hold and not state.abort
+    assert app.pause_workflow("held", now=True) is True  # changed: now it aborts too
+    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    assert state.hold and state.abort
+    assert app.resume_workflow("held") is True
+    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    assert not state.hold and not state.abort and claim.run.id == "h1"
