@@ -5,7 +5,8 @@ server on 127.0.0.1 that bills the prompt and the full max_tokens (the worst cas
 Printed per store and N: spent/B (goal <= 1.00), requests served vs recorded (settled usage
 rows plus calls held at their estimate; goal equal), runs woken when B is doubled and
 spent/2B after, and the cost of a reservation (reserve + settle) per model call, measured
-alone on the store (goal < 1 ms on SQLite).
+alone on the store (goal < 1 ms on SQLite). Figure B2: the same for a budget B shared by two
+agents (`[budget] shared = "team"`), N/2 runs of each at once: spent/B of the shared budget.
 
     .venv/bin/python -m bench.budgets [--no-pg]
 """
@@ -86,6 +87,58 @@ def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
         _drop(schema)
 
 
+def measure_shared(kind: str, runs: int, folder: Path) -> dict[str, Any]:
+    """One row: N/2 runs of each of two agents sharing B = 40% of what they would spend,
+    all at once, then B doubled."""
+    from wire_servers import COUNTING_SPEC, CountingServer
+
+    import perdure
+    from perdure.agent import budgets
+    from perdure.agent.loop import Agent
+    from perdure.agent.spec import load_spec
+    from perdure.store.agent_sql import SharedBudget
+    from perdure.testing import TestWorker
+
+    server = CountingServer(latency=0.05).start()
+    url, schema = _store_url(kind, folder)
+    budget = int(runs * PER_CALL * 0.4)
+    app = perdure.App(url)
+    try:
+        agents = []
+        for name in ("alpha", "beta"):
+            spec = folder / f"bench-{kind}-{runs}-{name}.toml"
+            spec.write_text(COUNTING_SPEC.format(
+                name=name, base=server.origin, key_env="PERDURE_BENCH_KEY",
+                budget='shared = "team"',
+            ))  # fmt: skip
+            agent = Agent(app, load_spec(spec))
+            app.sync(budgets.declare(app, agent.spec), "declare")
+            agents.append(agent)
+        limit = SharedBudget("team", tokens_per_day=budget)
+        app.sync(budgets.set_shared(app, "team", limit), "shared")
+        for i in range(runs):
+            agent = agents[i % 2]
+            app.start(agent.workflow, {"prompt": f"question {i}"}, run_id=f"s{i}")
+        TestWorker(app, concurrency=runs).run_until_idle()
+        spent = sum(s.total for s in server.served)
+        doubled = SharedBudget("team", tokens_per_day=2 * budget)
+        woken = app.sync(budgets.set_shared(app, "team", doubled), "raise")
+        TestWorker(app, concurrency=runs).run_until_idle()
+        spent2 = sum(s.total for s in server.served)
+        usage = app.sync(app.store.usage(None, 0.0), "usage")
+        held = app.sync(app.store.reservations(None, 0.0), "held")
+        per_agent = {a.spec.name: sum(u.input_tokens + u.output_tokens for u in usage
+                                      if u.agent == a.spec.name) for a in agents}  # fmt: skip
+        return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
+                "served": len(server.served), "recorded": len(usage) + len(held),
+                "woken": woken, "spent/2B": spent2 / (2 * budget),
+                "split": f"{per_agent['alpha']}/{per_agent['beta']}"}  # fmt: skip
+    finally:
+        app.close()
+        server.stop()
+        _drop(schema)
+
+
 def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
     """Milliseconds of one reserve + settle, on the store alone (one caller)."""
     import perdure
@@ -133,6 +186,22 @@ def main() -> None:
                 ])  # fmt: skip
                 print(table.rows[-1], flush=True)
         print(table.render())
+        shared = Table(
+            "B2. A budget shared by two agents (N/2 runs of each at once; spent/B of the "
+            "shared budget; tokens alpha/beta)",
+            ["store", "runs", "B", "spent/B", "woken at 2B", "spent/2B", "served", "recorded",
+             "alpha/beta"],
+        )  # fmt: skip
+        for kind in kinds:
+            for runs in COUNTS:
+                row = measure_shared(kind, runs, folder)
+                shared.rows.append([
+                    row["store"], str(row["runs"]), str(row["B"]), f"{row['spent/B']:.3f}",
+                    str(row["woken"]), f"{row['spent/2B']:.3f}", str(row["served"]),
+                    str(row["recorded"]), row["split"],
+                ])  # fmt: skip
+                print(shared.rows[-1], flush=True)
+        print(shared.render())
         for kind in kinds:
             print(f"reservation (reserve + settle) on {kind}: "
                   f"{reservation_cost(kind, folder):.3f} ms per model call")  # fmt: skip

@@ -43,6 +43,7 @@ EXPECTED = [
     "StepInfo",
     "stream",
     "StreamChunk",
+    "abortable",
     # workers and time
     "Worker",
     "WorkerOptions",

@@ -6,6 +6,7 @@ The public API, and nothing else.
 from __future__ import annotations
 
 from .app import App
+from .engine.aborts import abortable
 from .engine.client import Client
 from .engine.clock import Clock, SystemClock
 from .engine.context import StepInfo
@@ -83,6 +84,7 @@ __all__ = [
     "stream",
     "StreamChunk",
     "StepInfo",
+    "abortable",
     # workers and time
     "Worker",
     "WorkerOptions",

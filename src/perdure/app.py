@@ -208,24 +208,28 @@ class App(Runtime):
     def cancel(self, run_id: str) -> str:
         return self.sync(self.client.cancel(run_id), "App.cancel()")  # type: ignore[no-any-return]
 
-    def pause(self, run_id: str) -> str:
-        return self.sync(self.client.pause(run_id), "App.pause()")  # type: ignore[no-any-return]
+    def pause(self, run_id: str, *, now: bool = False) -> str:
+        """Pause a run (`now`: abort its calls in flight that allow it; see `Client.pause`)."""
+        return self.sync(self.client.pause(run_id, now=now), "App.pause()")  # type: ignore[no-any-return]
 
     def resume(self, run_id: str) -> str:
         return self.sync(self.client.resume(run_id), "App.resume()")  # type: ignore[no-any-return]
 
-    def pause_workflow(self, name: str) -> bool:
-        """Pause every run of a workflow at once, parked or running (see `Client.set_pause`);
-        False if it was already paused."""
-        return self.sync(self.client.set_pause("workflow", name, True), "App.pause_workflow()")  # type: ignore[no-any-return]
+    def pause_workflow(self, name: str, *, now: bool = False) -> bool:
+        """Pause every run of a workflow at once, parked or running (see `Client.set_pause`;
+        `now`: abort their calls in flight that allow it); False if it was already paused."""
+        paused = self.client.set_pause("workflow", name, True, now=now)
+        return bool(self.sync(paused, "App.pause_workflow()"))
 
     def resume_workflow(self, name: str) -> bool:
         return self.sync(self.client.set_pause("workflow", name, False), "App.resume_workflow()")  # type: ignore[no-any-return]
 
-    def pause_worker(self, worker: str) -> bool:
+    def pause_worker(self, worker: str, *, now: bool = False) -> bool:
         """Stop a worker (by id, or every worker of a host) claiming and running runs; its
-        runs stop at their next step and go back to the store until `resume_worker`."""
-        return self.sync(self.client.set_pause("worker", worker, True), "App.pause_worker()")  # type: ignore[no-any-return]
+        runs stop at their next step (`now`: their abortable calls in flight are aborted)
+        and go back to the store until `resume_worker`."""
+        paused = self.client.set_pause("worker", worker, True, now=now)
+        return bool(self.sync(paused, "App.pause_worker()"))
 
     def resume_worker(self, worker: str) -> bool:
         return self.sync(self.client.set_pause("worker", worker, False), "App.resume_worker()")  # type: ignore[no-any-return]

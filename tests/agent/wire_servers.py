@@ -385,15 +385,14 @@ class CountingServer(OpenAIServer):
         self.served: list[Served] = []
         self.after_reply: Callable[[], None] | None = None  # called once, right after a reply
         self.no_usage = False  # when set, replies carry no usage (billed all the same)
+        self.hurry = threading.Event()  # set: calls waiting out their latency answer now
         self._lock = threading.Lock()
         # a client killed mid-call resets its connection: billed all the same, nothing to log
         self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
 
     def render(self, body: dict[str, Any], turn: Turn) -> dict[str, Any]:
-        import time
-
         if self.latency:
-            time.sleep(self.latency)
+            self.hurry.wait(self.latency)
         messages = body.get("messages") or []
         chars = sum(len(str(m.get("content") or "")) for m in messages)
         chars += len(json.dumps(body.get("tools") or []))

@@ -576,6 +576,39 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     )
 
 
+def test_shared_budgets(client: TestClient, tokens: dict[str, str], app: perdure.App) -> None:
+    """A budget agents share is read and changed like an agent's: only the limits given
+    change (admin, audited), it shows its agents and what they spent; a shared budget no
+    agent names is 404, a negative limit 422."""
+    now = app.clock.now()
+    app.sync(app.store.declare_agent("triage", '{"shared": "team-a"}', now), "declare")
+    row = UsageRow("t-1", 0, "triage", "m", 100, 5, 0.5, now, pool="team-a")
+    app.sync(app.store.record_usage(row), "usage")
+    read, admin = auth(tokens["read"]), auth(tokens["admin"])
+    got = client.get("/api/v1/budgets/shared/team-a", headers=read).json()
+    assert got["agents"] == ["triage"] and got["spent"]["day"] == {"tokens": 105, "cost": 0.5}
+    assert got["limits"]["tokens_per_day"] is None
+    refused = client.put("/api/v1/budgets/shared/team-a", json={"tokens_per_day": 9},
+                         headers=auth(tokens["operate"]))  # fmt: skip
+    assert refused.status_code == 403
+    set_ = client.put("/api/v1/budgets/shared/team-a", json={"tokens_per_day": 1000},
+                      headers=admin).json()  # fmt: skip
+    assert set_["woken"] == 0 and set_["limits"]["tokens_per_day"] == 1000
+    more = client.put("/api/v1/budgets/shared/team-a", json={"cost_per_day": 2.0},
+                      headers=admin).json()  # fmt: skip
+    assert more["limits"]["tokens_per_day"] == 1000 and more["limits"]["cost_per_day"] == 2.0
+    typo = client.put("/api/v1/budgets/shared/team-b", json={"tokens_per_day": 5}, headers=admin)
+    assert typo.status_code == 404 and "no shared budget named 'team-b'" in typo.json()["error"]
+    assert client.get("/api/v1/budgets/shared/team-b", headers=read).status_code == 404
+    wrong = client.put("/api/v1/budgets/shared/team-a", json={"tokens_per_day": -1},
+                       headers=admin)  # fmt: skip
+    assert wrong.status_code == 422 and wrong.json()["field"] == "tokens_per_day"
+    assert audit_actions(client, tokens["read"], "shared:team-a")[-1][:2] == (
+        "admin-er",
+        "budget.set",
+    )
+
+
 def test_the_audit_log_pages_with_a_cursor(client: TestClient, tokens: dict[str, str]) -> None:
     """The audit log walks newest first, each record once; a bad cursor is 400."""
     for i in range(7):
@@ -827,8 +860,8 @@ def test_every_action_endpoint_audits_a_request_refused_for_its_scope(
         answer = client.request(endpoint.method, fill(endpoint.path), headers=auth(tokens["read"]))
         assert answer.status_code == 403, (endpoint.path, answer.text)
         [entry] = _entries(client, tokens["read"], "&limit=1")
-        kind = "schedule" if "/schedules/" in endpoint.path else "agent" if "budgets" in (
-            endpoint.path) else "run"  # fmt: skip
+        kind = "schedule" if "/schedules/" in endpoint.path else "shared" if "/shared/" in (
+            endpoint.path) else "agent" if "budgets" in endpoint.path else "run"  # fmt: skip
         target = f"{kind}:x" if "{" in endpoint.path else f"api:{endpoint.method} {endpoint.path}"
         assert (entry["actor"], entry["action"], entry["target"], entry["outcome"]) == (
             "read-er", endpoint.handler.audits, target, "refused",  # type: ignore[attr-defined]

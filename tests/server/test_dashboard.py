@@ -3,6 +3,7 @@ live-update events, and secrets kept out of the pages."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import perdure
 from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, UsageRow
+from perdure.store.agent_sql import Budget, SharedBudget, UsageRow
 from perdure.testing import TestClock, TestWorker
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -659,3 +660,39 @@ def test_a_run_page_draws_the_run_over_time_and_its_live_output(
     assert "draft 1" in shown and "draft 2 final words" in shown
     assert "(replaced by a later attempt)" in shown and 'progress : {"done": 2}' in shown
     assert page.count('class="bar bar-') == 1 and "Over time" in shown
+
+
+def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """A running run's page offers "Pause now"; pressing it records the pause with `now`
+    (audited), so the heartbeat of the worker holding the run says to abort its calls."""
+    app.start("quick", 2, run_id="busy-1")
+    [claim] = app.sync(app.store.claim("w1", clock.now(), 30.0, 1, ["quick"]), "claim")
+    assert claim.run.id == "busy-1"
+    csrf = sign_in(server, token(app, "operate"))
+    page = server.get("/ui/runs/busy-1").text
+    assert 'value="pause_now"' in page and "Pause now" in page
+    form = {"csrf": csrf, "run_id": "busy-1", "action": "pause_now"}
+    done = server.post("/ui/runs/act", data=form)
+    assert done.status_code == 200 and "calls in flight aborted" in text_of(done.text)
+    [state] = app.sync(app.store.heartbeat("w1", ["busy-1"], clock.now() + 30), "beat")
+    assert state.pause_requested and state.abort
+    [audit] = app.sync(app.store.audit_log(target="run:busy-1", limit=1), "audit")
+    assert audit.action == "run.pause" and json.loads(audit.detail)["now"] is True
+
+
+def test_the_agents_page_shows_each_shared_budget_with_its_agents(
+    app: perdure.App, server: TestClient, clock: TestClock
+) -> None:
+    """A budget agents share shows beside the agents: spent this hour and day against its
+    limits, and which agents share it."""
+    now = clock.now()
+    app.sync(app.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare")
+    app.sync(app.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s")
+    row = UsageRow("quick-1", 9, "helper", "m", 500, 0, 0.0, now, pool="team-a")
+    app.sync(app.store.record_usage(row), "usage")
+    sign_in(server, token(app, "read"))
+    page = text_of(server.get("/ui/agents").text)
+    assert "Shared budgets team-a shared by helper" in page
+    assert "500 of 2,000 (25%)" in page

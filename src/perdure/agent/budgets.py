@@ -6,6 +6,9 @@ A model call reserves its worst case (the prompt's estimated tokens plus the cal
 hour/day windows in one atomic store write, so no number of concurrent calls can pass a
 budget together. A call that does not fit parks its run (holding no slot) in the agent's
 queue; when budget frees up, only as many parked runs as fit are woken, first parked first.
+An agent whose spec says `[budget] shared = NAME` is also held to that shared budget, which
+every agent naming it spends from (its limits stored, set by `perdure budget --shared NAME`):
+the reservation is taken against the run, the agent's windows and the shared ones at once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
-from ..store.agent_sql import Budget, Limit
+from ..store.agent_sql import Budget, Limit, SharedBudget
 from ..store.base import FINISHED
 from .messages import ModelRequest
 from .spec import AgentSpec, BudgetSpec, Limits
@@ -84,6 +87,19 @@ def window_limits(budget: Budget) -> list[Limit]:
     return found
 
 
+def shared_limits(shared: SharedBudget | None) -> list[Limit]:
+    """The shared budget's hour and day windows that set a limit (none if it has none)."""
+    if shared is None:
+        return []
+    found = []
+    for what, seconds, tokens, cost in WINDOWS:
+        token_limit, cost_limit = getattr(shared, tokens), getattr(shared, cost)
+        if token_limit is not None or cost_limit is not None:
+            label = f"shared {shared.name!r} {what}"
+            found.append(Limit(label, seconds, token_limit, cost_limit, pool=shared.name))
+    return found
+
+
 def run_limit(limits: Limits) -> list[Limit]:
     if limits.max_tokens is None and limits.max_cost is None:
         return []
@@ -125,13 +141,20 @@ async def current(runtime: Runtime, agent: str) -> InForce:
     return in_force(agent, spec, await runtime.store.get_budget(agent))
 
 
-async def headroom(runtime: Runtime, budget: Budget) -> tuple[float, float]:
-    """Tokens and cost still free in the tightest window (inf: no limit)."""
+async def headroom(
+    runtime: Runtime, budget: Budget, shared: SharedBudget | None = None
+) -> tuple[float, float]:
+    """Tokens and cost still free in the tightest window, the agent's or the shared budget's
+    (inf: no limit)."""
     tokens_left, cost_left = float("inf"), float("inf")
     now = runtime.clock.now()
-    for limit in window_limits(budget):
+    for limit in [*window_limits(budget), *shared_limits(shared)]:
         assert limit.window is not None
-        used_tokens, used_cost = await runtime.store.spent(budget.agent, now - limit.window)
+        since = now - limit.window
+        if limit.pool is not None:
+            used_tokens, used_cost = await runtime.store.pool_spent(limit.pool, since)
+        else:
+            used_tokens, used_cost = await runtime.store.spent(budget.agent, since)
         if limit.tokens is not None:
             tokens_left = min(tokens_left, limit.tokens - used_tokens)
         if limit.cost is not None:
@@ -150,7 +173,10 @@ async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
     if not parked:
         return 0
     force = in_force(agent, spec, await runtime.store.get_budget(agent))
-    tokens_left, cost_left = await headroom(runtime, force.budget)
+    shared = None
+    if spec is not None and spec.shared is not None:
+        shared = await runtime.store.get_shared_budget(spec.shared)
+    tokens_left, cost_left = await headroom(runtime, force.budget, shared)
     woken = 0
     for run_id, tokens, cost in parked:
         run = await runtime.store.get_run(run_id)
@@ -167,6 +193,80 @@ async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
             continue
         woken += 1
     return woken
+
+
+async def freed(runtime: Runtime, agent: str, spec: BudgetSpec) -> int:
+    """Budget was freed by a call of `agent`: wake its parked runs that now fit, and those of
+    the agents sharing its shared budget, if it has one. Returns how many were woken."""
+    woken = await wake(runtime, agent, spec)
+    if spec.shared is not None:
+        for other, their in await members(runtime, spec.shared):
+            if other != agent:
+                woken += await wake(runtime, other, their)
+    return woken
+
+
+async def members(runtime: Runtime, shared: str) -> list[tuple[str, BudgetSpec]]:
+    """The agents whose declared spec shares `shared`, with their spec budgets."""
+    found = []
+    for agent, text in await runtime.store.declared_agents():
+        spec = BudgetSpec(**json.loads(text))
+        if spec.shared == shared:
+            found.append((agent, spec))
+    return found
+
+
+async def known_shared(runtime: Runtime, name: str) -> list[tuple[str, BudgetSpec]]:
+    """The agents sharing `name`; UnknownAgent (one line) if neither any agent's spec names
+    it nor limits were stored for it."""
+    sharing = await members(runtime, name)
+    if not sharing and await runtime.store.get_shared_budget(name) is None:
+        raise UnknownAgent(
+            f"no shared budget named {name!r} (one is known once an agent's spec names it, "
+            f'[budget] shared = "{name}", and a worker serves that agent)'
+        )
+    return sharing
+
+
+async def set_shared(runtime: Runtime, name: str, shared: SharedBudget | None) -> int:
+    """Store a shared budget's limits (None: forget them) and wake the parked runs of its
+    agents that now fit; returns how many."""
+    sharing = await known_shared(runtime, name)
+    if shared is None:
+        await runtime.store.clear_shared_budget(name)
+    else:
+        await runtime.store.put_shared_budget(shared, runtime.clock.now())
+    woken = 0
+    for agent, spec in sharing:
+        woken += await wake(runtime, agent, spec)
+    return woken
+
+
+def merged_shared(name: str, stored: SharedBudget | None, changes: dict[str, Any]) -> SharedBudget:
+    """The stored shared budget with only the limits in `changes` replaced (None: unchanged)."""
+    base = merged(name, Budget(name, **{k: getattr(stored, k) for k in LIMITS}) if stored
+                  else None, changes)  # fmt: skip
+    return SharedBudget(name, **{k: getattr(base, k) for k in LIMITS})
+
+
+async def describe_shared(runtime: Runtime, name: str) -> dict[str, Any]:
+    """What `perdure budget --shared NAME` shows: its limits, what its agents spent (held
+    reservations counted) this hour and day, the agents sharing it and how many of their
+    runs are parked for budget. UnknownAgent for a shared budget nobody names."""
+    await runtime.open_store()
+    sharing = await known_shared(runtime, name)
+    stored = await runtime.store.get_shared_budget(name)
+    now = runtime.clock.now()
+    spent = {}
+    for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
+        tokens, cost = await runtime.store.pool_spent(name, now - seconds)
+        spent[window] = {"tokens": tokens, "cost": cost}
+    parked = 0
+    for agent, _ in sharing:
+        parked += len(await runtime.store.budget_parked(agent))
+    limits = {k: (getattr(stored, k) if stored is not None else None) for k in LIMITS}
+    return {"shared": name, "limits": limits, "spent": spent,
+            "agents": [agent for agent, _ in sharing], "parked": parked}  # fmt: skip
 
 
 def merged(agent: str, stored: Budget | None, changes: dict[str, Any]) -> Budget:
@@ -216,7 +316,8 @@ async def describe(runtime: Runtime, agent: str) -> dict[str, Any]:
     where it comes from, what was spent (held reservations counted) this hour and day, and
     how many runs are parked for budget. PerdureError for an unknown agent."""
     await runtime.open_store()
-    force = await current(runtime, agent)
+    spec = await declared(runtime, agent)
+    force = in_force(agent, spec, await runtime.store.get_budget(agent))
     stored = await runtime.store.get_budget(agent)
     now = runtime.clock.now()
     spent = {}
@@ -227,4 +328,5 @@ async def describe(runtime: Runtime, agent: str) -> dict[str, Any]:
     if stored is not None:
         limits = {k: getattr(stored, k) for k in LIMITS}
     return {"agent": agent, "budget": limits, "in_force": force.to_dict(), "spent": spent,
-            "parked": len(await runtime.store.budget_parked(agent))}  # fmt: skip
+            "parked": len(await runtime.store.budget_parked(agent)),
+            "shared": spec.shared if spec is not None else None}  # fmt: skip

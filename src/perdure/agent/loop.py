@@ -29,7 +29,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import durable, observers
+from ..engine import aborts, durable, observers
 from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.steps import current_step
@@ -214,7 +214,16 @@ class Agent:
             except BudgetRefused as refused:  # journaled as the answer: the run parks
                 return {"refused": str(refused), "wait": refused.wait}
             try:
-                response = await self.provider(tier).complete(req)
+                response = await aborts.abortable(self.provider(tier).complete(req), "model call")
+            except aborts.CallAborted as cut:  # pause --now: counted at its reservation
+                await runtime.store.release_reservation(held, "aborted" if cut.sent else None)
+                await budgets.freed(runtime, spec.name, spec.budget)
+                estimate = {"tier": tier, "model": held.model, "tokens": held.tokens,
+                            "cost": held.cost, "sent": cut.sent}  # fmt: skip
+                what = (f"model call on tier {tier!r} (counted at its reservation: "
+                        f"{held.tokens} tokens, cost {held.cost:.4f})" if cut.sent
+                        else f"model call on tier {tier!r} (not sent)")  # fmt: skip
+                raise cut.with_details(what, estimate=estimate) from None
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
                 await runtime.store.release_reservation(held, None)
                 if tier not in self._given:  # the next attempt reads the key again
@@ -227,7 +236,7 @@ class Agent:
                 # an error answer was not paid; a reply never read (timeout) may have been
                 paid = isinstance(exc, ModelRetryable) and str(exc).endswith("(timeout)")
                 await runtime.store.release_reservation(held, "unknown" if paid else None)
-                await budgets.wake(runtime, spec.name, spec.budget)
+                await budgets.freed(runtime, spec.name, spec.budget)
                 raise
             # cut off otherwise (cancelled, lease lost, crash): the reservation stays held,
             # counted at its estimate, and is marked outcome unknown when the call is retried
@@ -237,14 +246,14 @@ class Agent:
             cost = tier_spec.price.cost(usage.input_tokens, usage.output_tokens)
             row = UsageRow(
                 info.run_id, info.position, spec.name, req.model or tier, usage.input_tokens,
-                usage.output_tokens, cost, runtime.clock.now(),
+                usage.output_tokens, cost, runtime.clock.now(), pool=held.pool,
             )  # fmt: skip
             await runtime.store.settle(held, row if usage.total > 0 else None)
             if usage.total > held.tokens:
                 log.warning("agent %s: a call used %d tokens, more than the %d reserved",
                             spec.name, usage.total, held.tokens)  # fmt: skip
             if usage.total > 0 and usage.total < held.tokens:
-                await budgets.wake(runtime, spec.name, spec.budget)
+                await budgets.freed(runtime, spec.name, spec.budget)
             observers.emit("model_usage", spec.name, req.model or tier,
                            usage.input_tokens, usage.output_tokens, cost)  # fmt: skip
             return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost,
@@ -259,9 +268,10 @@ class Agent:
                 memory: Memory | None = None
                 if spec.memory.enabled:
                     memory = StoreMemory(runtime, spec.name, current_step().run_id)
-                return await self.toolbox.execute(
-                    prepared, self.toolbox.context(call["id"], memory)
-                )
+                running = self.toolbox.execute(prepared, self.toolbox.context(call["id"], memory))
+                if prepared.tool.may_abort(prepared.effect):  # pause --now may cut it off
+                    return await aborts.abortable(running, f"tool {prepared.tool.name}")
+                return await running
 
             return tool_call
 
@@ -563,13 +573,15 @@ class Agent:
             out = min(out, room)
         req.max_tokens = out
         force = budgets.in_force(spec.name, spec.budget, await runtime.store.get_budget(spec.name))
+        pool = spec.budget.shared
+        shared = None if pool is None else await runtime.store.get_shared_budget(pool)
         held = Reservation(
             info.run_id, info.position, 0, spec.name, tier, req.model or tier, prompt + out,
-            model.price.cost(prompt, out), "open", 0.0,
+            model.price.cost(prompt, out), "open", 0.0, pool,
         )  # fmt: skip
-        refused = await runtime.store.reserve(
-            held, [*run_limits, *budgets.window_limits(force.budget)], runtime.clock.now()
-        )
+        limits = [*run_limits, *budgets.window_limits(force.budget),
+                  *budgets.shared_limits(shared)]  # fmt: skip
+        refused = await runtime.store.reserve(held, limits, runtime.clock.now())
         if refused is None:
             return held
         if refused.limit.window is None:

@@ -123,12 +123,15 @@ class Limits(_Strict):
 
 
 class BudgetSpec(_Strict):
-    """Spending across all runs of the agent, per rolling hour/day (None: unlimited)."""
+    """Spending across all runs of the agent, per rolling hour/day (None: unlimited), and
+    `shared`: the name of a budget it shares with other agents (a team's, a tenant's), whose
+    limits are set with `perdure budget --shared NAME`."""
 
     tokens_per_hour: int | None = Field(None, gt=0)
     tokens_per_day: int | None = Field(None, gt=0)
     cost_per_hour: float | None = Field(None, gt=0)
     cost_per_day: float | None = Field(None, gt=0)
+    shared: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 class TriggerSpec(_Strict):

@@ -199,6 +199,7 @@ _HELD = {
     "open": "in flight or cut off",
     "unknown": "sent, outcome unknown",
     "estimated": "answered without usage",
+    "aborted": "aborted by pause --now",
 }
 
 
@@ -217,7 +218,9 @@ def _limit(option: str, text: str | None, kind: type[int] | type[float]) -> int 
 
 
 @click.command()
-@click.argument("agent")
+@click.argument("agent", required=False)
+@click.option("--shared", default=None, metavar="NAME",
+              help="A budget agents share ([budget] shared = NAME), not one agent's.")  # fmt: skip
 @click.option("--tokens-per-hour", default=None, metavar="N", help="Change this limit only.")
 @click.option("--tokens-per-day", default=None, metavar="N", help="Change this limit only.")
 @click.option("--cost-per-hour", default=None, metavar="X", help="Change this limit only.")
@@ -226,7 +229,8 @@ def _limit(option: str, text: str | None, kind: type[int] | type[float]) -> int 
 @click.pass_context
 def budget(
     ctx: click.Context,
-    agent: str,
+    agent: str | None,
+    shared: str | None,
     tokens_per_hour: str | None,
     tokens_per_day: str | None,
     cost_per_hour: str | None,
@@ -234,11 +238,14 @@ def budget(
     reset: bool,
 ) -> None:
     """Show AGENT's budget in force and where each limit comes from (spec or stored), or
-    change only the limits given (--reset: back to the spec's); parked runs that now fit go on."""
+    change only the limits given (--reset: back to the spec's); parked runs that now fit go on.
+    With --shared NAME instead: the budget the agents naming NAME in their spec share."""
     from ..agent.budgets import describe
     from ..server import operations as ops
     from .main import act, get_app, operator
 
+    if (agent is None) == (shared is None):
+        raise PerdureError("budget: name one AGENT, or --shared NAME")
     changes = {
         "tokens_per_hour": _limit("--tokens-per-hour", tokens_per_hour, int),
         "tokens_per_day": _limit("--tokens-per-day", tokens_per_day, int),
@@ -248,6 +255,10 @@ def budget(
     if reset and any(v is not None for v in changes.values()):
         raise PerdureError("budget: --reset goes alone (it returns every limit to the spec's)")
     app = get_app(ctx, existing=True)
+    if shared is not None:
+        _shared_budget(app, shared, changes, reset)
+        return
+    assert agent is not None
     woken = None
     if reset or any(v is not None for v in changes.values()):
         woken = act(app, ops.set_budget(app, operator(), agent, changes, reset=reset), "budget")
@@ -259,11 +270,42 @@ def budget(
         limit = "none" if value["limit"] is None else _number(value["limit"])
         rows.append([name, limit, value["from"], _number(used)])
     render.echo(render.table(rows, ["LIMIT", "IN FORCE", "FROM", "SPENT (RESERVED COUNTED)"]))
+    if shown["shared"]:
+        render.echo(f"also held to the shared budget {render.shown(shown['shared'])} "
+                    f"(perdure budget --shared {render.shown(shown['shared'])})")  # fmt: skip
     if shown["parked"]:
         render.echo(f"{shown['parked']} run(s) parked for budget")
     if woken is not None:
         render.echo(f"{render.shown(agent)}: budget {'reset to the spec' if reset else 'changed'}; "
                    f"{woken} parked run(s) woken")  # fmt: skip
+
+
+def _shared_budget(app: Any, name: str, changes: dict[str, Any], reset: bool) -> None:
+    """`perdure budget --shared NAME [limits]`: change only the limits given, then show them
+    with what its agents spent and which agents share it."""
+    from ..agent.budgets import describe_shared
+    from ..server import operations as ops
+    from .main import act, operator
+
+    woken = None
+    if reset or any(v is not None for v in changes.values()):
+        woken = act(app, ops.set_shared_budget(app, operator(), name, changes, reset=reset),
+                    "budget")  # fmt: skip
+    shown = app.sync(describe_shared(app, name), "budget")
+    rows = []
+    for limit_name, value in shown["limits"].items():
+        window = limit_name.rsplit("_", 1)[1]
+        used = shown["spent"][window]["tokens" if limit_name.startswith("tokens") else "cost"]
+        limit = "none" if value is None else _number(value)
+        rows.append([limit_name, limit, _number(used)])
+    render.echo(render.table(rows, ["LIMIT", "SHARED", "SPENT (RESERVED COUNTED)"]))
+    agents = ", ".join(render.shown(a) for a in shown["agents"]) or "none yet"
+    render.echo(f"shared by: {agents}")
+    if shown["parked"]:
+        render.echo(f"{shown['parked']} run(s) parked for budget")
+    if woken is not None:
+        what = "limits forgotten" if reset else "changed"
+        render.echo(f"shared {render.shown(name)}: {what}; {woken} parked run(s) woken")
 
 
 COMMANDS = (validate, run_spec, agent_cmd, usage, budget)

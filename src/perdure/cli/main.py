@@ -211,7 +211,12 @@ def cancel(ctx: click.Context, run_id: str) -> None:
 
 
 def _whole(
-    ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None, on: bool
+    ctx: click.Context,
+    run_id: str | None,
+    workflow: str | None,
+    worker: str | None,
+    on: bool,
+    now: bool = False,
 ) -> str | None:
     """Pause or resume a whole workflow or worker; None when a single run was named."""
     named = [x for x in (run_id, workflow, worker) if x]
@@ -222,8 +227,8 @@ def _whole(
     app = get_app(ctx, existing=True)
     scope, name = ("workflow", workflow) if workflow else ("worker", worker)
     assert name is not None
-    changed = act(app, ops.set_pause(app, operator(), scope, name, on), "pause")
-    verb = "paused" if on else "resumed"
+    changed = act(app, ops.set_pause(app, operator(), scope, name, on, now=now), "pause")
+    verb = ("paused, calls in flight aborted" if now else "paused") if on else "resumed"
     return f"{scope} {name}: {verb}" + ("" if changed else " (already)")
 
 
@@ -231,13 +236,17 @@ def _whole(
 @click.argument("run_id", required=False)
 @click.option("--workflow", default=None, help="Pause every run of this workflow.")
 @click.option("--worker", default=None, help="Pause a worker (its id) or all of a host's.")
+@click.option("--now", is_flag=True, help="Abort model and tool calls in flight that allow it.")
 @click.pass_context
-def pause(ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None) -> None:
-    """Pause a run, a workflow or a worker (at once if parked, at the next step if running)."""
-    whole = _whole(ctx, run_id, workflow, worker, True)
+def pause(
+    ctx: click.Context, run_id: str | None, workflow: str | None, worker: str | None, now: bool
+) -> None:
+    """Pause a run, a workflow or a worker (at once if parked, at the next step if running;
+    --now: abort the calls in flight that allow it, journaled aborted, re-run on resume)."""
+    whole = _whole(ctx, run_id, workflow, worker, True, now)
     if whole is None:
         app = get_app(ctx, existing=True)
-        whole = act(app, ops.pause(app, operator(), run_id or ""), "pause")
+        whole = act(app, ops.pause(app, operator(), run_id or "", now=now), "pause")
     render.echo(whole)
 
 

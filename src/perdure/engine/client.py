@@ -367,19 +367,24 @@ class Client:
         await self.runtime.open_store()
         return {name for scope, name, _ in await self.store.list_pauses() if scope == "workflow"}
 
-    async def set_pause(self, scope: str, name: str, paused: bool) -> bool:
+    async def set_pause(self, scope: str, name: str, paused: bool, now: bool = False) -> bool:
         """Pause or resume a whole workflow or worker (id, or host for all its workers).
 
         Paused: its runs are not claimed, whatever their state (a sleeping or waiting
         run keeps its timer or event for later), and running ones stop at their next
-        step and are handed back, keeping their state. Resumed: they go on where they
+        step and are handed back, keeping their state; with `now`, their abortable calls
+        in flight are cut off first (engine/aborts.py). Resumed: they go on where they
         were. Runs held in this process are reached at once, others at their worker's
         next heartbeat (at most a second while busy).
         """
+        from . import aborts
+
         if not name:
             raise ConfigError(f"pause: name the {scope}")
         await self.runtime.open_store()
-        changed = await self.store.set_pause(scope, name, paused, self.runtime.clock.now())
+        changed = await self.store.set_pause(
+            scope, name, paused, self.runtime.clock.now(), abort=paused and now
+        )
         if paused:
             host = socket.gethostname()  # the runs held in this process run on this host
             for ctx in list(self.runtime.active.values()):
@@ -387,6 +392,8 @@ class Client:
                     scope == "worker" and name in (ctx.worker_id, host)
                 ):
                     ctx.hold_requested = True
+                    if now:
+                        aborts.request(ctx, True)
         self.runtime.notify()
         return changed
 
@@ -402,7 +409,12 @@ class Client:
         self.runtime.notify()
         return (await self.get(run_id)).status
 
-    async def pause(self, run_id: str) -> str:
+    async def pause(self, run_id: str, now: bool = False) -> str:
+        """Pause a run: at once if parked, at its next step if running; with `now`, its
+        abortable calls in flight are cut off first (journaled aborted, re-run on resume
+        under their effect's rule)."""
+        from . import aborts
+
         run = await self.get(run_id)
         if run.status in (PENDING, SLEEPING, WAITING):
             await self._operator(
@@ -410,11 +422,14 @@ class Client:
             )
         elif run.status == RUNNING:
             await self._operator(
-                run, "run.pause_requested", fields={"pause_requested": 1}, expect=(RUNNING,)
-            )
+                run, "run.pause_requested", data='{"now":true}' if now else None,
+                fields={"pause_requested": 2 if now else 1}, expect=(RUNNING,),
+            )  # fmt: skip
             ctx = self.runtime.active.get(run_id)
             if ctx is not None:  # held by a worker in this process: stop at its next step
                 ctx.pause_requested = True
+                if now:
+                    aborts.request(ctx, True)
         elif run.status != PAUSED:
             raise PerdureError(f"run {run_id!r} is {run.status}; it cannot be paused")
         return (await self.get(run_id)).status
@@ -558,8 +573,9 @@ class Client:
         status: str | None = None,
         fields: dict[str, Any] | None = None,
         expect: Sequence[str] | None = None,
+        data: str | None = None,
     ) -> None:
-        entry = Entry(kind=kind, at=self.runtime.clock.now())
+        entry = Entry(kind=kind, data=data, at=self.runtime.clock.now())
         await self._append(run, [entry], status, fields or {}, expect)
 
     async def _append(

@@ -135,6 +135,7 @@ class RunContext:
         self.closed = False
         self.released = False  # a write of this execution gave the lease up (parked, ended)
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
+        self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
         self.check_only = False  # replay-check: never execute, stop at the journal's end
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
 
@@ -500,8 +501,21 @@ class RunContext:
     async def suspend(
         self, status: str, reason: str, *entries: Entry, fields: dict[str, Any] | None = None
     ) -> RunSuspended:
-        """Commit a parked state, hand the lease back, and return the signal to unwind with."""
-        await self.settle_inflight()
+        """Commit a parked state, hand the lease back, and return the signal to unwind with.
+        Two sibling steps may park the run at once (two calls aborted by `pause --now`): the
+        first waits for the other, which parks it; the first then only adds its entries."""
+        me = asyncio.current_task()
+        if me is not None:
+            self.suspending.add(me)
+        try:
+            await self.settle_inflight()
+        finally:
+            if me is not None:
+                self.suspending.discard(me)
+        if self.closed:  # parked by a sibling meanwhile: the run stays as that one left it
+            if entries:
+                await self.write(*entries)
+            return RunSuspended(reason)
         wake_at = (fields or {}).get("wake_at")
         deadline = self.run.deadline_at
         if (
@@ -525,7 +539,8 @@ class RunContext:
     async def settle_inflight(self) -> None:
         """Let sibling steps started with asyncio.gather record their outcomes first."""
         me = asyncio.current_task()
-        pending = [f for f, task in self.inflight.items() if task is not me and not f.done()]
+        pending = [f for f, task in self.inflight.items()
+                   if task is not me and task not in self.suspending and not f.done()]  # fmt: skip
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 

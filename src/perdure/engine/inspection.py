@@ -109,7 +109,8 @@ def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
         recovery = RECOVERY.get(effect, "re-run")
         if effect == "once":
             recovery = "not re-run: run goes to needs_attention (stopped, not crashed)"
-        return ("stopped while executing", str(data.get("reason", "")), recovery)
+        state = "aborted (pause --now)" if data.get("aborted") else "stopped while executing"
+        return (state, str(data.get("reason", "")), recovery)
     if last.kind in ("step.attempt_failed", "step.retry"):
         data = _load(last.data) or {}
         error = (data.get("error") or {}).get("message", "")

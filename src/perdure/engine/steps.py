@@ -24,7 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ParkRun, PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
 from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
-from . import effects, observers
+from . import aborts, effects, observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .peers import SILENT_AFTER, how_lost
@@ -373,6 +373,11 @@ async def _attempt(
         ctx.executing.pop(pos, None)
         observers.step_finished(ctx, info, started, stop)
         raise
+    except aborts.CallAborted as aborted:  # pause --now: journaled, then recovered by effect
+        ctx.executing.pop(pos, None)
+        observers.step_finished(ctx, info, started, aborted)
+        await ctx.write(aborts.stopped_entry(ctx, info, aborted))
+        return await run_step(ctx, step, pos, args, kwargs)
     except BaseException as exc:
         ctx.executing.pop(pos, None)  # the caller records the failure before any await
         if not isinstance(exc, Exception):

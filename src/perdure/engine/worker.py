@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from ..errors import ConfigError, PerdureError, StoreError
 from ..store.base import CANCELLING, Claim
-from . import observers
+from . import aborts, observers
 from .client import Client
 from .clock import MAX_SKEW, Clock, SystemClock, follow_server
 from .context import RunContext, SimulatedCrash
@@ -456,6 +456,7 @@ class Worker:
                 continue
             ctx.pause_requested = state.pause_requested
             ctx.hold_requested = ctx.hold_requested or state.hold
+            aborts.request(ctx, state.abort)  # pause --now: cut off its abortable calls
             if state.status == CANCELLING:
                 ctx.request_cancel()
 

@@ -54,6 +54,7 @@ from .validation import (
     IdRoute,
     IdsQuery,
     IntQuery,
+    PauseRun,
     PutBudget,
     PutSchedule,
     Query,
@@ -297,7 +298,8 @@ def _run_action(action: str) -> Handler:
     async def act(call: Call) -> Any:
         run_id = call.path("run_id")
         comment = call.body.comment
-        status = await ops.operate(call.app, call.actor, action, run_id, comment)
+        now = bool(getattr(call.body, "now", False))  # pause's body may say now
+        status = await ops.operate(call.app, call.actor, action, run_id, comment, now=now)
         return {"run_id": run_id, "status": status}
 
     act.__name__ = f"{action}_run"
@@ -483,7 +485,7 @@ async def list_pauses(call: Call) -> Any:
 async def set_pause(call: Call) -> Any:
     body: SetPause = call.body
     changed = await ops.set_pause(
-        call.app, call.actor, body.scope, body.name, body.paused, body.comment
+        call.app, call.actor, body.scope, body.name, body.paused, body.comment, now=body.now
     )
     return {"scope": body.scope, "name": body.name, "paused": body.paused, "changed": changed}
 
@@ -544,6 +546,35 @@ async def put_budget(call: Call) -> Any:
     return {**await _budget_json(call.app, agent), "woken": woken}
 
 
+async def _shared_json(app: App, name: str) -> dict[str, Any]:
+    """A shared budget as `perdure budget --shared` shows it; 404 for one nobody names."""
+    from ..agent.budgets import UnknownAgent, describe_shared
+
+    try:
+        return await describe_shared(app, name)
+    except UnknownAgent as exc:
+        raise BadInput(404, str(exc), "shared") from None
+
+
+async def get_shared_budget(call: Call) -> Any:
+    await call.app.open_store()
+    return await _shared_json(call.app, call.path("shared"))
+
+
+@audits("budget.set")
+async def put_shared_budget(call: Call) -> Any:
+    body: PutBudget = call.body
+    name = call.path("shared")
+    from ..agent.budgets import UnknownAgent
+
+    changes = body.model_dump(exclude={"reset"})
+    try:  # refused for an unknown shared budget inside the audited operation
+        woken = await ops.set_shared_budget(call.app, call.actor, name, changes, reset=body.reset)
+    except UnknownAgent as exc:
+        raise BadInput(404, str(exc), "shared") from None
+    return {**await _shared_json(call.app, name), "woken": woken}
+
+
 async def audit(call: Call) -> Any:
     target, run = TARGET.read(call.request), AUDIT_RUN.read(call.request)
     actor = ACTOR.read(call.request)
@@ -595,8 +626,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              errors=(404,)),
     Endpoint("POST", f"{R}/cancel", _run_action("cancel"), "operate",
              "Cancel a run and its children", body=Comment, returns="Status", errors=(404,)),
-    Endpoint("POST", f"{R}/pause", _run_action("pause"), "operate", "Pause a run",
-             body=Comment, returns="Status", errors=(404, 409)),
+    Endpoint("POST", f"{R}/pause", _run_action("pause"), "operate",
+             "Pause a run (now: abort its calls in flight that allow it)", body=PauseRun,
+             returns="Status", errors=(404, 409)),
     Endpoint("POST", f"{R}/resume", _run_action("resume"), "operate",
              "Resume a paused run, or replay a dead one", body=Comment, returns="Status",
              errors=(404, 409)),
@@ -651,6 +683,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Change only the limits given of an agent's budget (reset: back to the spec's); "
              "as many parked runs as now fit continue",
              body=PutBudget, returns="BudgetSet"),
+    Endpoint("GET", f"{PREFIX}/budgets/shared/{{shared}}", get_shared_budget, "read",
+             "A budget agents share ([budget] shared = NAME in their specs): its limits, what "
+             "its agents spent this hour and day, which agents share it, runs parked",
+             returns="SharedBudget", errors=(404,)),
+    Endpoint("PUT", f"{PREFIX}/budgets/shared/{{shared}}", put_shared_budget, "admin",
+             "Change only the limits given of a shared budget (reset: forget them); as many "
+             "parked runs of its agents as now fit continue",
+             body=PutBudget, returns="SharedBudgetSet", errors=(404,)),
     Endpoint("GET", f"{PREFIX}/audit", audit, "read", "The audit log, newest first",
              params=(TARGET, AUDIT_RUN, ACTOR, AUDIT_SINCE, LIMIT, AUDIT_CURSOR),
              returns="AuditPage"),
@@ -691,7 +731,7 @@ async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
     return JSONResponse(result, status_code=endpoint.status)
 
 
-_TARGETS = (("run_id", "run"), ("name", "schedule"), ("agent", "agent"))
+_TARGETS = (("run_id", "run"), ("name", "schedule"), ("agent", "agent"), ("shared", "shared"))
 
 
 async def _audit_refusal(

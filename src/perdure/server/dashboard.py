@@ -470,6 +470,7 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         "cancel": run.status not in FINISHED,
         "pause": run.status in ("pending", "running", "sleeping", "waiting")
         and not run.pause_requested,
+        "pause_now": run.status == "running",  # its calls in flight are aborted
         "resume": run.status in ("paused", "dead") or run.pause_requested,
     }
     last = await app.store.stream_last(run.id)
@@ -491,7 +492,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
 
 @action
 async def run_action(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
-    """cancel | pause | resume a run, or retry | fail one of its needs_attention steps."""
+    """cancel | pause | pause_now | resume a run, or retry | fail one of its needs_attention
+    steps."""
     run_id, verb = form.get("run_id", ""), form.get("action", "")
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
@@ -500,6 +502,9 @@ async def run_action(request: Request, app: App, who: Principal, form: dict[str,
         options = {"step": step, verb: True}
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
         return back(request, target, f"Step {step}: {verb} requested; the run is {status}.")
+    if verb == "pause_now":  # abort the calls in flight that allow it, then pause
+        status = await operations.operate(app, who, "pause", run_id, comment, now=True)
+        return back(request, target, f"Pause now: calls in flight aborted; the run is {status}.")
     if verb not in ("cancel", "pause", "resume"):
         raise PerdureError(f"unknown action {verb!r}")
     status = await operations.operate(app, who, verb, run_id, comment)
@@ -626,7 +631,33 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
                 day[1] += u.cost
         days = [(day, int(t), c) for day, (t, c) in sorted(per_day.items())]
         agents.append({"name": name, "gauges": gauges, "chart": usage_bars(days)})
-    return await render(request, who, "agents.html", agents=agents)
+    return await render(request, who, "agents.html", agents=agents,
+                        shared=await _shared_gauges(app))  # fmt: skip
+
+
+async def _shared_gauges(app: App) -> list[dict[str, Any]]:
+    """Each budget agents share ([budget] shared = NAME): spent against its limits this hour
+    and day, and which agents share it."""
+    from ..agent.budgets import describe_shared
+
+    names = set()
+    for _, text in await app.store.declared_agents():
+        spec = _json(text)
+        shared = spec.get("shared") if isinstance(spec, dict) else None
+        if isinstance(shared, str):
+            names.add(shared)
+    found = []
+    for name in sorted(names):
+        shown = await describe_shared(app, name)
+        gauges = []
+        for window in ("hour", "day"):
+            spent, limits = shown["spent"][window], shown["limits"]
+            gauges.append(_gauge(f"tokens this {window}", spent["tokens"],
+                                 limits[f"tokens_per_{window}"], "{:,.0f}"))  # fmt: skip
+            gauges.append(_gauge(f"cost this {window}", spent["cost"],
+                                 limits[f"cost_per_{window}"], "{:.4f}"))  # fmt: skip
+        found.append({"name": name, "gauges": gauges, "agents": shown["agents"]})
+    return found
 
 
 def _gauge(label: str, used: float, limit: float | None, fmt: str) -> dict[str, Any]:

@@ -83,7 +83,9 @@ _BUDGET = dict(agent=STR, budget={"anyOf": [_LIMITS, {"type": "null"}]},
                in_force=_obj("tokens_per_hour tokens_per_day cost_per_hour cost_per_day",
                              tokens_per_hour=_IN_FORCE_LIMIT, tokens_per_day=_IN_FORCE_LIMIT,
                              cost_per_hour=_IN_FORCE_LIMIT, cost_per_day=_IN_FORCE_LIMIT),
-               spent=_obj("hour day", hour=_SPENT, day=_SPENT), parked=INT)
+               spent=_obj("hour day", hour=_SPENT, day=_SPENT), parked=INT, shared=OPT_STR)
+_SHARED = dict(shared=STR, limits=_LIMITS, spent=_obj("hour day", hour=_SPENT, day=_SPENT),
+               agents=_array(STR), parked=INT)
 
 _JSON = _ref("JsonValue")
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -168,6 +170,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "Budget": _obj("agent budget in_force spent parked", **_BUDGET),
     "BudgetSet": _obj("agent budget in_force spent parked woken", **_BUDGET, woken=INT),
+    "SharedBudget": _obj("shared limits spent agents parked", **_SHARED),
+    "SharedBudgetSet": _obj("shared limits spent agents parked woken", **_SHARED, woken=INT),
     "AuditPage": _obj(
         "entries next_cursor", next_cursor=OPT_STR,
         entries=_array(_obj(

@@ -169,9 +169,11 @@ async def cancel(app: App, who: Principal, run_id: str, comment: str = "") -> st
     return await perform(app, who, action, lambda: app.client.cancel(run_id))
 
 
-async def pause(app: App, who: Principal, run_id: str, comment: str = "") -> str:
-    action = Action("run.pause", f"run:{run_id}", "operate", {"comment": comment})
-    return await perform(app, who, action, lambda: app.client.pause(run_id))
+async def pause(app: App, who: Principal, run_id: str, comment: str = "", now: bool = False) -> str:
+    """Pause a run (`now`: abort its calls in flight that allow it); returns its status."""
+    detail: dict[str, Any] = {"comment": comment, **({"now": True} if now else {})}
+    action = Action("run.pause", f"run:{run_id}", "operate", detail)
+    return await perform(app, who, action, lambda: app.client.pause(run_id, now=now))
 
 
 async def resume(app: App, who: Principal, run_id: str, comment: str = "") -> str:
@@ -257,16 +259,26 @@ async def emit(
 
 
 async def set_pause(
-    app: App, who: Principal, scope: str, name: str, paused: bool, comment: str = ""
+    app: App,
+    who: Principal,
+    scope: str,
+    name: str,
+    paused: bool,
+    comment: str = "",
+    now: bool = False,
 ) -> bool:
-    """Pause or resume a whole workflow or worker; False if it already was."""
+    """Pause or resume a whole workflow or worker (`now`: abort the calls in flight that
+    allow it); False if it already was."""
     verb = "pause" if paused else "resume"
-    action = Action(f"{scope}.{verb}", f"{scope}:{name}", "operate", {"comment": comment})
+    detail: dict[str, Any] = {"comment": comment, **({"now": True} if now and paused else {})}
+    action = Action(f"{scope}.{verb}", f"{scope}:{name}", "operate", detail)
 
     async def do() -> bool:
         if scope not in ("workflow", "worker"):
             raise PerdureError(f"pause: scope {scope!r}: use workflow or worker")
-        return await app.client.set_pause(scope, name, paused)
+        if now and not paused:
+            raise PerdureError("pause: now goes with a pause, not a resume")
+        return await app.client.set_pause(scope, name, paused, now=now)
 
     return await perform(app, who, action, do, lambda changed: action.with_detail(changed=changed))
 
@@ -289,7 +301,7 @@ async def operate(
     if action == "cancel":
         return await cancel(app, who, run_id, comment)
     if action == "pause":
-        return await pause(app, who, run_id, comment)
+        return await pause(app, who, run_id, comment, now=bool(options.get("now")))
     if action == "resume":
         return await resume(app, who, run_id, comment)
     if action == "resolve":
@@ -367,6 +379,34 @@ async def set_budget(
             )
         stored = await app.store.get_budget(agent)
         return await budgets.set_budget(app, agent, budgets.merged(agent, stored, given))
+
+    return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
+
+
+async def set_shared_budget(
+    app: App, who: Principal, name: str, changes: dict[str, Any], *, reset: bool = False
+) -> int:
+    """Change only the limits in `changes` (None: unchanged) of a shared budget some agent's
+    spec names (or one already stored), or with `reset` forget them; wakes the parked runs
+    of its agents that now fit and returns how many."""
+    from ..agent import budgets
+
+    given = {k: v for k, v in changes.items() if v is not None}
+    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
+    action = Action("budget.set", f"shared:{name}", "admin", detail)
+
+    async def do() -> int:
+        await app.open_store()
+        await budgets.known_shared(app, name)  # an unknown shared budget is refused
+        if reset:
+            return await budgets.set_shared(app, name, None)
+        if not given:
+            raise PerdureError(
+                f"budget --shared {name}: give a limit to change (--tokens-per-hour, "
+                "--tokens-per-day, --cost-per-hour, --cost-per-day) or --reset"
+            )
+        stored = await app.store.get_shared_budget(name)
+        return await budgets.set_shared(app, name, budgets.merged_shared(name, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
 

@@ -285,18 +285,27 @@ class PutBudget(Body):
     reset: bool = False
 
 
+class PauseRun(Comment):
+    """Pause a run; `now`: abort its model and tool calls in flight that allow it."""
+
+    now: bool = False
+
+
 class SetPause(Comment):
-    """Pause (or resume) every run of a workflow, or a worker (by id, or all of a host)."""
+    """Pause (or resume) every run of a workflow, or a worker (by id, or all of a host);
+    `now` (with a pause): abort their model and tool calls in flight that allow it."""
 
     scope: Literal["workflow", "worker"]
     name: Name
     paused: bool = True
+    now: bool = False
 
 
 M = TypeVar("M", bound=Body)
 
 BODIES: tuple[type[Body], ...] = (
     StartRun, Comment, Resolve, Fork, SendEvent, Answer, PutSchedule, PutBudget, SetPause,
+    PauseRun,
 )  # fmt: skip
 
 
@@ -363,8 +372,10 @@ async def parse_body(request: Request, model: type[M]) -> M:
 
 
 # The path parameters of the API, the pattern each meets and its most characters.
-PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME}
-PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME}
+PATH_PARAMS = {"run_id": NAME, "call_id": NAME, "name": SCHEDULE_NAME, "agent": NAME,
+               "shared": NAME}  # fmt: skip
+PATH_MOST = {"run_id": MAX_TEXT, "call_id": MAX_TEXT, "name": MAX_NAME, "agent": MAX_NAME,
+             "shared": MAX_NAME}  # fmt: skip
 
 
 def text_param(

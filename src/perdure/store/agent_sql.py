@@ -31,6 +31,7 @@ class UsageRow:
     output_tokens: int
     cost: float
     at: float
+    pool: str | None = None  # the shared budget the call counted against
 
 
 @dataclass(slots=True)
@@ -38,6 +39,18 @@ class Budget:
     """An agent's spending limits per rolling window (None: no limit)."""
 
     agent: str
+    tokens_per_hour: int | None = None
+    tokens_per_day: int | None = None
+    cost_per_hour: float | None = None
+    cost_per_day: float | None = None
+
+
+@dataclass(slots=True)
+class SharedBudget:
+    """A budget several agents share (their specs' `[budget] shared = NAME`), per rolling
+    window (None: no limit)."""
+
+    name: str
     tokens_per_hour: int | None = None
     tokens_per_day: int | None = None
     cost_per_hour: float | None = None
@@ -60,16 +73,19 @@ class Reservation:
     cost: float
     state: str
     at: float
+    pool: str | None = None  # the shared budget it is held against too
 
 
 @dataclass(slots=True)
 class Limit:
-    """One budget a call is held to: `window` seconds back (None: the whole run of `run_id`)."""
+    """One budget a call is held to: `window` seconds back (None: the whole run of `run_id`),
+    of the agent's calls, or of every call counted against the shared budget `pool`."""
 
     what: str  # how the refusal names it, e.g. "this day", "run limit"
     window: float | None
     tokens: int | None = None
     cost: float | None = None
+    pool: str | None = None
 
 
 @dataclass(slots=True)
@@ -108,10 +124,28 @@ def record_usage(conn: Db, u: UsageRow) -> bool:
     """Record a call's usage once; False if this (run, position) was already recorded."""
     cur = conn.execute(
         "INSERT INTO agent_usage (run_id, position, agent, model, input_tokens, output_tokens, "
-        "cost, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, position) DO NOTHING",
-        (u.run_id, u.position, u.agent, u.model, u.input_tokens, u.output_tokens, u.cost, u.at),
-    )
+        "cost, at, pool) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run_id, position) DO NOTHING",
+        (u.run_id, u.position, u.agent, u.model, u.input_tokens, u.output_tokens, u.cost, u.at,
+         u.pool),
+    )  # fmt: skip
     return cur.rowcount == 1
+
+
+def pool_spent(conn: Db, pool: str, since: float) -> tuple[int, float]:
+    """Tokens and cost every agent sharing `pool` spent since `since`, held reservations
+    counted at their estimate."""
+    row = conn.execute(
+        "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
+        "FROM agent_usage WHERE pool = ? AND at >= ?",
+        (pool, since),
+    ).fetchone()
+    held = conn.execute(
+        "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
+        "WHERE pool = ? AND at >= ?",
+        (pool, since),
+    ).fetchone()
+    return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
 
 
 def spent(conn: Db, agent: str, since: float) -> tuple[int, float]:
@@ -145,18 +179,21 @@ def run_spent(conn: Db, run_id: str) -> tuple[int, float]:
     return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
 
 
-def _lock_agent(conn: Db, agent: str) -> None:
-    """Serialise reservations of one agent until the transaction ends (SQLite: its single
-    writer already does; PostgreSQL: a transaction-scoped advisory lock)."""
+def _lock(conn: Db, key: str) -> None:
+    """Serialise reservations against one budget until the transaction ends (SQLite: its
+    single writer already does; PostgreSQL: a transaction-scoped advisory lock). The agent's
+    is taken before its shared budget's, always in that order: no two wait on each other."""
     if conn.dialect == "postgres":
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"perdure.budget:{agent}",))
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"perdure.budget:{key}",))
 
 
 def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusal | None:
     """Hold `r` against every limit, or refuse (nothing held; a window refusal puts the run
     in the agent's queue of parked runs). Earlier attempts of the same call still held were
     cut off: they stay counted, marked outcome unknown. `r.attempt` is set here."""
-    _lock_agent(conn, r.agent)
+    _lock(conn, r.agent)
+    if r.pool is not None:
+        _lock(conn, f"shared:{r.pool}")
     conn.execute(
         "UPDATE agent_reservations SET state = 'unknown' WHERE run_id = ? AND position = ? "
         "AND state = 'open'",
@@ -165,6 +202,8 @@ def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusa
     for limit in limits:
         if limit.window is None:
             used_tokens, used_cost = run_spent(conn, r.run_id)
+        elif limit.pool is not None:
+            used_tokens, used_cost = pool_spent(conn, limit.pool, now - limit.window)
         else:
             used_tokens, used_cost = spent(conn, r.agent, now - limit.window)
         over_tokens = limit.tokens is not None and used_tokens + r.tokens > limit.tokens
@@ -187,9 +226,9 @@ def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusa
     r.attempt, r.state, r.at = int(row[0]) + 1, "open", now
     conn.execute(
         "INSERT INTO agent_reservations (run_id, position, attempt, agent, tier, model, tokens, "
-        "cost, state, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "cost, state, at, pool) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (r.run_id, r.position, r.attempt, r.agent, r.tier, r.model, r.tokens, r.cost, r.state,
-         r.at),
+         r.at, r.pool),
     )  # fmt: skip
     conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (r.run_id,))
     return None
@@ -204,11 +243,12 @@ def _free_at(conn: Db, r: Reservation, limit: Limit, now: float) -> float | None
     ):
         return None
     since = now - limit.window
+    column, key = ("pool", limit.pool) if limit.pool is not None else ("agent", r.agent)
     rows = conn.execute(
-        "SELECT at, input_tokens + output_tokens, cost FROM agent_usage WHERE agent = ? "
+        f"SELECT at, input_tokens + output_tokens, cost FROM agent_usage WHERE {column} = ? "
         "AND at >= ? UNION ALL SELECT at, tokens, cost FROM agent_reservations "
-        "WHERE agent = ? AND at >= ? ORDER BY 1",
-        (r.agent, since, r.agent, since),
+        f"WHERE {column} = ? AND at >= ? ORDER BY 1",
+        (key, since, key, since),
     ).fetchall()
     tokens = sum(int(x[1]) for x in rows)
     cost = sum(float(x[2]) for x in rows)
@@ -262,12 +302,12 @@ def reservations(conn: Db, agent: str | None, since: float) -> list[Reservation]
         where += " AND agent = ?"
         params.append(agent)  # type: ignore[arg-type]
     rows = conn.execute(
-        "SELECT run_id, position, attempt, agent, tier, model, tokens, cost, state, at "
+        "SELECT run_id, position, attempt, agent, tier, model, tokens, cost, state, at, pool "
         f"FROM agent_reservations WHERE {where} ORDER BY at, run_id, position, attempt",
         params,
     ).fetchall()
     return [Reservation(r[0], int(r[1]), int(r[2]), r[3], r[4], r[5], int(r[6]), float(r[7]),
-                        r[8], float(r[9])) for r in rows]  # fmt: skip
+                        r[8], float(r[9]), r[10]) for r in rows]  # fmt: skip
 
 
 def parked(conn: Db, agent: str) -> list[tuple[str, int, float]]:
@@ -289,7 +329,7 @@ def usage(conn: Db, agent: str | None, since: float) -> list[UsageRow]:
         where += " AND agent = ?"
         params.append(agent)  # type: ignore[arg-type]
     rows = conn.execute(
-        "SELECT run_id, position, agent, model, input_tokens, output_tokens, cost, at "
+        "SELECT run_id, position, agent, model, input_tokens, output_tokens, cost, at, pool "
         f"FROM agent_usage WHERE {where} ORDER BY at, run_id, position",
         params,
     ).fetchall()
@@ -316,6 +356,41 @@ def put_budget(conn: Db, b: Budget, now: float) -> None:
         (b.agent, b.tokens_per_hour, b.tokens_per_day, b.cost_per_hour, b.cost_per_day, now),
     )
     conn.notify()
+
+
+def get_shared_budget(conn: Db, name: str) -> SharedBudget | None:
+    row = conn.execute(
+        "SELECT name, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day "
+        "FROM budget_pools WHERE name = ?",
+        (name,),
+    ).fetchone()
+    return SharedBudget(*row) if row else None
+
+
+def put_shared_budget(conn: Db, b: SharedBudget, now: float) -> None:
+    check(b.name, "shared budget name")
+    conn.execute(
+        "INSERT INTO budget_pools (name, tokens_per_hour, tokens_per_day, cost_per_hour, "
+        "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
+        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
+        "updated_at = excluded.updated_at",
+        (b.name, b.tokens_per_hour, b.tokens_per_day, b.cost_per_hour, b.cost_per_day, now),
+    )
+    conn.notify()
+
+
+def clear_shared_budget(conn: Db, name: str) -> bool:
+    """Forget a shared budget's limits (its agents are held to none of it); False if none."""
+    cur = conn.execute("DELETE FROM budget_pools WHERE name = ?", (name,))
+    conn.notify()
+    return cur.rowcount == 1
+
+
+def declared_agents(conn: Db) -> list[tuple[str, str]]:
+    """Every agent a worker declared, with its spec budget (JSON)."""
+    rows = conn.execute("SELECT agent, budget FROM agent_specs ORDER BY agent").fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
 
 
 def declare_agent(conn: Db, agent: str, spec_budget: str, now: float) -> None:

@@ -292,6 +292,26 @@ MIGRATIONS: list[str] = [
         at      REAL NOT NULL
     )
     """,
+    # pause --now, and budgets shared across agents (issue 15). pauses.abort: a workflow or
+    # worker paused with `now` (a run's own is runs.pause_requested = 2): its workers cut
+    # off the abortable calls in flight. budget_pools: a named budget several agents share
+    # ([budget] shared = NAME in their specs), per rolling hour/day; the pool each call
+    # counts against is kept with its reservation and its usage.
+    """
+    ALTER TABLE pauses ADD COLUMN abort INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE budget_pools (
+        name            TEXT PRIMARY KEY,
+        tokens_per_hour INTEGER,
+        tokens_per_day  INTEGER,
+        cost_per_hour   REAL,
+        cost_per_day    REAL,
+        updated_at      REAL NOT NULL
+    );
+    ALTER TABLE agent_usage ADD COLUMN pool TEXT;
+    ALTER TABLE agent_reservations ADD COLUMN pool TEXT;
+    CREATE INDEX agent_usage_by_pool ON agent_usage (pool, at);
+    CREATE INDEX agent_reservations_by_pool ON agent_reservations (pool, at)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -266,7 +266,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at), "
         "last_append = COALESCE(CAST(? AS TEXT), last_append) "
         "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
-        "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested = 1)) "
+        "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested > 0)) "
         "RETURNING status, pause_requested, parent_id, next_seq",
         (
             count,
@@ -344,7 +344,7 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
         + "), f AS (UPDATE runs AS r SET next_seq = r.next_seq + v.n, "
         "last_append = COALESCE(v.key, r.last_append) FROM v "
         "WHERE r.id = v.run_id AND (v.epoch IS NULL OR r.lease_epoch = v.epoch) "
-        "AND NOT (v.stop = 1 AND (r.status = 'cancelling' OR r.pause_requested = 1)) "
+        "AND NOT (v.stop = 1 AND (r.status = 'cancelling' OR r.pause_requested > 0)) "
         "RETURNING r.id, r.status, r.pause_requested, r.next_seq - v.n AS first), "
         "e (run_id, i, position, kind, name, data, attempt, final, at, epoch, worker) AS (VALUES "
         + ", ".join(rows)
@@ -646,6 +646,8 @@ class _QueueGate:
 def heartbeat(
     conn: Conn, owner: str, run_ids: Sequence[str], lease_until: float
 ) -> list[LeaseState]:
+    """Renew leases; each held run's state: cancelled, pause asked (2: with `now`), held by
+    a paused workflow or worker (`abort`: paused with `now`)."""
     states: list[LeaseState] = []
     for start in range(0, len(run_ids), 500):
         chunk = run_ids[start : start + 500]
@@ -654,12 +656,12 @@ def heartbeat(
             f"AND status IN ('running', 'cancelling') RETURNING id, status, pause_requested",
             (lease_until, owner, *chunk),
         ).fetchall()
-        states.extend(LeaseState(r[0], r[1], bool(r[2])) for r in rows)
+        states.extend(LeaseState(r[0], r[1], bool(r[2]), abort=int(r[2]) == 2) for r in rows)
     if states:
-        stopped = _worker_paused(conn, owner)
-        rows = conn.execute("SELECT name FROM pauses WHERE scope = 'workflow'").fetchall()
-        paused = {r[0] for r in rows}
-        if stopped or paused:
+        stopped = _worker_pause(conn, owner)
+        rows = conn.execute("SELECT name, abort FROM pauses WHERE scope = 'workflow'").fetchall()
+        paused = {r[0]: bool(r[1]) for r in rows}
+        if stopped is not None or paused:
             ids = [s.run_id for s in states]
             workflows = dict(
                 conn.execute(
@@ -667,28 +669,40 @@ def heartbeat(
                 ).fetchall()
             )
             for state in states:
-                state.hold = stopped or workflows.get(state.run_id) in paused
+                workflow = workflows.get(state.run_id)
+                state.hold = stopped is not None or workflow in paused
+                state.abort = state.abort or bool(stopped) or paused.get(workflow, False)
     return states
 
 
 def _worker_paused(conn: Conn, owner: str) -> bool:
-    """Is this worker paused, by its id or by its host (ids are host:pid:random, or chosen:
-    then the worker registry knows the host)?"""
+    """Is this worker paused, by its id or by its host?"""
+    return _worker_pause(conn, owner) is not None
+
+
+def _worker_pause(conn: Conn, owner: str) -> bool | None:
+    """How this worker is paused, by its id or by its host (ids are host:pid:random, or
+    chosen: then the worker registry knows the host): None: not; True: with `now`."""
     host = owner.split(":", 1)[0]
     row = conn.execute(
-        "SELECT 1 FROM pauses WHERE scope = 'worker' AND (name IN (?, ?) "
+        "SELECT MAX(abort) FROM pauses WHERE scope = 'worker' AND (name IN (?, ?) "
         "OR name IN (SELECT host FROM workers WHERE id = ?))",
         (owner, host, owner),
     ).fetchone()
-    return row is not None
+    return None if row is None or row[0] is None else bool(row[0])
 
 
-def set_pause(conn: Conn, scope: str, name: str, paused: bool, now: float) -> bool:
-    """Pause or resume a workflow or a worker (id or host) everywhere; False if no change."""
+def set_pause(
+    conn: Conn, scope: str, name: str, paused: bool, now: float, abort: bool = False
+) -> bool:
+    """Pause or resume a workflow or a worker (id or host) everywhere; False if no change.
+    `abort`: paused with `now` (a pause without it does not take that back)."""
     if paused:
         cur = conn.execute(
-            "INSERT INTO pauses (scope, name, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (scope, name, now),
+            "INSERT INTO pauses (scope, name, at, abort) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (scope, name) DO UPDATE SET abort = 1 WHERE excluded.abort = 1 "
+            "AND pauses.abort = 0",
+            (scope, name, now, int(abort)),
         )
     else:
         cur = conn.execute("DELETE FROM pauses WHERE scope = ? AND name = ?", (scope, name))

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from ..errors import StoreError, StoreUnavailable
 from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
-from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, UsageRow
+from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, SharedBudget, UsageRow
 from .base import (
     Append,
     AppendResult,
@@ -740,8 +740,12 @@ class ThreadedStore:
     async def release(self, owner: str, run_ids: Sequence[str]) -> None:
         await self._call(lambda c: sqlops.release(c, owner, run_ids), write=True, inline=True)
 
-    async def set_pause(self, scope: str, name: str, paused: bool, now: float) -> bool:
-        return await self._call(lambda c: sqlops.set_pause(c, scope, name, paused, now), write=True)
+    async def set_pause(
+        self, scope: str, name: str, paused: bool, now: float, abort: bool = False
+    ) -> bool:
+        return await self._call(
+            lambda c: sqlops.set_pause(c, scope, name, paused, now, abort), write=True
+        )
 
     async def list_pauses(self) -> list[tuple[str, str, float]]:
         return await self._call(sqlops.list_pauses, write=False)
@@ -863,6 +867,21 @@ class ThreadedStore:
 
     async def budget_unpark(self, run_id: str) -> None:
         await self._call(lambda c: agent_sql.unpark(c, run_id), write=True)
+
+    async def pool_spent(self, pool: str, since: float) -> tuple[int, float]:
+        return await self._call(lambda c: agent_sql.pool_spent(c, pool, since), write=False)
+
+    async def get_shared_budget(self, name: str) -> SharedBudget | None:
+        return await self._call(lambda c: agent_sql.get_shared_budget(c, name), write=False)
+
+    async def put_shared_budget(self, budget: SharedBudget, now: float) -> None:
+        await self._call(lambda c: agent_sql.put_shared_budget(c, budget, now), write=True)
+
+    async def clear_shared_budget(self, name: str) -> bool:
+        return await self._call(lambda c: agent_sql.clear_shared_budget(c, name), write=True)
+
+    async def declared_agents(self) -> list[tuple[str, str]]:
+        return await self._call(lambda c: agent_sql.declared_agents(c), write=False)
 
     async def remember(
         self, agent: str, text: str, tags: str, run_id: str | None, now: float

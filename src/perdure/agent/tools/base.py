@@ -82,6 +82,7 @@ class Tool(ABC):
     destructive: bool = False
     gate: bool = False
     finish: bool = False
+    abortable: bool | None = None  # may `pause --now` cut a call off? (None: unless once)
 
     @abstractmethod
     def spec(self) -> ToolSpec:
@@ -103,6 +104,11 @@ class Tool(ABC):
         """Refuse (ToolRefused) a call outside the boundary before anything runs."""
         return None  # a tool that touches nothing outside has nothing to check
 
+    def may_abort(self, effect: ToolEffect) -> bool:
+        """Whether `pause --now` may cut off a call of this effect mid-flight: as declared,
+        else any but a `once` call (whose effect might be half done)."""
+        return self.abortable if self.abortable is not None else effect != "once"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} effect={self.effect}>"
 
@@ -121,8 +127,10 @@ class FunctionTool(Tool):
         gate: bool = False,
         finish: bool = False,
         guard: Guard | None = None,
+        abortable: bool | None = None,
     ) -> None:
         self.fn = fn
+        self.abortable = abortable
         self.name = name or fn.__name__
         if not _NAME.match(self.name):
             raise ConfigError(f"tool {self.name!r}: names are 1-64 of A-Z a-z 0-9 _ -")
@@ -183,6 +191,7 @@ def tool(
     gate: bool = False,
     finish: bool = False,
     guard: Guard | None = None,
+    abortable: bool | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -197,6 +206,7 @@ def tool(
     gate: bool = False,
     finish: bool = False,
     guard: Guard | None = None,
+    abortable: bool | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function (sync or async) into a Tool.
 
@@ -211,6 +221,9 @@ def tool(
         gate: The loop turns a call into a durable wait for a human (ask_human).
         finish: A call marks the agent's intent to complete.
         guard: A boundary check on the validated arguments, run before anything else.
+        abortable: Whether `perdure pause --now` may cut a call off mid-flight (default:
+            any call but a `once` one; a sync tool's thread is left to finish, its result
+            dropped). An aborted call is run again on resume under its effect's rule.
 
     Raises:
         ConfigError: a bad name or effect, or a parameter pydantic cannot describe.
@@ -226,6 +239,7 @@ def tool(
             gate=gate,
             finish=finish,
             guard=guard,
+            abortable=abortable,
         )
 
     return wrap(fn) if fn is not None else wrap
