@@ -9,7 +9,7 @@ import unicodedata
 import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from perdure.errors import ConfigError
@@ -83,6 +83,8 @@ def test_the_table_refuses_no_letter_digit_or_punctuation() -> None:
         ("sur\ud800", "U+D800 (a surrogate)"),
         (" lead", "starts with a space"),
         ("trail ", "ends with a space"),
+        (".", "cannot be reached by its URL"),
+        ("..", "a path segment '.' or '..' means here or up"),
         ("", "run id is empty"),
         ("x" * (MAX_RUN_ID + 1), f"is {MAX_RUN_ID + 1} characters long; at most {MAX_RUN_ID}"),
     ],
@@ -112,7 +114,7 @@ def test_names_are_bounded_tighter_than_run_ids() -> None:
     "value",
     ["hook:push:a1b2-c3", "sched:nightly:2026-12-01T09:00:00Z", "x/y@z", "Zürich-日本-Ελλάδα",
      "a b", "emoji-🚀", "ٱلعربية", "עברית", "C:\\path", "\ufffd", "pua-\ue000\U000f0000",
-     "a" * MAX_RUN_ID],
+     "...", ".a", "a.", "./.", "a" * MAX_RUN_ID],
 )  # fmt: skip
 def test_unusual_but_visible_ids_pass(value: str) -> None:
     """Letters of any script, punctuation, symbols, emoji and inner spaces are ids."""
@@ -148,6 +150,12 @@ def test_escape_shows_what_the_rule_refuses_and_keeps_only_what_it_is_told() -> 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
+@example(".")
+@example("..")
+@example("...")
+@example(". ")
+@example(".x")
+@example("x.")
 def test_the_rule_and_its_pattern_agree(value: str) -> None:
     """The OpenAPI pattern accepts exactly what the rule does (length aside), and an accepted
     value has no control, format, separator or surrogate character."""

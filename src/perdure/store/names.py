@@ -5,7 +5,8 @@ An id is shown on terminals, in pages and in logs, and is typed back to reach it
 holds visible characters only: no control characters (C0, C1, DEL), no format characters
 (bidirectional overrides and isolates, zero-width ones), no line or paragraph separators,
 no space but U+0020 and none at either end, no surrogates, none of Unicode's
-default-ignorable (invisible) ones; and it is bounded: a run id to
+default-ignorable (invisible) ones; it is not "." or ".." (a URL could not reach it); and it
+is bounded: a run id to
 `MAX_RUN_ID` characters (ids made from an event, delivery or schedule name plus a prefix fit),
 any other name to `MAX_NAME`. The refused characters are a fixed table (`REFUSED`), not the
 running Python's Unicode database, so what one perdure accepts every other reaches.
@@ -55,10 +56,13 @@ _BAD_CHAR = re.compile(f"[{_class(REFUSED)}]")
 # text holds one (the API refuses them apart) and patterns are read as Unicode scalars.
 REFUSED_CLASS = _class(tuple(r for r in REFUSED if r != (0xD800, 0xDFFF)))
 # The rule as a pattern (the length aside), for the OpenAPI document: no refused character,
-# and no space at either end.
+# and no space at either end, and not "." or ".." (the whole value).
 _OK = f"[^{REFUSED_CLASS}]"
 _OK_END = f"[^{REFUSED_CLASS} ]"
-PATTERN = f"^({_OK_END}({_OK}*{_OK_END})?)?$"  # no lookaround: generators and Rust regex read it
+_NO_DOT = f"[^{REFUSED_CLASS} .]"
+# one character, two, or more; no lookaround: generators and Rust regex read it
+PATTERN = f"^({_NO_DOT}|{_NO_DOT}{_OK_END}|\\.{_NO_DOT}|{_OK_END}{_OK}+{_OK_END})?$"
+DOT_SEGMENTS = (".", "..")  # a URL's "here" and "up": no id can be one, or no path reaches it
 
 
 class BadName(ConfigError, ValueError):
@@ -129,6 +133,9 @@ def problem(value: object, kind: str, limit: int = MAX_NAME) -> str | None:
     if value[0] == " " or value[-1] == " ":
         end = "starts" if value[0] == " " else "ends"
         return f"{kind} {_shown(value)} {end} with a space"
+    if value in DOT_SEGMENTS:
+        return (f"{kind} {_shown(value)} cannot be reached by its URL (a path segment '.' or "
+                "'..' means here or up); add another character")  # fmt: skip
     return None
 
 
@@ -141,7 +148,8 @@ def check(value: object, kind: str, limit: int = MAX_NAME) -> str:
         limit: the most characters it may have.
 
     Raises:
-        BadName: it is not text, empty, too long, has a refused character or an end space.
+        BadName: it is not text, empty, too long, has a refused character or an end space,
+            or is "." or "..".
     """
     why = problem(value, kind, limit)
     if why is not None:
