@@ -20,6 +20,7 @@ from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import plans, schedules
 from .triggers.events import EventTriggers
 from .triggers.inbox import add_inbox
+from .triggers.table_changes import add_table_change
 from .triggers.webhooks import Webhooks, add_webhook
 
 P = ParamSpec("P")
@@ -78,6 +79,7 @@ class App(Runtime):
     schedule = _forward(schedules.declare_schedule)
     plan = _forward(plans.start)
     on_event = _forward(EventTriggers.on, "events")
+    on_table_change = _forward(add_table_change)
 
     def emit(
         self, event_type: str, payload: Any = None, *, event_id: str, run_id: str | None = None

@@ -292,6 +292,25 @@ MIGRATIONS: list[str] = [
         at      REAL NOT NULL
     )
     """,
+    # 15 (table changes): the transactional outbox of `App.on_table_change`. A trigger
+    # perdure installs on a user's table writes one row per change in the user's own
+    # transaction; a worker turns each row into one run and deletes it in one transaction.
+    # A row that cannot become a run is kept with the reason (`refused`).
+    """
+    CREATE TABLE table_changes (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        trigger_name  TEXT NOT NULL,
+        op            TEXT NOT NULL,
+        tbl           TEXT NOT NULL,
+        pk            TEXT,
+        new_row       TEXT,
+        old_row       TEXT,
+        at            REAL NOT NULL,
+        refused       TEXT,
+        refused_at    REAL
+    );
+    CREATE INDEX table_changes_pending ON table_changes (trigger_name, id) WHERE refused IS NULL
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -23,8 +23,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
+from ..errors import ConfigError, StoreError, StoreUnavailable
+from . import (
+    access_sql,
+    agent_sql,
+    changes_sql,
+    retention,
+    schedule_sql,
+    sqlops,
+    stream_sql,
+    waits,
+    workers_sql,
+)
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, UsageRow
 from .base import (
@@ -43,6 +53,7 @@ from .base import (
     ScheduleRow,
     TickRow,
 )
+from .changes_sql import Build, TableTrigger, Taken
 from .dialect import Db
 from .stream_sql import StreamRow
 from .waits import Bound
@@ -942,6 +953,31 @@ class ThreadedStore:
 
     async def stream_last(self, run_id: str) -> int:
         return await self._call(lambda c: stream_sql.last(c, run_id), write=False)
+
+    # -- table changes (the outbox user-table triggers write) ------------------------------
+
+    async def take_changes(self, trigger: str, limit: int, build: Build, now: float) -> Taken:
+        return await self._call(
+            lambda c: changes_sql.take(c, trigger, limit, build, now), write=True
+        )
+
+    async def change_counts(self, trigger: str) -> tuple[int, float | None, int, str | None]:
+        return await self._call(lambda c: changes_sql.pending_counts(c, trigger), write=False)
+
+    async def install_table_trigger(self, trigger: TableTrigger) -> bool:
+        raise self._no_table_triggers(trigger.name)
+
+    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
+        raise self._no_table_triggers(trigger.name)
+
+    async def uninstall_table_trigger(self, trigger: str) -> int:
+        raise self._no_table_triggers(trigger)
+
+    def _no_table_triggers(self, name: str) -> ConfigError:
+        return ConfigError(
+            f"table change trigger {name!r}: needs a PostgreSQL store (this one is {self.url}); "
+            "set PERDURE_DB=postgresql://..."
+        )
 
     async def server_time(self) -> float | None:
         if not self.server_clock:

@@ -1,0 +1,263 @@
+"""Table changes on PostgreSQL: a trigger on the user's table, an outbox, one run per change.
+
+Each test runs against a database of its own on the machine's PostgreSQL (created and
+dropped here), with perdure's store in the same database, as a user's app would have it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import perdure
+from perdure.engine.worker import Worker, WorkerOptions
+from perdure.errors import ConfigError
+from perdure.testing import TestWorker
+
+pytestmark = pytest.mark.postgres
+
+SERVER = os.environ.get("PERDURE_TEST_PG_SERVER", "postgresql://postgres@127.0.0.1:5432")
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """The URL of a fresh database with an `orders` table; dropped after the test."""
+    import psycopg
+
+    name = f"tc_{uuid.uuid4().hex[:12]}"
+    _admin(f'CREATE DATABASE "{name}"')
+    url = f"{SERVER}/{name}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE orders (id SERIAL PRIMARY KEY, item TEXT NOT NULL, qty INT NOT NULL)"
+        )
+    yield url
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def user_sql(url: str, *statements: str) -> None:
+    """The user's own writes, each statement in its own committed transaction."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql in statements:
+            conn.execute(sql)
+
+
+def make_app(url: str, on: list[str] | None = None) -> perdure.App:
+    app = perdure.App(url)
+
+    @app.workflow(name="ship")
+    def ship(change: dict[str, Any]) -> dict[str, Any]:
+        return change
+
+    app.on_table_change("orders", ship, on=on or ["insert", "update", "delete"])
+    return app
+
+
+def inputs(app: perdure.App) -> dict[str, dict[str, Any]]:
+    """run id -> the change its run was started with."""
+    return {
+        r.id: json.loads(r.input)["args"][0] for r in app.list_runs(workflow="ship", limit=100_000)
+    }
+
+
+def take_all(app: perdure.App) -> int:
+    """Install the trigger and take every pending change, as a worker's service does."""
+    (change,) = [s for s in app.services if s.name == "table:orders"]
+
+    async def go() -> int:
+        await change.install()  # type: ignore[attr-defined]
+        total = 0
+        while n := await change.take():  # type: ignore[attr-defined]
+            total += n
+        return total
+
+    return app.sync(go(), "take")  # type: ignore[no-any-return]
+
+
+def test_each_change_starts_one_run_with_its_rows(database: str) -> None:
+    """An insert, an update and a delete start one run each, with key, row and old row;
+    taking again starts nothing, and the outbox is empty."""
+    app = make_app(database)
+    try:
+        take_all(app)  # installs the trigger
+        user_sql(
+            database,
+            "INSERT INTO orders (item, qty) VALUES ('tea', 2)",
+            "UPDATE orders SET qty = 3 WHERE id = 1",
+            "DELETE FROM orders WHERE id = 1",
+        )
+        assert take_all(app) == 3
+        assert take_all(app) == 0
+        changes = sorted(inputs(app).values(), key=lambda c: c["id"])
+        assert [c["op"] for c in changes] == ["insert", "update", "delete"]
+        assert all(c["table"] == "public.orders" and c["key"] == {"id": 1} for c in changes)
+        assert changes[0]["row"] == {"id": 1, "item": "tea", "qty": 2}
+        assert changes[0]["old"] is None
+        assert changes[1]["row"]["qty"] == 3 and changes[1]["old"]["qty"] == 2
+        assert changes[2]["row"] is None and changes[2]["old"]["qty"] == 3
+        assert set(inputs(app)) == {f"table:orders:{c['id']}" for c in changes}
+        origin = [e for e in app.journal(f"table:orders:{changes[0]['id']}")
+                  if e.kind == "run.origin"]  # fmt: skip
+        assert json.loads(origin[0].data or "{}")["table_change"] == "orders"
+        assert app.sync(app.store.change_counts("orders"), "counts")[0] == 0
+        TestWorker(app).run_until_idle()
+        assert app.get_run(f"table:orders:{changes[0]['id']}").status == "completed"
+    finally:
+        app.close()
+
+
+def test_install_is_idempotent_and_follows_the_declaration(database: str) -> None:
+    """A second install changes nothing; a changed `on=` replaces the trigger, so deletes
+    stop starting runs."""
+    app = make_app(database)
+    try:
+        store = app.store
+        (change,) = [s for s in app.services if s.name == "table:orders"]
+        assert app.sync(change.install(), "install") is True  # type: ignore[attr-defined]
+        assert app.sync(change.install(), "install") is False  # type: ignore[attr-defined]
+    finally:
+        app.close()
+    app = make_app(database, on=["insert"])
+    try:
+        assert take_all(app) == 0
+        user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)",
+                 "DELETE FROM orders")  # fmt: skip
+        assert take_all(app) == 1
+        assert [c["op"] for c in inputs(app).values()] == ["insert"]
+        assert store is not app.store
+    finally:
+        app.close()
+
+
+def test_a_rolled_back_change_starts_nothing(database: str) -> None:
+    """The outbox row is written in the user's transaction: a rollback takes it away."""
+    import psycopg
+
+    app = make_app(database)
+    try:
+        take_all(app)
+        with psycopg.connect(database) as conn:
+            conn.execute("INSERT INTO orders (item, qty) VALUES ('gone', 1)")
+            conn.rollback()
+            conn.execute("INSERT INTO orders (item, qty) VALUES ('kept', 1)")
+            conn.commit()
+        assert take_all(app) == 1
+        (change,) = inputs(app).values()
+        assert change["row"]["item"] == "kept"
+    finally:
+        app.close()
+
+
+def test_a_missing_table_is_one_line_naming_the_trigger(database: str) -> None:
+    """A trigger on a table that does not exist fails in one line naming it; the run
+    recorded before is untouched and the worker goes on running runs."""
+    app = perdure.App(database)
+
+    @app.workflow(name="noop")
+    def noop(change: dict[str, Any]) -> str:
+        return "ok"
+
+    change = app.on_table_change("no_such_table", noop)
+    try:
+        before = app.start(noop, {"x": 1}, run_id="before")
+        with pytest.raises(ConfigError) as caught:
+            app.sync(change.install(), "install")
+        message = str(caught.value)
+        assert "\n" not in message
+        assert "'no_such_table'" in message and "table change trigger" in message
+        assert app.get_run(before.id).status == "pending"
+
+        async def serve() -> None:
+            worker = Worker(app, WorkerOptions(poll=0.05, gc_every=None))
+            task = asyncio.create_task(worker.run())
+            while (await app.client.get("before")).status != "completed":
+                await asyncio.sleep(0.02)
+            worker.stop()
+            await task
+
+        app.sync(asyncio.wait_for(serve(), 30), "serve")
+        assert app.get_run("before").status == "completed"
+        assert change.last_error is not None and "no_such_table" in change.last_error
+    finally:
+        app.close()
+
+
+def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) -> None:
+    """A change whose input the workflow's check refuses starts no run and is kept,
+    counted as refused with its reason; the next change is not held up."""
+    app = perdure.App(database)
+
+    @app.workflow(name="wants_int")
+    def wants_int(change: int) -> int:
+        return change
+
+    app.on_table_change("orders", wants_int, name="orders")
+    try:
+        take_all(app)
+        user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)")
+        assert take_all(app) == 1
+        assert take_all(app) == 0
+        pending, _, refused, reason = app.sync(app.store.change_counts("orders"), "counts")
+        assert (pending, refused) == (0, 1)
+        assert reason is not None and "does not fit int" in reason
+        assert app.list_runs(workflow="wants_int") == []
+    finally:
+        app.close()
+
+
+def test_registration_refuses_bad_input(database: str) -> None:
+    """An unknown operation, an unknown workflow or a taken name: one line each."""
+    app = make_app(database)
+    try:
+        with pytest.raises(ConfigError, match="use some of insert, update, delete"):
+            app.on_table_change("orders", "ship", on=["upsert"], name="o2")
+        with pytest.raises(ConfigError, match="no workflow named 'nope'"):
+            app.on_table_change("orders", "nope", name="o3")
+        with pytest.raises(ConfigError, match="named 'orders'"):
+            app.on_table_change("orders", "ship")
+    finally:
+        app.close()
+
+
+def test_sqlite_says_it_needs_postgresql(tmp_path: Path) -> None:
+    """On an SQLite store, installing the trigger is one line saying what is needed."""
+    app = perdure.App(f"sqlite:///{tmp_path}/x.db")
+
+    @app.workflow(name="ship")
+    def ship(change: dict[str, Any]) -> None:
+        return None
+
+    change = app.on_table_change("orders", ship)
+    try:
+        with pytest.raises(ConfigError, match="needs a PostgreSQL store") as caught:
+            app.sync(change.install(), "install")
+        assert "\n" not in str(caught.value) and "'orders'" in str(caught.value)
+    finally:
+        app.close()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    import time
+
+    limit = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > limit:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+    return value
