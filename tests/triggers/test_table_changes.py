@@ -261,3 +261,57 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
     return value
+
+
+def write_orders(url: str, count: int, rollback_every: int = 3) -> set[int]:
+    """`count` inserts, each in its own transaction; every `rollback_every`-th is rolled
+    back. Returns the ids of the committed orders."""
+    import psycopg
+
+    committed: set[int] = set()
+    with psycopg.connect(url) as conn:
+        for i in range(count):
+            row = conn.execute(
+                "INSERT INTO orders (item, qty) VALUES (%s, %s) RETURNING id", (f"item-{i}", i)
+            ).fetchone()
+            assert row is not None
+            if i % rollback_every == rollback_every - 1:
+                conn.rollback()
+            else:
+                conn.commit()
+                committed.add(int(row[0]))
+    return committed
+
+
+@pytest.mark.slow
+def test_exactly_the_committed_changes_start_runs(database: str) -> None:
+    """1,000 inserts in 1,000 transactions, a third rolled back, while a worker runs:
+    exactly the committed ones started runs, one each, and each run completed."""
+    app = make_app(database, on=["insert"])
+    try:
+
+        async def scenario() -> set[int]:
+            (change,) = [s for s in app.services if s.name == "table:orders"]
+            await change.install()  # type: ignore[attr-defined]  # changes from now on count
+            worker = Worker(app, WorkerOptions(poll=0.2, gc_every=None))
+            task = asyncio.create_task(worker.run())
+            committed = await asyncio.to_thread(write_orders, database, 1000)
+
+            async def settled() -> bool:
+                runs = await app.client.list_runs(workflow="ship", limit=10_000)
+                return len(runs) >= len(committed) and all(r.status == "completed" for r in runs)
+
+            while not await settled():
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await task
+            return committed
+
+        committed = app.sync(asyncio.wait_for(scenario(), 120), "scenario")
+        assert len(committed) == 667
+        changes = inputs(app)
+        assert len(changes) == len(committed)
+        assert sorted(c["key"]["id"] for c in changes.values()) == sorted(committed)
+        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
+    finally:
+        app.close()
