@@ -315,3 +315,60 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
         assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
     finally:
         app.close()
+
+
+@pytest.fixture
+def cli_env(database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """PERDURE_DB (the test's database) and PERDURE_APP (an app with every kind of trigger)."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    sys.modules.pop("triggers_cli_app", None)
+    monkeypatch.setenv("PERDURE_DB", database)
+    monkeypatch.setenv("PERDURE_APP", "triggers_cli_app:app")
+    monkeypatch.setenv("TRIGGERS_INBOX", str(tmp_path / "inbox"))
+    importlib.import_module("triggers_cli_app")
+    yield
+    module = sys.modules.pop("triggers_cli_app", None)
+    if module is not None:
+        module.app.close()
+
+
+def test_perdure_triggers_lists_every_kind_and_installs(cli_env: None) -> None:
+    """`perdure triggers` lists a trigger of every kind with state and error (exit 1 while
+    one is in error); `install` fails in one line on the missing table, installs the
+    other, and the listing then shows it installed with its pending changes."""
+    from click.testing import CliRunner
+
+    from perdure.cli.main import cli
+
+    runner = CliRunner()
+    before = runner.invoke(cli, ["triggers"])
+    assert before.exit_code == 1, before.output
+    lines = {line.split()[1]: line for line in before.output.splitlines()[1:]}
+    assert set(lines) == {"hourly", "drop", "push", "handle", "orders", "no_table",
+                          "orders-queue"}  # fmt: skip
+    assert "not installed" in lines["orders"] and "error" in lines["no_table"]
+    assert "consuming" in lines["orders-queue"] and "3.0s" in lines["orders-queue"]
+    assert "ready" in lines["push"] and "watching" in lines["drop"]
+
+    failed = runner.invoke(cli, ["triggers", "install"])
+    assert failed.exit_code == 2
+    assert failed.output.count("\n") == 1 and "'no_table'" in failed.output
+
+    import triggers_cli_app
+
+    app = triggers_cli_app.app
+    (orders,) = [s for s in app.services if s.name == "table:orders"]
+    app.sync(orders.install(), "install")  # type: ignore[attr-defined]
+    user_sql(os.environ["PERDURE_DB"], "INSERT INTO orders (item, qty) VALUES ('x', 1)")
+    after = runner.invoke(cli, ["triggers"])
+    row = next(line for line in after.output.splitlines() if " orders " in line)
+    assert "installed" in row and "not installed" not in row and "(1 pending)" in row
+    statuses = {t.name: t for t in app.triggers()}
+    assert statuses["orders"].pending == 1 and statuses["orders"].lag is not None
+    assert statuses["no_table"].state == "error"
+    dropped = runner.invoke(cli, ["triggers", "uninstall", "orders"])
+    assert dropped.exit_code == 0 and "dropped" in dropped.output
+    assert {t.name: t.state for t in app.triggers()}["orders"] == "not installed"
