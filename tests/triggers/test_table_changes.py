@@ -372,3 +372,38 @@ def test_perdure_triggers_lists_every_kind_and_installs(cli_env: None) -> None:
     dropped = runner.invoke(cli, ["triggers", "uninstall", "orders"])
     assert dropped.exit_code == 0 and "dropped" in dropped.output
     assert {t.name: t.state for t in app.triggers()}["orders"] == "not installed"
+
+
+def test_notify_false_installs_a_trigger_that_does_not_notify(database: str) -> None:
+    """With notify=False the trigger still records every change (a worker finds it by
+    looking) but sends no NOTIFY; switching it back reinstalls the trigger with one."""
+    import psycopg
+
+    def notifies() -> bool:
+        with psycopg.connect(database) as conn:
+            row = conn.execute(
+                "SELECT bool_or(prosrc LIKE '%pg_notify%') FROM pg_proc "
+                "WHERE proname LIKE 'table_change_%'"
+            ).fetchone()
+        return bool(row and row[0])
+
+    app = perdure.App(database)
+
+    @app.workflow(name="ship")
+    def ship(change: dict[str, Any]) -> None:
+        return None
+
+    quiet = app.on_table_change("orders", ship, notify=False)
+    try:
+        app.sync(quiet.install(), "install")
+        assert not notifies()
+        user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)")
+        assert app.sync(quiet.take(), "take") == 1
+    finally:
+        app.close()
+    app = make_app(database, on=["insert"])
+    try:
+        take_all(app)
+        assert notifies()
+    finally:
+        app.close()

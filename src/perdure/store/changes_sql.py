@@ -34,6 +34,7 @@ class TableTrigger:
     name: str
     table: str
     ops: tuple[str, ...]
+    notify: bool = True  # NOTIFY the workers at commit (False: they look every second)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +156,8 @@ def _ident(name: str) -> str:
 
 
 def function_body(schema: str, t: TableTrigger, label: str, key: Sequence[str]) -> str:
-    """The trigger function's PL/pgSQL: one INSERT per operation it sees, then a NOTIFY
-    (PostgreSQL folds a transaction's identical notifications into one)."""
+    """The trigger function's PL/pgSQL: one INSERT per operation it sees, then (unless
+    `notify=False`) a NOTIFY (PostgreSQL folds a transaction's identical ones into one)."""
 
     def keyed(record: str) -> str:
         if not key:
@@ -180,13 +181,8 @@ def function_body(schema: str, t: TableTrigger, label: str, key: Sequence[str]) 
             f"{keyed(record)}, {new}, {old}, extract(epoch FROM clock_timestamp()));"
         )
     channel = f"perdure_{schema}_changes"
-    return (
-        "BEGIN\n  "
-        + "\n  ".join(branches)
-        + "\n  END IF;\n"
-        + f"  PERFORM pg_notify({_literal(channel)}, {_literal(t.name)});\n"
-        + "  RETURN NULL;\nEND"
-    )
+    notify = f"  PERFORM pg_notify({_literal(channel)}, {_literal(t.name)});\n" if t.notify else ""
+    return "BEGIN\n  " + "\n  ".join(branches) + "\n  END IF;\n" + notify + "  RETURN NULL;\nEND"
 
 
 def _resolve(cur: Any, t: TableTrigger) -> tuple[int, str, str, list[str]]:

@@ -50,7 +50,7 @@ log = logging.getLogger("perdure.table_changes")
 
 BATCH = 200  # changes turned into runs per transaction
 POLL = 5.0  # seconds between looks at the table with LISTEN (a notification lost is late)
-POLL_UNLISTENED = 1.0  # without LISTEN (a transaction-mode pooler)
+POLL_UNLISTENED = 1.0  # without notifications (notify=False, a transaction-mode pooler)
 
 
 class TableChange:
@@ -58,11 +58,18 @@ class TableChange:
     the changes it records into runs. `name` (the service name) is `table:{trigger}`."""
 
     def __init__(
-        self, runtime: Runtime, table: str, workflow: str, *, name: str, ops: Sequence[str]
+        self,
+        runtime: Runtime,
+        table: str,
+        workflow: str,
+        *,
+        name: str,
+        ops: Sequence[str],
+        notify: bool = True,
     ) -> None:
         self.runtime = runtime
         self.workflow = workflow
-        self.trigger = TableTrigger(name, table, tuple(ops))
+        self.trigger = TableTrigger(name, table, tuple(ops), notify)
         self.name = f"table:{name}"
         self.wake = Signal()
         self.last_error: str | None = None  # this process's last failure, for `triggers`
@@ -97,7 +104,7 @@ class TableChange:
         self.last_error = None
         listening = self._subscribe()
         self.wake.listen()
-        poll = POLL if listening else POLL_UNLISTENED
+        poll = POLL if listening and self.trigger.notify else POLL_UNLISTENED
         while not worker.stopping.is_set():
             if await self.take() >= BATCH:
                 await asyncio.sleep(0)
@@ -162,6 +169,7 @@ def add_table_change(
     *,
     on: Sequence[str] = ("insert",),
     name: str | None = None,
+    notify: bool = True,
 ) -> TableChange:
     """Start one run of `workflow` per committed change to `table` (PostgreSQL stores).
 
@@ -172,6 +180,9 @@ def add_table_change(
         on: the operations that start runs: any of "insert", "update", "delete".
         name: the trigger's name, scoping the run ids (`table:{name}:{change id}`);
             default the table's name. Two triggers of one app need different names.
+        notify: the trigger NOTIFYs the workers as each transaction commits, so a run
+            starts within milliseconds; False saves that NOTIFY's cost on every write
+            transaction (see the README's measurement) and workers look every second.
 
     Returns:
         The `TableChange`, registered in `app.services`; every worker installs its
@@ -199,7 +210,8 @@ def add_table_change(
         ) from None
     if any(service.name == f"table:{label}" for service in runtime.services):
         raise ConfigError(f"two table change triggers are named {label!r}; pass name=... to one")
-    change = TableChange(runtime, table, wf_name, name=label, ops=sorted(set(ops), key=OPS.index))
+    ops = sorted(set(ops), key=OPS.index)
+    change = TableChange(runtime, table, wf_name, name=label, ops=ops, notify=notify)
     runtime.add_service(change)
     return change
 
