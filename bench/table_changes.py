@@ -7,8 +7,9 @@ rounds (their order rotated) from one connection: one row per transaction
 (INSERT + COMMIT, the common case), the same with `synchronous_commit = off`
 (no wait for the disk: the trigger's own work stands out of the fsync's noise),
 and 100 rows per transaction (the per-row cost with the commit shared).
-Each round starts from empty tables and an empty outbox; no worker consumes
-meanwhile, so only the write side is measured. Medians over the rounds. Then the
+Each round starts from empty tables and an empty outbox; a perdure store in
+another process LISTENs (as a worker's does) but nothing consumes meanwhile, so
+only the write side is measured. Medians over the rounds. Then the
 other side: how fast a backlog of changes becomes runs, and the time from a
 change's write to its run's creation while a worker runs (p50, p99).
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -30,6 +33,14 @@ from .pg_common import PG_URL, app_url, connect, drop_schema, new_schema
 TABLE_SQL = "CREATE TABLE {name} (id BIGSERIAL PRIMARY KEY, item TEXT NOT NULL, qty INT NOT NULL)"
 
 
+LISTENER = """
+import sys, perdure
+app = perdure.App(sys.argv[1])
+app.list_runs(limit=1)  # the store is open: its listener thread LISTENs
+print("listening", flush=True)
+sys.stdin.read()
+app.close()
+"""
 TABLES = {"plain": "plain", "watched": "trigger", "silent": "notify=False"}
 CASES = {  # rows per transaction, synchronous_commit
     "1 row/tx, fsync at commit": (1, "on"),
@@ -80,22 +91,33 @@ def main() -> None:
     print(f"table-change trigger cost: PostgreSQL at {PG_URL.split('@')[-1]}, schema {schema}")
     print(f"load avg {load} on {os.cpu_count()} cpus; {args.rows} inserts per case, "
           f"{args.rounds} interleaved rounds")  # fmt: skip
-    app = perdure.App(app_url(schema))
 
-    @app.workflow(name="bench_change")
-    def bench_change(change: dict[str, Any]) -> None:
-        return None
+    def make_app() -> tuple[perdure.App, Any]:
+        app = perdure.App(app_url(schema))
 
+        @app.workflow(name="bench_change")
+        def bench_change(change: dict[str, Any]) -> None:
+            return None
+
+        service = app.on_table_change(f"{schema}.watched", bench_change, name="watched")
+        return app, service
+
+    app: perdure.App | None = None
+    listener: subprocess.Popen[bytes] | None = None
     try:
         with connect() as conn:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             for name in TABLES:
                 conn.execute(TABLE_SQL.format(name=f'"{schema}".{name}'))
-        app.on_table_change(f"{schema}.watched", bench_change, name="watched")
-        (service,) = [s for s in app.services if s.name == "table:watched"]
-        app.sync(service.install(), "install")  # type: ignore[attr-defined]
+        app, service = make_app()
+        app.sync(service.install(), "install")
+        app.close()  # nothing of perdure's runs in this process while the writes are timed
         with connect() as conn:
             silent_trigger(conn, schema)
+        # a worker's store LISTENing, as in production, in a process of its own
+        listener = subprocess.Popen([sys.executable, "-c", LISTENER, app_url(schema)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+        assert listener.stdout is not None and listener.stdout.readline() == b"listening\n"
         results: dict[tuple[str, int], list[float]] = {}
         conn = connect()
         try:
@@ -125,7 +147,9 @@ def main() -> None:
                 slower = f"{us / base:.2f}x" if table != "plain" else ""
                 print(f"{case:<34}{label:<14}{1e6 / us:>10.0f}{us:>11.0f}{extra:>10}"
                       f"{slower:>8}")  # fmt: skip
+        listener.communicate(timeout=30)
         print()
+        app, service = make_app()
         drain, latencies = changes_to_runs(app, service, schema, args.latency)
         print(f"changes to runs: a backlog of {args.latency} changes became runs at "
               f"{drain:.0f}/s (one worker's service, batches of {BATCH})")  # fmt: skip
@@ -133,7 +157,10 @@ def main() -> None:
               f"running: p50 {percentile(latencies, 50) * 1000:.1f} ms, "
               f"p99 {percentile(latencies, 99) * 1000:.1f} ms")  # fmt: skip
     finally:
-        app.close()
+        if listener is not None and listener.poll() is None:
+            listener.kill()
+        if app is not None:
+            app.close()
         drop_schema(schema)
 
 

@@ -235,19 +235,46 @@ def test_registration_refuses_bad_input(database: str) -> None:
         app.close()
 
 
-def test_sqlite_says_it_needs_postgresql(tmp_path: Path) -> None:
-    """On an SQLite store, installing the trigger is one line saying what is needed."""
+def test_sqlite_table_in_the_store_file_starts_runs_too(tmp_path: Path) -> None:
+    """On SQLite a table in the store's own file gets SQLite triggers: a committed insert
+    and update start one run each, a rolled-back insert none; a table elsewhere is one
+    line naming the trigger."""
+    import sqlite3
+
     app = perdure.App(f"sqlite:///{tmp_path}/x.db")
 
     @app.workflow(name="ship")
-    def ship(change: dict[str, Any]) -> None:
-        return None
+    def ship(change: dict[str, Any]) -> dict[str, Any]:
+        return change
 
-    change = app.on_table_change("orders", ship)
+    change = app.on_table_change("orders", ship, on=["insert", "update"])
+    missing = app.on_table_change("elsewhere", ship)
     try:
-        with pytest.raises(ConfigError, match="needs a PostgreSQL store") as caught:
-            app.sync(change.install(), "install")
-        assert "\n" not in str(caught.value) and "'orders'" in str(caught.value)
+        app.list_runs(limit=1)  # the store file exists, migrated
+        with sqlite3.connect(tmp_path / "x.db") as conn:
+            conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT, img BLOB)")
+        assert app.sync(change.install(), "install") is True
+        assert app.sync(change.install(), "install") is False
+        conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO orders (item, img) VALUES ('gone', NULL)")
+        conn.execute("ROLLBACK")
+        conn.execute("INSERT INTO orders (id, item, img) VALUES (7, 'tea', x'00ff')")
+        conn.execute("UPDATE orders SET item = 'green tea' WHERE id = 7")
+        conn.close()
+        assert app.sync(change.take(), "take") == 2
+        changes = sorted(inputs(app).values(), key=lambda c: c["id"])
+        assert [c["op"] for c in changes] == ["insert", "update"]
+        assert changes[0]["key"] == {"id": 7} and changes[0]["table"] == "main.orders"
+        assert changes[0]["row"] == {"id": 7, "item": "tea", "img": "00FF"}
+        assert changes[1]["old"]["item"] == "tea" and changes[1]["row"]["item"] == "green tea"
+        with pytest.raises(ConfigError, match="no table 'elsewhere'") as caught:
+            app.sync(missing.install(), "install")
+        assert "\n" not in str(caught.value) and "'elsewhere'" in str(caught.value)
+        states = {t.name: t.state for t in app.triggers()}
+        assert states == {"orders": "installed", "elsewhere": "error"}
+        TestWorker(app).run_until_idle()
+        assert {r.status for r in app.list_runs(workflow="ship")} == {"completed"}
     finally:
         app.close()
 

@@ -303,3 +303,107 @@ def uninstall_pg(conn: Any, schema: str, trigger: str) -> int:
             cur.execute(f"DROP TRIGGER {_ident(tg_name)} ON {table}")
         cur.execute(f"DROP FUNCTION IF EXISTS {_ident(schema)}.{_ident(fn_name)}()")
     return len(tables)
+
+
+# -- SQLite: triggers on a table in the store's own file -----------------------------------------
+
+
+def has_changes(db: Db, trigger: str) -> bool:
+    """Whether `trigger` has a pending change (a read: no write lock for an idle look)."""
+    row = db.execute(
+        "SELECT 1 FROM table_changes WHERE trigger_name = ? AND refused IS NULL LIMIT 1",
+        (trigger,),
+    ).fetchone()
+    return row is not None
+
+
+def _sqlite_table(db: Db, t: TableTrigger) -> tuple[str, list[str], list[str]] | None:
+    """(table, columns, primary key columns) of the trigger's table in the file, or None."""
+    name = t.table.removeprefix("main.")
+    row = db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return None
+    info = db.execute(f"PRAGMA table_info({_ident(row[0])})").fetchall()
+    columns = [r[1] for r in info]
+    key = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+    return row[0], columns, key
+
+
+def sqlite_trigger_sql(schema_name: str, t: TableTrigger, table: str, columns: Sequence[str],
+                       key: Sequence[str], op: str) -> str:  # fmt: skip
+    """The CREATE TRIGGER statement of one operation (SQLite has one trigger per event)."""
+    tg_name = f"{names_of(schema_name, t.name)[0]}_{op}"
+
+    def image(record: str, names: Sequence[str]) -> str:
+        pairs = ", ".join(
+            f"{_literal(c)}, CASE WHEN typeof({record}.{_ident(c)}) = 'blob' "
+            f"THEN hex({record}.{_ident(c)}) ELSE {record}.{_ident(c)} END"
+            for c in names
+        )
+        return f"json_object({pairs})"
+
+    record = "OLD" if op == "delete" else "NEW"
+    keyed = image(record, key) if key else f"json_object('rowid', {record}.rowid)"
+    new = "NULL" if op == "delete" else image("NEW", columns)
+    old = "NULL" if op == "insert" else image("OLD", columns)
+    return (
+        f"CREATE TRIGGER {_ident(tg_name)} AFTER {op.upper()} ON {_ident(table)} BEGIN "
+        "INSERT INTO table_changes (trigger_name, op, tbl, pk, new_row, old_row, at) VALUES "
+        f"({_literal(t.name)}, {_literal(op)}, {_literal('main.' + table)}, {keyed}, {new}, "
+        f"{old}, (julianday('now') - 2440587.5) * 86400.0); END"
+    )
+
+
+def install_sqlite(db: Db, t: TableTrigger) -> bool:
+    """Put `t` on its table in the store's SQLite file (one trigger per operation, each
+    replaced only if its statement changed); True if anything had to change."""
+    found = _sqlite_table(db, t)
+    if found is None:
+        raise ConfigError(
+            f"table change trigger {t.name!r}: no table {t.table!r} in the store's SQLite "
+            "file (on SQLite the table must live in the store's own file)"
+        )
+    table, columns, key = found
+    changed = False
+    for op in OPS:
+        tg_name = f"{names_of('main', t.name)[0]}_{op}"
+        row = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (tg_name,)
+        ).fetchone()
+        wanted = sqlite_trigger_sql("main", t, table, columns, key, op) if op in t.ops else None
+        if (row[0] if row else None) == wanted:
+            continue
+        db.execute(f"DROP TRIGGER IF EXISTS {_ident(tg_name)}")
+        if wanted is not None:
+            db.execute(wanted)
+        changed = True
+    return changed
+
+
+def state_sqlite(db: Db, t: TableTrigger) -> tuple[bool, bool, bool]:
+    """(table found, trigger installed, enabled: always, SQLite cannot disable one)."""
+    found = _sqlite_table(db, t)
+    if found is None:
+        return False, False, False
+    prefix = names_of("main", t.name)[0]
+    names = {r[0] for r in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (found[0],)
+    ).fetchall()}  # fmt: skip
+    installed = all(f"{prefix}_{op}" in names for op in t.ops)
+    return True, installed, installed
+
+
+def uninstall_sqlite(db: Db, trigger: str) -> int:
+    """Drop `trigger`'s SQLite triggers; the changes they recorded stay."""
+    prefix = names_of("main", trigger)[0]
+    dropped = 0
+    for op in OPS:
+        name = f"{prefix}_{op}"
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?",
+                      (name,)).fetchone():  # fmt: skip
+            db.execute(f"DROP TRIGGER {_ident(name)}")
+            dropped = 1
+    return dropped

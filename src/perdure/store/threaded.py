@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, StoreError, StoreUnavailable
+from ..errors import StoreError, StoreUnavailable
 from . import (
     access_sql,
     agent_sql,
@@ -964,20 +964,19 @@ class ThreadedStore:
     async def change_counts(self, trigger: str) -> tuple[int, float | None, int, str | None]:
         return await self._call(lambda c: changes_sql.pending_counts(c, trigger), write=False)
 
+    async def has_changes(self, trigger: str) -> bool:
+        return await self._call(lambda c: changes_sql.has_changes(c, trigger), write=False)
+
+    # the triggers themselves, in the shared SQL's SQLite form (PostgreSQL overrides them)
+
     async def install_table_trigger(self, trigger: TableTrigger) -> bool:
-        raise self._no_table_triggers(trigger.name)
+        return await self._call(lambda c: changes_sql.install_sqlite(c, trigger), write=True)
 
     async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
-        raise self._no_table_triggers(trigger.name)
+        return await self._call(lambda c: changes_sql.state_sqlite(c, trigger), write=False)
 
     async def uninstall_table_trigger(self, trigger: str) -> int:
-        raise self._no_table_triggers(trigger)
-
-    def _no_table_triggers(self, name: str) -> ConfigError:
-        return ConfigError(
-            f"table change trigger {name!r}: needs a PostgreSQL store (this one is {self.url}); "
-            "set PERDURE_DB=postgresql://..."
-        )
+        return await self._call(lambda c: changes_sql.uninstall_sqlite(c, trigger), write=True)
 
     async def server_time(self) -> float | None:
         if not self.server_clock:

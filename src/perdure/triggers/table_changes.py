@@ -5,7 +5,7 @@
 
     app.on_table_change("orders", ship, on=["insert", "update"])
 
-A transactional outbox on PostgreSQL. perdure installs a trigger on the table (at
+A transactional outbox. perdure installs a trigger on the table (at
 worker start, or `perdure triggers install`) that writes each change into
 perdure's `table_changes` table inside the user's own transaction, and NOTIFYs:
 a rolled-back change leaves no row, a committed one always does. Every worker
@@ -20,8 +20,10 @@ row before an update or delete, as JSON; `at` the server time of the write). A
 change that cannot become a run (the workflow's input check refuses it) is kept
 in the table with the reason, shown by `perdure triggers`.
 
-SQLite stores have no such trigger: starting a worker with one logs a one-line
-error naming it, and `perdure triggers install` exits with that line.
+On an SQLite store the table must live in the store's own file (tables that
+transactional steps write, for one): perdure installs SQLite triggers there
+(one per operation) writing the same outbox rows; with no NOTIFY, workers look
+every second.
 """
 
 from __future__ import annotations
@@ -97,16 +99,15 @@ class TableChange:
             await self.install()
         except PerdureError as exc:
             self.last_error = str(exc)
-            if "needs a PostgreSQL store" in str(exc):
-                log.error("%s", exc)  # no retry can fix the kind of store
-                return
             raise  # the supervisor logs it and tries again with a backoff
         self.last_error = None
         listening = self._subscribe()
         self.wake.listen()
         poll = POLL if listening and self.trigger.notify else POLL_UNLISTENED
+        store = self.runtime.store
         while not worker.stopping.is_set():
-            if await self.take() >= BATCH:
+            # a read first: an idle look takes no write lock (SQLite) and no write transaction
+            if await store.has_changes(self.trigger.name) and await self.take() >= BATCH:
                 await asyncio.sleep(0)
                 continue
             await _first_of(poll, self.wake, worker.stopping)
@@ -171,11 +172,11 @@ def add_table_change(
     name: str | None = None,
     notify: bool = True,
 ) -> TableChange:
-    """Start one run of `workflow` per committed change to `table` (PostgreSQL stores).
+    """Start one run of `workflow` per committed change to `table`.
 
     Args:
         table: the table, as `name` (found through the database's search path) or
-            `schema.name`, in the store's database.
+            `schema.name`, in the store's database (on SQLite: in the store's file).
         workflow: the workflow (or its name); it gets the change as its one argument.
         on: the operations that start runs: any of "insert", "update", "delete".
         name: the trigger's name, scoping the run ids (`table:{name}:{change id}`);
