@@ -217,6 +217,15 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         assert (pending, refused) == (0, 1)
         assert reason is not None and "does not fit int" in reason
         assert app.list_runs(workflow="wants_int") == []
+        from click.testing import CliRunner
+
+        from perdure.cli.main import cli
+
+        retried = CliRunner().invoke(cli, ["--db", database, "triggers", "retry", "orders"])
+        assert retried.exit_code == 0 and "1 refused change(s) pending again" in retried.output
+        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (1, 0)
+        audit = app.sync(app.store.audit_log(target="table_change:orders"), "audit")
+        assert [a.action for a in audit] == ["table_change.retry"]
     finally:
         app.close()
 

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..server import operations as ops
 from ..triggers.listing import TriggerStatus
 from . import render
 
@@ -57,8 +58,21 @@ def install(ctx: click.Context) -> None:
 def uninstall(ctx: click.Context, name: str) -> None:
     """Drop table change trigger NAME from its table; changes it recorded stay in the
     outbox (a worker still declaring it would install it again)."""
-    from .main import get_app
+    from .main import act, get_app, operator
 
     app = get_app(ctx, existing=True)
-    dropped = app.sync(app.store.uninstall_table_trigger(name), "triggers uninstall")
+    dropped = act(app, ops.uninstall_table_trigger(app, operator(), name), "triggers uninstall")
     render.echo(f"{render.shown(name)}: " + ("dropped" if dropped else "was not installed"))
+
+
+@triggers.command("retry")
+@click.argument("name")
+@click.pass_context
+def retry(ctx: click.Context, name: str) -> None:
+    """Make the changes table change trigger NAME refused pending again (once the workflow
+    takes them); a worker turns them into runs."""
+    from .main import act, get_app, operator
+
+    app = get_app(ctx, existing=True)
+    count = act(app, ops.retry_table_changes(app, operator(), name), "triggers retry")
+    render.echo(f"{render.shown(name)}: {count} refused change(s) pending again")

@@ -137,6 +137,18 @@ def pending_counts(db: Db, trigger: str) -> tuple[int, float | None, int, str | 
     return int(pending), oldest, int(refused), last[0] if last else None
 
 
+def retry_refused(db: Db, trigger: str) -> int:
+    """Make `trigger`'s refused changes pending again (after the workflow was fixed)."""
+    cur = db.execute(
+        "UPDATE table_changes SET refused = NULL, refused_at = NULL "
+        "WHERE trigger_name = ? AND refused IS NOT NULL",
+        (trigger,),
+    )
+    if cur.rowcount:
+        db.notify()
+    return cur.rowcount
+
+
 # -- PostgreSQL: the trigger on the user's table ---------------------------------------------
 
 

@@ -964,6 +964,9 @@ class ThreadedStore:
     async def change_counts(self, trigger: str) -> tuple[int, float | None, int, str | None]:
         return await self._call(lambda c: changes_sql.pending_counts(c, trigger), write=False)
 
+    async def retry_changes(self, trigger: str) -> int:
+        return await self._call(lambda c: changes_sql.retry_refused(c, trigger), write=True)
+
     async def has_changes(self, trigger: str) -> bool:
         return await self._call(lambda c: changes_sql.has_changes(c, trigger), write=False)
 
