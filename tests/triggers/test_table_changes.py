@@ -186,8 +186,10 @@ def test_a_missing_table_is_one_line_naming_the_trigger(database: str) -> None:
         async def serve() -> None:
             worker = Worker(app, WorkerOptions(poll=0.05, gc_every=None))
             task = asyncio.create_task(worker.run())
-            while (await app.client.get("before")).status != "completed":
-                await asyncio.sleep(0.02)
+            while (
+                await app.client.get("before")
+            ).status != "completed" or change.last_error is None:
+                await asyncio.sleep(0.02)  # the run done, and the trigger's install tried
             worker.stop()
             await task
 
