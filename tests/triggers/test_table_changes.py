@@ -200,6 +200,27 @@ def test_a_missing_table_is_one_line_naming_the_trigger(database: str) -> None:
         app.close()
 
 
+def test_a_table_name_postgresql_cannot_parse_is_one_line(database: str) -> None:
+    """A table name that is not SQL is one line naming the trigger, at install and in the
+    listing (state error)."""
+    app = perdure.App(database)
+
+    @app.workflow(name="noop")
+    def noop(change: dict[str, Any]) -> None:
+        return None
+
+    bad = app.on_table_change("not a name!", noop, name="bad")
+    try:
+        with pytest.raises(ConfigError) as caught:
+            app.sync(bad.install(), "install")
+        assert str(caught.value).startswith("table change trigger 'bad': ")
+        assert "\n" not in str(caught.value)
+        (status,) = [t for t in app.triggers() if t.name == "bad"]
+        assert status.state == "error" and status.last_error is not None
+    finally:
+        app.close()
+
+
 def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) -> None:
     """A change whose input the workflow's check refuses starts no run and is kept,
     counted as refused with its reason; the next change is not held up."""

@@ -24,7 +24,7 @@ def triggers(ctx: click.Context) -> None:
     app = get_app(ctx, existing=True)
     rows = app.triggers()
     render.echo(listing(rows) if rows else "no triggers")
-    if any(t.state in ("error", "unsupported") for t in rows):
+    if any(t.state == "error" for t in rows):
         sys.exit(1)
 
 

@@ -131,8 +131,8 @@ async def _table_change(runtime: Runtime, change: TableChange, now: float) -> Tr
     error = change.last_error
     try:
         table_found, installed, enabled = await runtime.store.table_trigger_state(t)
-    except PerdureError as exc:  # e.g. an SQLite store
-        return TriggerStatus("table_change", t.name, change.workflow, "unsupported", None,
+    except PerdureError as exc:  # e.g. a table name PostgreSQL cannot parse
+        return TriggerStatus("table_change", t.name, change.workflow, "error", None,
                              str(exc), detail)  # fmt: skip
     pending, oldest, refused, reason = await runtime.store.change_counts(t.name)
     if not table_found:
