@@ -211,6 +211,10 @@ assert asyncio.run(drop_and_wait()) == [f"inbox:summarise:{digest[:32]}"]
     "webhook-registered": """
 assert "push" in app.webhooks, app.webhooks
 """,
+    # The table change trigger is registered as a worker service (installed at worker start).
+    "table-change-registered": """
+assert "table:orders" in [s.name for s in app.services], app.services
+""",
     # The plan runs both batches and its check, and completes.
     "plan-completes": """
 from perdure.testing import TestWorker

@@ -20,6 +20,8 @@ from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import plans, schedules
 from .triggers.events import EventTriggers
 from .triggers.inbox import add_inbox
+from .triggers.listing import TriggerStatus, list_triggers
+from .triggers.table_changes import add_table_change, table_changes
 from .triggers.webhooks import Webhooks, add_webhook
 
 P = ParamSpec("P")
@@ -78,6 +80,7 @@ class App(Runtime):
     schedule = _forward(schedules.declare_schedule)
     plan = _forward(plans.start)
     on_event = _forward(EventTriggers.on, "events")
+    on_table_change = _forward(add_table_change)
 
     def emit(
         self, event_type: str, payload: Any = None, *, event_id: str, run_id: str | None = None
@@ -104,6 +107,30 @@ class App(Runtime):
     def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRow]:
         """A schedule's recent ticks, newest first: fired, skipped, missed or queued, and why."""
         return self.sync(self.store.schedule_ticks(name, limit=limit), "App.schedule_ticks()")  # type: ignore[no-any-return]
+
+    def triggers(self) -> list[TriggerStatus]:
+        """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
+        sources) with its state, lag and last error."""
+        return self.sync(self.triggers_async(), "App.triggers()")  # type: ignore[no-any-return]
+
+    async def triggers_async(self) -> list[TriggerStatus]:
+        """`triggers` for async code."""
+        sources = getattr(self, "message_sources", ())
+        if isinstance(sources, dict):
+            sources = list(sources.values())
+        return await list_triggers(
+            self, webhooks=self.webhooks, events=self.events.known, sources=sources
+        )
+
+    def install_triggers(self) -> list[str]:
+        """Install (or check) the trigger of every `on_table_change` on its table now, as a
+        worker does at start; returns the names of those that had to change. A table that
+        does not exist, or an SQLite store, raises ConfigError naming the trigger."""
+
+        async def install() -> list[str]:
+            return [c.trigger.name for c in table_changes(self) if await c.install()]
+
+        return self.sync(install(), "App.install_triggers()")  # type: ignore[no-any-return]
 
     # -- runs ----------------------------------------------------------------------------
 

@@ -474,6 +474,25 @@ def test_deny_and_answer_gates(
 # -- schedules, pauses, usage, budgets, audit ------------------------------------------------
 
 
+def test_triggers_lists_every_trigger_for_a_read_token(
+    app: perdure.App, client: TestClient, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """GET /triggers (read scope) lists each trigger with state, lag and last error; a table
+    change on a table that does not exist says so."""
+    app.inbox(tmp_path / "in", "echo", name="drop")
+    app.on_table_change("orders", "echo")
+    assert client.get("/api/v1/triggers").status_code == 401
+    listed = client.get("/api/v1/triggers", headers=auth(tokens["read"]))
+    assert listed.status_code == 200
+    by_name = {t["name"]: t for t in listed.json()["triggers"]}
+    assert by_name["drop"]["kind"] == "inbox" and by_name["drop"]["state"] == "watching"
+    orders = by_name["orders"]
+    assert orders["kind"] == "table_change" and orders["state"] == "error"
+    assert "no table 'orders'" in orders["last_error"]
+    assert set(orders) == {"kind", "name", "workflow", "state", "lag", "last_error", "detail",
+                           "pending"}  # fmt: skip
+
+
 def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
     client: TestClient, tokens: dict[str, str]
 ) -> None:

@@ -25,6 +25,7 @@ from .serve import serve
 from .tail import tail
 from .tokens import token
 from .top import top
+from .triggers import triggers
 from .workers import worker, workers
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
@@ -368,5 +369,6 @@ cli.add_command(mcp_cmd)
 cli.add_command(top)
 cli.add_command(audit)
 cli.add_command(tail)
+cli.add_command(triggers)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

@@ -418,6 +418,10 @@ async def list_schedules(call: Call) -> Any:
     return {"schedules": [schedule_json(r) for r in await call.app.store.list_schedules()]}
 
 
+async def list_triggers(call: Call) -> Any:
+    return {"triggers": [t.as_dict() for t in await call.app.triggers_async()]}
+
+
 async def get_schedule(call: Call) -> Any:
     row = await _schedule(call)
     count = NEXT.read(call.request)
@@ -669,6 +673,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              returns="Schedule", errors=(404,)),
     Endpoint("POST", f"{S}/resume", _schedule_action(False), "admin",
              "Resume a schedule from its next tick", returns="Schedule", errors=(404,)),
+    Endpoint("GET", f"{PREFIX}/triggers", list_triggers, "read",
+             "Every trigger (schedules, inbox folders, webhooks, events, table changes, "
+             "message sources) with its state, lag and last error", returns="Triggers"),
     Endpoint("GET", f"{PREFIX}/pauses", list_pauses, "read",
              "Workflows and workers paused as a whole", returns="Pauses"),
     Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",

@@ -670,6 +670,12 @@ def _gauge(label: str, used: float, limit: float | None, fmt: str) -> dict[str, 
 
 
 @page
+async def triggers_page(request: Request, app: App, who: Principal) -> Response:
+    """Every trigger with its state, lag and last error (as `perdure triggers`)."""
+    return await render(request, who, "triggers.html", triggers=await app.triggers_async())
+
+
+@page
 async def workers_page(request: Request, app: App, who: Principal) -> Response:
     """Workers seen through the leases they hold: runs held, lease expiry; what is paused."""
     now = app.clock.now()
@@ -803,6 +809,7 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/ui/schedules", schedules_page, methods=["GET"]),
         Route("/ui/schedules/act", schedule_action, methods=["POST"]),
         Route("/ui/agents", agents_page, methods=["GET"]),
+        Route("/ui/triggers", triggers_page, methods=["GET"]),
         Route("/ui/workers", workers_page, methods=["GET"]),
         Route("/ui/audit", audit_page, methods=["GET"]),
         Route("/ui/stream", stream, methods=["GET"]),

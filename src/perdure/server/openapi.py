@@ -157,6 +157,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             run_id=OPT_STR, reason=OPT_STR, at=NUM,
         )),
     ),
+    "Triggers": _obj("triggers", triggers=_array(_obj(
+        "kind name workflow state lag last_error detail pending", kind=STR, name=STR,
+        workflow=STR, state=STR, lag=OPT_NUM, last_error=OPT_STR, detail=STR,
+        pending=OPT_INT,
+    ))),
     "Deleted": _obj("deleted", deleted=STR),
     "Pauses": _obj("pauses", pauses=_array(_obj("scope name since", scope=STR, name=STR,
                                                 since=NUM))),

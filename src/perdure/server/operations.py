@@ -355,6 +355,28 @@ async def delete_schedule(app: App, who: Principal, name: str) -> None:
     await perform(app, who, Action("schedule.delete", f"schedule:{name}", "admin"), do)
 
 
+async def retry_table_changes(app: App, who: Principal, name: str) -> int:
+    """Make a table change trigger's refused changes pending again; how many."""
+
+    async def do() -> int:
+        await app.open_store()
+        return await app.store.retry_changes(name)
+
+    action = Action("table_change.retry", f"table_change:{name}", "admin")
+    return await perform(app, who, action, do)
+
+
+async def uninstall_table_trigger(app: App, who: Principal, name: str) -> int:
+    """Drop a table change trigger from its table (its recorded changes stay)."""
+
+    async def do() -> int:
+        await app.open_store()
+        return await app.store.uninstall_table_trigger(name)
+
+    action = Action("table_change.uninstall", f"table_change:{name}", "admin")
+    return await perform(app, who, action, do)
+
+
 async def set_budget(
     app: App, who: Principal, agent: str, changes: dict[str, Any], *, reset: bool = False
 ) -> int:

@@ -292,7 +292,7 @@ MIGRATIONS: list[str] = [
         at      REAL NOT NULL
     )
     """,
-    # pause --now, and budgets shared across agents (issue 15). pauses.abort: a workflow or
+    # 15 (pause --now, shared budgets; issue 15). pauses.abort: a workflow or
     # worker paused with `now` (a run's own is runs.pause_requested = 2): its workers cut
     # off the abortable calls in flight. budget_pools: a named budget several agents share
     # ([budget] shared = NAME in their specs), per rolling hour/day; the pool each call
@@ -311,6 +311,25 @@ MIGRATIONS: list[str] = [
     ALTER TABLE agent_reservations ADD COLUMN pool TEXT;
     CREATE INDEX agent_usage_by_pool ON agent_usage (pool, at);
     CREATE INDEX agent_reservations_by_pool ON agent_reservations (pool, at)
+    """,
+    # 16 (table changes): the transactional outbox of `App.on_table_change`. A trigger
+    # perdure installs on a user's table writes one row per change in the user's own
+    # transaction; a worker turns each row into one run and deletes it in one transaction.
+    # A row that cannot become a run is kept with the reason (`refused`).
+    """
+    CREATE TABLE table_changes (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        trigger_name  TEXT NOT NULL,
+        op            TEXT NOT NULL,
+        tbl           TEXT NOT NULL,
+        pk            TEXT,
+        new_row       TEXT,
+        old_row       TEXT,
+        at            REAL NOT NULL,
+        refused       TEXT,
+        refused_at    REAL
+    );
+    CREATE INDEX table_changes_pending ON table_changes (trigger_name, id) WHERE refused IS NULL
     """,
 ]
 

@@ -13,22 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import select
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import ConfigError, StoreError, StoreUnavailable
 from ..extras import require_extra
-from . import migrations
+from . import changes_sql, migrations
+from .changes_sql import TableTrigger
 from .dialect import Db, PostgresDb
 from .pg_session import SessionLock
 from .threaded import ThreadedStore
 from .workers_sql import WorkerRow, sessions_gone
 
+T = TypeVar("T")
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -96,6 +100,7 @@ class PostgresStore(ThreadedStore):
         self._listener: threading.Thread | None = None
         self._wake_listener: tuple[int, int] | None = None  # stop() writes a byte to it
         self._sessions: dict[str, SessionLock] = {}  # worker id -> its session lock
+        self._change_listeners: list[Callable[[str | None], None]] = []
 
     def _connection_kwargs(self) -> dict[str, Any]:
         from psycopg.conninfo import conninfo_to_dict
@@ -204,6 +209,65 @@ class PostgresStore(ThreadedStore):
     def channel(self) -> str:
         return f"perdure_{self.schema}"
 
+    @property
+    def changes_channel(self) -> str:
+        """Where the triggers on users' tables NOTIFY (the trigger's name as payload)."""
+        return f"perdure_{self.schema}_changes"
+
+    def subscribe_changes(self, listener: Callable[[str | None], None]) -> None:
+        """Call `listener` (from the listener thread) with a trigger's name when a change
+        it recorded commits, and with None when notifications may have been missed."""
+        self._change_listeners.append(listener)
+
+    def _changed(self, trigger: str | None) -> None:
+        for listener in list(self._change_listeners):
+            try:
+                listener(trigger)
+            except Exception:  # a listener must never stop the notifications
+                logging.getLogger("perdure.store").exception("change listener failed")
+
+    # -- triggers on users' tables: DDL on a connection of its own, never the store thread's
+
+    async def install_table_trigger(self, trigger: TableTrigger) -> bool:
+        return await self._ddl(
+            trigger.name, lambda conn: changes_sql.install_pg(conn, self.schema, trigger)
+        )
+
+    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
+        return await self._ddl(
+            trigger.name, lambda conn: changes_sql.state_pg(conn, self.schema, trigger)
+        )
+
+    async def uninstall_table_trigger(self, trigger: str) -> int:
+        return await self._ddl(
+            trigger, lambda conn: changes_sql.uninstall_pg(conn, self.schema, trigger)
+        )
+
+    async def _ddl(self, name: str, fn: Callable[[Any], T]) -> T:
+        """Run `fn` on a pool connection in a thread: a trigger's DDL may wait for the user's
+        table, and must not hold up the store thread's commits meanwhile."""
+        import psycopg
+
+        def call() -> T:
+            conn = self._connect()
+            try:
+                return fn(conn)
+            finally:
+                self._disconnect(conn)
+
+        try:
+            return await asyncio.to_thread(call)
+        except psycopg.errors.LockNotAvailable:
+            raise StoreError(
+                f"table change trigger {name!r}: its table stayed locked for "
+                f"{changes_sql.LOCK_TIMEOUT} (a long transaction holds it); try again"
+            ) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise StoreUnavailable(f"store {self.url} unreachable ({exc})") from None
+        except psycopg.Error as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"table change trigger {name!r}: {first}") from None
+
     def start(self) -> None:
         """Start the store thread, then the listener for other processes' notifications.
 
@@ -235,13 +299,18 @@ class PostgresStore(ThreadedStore):
             try:
                 conn = self._connect()
                 conn.execute(f'LISTEN "{self.channel}"')
+                conn.execute(f'LISTEN "{self.changes_channel}"')
                 delay = 0.05
                 self._heard()  # anything sent while we were not listening
+                self._changed(None)
                 while self._wake_listener is pipe:
                     # the socket or stop()'s byte on the pipe, whichever comes first
                     select.select([conn.fileno(), wake], [], [], 5.0)
-                    for _ in conn.notifies(timeout=0.0):
-                        self._heard()
+                    for note in conn.notifies(timeout=0.0):
+                        if note.channel == self.changes_channel:
+                            self._changed(note.payload)
+                        else:
+                            self._heard()
                 conn.execute("UNLISTEN *")  # back to the pool as it came
             except (psycopg.Error, ConfigError, StoreUnavailable):
                 select.select([wake], [], [], delay)

@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
+from . import (
+    access_sql,
+    agent_sql,
+    changes_sql,
+    retention,
+    schedule_sql,
+    sqlops,
+    stream_sql,
+    waits,
+    workers_sql,
+)
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, SharedBudget, UsageRow
 from .base import (
@@ -43,6 +53,7 @@ from .base import (
     ScheduleRow,
     TickRow,
 )
+from .changes_sql import Build, TableTrigger, Taken
 from .dialect import Db
 from .stream_sql import StreamRow
 from .waits import Bound
@@ -961,6 +972,33 @@ class ThreadedStore:
 
     async def stream_last(self, run_id: str) -> int:
         return await self._call(lambda c: stream_sql.last(c, run_id), write=False)
+
+    # -- table changes (the outbox user-table triggers write) ------------------------------
+
+    async def take_changes(self, trigger: str, limit: int, build: Build, now: float) -> Taken:
+        return await self._call(
+            lambda c: changes_sql.take(c, trigger, limit, build, now), write=True
+        )
+
+    async def change_counts(self, trigger: str) -> tuple[int, float | None, int, str | None]:
+        return await self._call(lambda c: changes_sql.pending_counts(c, trigger), write=False)
+
+    async def retry_changes(self, trigger: str) -> int:
+        return await self._call(lambda c: changes_sql.retry_refused(c, trigger), write=True)
+
+    async def has_changes(self, trigger: str) -> bool:
+        return await self._call(lambda c: changes_sql.has_changes(c, trigger), write=False)
+
+    # the triggers themselves, in the shared SQL's SQLite form (PostgreSQL overrides them)
+
+    async def install_table_trigger(self, trigger: TableTrigger) -> bool:
+        return await self._call(lambda c: changes_sql.install_sqlite(c, trigger), write=True)
+
+    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
+        return await self._call(lambda c: changes_sql.state_sqlite(c, trigger), write=False)
+
+    async def uninstall_table_trigger(self, trigger: str) -> int:
+        return await self._call(lambda c: changes_sql.uninstall_sqlite(c, trigger), write=True)
 
     async def server_time(self) -> float | None:
         if not self.server_clock:

@@ -1,0 +1,237 @@
+"""Table changes: each committed insert, update or delete on a user's table starts one run.
+
+    @app.workflow()
+    def ship(change: dict) -> None: ...
+
+    app.on_table_change("orders", ship, on=["insert", "update"])
+
+A transactional outbox. perdure installs a trigger on the table (at
+worker start, or `perdure triggers install`) that writes each change into
+perdure's `table_changes` table inside the user's own transaction, and NOTIFYs:
+a rolled-back change leaves no row, a committed one always does. Every worker
+LISTENs; one takes a batch of rows (others skip them), creates one run per row
+with the id `table:{name}:{row id}` and deletes the rows, in one transaction. So
+the run exists if and only if the change committed, once, whichever workers
+race or die; a worker that was down catches up from the table.
+
+The workflow gets the change as its one argument: `{"id", "op", "table", "key",
+"row", "old", "at"}` (`key` the primary key columns, `row` the new row, `old` the
+row before an update or delete, as JSON; `at` the server time of the write). A
+change that cannot become a run (the workflow's input check refuses it) is kept
+in the table with the reason, shown by `perdure triggers`.
+
+On an SQLite store the table must live in the store's own file (tables that
+transactional steps write, for one): perdure installs SQLite triggers there
+(one per operation) writing the same outbox rows; with no NOTIFY, workers look
+every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..engine.client import checked_input, origin_entry
+from ..engine.signal import Signal
+from ..errors import ConfigError, PerdureError
+from ..store.base import NewRun
+from ..store.blobs import inline_or_blob
+from ..store.changes_sql import OPS, ChangeRow, TableTrigger
+from .ids import check_id
+
+if TYPE_CHECKING:
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
+    from ..engine.worker import Worker
+
+__all__ = ["TableChange", "add_table_change"]
+
+log = logging.getLogger("perdure.table_changes")
+
+BATCH = 200  # changes turned into runs per transaction
+POLL = 5.0  # seconds between looks at the table with LISTEN (a notification lost is late)
+POLL_UNLISTENED = 1.0  # without notifications (notify=False, a transaction-mode pooler)
+
+
+class TableChange:
+    """One `on_table_change` trigger: a worker service installing the trigger, then turning
+    the changes it records into runs. `name` (the service name) is `table:{trigger}`."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        table: str,
+        workflow: str,
+        *,
+        name: str,
+        ops: Sequence[str],
+        notify: bool = True,
+    ) -> None:
+        self.runtime = runtime
+        self.workflow = workflow
+        self.trigger = TableTrigger(name, table, tuple(ops), notify)
+        self.name = f"table:{name}"
+        self.wake = Signal()
+        self.last_error: str | None = None  # this process's last failure, for `triggers`
+        self._subscribed = False
+
+    def __repr__(self) -> str:
+        return f"TableChange({self.trigger.name!r}, {self.trigger.table!r}, {self.workflow!r})"
+
+    def run_id(self, change_id: int) -> str:
+        return f"{self.name}:{change_id}"
+
+    async def install(self) -> bool:
+        """Put the trigger on the table, or check it is there as defined; True if changed."""
+        await self.runtime.open_store()
+        changed = await self.runtime.store.install_table_trigger(self.trigger)
+        if changed:
+            log.info("%s: trigger installed on %s", self.name, self.trigger.table)
+        return changed
+
+    # -- the service ---------------------------------------------------------------
+
+    async def run(self, worker: Worker) -> None:
+        """Install, then take changes as their notifications come, until the worker stops."""
+        try:
+            await self.install()
+        except PerdureError as exc:
+            self.last_error = str(exc)
+            raise  # the supervisor logs it and tries again with a backoff
+        self.last_error = None
+        listening = self._subscribe()
+        self.wake.listen()
+        poll = POLL if listening and self.trigger.notify else POLL_UNLISTENED
+        store = self.runtime.store
+        while not worker.stopping.is_set():
+            # a read first: an idle look takes no write lock (SQLite) and no write transaction
+            if await store.has_changes(self.trigger.name) and await self.take() >= BATCH:
+                await asyncio.sleep(0)
+                continue
+            await _first_of(poll, self.wake, worker.stopping)
+
+    def _subscribe(self) -> bool:
+        subscribe = getattr(self.runtime.store, "subscribe_changes", None)
+        if subscribe is None:
+            return False
+        if not self._subscribed:
+            self._subscribed = True
+            subscribe(self._heard)
+        return True
+
+    def _heard(self, trigger: str | None) -> None:
+        if trigger is None or trigger == self.trigger.name:
+            self.wake.fire()
+
+    async def take(self) -> int:
+        """Turn one batch of pending changes into runs; returns how many were taken."""
+        now = self.runtime.clock.now()
+        taken = await self.runtime.store.take_changes(
+            self.trigger.name, BATCH, lambda change: self._new_run(change, now), now
+        )
+        if taken.refused:
+            log.warning("%s: %d change(s) refused (see perdure triggers)", self.name,
+                        taken.refused)  # fmt: skip
+        if taken.started:
+            self.runtime.notify()
+        return taken.started + taken.refused
+
+    def _new_run(self, change: ChangeRow, now: float) -> NewRun | str:
+        """The run of one change, or why it cannot have one (runs on the store thread)."""
+        where = f"{self.name} change {change.id}"
+        try:
+            definition, encoded = checked_input(
+                self.runtime, self.workflow, (change.payload(),), {}, where
+            )
+        except PerdureError as exc:
+            return str(exc)
+        text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
+        origin = {"table_change": self.trigger.name, "table": change.table, "op": change.op,
+                  "id": change.id}  # fmt: skip
+        return NewRun(
+            id=self.run_id(change.id),
+            workflow=self.workflow,
+            input=text,
+            code_version=definition.version,
+            now=now,
+            deadline_at=None if definition.deadline is None else now + definition.deadline,
+            queue=definition.queue,
+            entries=[origin_entry(origin, now)],
+            blobs=[blob] if blob is not None else [],
+        )
+
+
+def add_table_change(
+    runtime: Runtime,
+    table: str,
+    workflow: Workflow[..., Any] | str,
+    *,
+    on: Sequence[str] = ("insert",),
+    name: str | None = None,
+    notify: bool = True,
+) -> TableChange:
+    """Start one run of `workflow` per committed change to `table`.
+
+    Args:
+        table: the table, as `name` (found through the database's search path) or
+            `schema.name`, in the store's database (on SQLite: in the store's file).
+        workflow: the workflow (or its name); it gets the change as its one argument.
+        on: the operations that start runs: any of "insert", "update", "delete".
+        name: the trigger's name, scoping the run ids (`table:{name}:{change id}`);
+            default the table's name. Two triggers of one app need different names.
+        notify: the trigger NOTIFYs the workers as each transaction commits, so a run
+            starts within milliseconds; False saves that NOTIFY's cost on every write
+            transaction (see the README's measurement) and workers look every second.
+
+    Returns:
+        The `TableChange`, registered in `app.services`; every worker installs its
+        trigger (idempotently) and takes its changes.
+
+    Raises:
+        ConfigError: an unknown operation or workflow, a workflow that cannot take one
+            argument, or a name already taken.
+    """
+    wf_name = workflow if isinstance(workflow, str) else workflow.name
+    label = check_id(name or table, "table change trigger name")
+    where = f"table change trigger {label!r}"
+    ops = [on] if isinstance(on, str) else list(on)
+    unknown = [op for op in ops if op not in OPS]
+    if not ops or unknown:
+        raise ConfigError(f"{where}: on={on!r}; use some of {', '.join(OPS)}")
+    definition = runtime.workflows.get(wf_name)
+    if definition is None:
+        raise ConfigError(f"{where}: no workflow named {wf_name!r} is registered")
+    try:
+        definition.signature.bind(None)
+    except TypeError:
+        raise ConfigError(
+            f"{where}: workflow {wf_name!r} must take the change as its one argument"
+        ) from None
+    if any(service.name == f"table:{label}" for service in runtime.services):
+        raise ConfigError(f"two table change triggers are named {label!r}; pass name=... to one")
+    ops = sorted(set(ops), key=OPS.index)
+    change = TableChange(runtime, table, wf_name, name=label, ops=ops, notify=notify)
+    runtime.add_service(change)
+    return change
+
+
+def table_changes(runtime: Runtime) -> list[TableChange]:
+    """The table change triggers registered on `runtime`."""
+    return [s for s in runtime.services if isinstance(s, TableChange)]
+
+
+async def _first_of(timeout: float, *events: Any) -> None:
+    """Wait until `wake` (a Signal) fires or an asyncio.Event is set, or `timeout` seconds."""
+    waiters: list[asyncio.Future[Any]] = []
+    for event in events:
+        if isinstance(event, Signal):
+            waiters.append(asyncio.ensure_future(event.wait(timeout)))
+        else:
+            waiters.append(asyncio.ensure_future(event.wait()))
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
