@@ -20,6 +20,7 @@ from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import plans, schedules
 from .triggers.events import EventTriggers
 from .triggers.inbox import add_inbox
+from .triggers.messages import MessageTrigger, add_message_trigger
 from .triggers.webhooks import Webhooks, add_webhook
 
 P = ParamSpec("P")
@@ -70,6 +71,7 @@ class App(Runtime):
         self.events = EventTriggers(self, self.client)
         self.webhooks = Webhooks(self)  # served by `perdure serve` at /hooks/{name}
         plans.register(self)  # every worker can run plans
+        self.message_sources: dict[str, MessageTrigger] = {}  # consumed by every worker
 
     # -- triggers (each lives in perdure.triggers) ---------------------------------------
 
@@ -78,6 +80,7 @@ class App(Runtime):
     schedule = _forward(schedules.declare_schedule)
     plan = _forward(plans.start)
     on_event = _forward(EventTriggers.on, "events")
+    on_message = _forward(add_message_trigger)
 
     def emit(
         self, event_type: str, payload: Any = None, *, event_id: str, run_id: str | None = None

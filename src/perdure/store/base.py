@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from .access_sql import AuditRow, SessionRow, TokenRow
     from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, UsageRow
+    from .dead_sql import DeadMessage
     from .stream_sql import StreamRow
     from .workers_sql import WorkerRow
 
@@ -407,6 +408,12 @@ class Store(Protocol):
     async def find_token(self, digest: str) -> TokenRow | None: ...
     async def list_tokens(self) -> list[TokenRow]: ...
     async def revoke_token(self, token_id: str, now: float) -> bool: ...
+    # dead messages: broker messages that could start no run, once per (trigger, id)
+    async def add_dead_message(self, row: DeadMessage) -> bool: ...
+    async def dead_messages(
+        self, trigger: str | None = None, limit: int = 100
+    ) -> list[DeadMessage]: ...
+    async def forget_dead_message(self, trigger: str, message_id: str) -> bool: ...
     # run streams: what steps write while they run (never needed for replay)
     async def append_stream(
         self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int

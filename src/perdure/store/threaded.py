@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import access_sql, agent_sql, retention, schedule_sql, sqlops, stream_sql, waits, workers_sql
+from . import (
+    access_sql,
+    agent_sql,
+    dead_sql,
+    retention,
+    schedule_sql,
+    sqlops,
+    stream_sql,
+    waits,
+    workers_sql,
+)
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, UsageRow
 from .base import (
@@ -43,6 +53,7 @@ from .base import (
     ScheduleRow,
     TickRow,
 )
+from .dead_sql import DeadMessage
 from .dialect import Db
 from .stream_sql import StreamRow
 from .waits import Bound
@@ -931,6 +942,19 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    # -- dead messages ------------------------------------------------------------------
+
+    async def add_dead_message(self, row: DeadMessage) -> bool:
+        return await self._call(lambda c: dead_sql.add_dead(c, row), write=True)
+
+    async def dead_messages(
+        self, trigger: str | None = None, limit: int = 100
+    ) -> list[DeadMessage]:
+        return await self._call(lambda c: dead_sql.list_dead(c, trigger, limit), write=False)
+
+    async def forget_dead_message(self, trigger: str, message_id: str) -> bool:
+        return await self._call(lambda c: dead_sql.forget_dead(c, trigger, message_id), write=True)
 
     async def append_stream(
         self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int

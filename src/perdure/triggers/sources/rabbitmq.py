@@ -1,0 +1,104 @@
+"""RabbitMQ (aio-pika, extra `rabbitmq`): consume a durable queue with a bounded prefetch.
+
+The identity of a message is its `message_id` property, or a content hash when it has none
+(two identical bodies without ids are then one message). A poison message is rejected
+without requeue, so the queue's dead-letter exchange (if it has one) receives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ...extras import require_extra
+from ..messages import Message, SourceRefused, usable_identity
+from .urls import public
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractIncomingMessage
+
+
+class RabbitMQ:
+    """A RabbitMQ queue as a message source.
+
+    Args:
+        url: `amqp://user:password@host:5672/vhost`.
+        queue: the queue to consume.
+        declare: declare the queue (durable) if missing; False: it must exist.
+        name: the trigger's name (default: set by `on_message`).
+    """
+
+    kind = "rabbitmq"
+
+    def __init__(
+        self, url: str, queue: str, *, declare: bool = True, name: str | None = None
+    ) -> None:
+        self.url = url
+        self.queue = queue
+        self.declare = declare
+        self.name = name
+        self._conn: Any = None
+        self._channel: Any = None
+        self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+
+    def copy(self) -> RabbitMQ:
+        return RabbitMQ(self.url, self.queue, declare=self.declare, name=self.name)
+
+    def where(self) -> str:
+        return f"{public(self.url)} queue {self.queue!r}"
+
+    async def connect(self, consumer: str, prefetch: int) -> None:
+        require_extra("rabbitmq", "a RabbitMQ message source")
+        import aio_pika
+        import aio_pika.exceptions as errors
+
+        self._inbox = asyncio.Queue()
+        try:
+            self._conn = await aio_pika.connect(self.url, timeout=10)
+        except errors.ProbableAuthenticationError as exc:
+            raise SourceRefused(f"credentials refused ({exc})") from None
+        self._channel = await self._conn.channel()
+        if prefetch:
+            await self._channel.set_qos(prefetch_count=prefetch)
+        try:
+            queue = await self._channel.declare_queue(
+                self.queue, durable=True, passive=not self.declare
+            )
+        except errors.ChannelNotFoundEntity:
+            raise SourceRefused(f"queue {self.queue!r} does not exist") from None
+        if prefetch:  # 0: a probe, which only asks for the queue's depth
+            await queue.consume(self._inbox.put, no_ack=False)
+
+    async def receive(self, limit: int, wait: float) -> list[Message]:
+        if self._conn is None or self._conn.is_closed:
+            raise ConnectionError("the connection to RabbitMQ closed")
+        try:
+            first = await asyncio.wait_for(self._inbox.get(), wait)
+        except TimeoutError:
+            return []
+        found = [first]
+        while len(found) < limit and not self._inbox.empty():
+            found.append(self._inbox.get_nowait())
+        return [
+            Message(usable_identity(m.message_id, m.body), m.body, m, {"queue": self.queue})
+            for m in found
+        ]
+
+    async def ack(self, messages: list[Message]) -> None:
+        for message in messages:
+            await message.handle.ack()
+
+    async def dead(self, message: Message, reason: str) -> None:
+        await message.handle.reject(requeue=False)
+
+    async def lag(self) -> int | None:
+        if self._channel is None:
+            return None
+        queue = await self._channel.declare_queue(self.queue, passive=True)
+        count = queue.declaration_result.message_count
+        return int(count) if count is not None else None
+
+    async def close(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None:
+            await conn.close()

@@ -1,0 +1,56 @@
+"""Helpers for the message-trigger tests: the machine's brokers, unique names, and an
+in-process worker run while a coroutine publishes and waits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import perdure
+from perdure.engine.worker import Worker, WorkerOptions
+
+RABBIT_URL = os.environ.get("PERDURE_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+REDIS_URL = os.environ.get("PERDURE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+NATS_URL = os.environ.get("PERDURE_TEST_NATS", "nats://127.0.0.1:4222")
+MQTT_HOST = os.environ.get("PERDURE_TEST_MQTT", "127.0.0.1")
+
+T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    return f"perdure-test-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def body(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    """Wait until `check()` holds (polling a condition, never a fixed sleep), or fail."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitable[T]]) -> T:
+    """Run a real worker of `app` (its message triggers consuming) while the test runs."""
+    worker = Worker(app, WorkerOptions(concurrency=8, poll=0.05, gc_every=None, grace=2.0))
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.ready.wait(), 20)
+        return await body_of_test(worker)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def run_ids(app: perdure.App, workflow: str) -> set[str]:
+    rows = await app.client.list_runs(workflow=workflow, limit=100_000)
+    return {r.id for r in rows}

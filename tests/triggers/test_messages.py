@@ -1,0 +1,274 @@
+"""Message triggers against the machine's real brokers: one run per message identity,
+acknowledged once the run exists, poison messages dead with their reason, pauses holding
+messages at the broker, and a broker that is down or refuses the credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from message_brokers import RABBIT_URL, REDIS_URL, body, run_ids, unique, until, with_worker
+
+import perdure
+from perdure.engine.worker import Worker
+from perdure.errors import ConfigError
+from perdure.triggers.messages import MessageTrigger, content_identity
+
+
+@dataclass
+class Order:
+    sku: str
+    qty: int
+
+
+def shop(tmp_path: Path) -> perdure.App:
+    app = perdure.App(f"sqlite:///{tmp_path}/messages.db")
+
+    @app.workflow(name="take_order")
+    def take_order(order: Order) -> int:
+        return order.qty
+
+    return app
+
+
+# -- RabbitMQ ---------------------------------------------------------------------------
+
+
+async def rabbit_queue(name: str, *, dead_letter: str | None = None) -> Any:
+    import aio_pika
+
+    conn = await aio_pika.connect(RABBIT_URL)
+    channel = await conn.channel()
+    arguments: dict[str, Any] = {}
+    if dead_letter:
+        await channel.declare_queue(dead_letter, durable=True)
+        arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letter}
+    await channel.declare_queue(name, durable=True, arguments=arguments)
+    return conn, channel
+
+
+async def publish(channel: Any, queue: str, data: bytes, message_id: str | None) -> None:
+    import aio_pika
+
+    await channel.default_exchange.publish(
+        aio_pika.Message(data, message_id=message_id, delivery_mode=2), routing_key=queue
+    )
+
+
+def test_rabbitmq_one_run_per_message_id_and_poison_is_dead(tmp_path: Path) -> None:
+    """Redelivered ids start nothing new, an id unfit for a run id is a content hash, and a
+    non-JSON, oversized or ill-typed body is dead with its reason and dead-lettered."""
+    app = shop(tmp_path)
+    queue, dlq = unique("rmq"), unique("rmq-dead")
+    trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue, declare=False),
+                             "take_order", name="orders", max_payload=200)  # fmt: skip
+
+    async def scenario(worker: Worker) -> None:
+        try:
+            for i in range(10):
+                await publish(channel, queue, body({"sku": f"s{i}", "qty": i}), f"m{i}")
+            await publish(channel, queue, body({"sku": "s3", "qty": 3}), "m3")  # redelivery
+            twin = body({"sku": "t", "qty": 1})
+            await publish(channel, queue, twin, "not usable")  # aio-pika sets an id if none
+            await publish(channel, queue, twin, "not usable")
+            await publish(channel, queue, b"{not json", "bad-json")
+            await publish(channel, queue, body({"sku": "x" * 300, "qty": 1}), "too-big")
+            await publish(channel, queue, body({"sku": "s", "qty": "many"}), "bad-type")
+            expected = {f"msg:orders:m{i}" for i in range(10)}
+            expected.add(f"msg:orders:{content_identity(b'not usable', twin)}")
+
+            async def settled() -> bool:
+                dead = await app.store.dead_messages("orders")
+                return await run_ids(app, "take_order") == expected and len(dead) == 3
+
+            await until(settled)
+            await until(lambda: _lag_is(trigger, 0))
+            dead = {d.message_id: d.reason for d in await app.store.dead_messages()}
+            assert dead["bad-json"].startswith("payload is not JSON")
+            assert dead["too-big"].startswith("payload of 321 bytes is over the limit of 200")
+            assert "input check" in dead["bad-type"] and "qty" in dead["bad-type"]
+            dead_queue = await channel.declare_queue(dlq, passive=True)
+            assert dead_queue.declaration_result.message_count == 3
+            assert trigger.status()["state"] == "consuming"
+        finally:
+            await channel.queue_delete(queue)
+            await channel.queue_delete(dlq)
+            await conn.close()
+
+    async def main() -> None:
+        nonlocal conn, channel
+        conn, channel = await rabbit_queue(queue, dead_letter=dlq)
+        await with_worker(app, scenario)
+
+    conn = channel = None
+    asyncio.run(main())
+    assert trigger.started == 11 and trigger.dead == 3
+    run = app.get_run("msg:orders:m7")
+    assert run.workflow == "take_order" and '"sku":"s7"' in (run.input or "")
+
+
+async def _lag_is(trigger: MessageTrigger, value: int) -> bool:
+    probe = await trigger.source.lag()
+    return probe == value
+
+
+def test_rabbitmq_a_paused_workflow_leaves_messages_at_the_broker(tmp_path: Path) -> None:
+    """While the workflow is paused the worker takes no message (they wait, counted as
+    lag); resumed, each starts its run."""
+    app = shop(tmp_path)
+    queue = unique("rmq-pause")
+    trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue), "take_order")
+
+    async def scenario(worker: Worker) -> None:
+        conn, channel = await rabbit_queue(queue)
+        try:
+            await app.client.set_pause("workflow", "take_order", True)
+            await until(lambda: _state_is(trigger, "paused (workflow take_order)"))
+            for i in range(5):
+                await publish(channel, queue, body({"sku": "p", "qty": i}), f"p{i}")
+            await until(lambda: _ready_is(channel, queue, 5))
+            assert await run_ids(app, "take_order") == set()
+            await app.client.set_pause("workflow", "take_order", False)
+            await until(lambda: _count_is(app, 5))
+            await until(lambda: _ready_is(channel, queue, 0))
+            assert trigger.status()["state"] == "consuming"
+        finally:
+            await channel.queue_delete(queue)
+            await conn.close()
+
+    asyncio.run(with_worker(app, scenario))
+
+
+async def _ready_is(channel: Any, queue: str, n: int) -> bool:
+    declared = await channel.declare_queue(queue, passive=True)
+    return bool(declared.declaration_result.message_count == n)
+
+
+async def _state_is(trigger: MessageTrigger, state: str) -> bool:
+    return trigger.status()["state"] == state
+
+
+async def _count_is(app: perdure.App, n: int) -> bool:
+    return len(await run_ids(app, "take_order")) == n
+
+
+def test_a_broker_that_is_down_or_refuses_is_one_line_naming_the_trigger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A closed port is `down` (retried, logged with the trigger's name); wrong credentials
+    are `refused`; a probe from a process that does not consume says `down` too."""
+    app = shop(tmp_path)
+    down = app.on_message(perdure.sources.RabbitMQ("amqp://guest:guest@127.0.0.1:1/", "q"),
+                          "take_order", name="nowhere")  # fmt: skip
+    wrong = app.on_message(
+        perdure.sources.RabbitMQ("amqp://guest:nope@127.0.0.1:5672/", "q"), "take_order",
+        name="badpass",
+    )  # fmt: skip
+    probed = asyncio.run(down.probe(timeout=5))
+    assert probed["state"] == "down" and probed["last_error"]
+    caplog.set_level(logging.INFO, "perdure.messages")
+
+    async def scenario(worker: Worker) -> None:
+        await until(lambda: _state_is(down, "down"))
+        await until(lambda: _state_is(wrong, "refused"))
+
+    asyncio.run(with_worker(app, scenario))
+    assert "credentials refused" in (wrong.last_error or "")
+    assert "password" not in (wrong.last_error or "") or "nope" not in (wrong.last_error or "")
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("message trigger 'nowhere': cannot consume from amqp://guest@127.0.0.1:1/"
+               in line for line in lines), lines  # fmt: skip
+    assert any(line.startswith("message trigger 'badpass' (amqp://guest@127.0.0.1:5672/ "
+                               "queue 'q'): credentials refused") for line in lines)  # fmt: skip
+    assert all("nope" not in line for line in lines)
+
+
+def test_bad_trigger_options_are_one_line() -> None:
+    """A name used twice, a bad name, a zero prefetch, a workflow taking two arguments."""
+    app = perdure.App("sqlite:///:memory:")
+
+    @app.workflow(name="two")
+    def two(a: int, b: int) -> None: ...
+
+    @app.workflow(name="one")
+    def one(a: int) -> None: ...
+
+    source = perdure.sources.RabbitMQ(RABBIT_URL, "q")
+    with pytest.raises(ConfigError, match="must take the message's payload as its one"):
+        app.on_message(source, "two")
+    with pytest.raises(ConfigError, match="prefetch=0 must be at least 1"):
+        app.on_message(source, "one", prefetch=0)
+    with pytest.raises(ConfigError, match="use 1-100 letters"):
+        app.on_message(source, "one", name="a b")
+    app.on_message(source, "one", name="x")
+    with pytest.raises(ConfigError, match="two message triggers are named 'x'"):
+        app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, "q"), "one", name="x")
+    assert list(app.message_sources) == ["x"]
+    assert app.message_sources["x"].status() == {
+        "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "lag": None,
+        "last_error": None,
+    }  # fmt: skip
+
+
+def test_a_bare_import_loads_no_broker_client() -> None:
+    """Importing perdure and its CLI imports none of the broker clients (a bare install)."""
+    code = (
+        "import sys, perdure, perdure.cli.main\n"
+        "loaded = {'aio_pika', 'nats', 'redis', 'aiomqtt', 'aiokafka'} & set(sys.modules)\n"
+        "print(sorted(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out.strip() == "[]"
+
+
+# -- Redis Streams ----------------------------------------------------------------------
+
+
+def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claimed(
+    tmp_path: Path,
+) -> None:
+    """Entries read by a consumer that died unacknowledged are taken over (XAUTOCLAIM) and
+    start their runs once; a poison entry is copied to the dead stream; nothing stays
+    pending."""
+    import redis.asyncio as aioredis
+
+    app = shop(tmp_path)
+    stream, dead_stream = unique("stream"), unique("stream-dead")
+    trigger = app.on_message(
+        perdure.sources.RedisStream(REDIS_URL, stream, claim_idle=0.5, dead_stream=dead_stream),
+        "take_order", name="orders",
+    )  # fmt: skip
+
+    async def scenario(worker: Worker) -> None:
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            await client.xgroup_create(stream, "perdure", id="0", mkstream=True)
+            ids = [await client.xadd(stream, {"data": body({"sku": "r", "qty": i})})
+                   for i in range(8)]  # fmt: skip
+            await client.xadd(stream, {"data": b"\xff\xfe"})
+            # a consumer that reads three entries and dies before acknowledging them
+            await client.xreadgroup("perdure", "ghost", {stream: ">"}, count=3)
+            expected = {f"msg:orders:{i.decode()}" for i in ids}
+
+            async def done() -> bool:
+                info = await client.xpending(stream, "perdure")
+                return await run_ids(app, "take_order") == expected and info["pending"] == 0
+
+            await until(done)
+            dead = await app.store.dead_messages("orders")
+            assert [d.reason.split(" (")[0] for d in dead] == ["payload is not JSON"]
+            assert await client.xlen(dead_stream) == 1
+            assert await trigger.source.lag() == 0
+        finally:
+            await client.delete(stream, dead_stream)
+            await client.aclose()
+
+    asyncio.run(with_worker(app, scenario))
+    assert trigger.started == 8
