@@ -203,7 +203,9 @@ def test_stuck_lists_a_skip_schedule_held_by_a_run_that_needs_attention(
     assert run("resolve", first, "send_mail", "--value", '"mailed by hand"').exit_code == 0
     TestWorker(app).run_until_idle()
     clean = run("stuck")
-    assert clean.exit_code == 0 and "no stuck runs or blocked schedules" in clean.output
+    assert (
+        clean.exit_code == 0 and "no stuck runs, blocked schedules or dead messages" in clean.output
+    )
 
 
 def test_gc_deletes_runs_beyond_retention(env: dict[str, str]) -> None:
@@ -304,3 +306,17 @@ def test_pause_and_resume_a_whole_workflow(env: dict[str, str]) -> None:
     assert TestWorker(app).run_until_idle() == 1
     both = CliRunner().invoke(cli, ["pause", "w1", "--workflow", "checkout"])
     assert both.exit_code == 2 and "name one RUN" in both.output
+
+
+def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
+    """A broker message that could start no run shows in `perdure stuck`, with the reason."""
+    from perdure.store.dead_sql import DeadMessage
+
+    app = app_module().app
+    dead = DeadMessage("orders", "m-7", "redis", "payload is not JSON (line 1)", "{x", 2, 1.0)
+    app.sync(app.store.add_dead_message(dead), "dead")
+    result = CliRunner().invoke(cli, ["stuck"])
+    assert result.exit_code == 1, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split() == ["MESSAGE", "TRIGGER", "DEAD", "MESSAGE", "SOURCE", "WHY"]
+    assert row.split() == ["orders", "m-7", "redis", "payload", "is", "not", "JSON", "(line", "1)"]

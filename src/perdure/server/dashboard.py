@@ -563,6 +563,14 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
     return await render(request, who, "schedules.html", schedules=shown)
 
 
+@page
+async def messages_page(request: Request, app: App, who: Principal) -> Response:
+    """The app's message triggers and the messages that could start no run, with why."""
+    dead = await app.store.dead_messages(limit=200)
+    triggers = list(app.message_sources.values())
+    return await render(request, who, "messages.html", triggers=triggers, dead_messages=dead)
+
+
 @action
 async def schedule_action(
     request: Request, app: App, who: Principal, form: dict[str, str]
@@ -771,6 +779,7 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/ui/approvals/answer", answer, methods=["POST"]),
         Route("/ui/schedules", schedules_page, methods=["GET"]),
         Route("/ui/schedules/act", schedule_action, methods=["POST"]),
+        Route("/ui/messages", messages_page, methods=["GET"]),
         Route("/ui/agents", agents_page, methods=["GET"]),
         Route("/ui/workers", workers_page, methods=["GET"]),
         Route("/ui/audit", audit_page, methods=["GET"]),

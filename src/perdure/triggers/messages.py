@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +51,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 HOLD_CHECK_EVERY = 1.0  # seconds between looks at pauses and pending runs
 RECEIVE_WAIT = 1.0  # longest wait for a message, so a stop or a pause is seen soon
 MAX_BACKOFF = 30.0
+PROBE_CACHE = 5.0  # seconds a probe's answer is reused (readyz may be polled often)
 DEAD_BODY_CHARS = 65_536  # of a dead message's body kept in the table
 
 
@@ -153,6 +155,7 @@ class MessageTrigger:
         self.duplicates = 0  # deliveries whose run existed already
         self.dead = 0
         self._hold: tuple[float, str | None] = (-1e18, None)
+        self._probed: tuple[float, dict[str, Any]] = (-1e18, {})
 
     def __repr__(self) -> str:
         return (
@@ -181,6 +184,14 @@ class MessageTrigger:
         connection and the lag, or the error (for `/readyz` and `perdure triggers`)."""
         if self.state != "idle":
             return self.status()
+        at, answer = self._probed
+        if time.monotonic() - at < PROBE_CACHE:
+            return answer
+        answer = await self._probe(timeout)
+        self._probed = (time.monotonic(), answer)
+        return answer
+
+    async def _probe(self, timeout: float) -> dict[str, Any]:
         probe = _fresh_copy(self.source)
         try:
             await asyncio.wait_for(probe.connect("probe", 0), timeout)

@@ -57,17 +57,17 @@ class RabbitMQ:
             self._conn = await aio_pika.connect(self.url, timeout=10)
         except errors.ProbableAuthenticationError as exc:
             raise SourceRefused(f"credentials refused ({exc})") from None
+        if not prefetch:  # a probe: the connection, and `lag` asks for the queue's depth
+            return
         self._channel = await self._conn.channel()
-        if prefetch:
-            await self._channel.set_qos(prefetch_count=prefetch)
+        await self._channel.set_qos(prefetch_count=prefetch)
         try:
             queue = await self._channel.declare_queue(
                 self.queue, durable=True, passive=not self.declare
             )
         except errors.ChannelNotFoundEntity:
             raise SourceRefused(f"queue {self.queue!r} does not exist") from None
-        if prefetch:  # 0: a probe, which only asks for the queue's depth
-            await queue.consume(self._inbox.put, no_ack=False)
+        await queue.consume(self._inbox.put, no_ack=False)
 
     async def receive(self, limit: int, wait: float) -> list[Message]:
         if self._conn is None or self._conn.is_closed:
@@ -92,9 +92,19 @@ class RabbitMQ:
         await message.handle.reject(requeue=False)
 
     async def lag(self) -> int | None:
-        if self._channel is None:
+        """Messages ready in the queue (not those held unacknowledged); None if it is missing."""
+        import aio_pika.exceptions as errors
+
+        if self._conn is None:
             return None
-        queue = await self._channel.declare_queue(self.queue, passive=True)
+        channel = await self._conn.channel()  # a failed passive declare closes its channel
+        try:
+            queue = await channel.declare_queue(self.queue, passive=True)
+        except errors.ChannelNotFoundEntity:
+            return None
+        finally:
+            if not channel.is_closed:
+                await channel.close()
         count = queue.declaration_result.message_count
         return int(count) if count is not None else None
 

@@ -78,6 +78,8 @@ class RedisStream:
             await self._redis.ping()
         except AuthenticationError as exc:
             raise SourceRefused(f"credentials refused ({exc})") from None
+        if not prefetch:  # a probe creates nothing
+            return
         try:
             await self._redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
         except ResponseError as exc:
@@ -137,7 +139,14 @@ class RedisStream:
         await self._redis.xack(self.stream, self.group, message.handle)
 
     async def lag(self) -> int | None:
-        for row in await self._redis.xinfo_groups(self.stream):
+        """Entries not yet delivered to the group plus those delivered and unacknowledged."""
+        from redis.exceptions import ResponseError
+
+        try:
+            groups = await self._redis.xinfo_groups(self.stream)
+        except ResponseError:  # no such stream yet
+            return None
+        for row in groups:
             if _text(row.get("name")) == self.group:
                 lag = row.get("lag")
                 pending = int(row.get("pending", 0))
