@@ -44,7 +44,7 @@ def source(kind: str, name: str) -> MessageSource:
     if kind == "redis":
         return sources.RedisStream(REDIS_URL, name, claim_idle=1.0)
     if kind == "nats":
-        return sources.JetStream(NATS_URL, name, subject=f"{name}.>", ack_wait=2.0)
+        return sources.JetStream(NATS_URL, name, ack_wait=2.0)
     if kind == "mqtt":
         return sources.MQTT(MQTT_HOST, f"{name}/#", group=name, client_id=os.environ["MQTT_ID"])
     raise ValueError(kind)

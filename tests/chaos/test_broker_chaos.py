@@ -118,7 +118,30 @@ class Redis(Broker):
         await self.client.aclose()
 
 
-BROKERS: dict[str, type[Broker]] = {"rabbitmq": Rabbit, "redis": Redis}
+class Nats(Broker):
+    kind = "nats"
+
+    async def setup(self) -> None:
+        import nats
+
+        self.nc = await nats.connect(NATS_URL)
+        self.js = self.nc.jetstream()
+        await self.js.add_stream(name=self.name, subjects=[f"{self.name}.>"])
+
+    async def publish(self, order: int) -> str:
+        ack = await self.js.publish(f"{self.name}.order", b'{"order": %d}' % order)
+        return f"{self.name}:{ack.seq}"
+
+    async def drained(self) -> bool:
+        info = await self.js.consumer_info(self.name, "perdure-chaos")
+        return bool(info.num_pending == 0 and info.num_ack_pending == 0)
+
+    async def teardown(self) -> None:
+        await self.js.delete_stream(self.name)
+        await self.nc.close()
+
+
+BROKERS: dict[str, type[Broker]] = {"rabbitmq": Rabbit, "redis": Redis, "nats": Nats}
 
 
 class Workers:

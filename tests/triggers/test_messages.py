@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from message_brokers import RABBIT_URL, REDIS_URL, body, run_ids, unique, until, with_worker
+from message_brokers import (
+    NATS_URL,
+    RABBIT_URL,
+    REDIS_URL,
+    body,
+    run_ids,
+    unique,
+    until,
+    with_worker,
+)
 
 import perdure
 from perdure.engine.worker import Worker
@@ -271,4 +280,58 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
             await client.aclose()
 
     asyncio.run(with_worker(app, scenario))
+    assert trigger.started == 8
+
+
+# -- NATS JetStream ---------------------------------------------------------------------
+
+
+def test_jetstream_one_run_per_stream_sequence_and_unacked_messages_come_back(
+    tmp_path: Path,
+) -> None:
+    """Messages a consumer fetched and never acknowledged come back after ack_wait and start
+    their runs once; a poison message is terminated and dead; the consumer has no lag."""
+    import nats
+
+    app = shop(tmp_path)
+    stream = unique("js").replace("-", "_")
+    trigger = app.on_message(
+        perdure.sources.JetStream(NATS_URL, stream, ack_wait=1.0), "take_order", name="orders"
+    )
+
+    async def main() -> None:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        try:
+            seqs = [(await js.publish(f"{stream}.o", body({"sku": "j", "qty": i}))).seq
+                    for i in range(8)]  # fmt: skip
+            await js.publish(f"{stream}.o", b"not json")
+            from nats.js.api import ConsumerConfig
+
+            config = ConsumerConfig(durable_name="perdure-orders", ack_wait=1.0)
+            ghost = await js.pull_subscribe(f"{stream}.>", durable="perdure-orders",
+                                            stream=stream, config=config)  # fmt: skip
+            fetched = await ghost.fetch(3, timeout=5)  # a consumer that dies before acking
+            assert len(fetched) == 3
+            await ghost.unsubscribe()
+            expected = {f"msg:orders:{stream}:{seq}" for seq in seqs}
+
+            async def scenario(worker: Worker) -> None:
+                async def done() -> bool:
+                    lag = await trigger.source.lag()
+                    return await run_ids(app, "take_order") == expected and lag == 0
+
+                await until(done)
+
+            await with_worker(app, scenario)
+            dead = await app.store.dead_messages("orders")
+            assert [(d.message_id, d.reason.split(" (")[0]) for d in dead] == [
+                (f"{stream}:9", "payload is not JSON")
+            ]
+        finally:
+            await js.delete_stream(stream)
+            await nc.close()
+
+    asyncio.run(main())
     assert trigger.started == 8

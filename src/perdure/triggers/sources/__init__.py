@@ -3,7 +3,8 @@ extra of its name) only when a worker connects, so a bare install can import the
 
 from __future__ import annotations
 
+from .jetstream import JetStream
 from .rabbitmq import RabbitMQ
 from .redis_streams import RedisStream
 
-__all__ = ["RabbitMQ", "RedisStream"]
+__all__ = ["JetStream", "RabbitMQ", "RedisStream"]
