@@ -46,7 +46,7 @@ def source(kind: str, name: str) -> MessageSource:
     if kind == "nats":
         return sources.JetStream(NATS_URL, name, ack_wait=2.0)
     if kind == "mqtt":
-        return sources.MQTT(MQTT_HOST, f"{name}/#", group=name, client_id=os.environ["MQTT_ID"])
+        return sources.MQTT(MQTT_HOST, f"{name}/#", group=name, client_id=os.environ.get("MQTT_ID"))
     raise ValueError(kind)
 
 

@@ -141,7 +141,80 @@ class Nats(Broker):
         await self.nc.close()
 
 
-BROKERS: dict[str, type[Broker]] = {"rabbitmq": Rabbit, "redis": Redis, "nats": Nats}
+class Mqtt(Broker):
+    """MQTT cannot say what waits at the broker: after the workers stop, each worker's
+    session is resumed and must hold nothing unacknowledged (a marker published to it
+    arrives after anything the broker still had to redeliver)."""
+
+    kind = "mqtt"
+
+    async def setup(self) -> None:
+        """The workers' sessions first: MQTT keeps a message only for a subscription that
+        exists, so one published before the first worker subscribed would go nowhere."""
+        import aiomqtt
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        for slot in range(WORKERS):
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = 3600
+            async with aiomqtt.Client(MQTT_HOST, identifier=f"{self.name}-{slot}",
+                                      protocol=aiomqtt.ProtocolVersion.V5, clean_start=False,
+                                      properties=properties) as session:  # fmt: skip
+                await session.subscribe(f"$share/{self.name}/{self.name}/#", qos=1)
+        self.client = aiomqtt.Client(MQTT_HOST, protocol=aiomqtt.ProtocolVersion.V5)
+        await self.client.__aenter__()
+
+    async def publish(self, order: int) -> str:
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        properties.UserProperty = [("message-id", f"order-{order}")]
+        await self.client.publish(f"{self.name}/order", b'{"order": %d}' % order, qos=1,
+                                  properties=properties)  # fmt: skip
+        return f"order-{order}"
+
+    async def drained(self) -> bool:
+        return True  # checked by `left_in_sessions` once the workers stopped
+
+    async def left_in_sessions(self) -> list[str]:
+        """What each stopped worker's session still had to deliver (should be nothing)."""
+        import aiomqtt
+
+        left: list[str] = []
+        for slot in range(WORKERS):
+            session = aiomqtt.Client(MQTT_HOST, identifier=f"{self.name}-{slot}",
+                                     protocol=aiomqtt.ProtocolVersion.V5,
+                                     clean_start=False)  # fmt: skip
+            async with session:
+                marker = f"{self.name}-marker/{slot}"
+                await session.subscribe(marker, qos=1)
+                await session.publish(marker, b"marker", qos=1)
+                async for message in session.messages:
+                    if str(message.topic) == marker:
+                        break
+                    left.append(bytes(message.payload).decode())
+                await session.unsubscribe(marker)
+        return left
+
+    async def teardown(self) -> None:
+        import aiomqtt
+
+        await self.client.__aexit__(None, None, None)
+        for slot in range(WORKERS):  # end the workers' sessions
+            async with aiomqtt.Client(
+                MQTT_HOST,
+                identifier=f"{self.name}-{slot}",
+                protocol=aiomqtt.ProtocolVersion.V5,
+                clean_start=True,
+            ):
+                pass
+
+
+BROKERS: dict[str, type[Broker]] = {
+    "rabbitmq": Rabbit, "redis": Redis, "nats": Nats, "mqtt": Mqtt,
+}  # fmt: skip
 
 
 class Workers:
@@ -270,6 +343,8 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
         drained_after = time.monotonic() - killed_at
         workers.stop_all()
         assert await broker.drained()  # a graceful stop returns nothing unacknowledged
+        if isinstance(broker, Mqtt):
+            assert await broker.left_in_sessions() == []
 
         expected = {f"msg:{mod.TRIGGER}:{identity}" for identity in identities}
         assert len(expected) == MESSAGES

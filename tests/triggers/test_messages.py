@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from message_brokers import (
+    MQTT_HOST,
     NATS_URL,
     RABBIT_URL,
     REDIS_URL,
@@ -335,3 +336,55 @@ def test_jetstream_one_run_per_stream_sequence_and_unacked_messages_come_back(
 
     asyncio.run(main())
     assert trigger.started == 8
+
+
+# -- MQTT -------------------------------------------------------------------------------
+
+
+def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None:
+    """QoS 1 messages start one run per `message-id` user property (a resend starts
+    nothing), one per content without it; a poison message goes to the dead topic."""
+    import aiomqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    app = shop(tmp_path)
+    topic = unique("mqtt")
+    trigger = app.on_message(
+        perdure.sources.MQTT(MQTT_HOST, f"{topic}/#", dead_topic=f"{topic}-dead"),
+        "take_order", name="orders",
+    )  # fmt: skip
+
+    def with_id(message_id: str) -> Properties:
+        properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        properties.UserProperty = [("message-id", message_id)]
+        return properties
+
+    async def scenario(worker: Worker) -> None:
+        async with aiomqtt.Client(MQTT_HOST, protocol=aiomqtt.ProtocolVersion.V5) as client:
+            await client.subscribe(f"{topic}-dead", qos=1)
+            await until(lambda: _state_is(trigger, "consuming"))  # subscribed (SUBACK)
+            for i in range(6):
+                await client.publish(f"{topic}/o", body({"sku": "q", "qty": i}), qos=1,
+                                     properties=with_id(f"q{i}"))  # fmt: skip
+            await client.publish(f"{topic}/o", body({"sku": "q", "qty": 2}), qos=1,
+                                 properties=with_id("q2"))  # fmt: skip
+            plain = body({"sku": "plain", "qty": 1})
+            await client.publish(f"{topic}/o", plain, qos=1)
+            await client.publish(f"{topic}/o", plain, qos=1)
+            await client.publish(f"{topic}/o", b"\x00binary", qos=1, properties=with_id("bin"))
+            expected = {f"msg:orders:q{i}" for i in range(6)}
+            expected.add(f"msg:orders:{content_identity(f'{topic}/o'.encode(), plain)}")
+            await until(lambda: _ids_are(app, expected))
+            dead = await asyncio.wait_for(anext(client.messages), 20)
+            assert bytes(dead.payload) == b"\x00binary"
+            assert ("message-id", "bin") in dead.properties.UserProperty
+            rows = await app.store.dead_messages("orders")
+            assert [r.message_id for r in rows] == ["bin"]
+
+    asyncio.run(with_worker(app, scenario))
+    assert trigger.started == 7
+
+
+async def _ids_are(app: perdure.App, expected: set[str]) -> bool:
+    return await run_ids(app, "take_order") == expected
