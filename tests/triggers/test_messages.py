@@ -388,3 +388,37 @@ def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None
 
 async def _ids_are(app: perdure.App, expected: set[str]) -> bool:
     return await run_ids(app, "take_order") == expected
+
+
+# -- Kafka (no server here) -------------------------------------------------------------
+
+
+def test_kafka_without_a_server_is_down_with_one_line_and_names_records_by_offset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No Kafka server runs here, so this is what the client allows without one: a broker
+    that does not answer leaves the trigger `down` with one log line naming it (and /readyz's
+    probe says so), and a record's identity is its topic, partition and offset."""
+    from aiokafka.structs import ConsumerRecord
+
+    app = shop(tmp_path)
+    source = perdure.sources.Kafka("127.0.0.1:1", "orders", options={"request_timeout_ms": 2000})
+    trigger = app.on_message(source, "take_order", name="kafka-orders")
+    probed = asyncio.run(trigger.probe(timeout=10))
+    assert probed["state"] == "down" and probed["kind"] == "kafka"
+    caplog.set_level(logging.INFO, "perdure.messages")
+
+    async def scenario(worker: Worker) -> None:
+        await until(lambda: _state_is(trigger, "down"))
+
+    asyncio.run(with_worker(app, scenario))
+    lines = [r.getMessage() for r in caplog.records if r.name == "perdure.messages"]
+    assert lines and lines[0].startswith(
+        "message trigger 'kafka-orders': cannot consume from kafka://127.0.0.1:1 topic "
+        "'orders' group 'perdure-kafka-orders' ("
+    )
+    record = ConsumerRecord("orders", 3, 1207, 0, 0, None, b'{"sku": "k", "qty": 1}', None,
+                            0, 22, [])  # fmt: skip
+    message = source.message(record)
+    assert (message.identity, message.body) == ("orders-3-1207", b'{"sku": "k", "qty": 1}')
+    assert trigger.run_id(message.identity) == "msg:kafka-orders:orders-3-1207"

@@ -4,8 +4,9 @@ extra of its name) only when a worker connects, so a bare install can import the
 from __future__ import annotations
 
 from .jetstream import JetStream
+from .kafka import Kafka
 from .mqtt import MQTT
 from .rabbitmq import RabbitMQ
 from .redis_streams import RedisStream
 
-__all__ = ["MQTT", "JetStream", "RabbitMQ", "RedisStream"]
+__all__ = ["MQTT", "JetStream", "Kafka", "RabbitMQ", "RedisStream"]
