@@ -422,3 +422,57 @@ def test_kafka_without_a_server_is_down_with_one_line_and_names_records_by_offse
     message = source.message(record)
     assert (message.identity, message.body) == ("orders-3-1207", b'{"sku": "k", "qty": 1}')
     assert trigger.run_id(message.identity) == "msg:kafka-orders:orders-3-1207"
+
+
+def test_a_worker_behind_its_pending_runs_stops_taking_messages(tmp_path: Path) -> None:
+    """With `max_pending` runs pending (a queue limited to one run at a time, its run held),
+    the worker takes no more messages: they wait at the broker; once runs drain, every
+    message starts its run."""
+    import threading
+
+    app = perdure.App(f"sqlite:///{tmp_path}/pressure.db")
+    app.queue("one-at-a-time", concurrency=1)
+    gate = threading.Event()
+
+    @app.step(name="wait_for_gate", effect="read")
+    def wait_for_gate() -> None:
+        gate.wait(30)
+
+    @app.workflow(name="slow", queue="one-at-a-time")
+    def slow(order: dict[str, Any]) -> None:
+        wait_for_gate()
+
+    queue = unique("rmq-pressure")
+    trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue), "slow",
+                             prefetch=2, max_pending=3)  # fmt: skip
+
+    async def main() -> None:
+        conn, channel = await rabbit_queue(queue)
+        try:
+            for i in range(12):
+                await publish(channel, queue, body({"n": i}), f"n{i}")
+
+            async def scenario(worker: Worker) -> None:
+                await until(lambda: _state_is(trigger, "backpressure"))
+                await until(lambda: _ready_is_over(channel, queue, 0))
+                assert len(await run_ids(app, "slow")) < 12
+                gate.set()
+                await until(lambda: _count_of(app, "slow", 12), timeout=30)
+                await until(lambda: _ready_is(channel, queue, 0))
+
+            await with_worker(app, scenario)
+        finally:
+            gate.set()
+            await channel.queue_delete(queue)
+            await conn.close()
+
+    asyncio.run(main())
+
+
+async def _ready_is_over(channel: Any, queue: str, n: int) -> bool:
+    declared = await channel.declare_queue(queue, passive=True)
+    return bool(declared.declaration_result.message_count > n)
+
+
+async def _count_of(app: perdure.App, workflow: str, n: int) -> bool:
+    return len(await run_ids(app, workflow)) == n

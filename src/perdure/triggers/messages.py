@@ -156,6 +156,8 @@ class MessageTrigger:
         self.dead = 0
         self._hold: tuple[float, str | None] = (-1e18, None)
         self._probed: tuple[float, dict[str, Any]] = (-1e18, {})
+        self._pending = 0  # pending runs in the store at the last look
+        self._started_at_check = 0  # `started` then
 
     def __repr__(self) -> str:
         return (
@@ -263,10 +265,15 @@ class MessageTrigger:
 
     async def _held(self, worker: Worker) -> str | None:
         """Why this worker should take no message now: its workflow or itself paused, or the
-        store full of pending runs; None to go on. Looked up at most once a second."""
+        store full of pending runs; None to go on. Looked up at most once a second; in
+        between, the runs this worker created count as pending."""
         now = worker.clock.now()
         at, why = self._hold
         if now - at < HOLD_CHECK_EVERY:
+            if why is None and self._pending + self.started - self._started_at_check >= (
+                self.max_pending
+            ):
+                return "backpressure"
             return why
         why = None
         pauses = await self.runtime.store.list_pauses()
@@ -277,8 +284,9 @@ class MessageTrigger:
             ):
                 why = f"paused ({scope} {name})"
         if why is None:
-            pending = (await self.runtime.store.count_runs()).get(PENDING, 0)
-            if pending >= self.max_pending:
+            self._pending = (await self.runtime.store.count_runs()).get(PENDING, 0)
+            self._started_at_check = self.started
+            if self._pending >= self.max_pending:
                 why = "backpressure"
         self._hold = (now, why)
         return why
