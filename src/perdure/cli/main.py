@@ -18,6 +18,7 @@ from ..server.access import Principal, local_operator
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .audit import audit
+from .dead import dead
 from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
@@ -359,6 +360,7 @@ def main() -> None:
 
 cli.add_command(serve)
 cli.add_command(schedules)
+cli.add_command(dead)
 cli.add_command(token)
 cli.add_command(worker)
 cli.add_command(workers)
