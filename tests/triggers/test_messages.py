@@ -180,6 +180,12 @@ def test_a_broker_that_is_down_or_refuses_is_one_line_naming_the_trigger(
         perdure.sources.RabbitMQ("amqp://guest:nope@127.0.0.1:5672/", "q"), "take_order",
         name="badpass",
     )  # fmt: skip
+    missing = app.on_message(
+        perdure.sources.RabbitMQ(RABBIT_URL, unique("missing"), declare=False), "take_order",
+        name="noqueue",
+    )  # fmt: skip
+    no_stream = app.on_message(perdure.sources.JetStream(NATS_URL, unique("nostream")),
+                               "take_order", name="nostream")  # fmt: skip
     probed = asyncio.run(down.probe(timeout=5))
     assert probed["state"] == "down" and probed["last_error"]
     caplog.set_level(logging.INFO, "perdure.messages")
@@ -187,6 +193,10 @@ def test_a_broker_that_is_down_or_refuses_is_one_line_naming_the_trigger(
     async def scenario(worker: Worker) -> None:
         await until(lambda: _state_is(down, "down"))
         await until(lambda: _state_is(wrong, "refused"))
+        await until(lambda: _state_is(missing, "refused"))
+        await until(lambda: _state_is(no_stream, "refused"))
+        assert "does not exist" in (missing.last_error or "")
+        assert "does not exist" in (no_stream.last_error or "")
 
     asyncio.run(with_worker(app, scenario))
     assert "credentials refused" in (wrong.last_error or "")
