@@ -231,7 +231,7 @@ class MessageTrigger:
                 continue  # held, or stopping
             except asyncio.CancelledError:
                 raise
-            except SourceRefused as exc:
+            except ConfigError as exc:  # SourceRefused, or the source's extra is missing
                 self.state, self.last_error = "refused", _one_line(exc)
                 log.error("message trigger %r (%s): %s; retrying in %.0fs", self.trigger,
                           self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
