@@ -29,7 +29,8 @@ class RedisStream:
         group: the consumer group (default `perdure`), created at the stream's start.
         field: the entry field holding the JSON body; an entry without it is taken whole
             (its fields as a JSON object).
-        claim_idle: seconds an entry stays pending with a consumer before another takes it.
+        claim_idle: seconds an entry stays pending with a consumer before another takes it
+            (a slow live consumer losing one is harmless: its run id is the same).
         dead_stream: a stream key poison entries are copied to, with the reason.
         name: the trigger's name (default: set by `on_message`).
     """
@@ -43,7 +44,7 @@ class RedisStream:
         *,
         group: str = "perdure",
         field: str = "data",
-        claim_idle: float = 30.0,
+        claim_idle: float = 10.0,
         dead_stream: str | None = None,
         name: str | None = None,
     ) -> None:
