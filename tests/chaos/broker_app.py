@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,32 @@ def source(kind: str, name: str) -> MessageSource:
     raise ValueError(kind)
 
 
+class KilledBeforeAck:
+    """A source that, with chance `KILL_BEFORE_ACK` per batch and until the file
+    `WORKDIR/calm` exists, kill -9s its own worker after the batch's runs are committed and
+    before they are acknowledged: the worst moment, which random kills rarely hit."""
+
+    def __init__(self, inner: Any, chance: float, calm: Path) -> None:
+        self.inner, self.chance, self.calm = inner, chance, calm
+        self.kind = inner.kind
+
+    @property
+    def name(self) -> str | None:
+        return self.inner.name  # type: ignore[no-any-return]
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self.inner.name = value
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    async def ack(self, messages: list[Any]) -> None:
+        if messages and random.random() < self.chance and not self.calm.exists():
+            os.kill(os.getpid(), signal.SIGKILL)
+        await self.inner.ack(messages)
+
+
 def build_app(workdir: Path, kind: str, name: str) -> perdure.App:
     workdir = Path(workdir)
     app = perdure.App(store_url(workdir))
@@ -70,7 +97,11 @@ def build_app(workdir: Path, kind: str, name: str) -> perdure.App:
     def pay(message: dict[str, Any]) -> int:
         return charge(int(message["order"]))
 
-    app.on_message(source(kind, name), pay, name=TRIGGER, prefetch=32)
+    chance = float(os.environ.get("KILL_BEFORE_ACK", "0"))
+    messages: Any = source(kind, name)
+    if chance:
+        messages = KilledBeforeAck(messages, chance, workdir / "calm")
+    app.on_message(messages, pay, name=TRIGGER, prefetch=32)
     return app
 
 

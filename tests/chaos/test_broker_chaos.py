@@ -34,9 +34,11 @@ NATS_URL = os.environ.get("PERDURE_TEST_NATS", "nats://127.0.0.1:4222")
 MQTT_HOST = os.environ.get("PERDURE_TEST_MQTT", "127.0.0.1")
 MESSAGES = 1000
 WORKERS = 2
-PUBLISH_SECONDS = 12.0  # messages trickle in while the kills happen
+PUBLISH_SECONDS = 12.0  # messages come in while the kills happen
+BURST = 100
 KILL_EVERY = (1.0, 2.5)  # seconds between kills
 MIN_KILLS = 5
+KILL_BEFORE_ACK = 0.03  # chance per batch that a worker kill -9s itself before its ack
 SETTLE_SECONDS = 90.0
 
 
@@ -233,6 +235,8 @@ class Workers:
         log = self.workdir / "logs" / f"worker-{self.count}-slot{slot}.log"
         self.count += 1
         env = {**self.env, "MQTT_ID": f"{self.name}-{slot}"}
+        if self.kind != "mqtt":  # MQTT cannot say when a resumed session is drained
+            env["KILL_BEFORE_ACK"] = str(KILL_BEFORE_ACK)
         with open(log, "wb") as out:
             self.slots[slot] = subprocess.Popen(
                 [sys.executable, str(SCRIPT), str(self.workdir), self.kind, self.name],
@@ -242,9 +246,21 @@ class Workers:
     def kill(self, slot: int) -> None:
         proc = self.slots[slot]
         assert proc is not None
-        assert proc.poll() is None, "a worker died by itself:\n" + self.logs()
-        proc.send_signal(signal.SIGKILL)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+    def revive(self) -> int:
+        """Restart the workers that killed themselves before an ack; how many."""
+        revived = 0
+        for slot, proc in enumerate(self.slots):
+            if proc is not None and proc.poll() is not None:
+                assert proc.returncode == -signal.SIGKILL, (
+                    f"a worker exited by itself with {proc.returncode}:\n" + self.logs()
+                )
+                self.spawn(slot)
+                revived += 1
+        return revived
 
     def stop_all(self) -> None:
         procs = [p for p in self.slots if p is not None and p.poll() is None]
@@ -256,6 +272,10 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+    def logs_count(self, text: str) -> int:
+        return sum(p.read_text(errors="replace").count(text)
+                   for p in (self.workdir / "logs").iterdir())  # fmt: skip
 
     def logs(self) -> str:
         return "\n".join(
@@ -309,21 +329,27 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
             workers.spawn(slot)
 
         async def publish_all() -> None:
-            pace = PUBLISH_SECONDS / MESSAGES
+            """In bursts, so a kill finds messages prefetched and not yet acknowledged."""
             for order in range(MESSAGES):
                 identities.append(await broker.publish(order))
-                if order % 10 == 9:
-                    await asyncio.sleep(pace * 10)
+                if order % BURST == BURST - 1:
+                    await asyncio.sleep(PUBLISH_SECONDS * BURST / MESSAGES)
 
         publisher = asyncio.create_task(publish_all())
-        kills = 0
+        kills = self_kills = 0
+        next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
         while not publisher.done() or kills < MIN_KILLS:
-            await asyncio.sleep(rng.uniform(*KILL_EVERY))  # chaos pacing, not synchronisation
-            slot = rng.randrange(WORKERS)
-            workers.kill(slot)
-            workers.spawn(slot)
-            kills += 1
+            await asyncio.sleep(0.05)  # chaos pacing, not synchronisation
+            self_kills += workers.revive()
+            if time.monotonic() >= next_kill:
+                slot = rng.randrange(WORKERS)
+                workers.kill(slot)
+                workers.spawn(slot)
+                kills += 1
+                next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
         await publisher
+        (workdir / "calm").touch()  # no more kills before an ack
+        self_kills += workers.revive()
         killed_at = time.monotonic()
 
         async def settled() -> list[Any] | None:
@@ -335,6 +361,7 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
 
         runs = None
         while runs is None:
+            self_kills += workers.revive()  # one may have been past its check of `calm`
             if time.monotonic() - killed_at > SETTLE_SECONDS:
                 pytest.fail(f"not settled {SETTLE_SECONDS}s after the last kill:\n"
                             + workers.logs())  # fmt: skip
@@ -360,8 +387,12 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
         parked = [run_id for run_id, state in status.items() if state == NEEDS_ATTENTION]
         assert len(parked) <= kills * 2 * 16  # only charges a kill interrupted
         assert await app.store.dead_messages() == []
-        print(f"{kind}: {MESSAGES} messages, {kills} kills, {len(parked)} parked, "
-              f"drained {drained_after:.1f}s after the last kill")  # fmt: skip
+        redelivered = workers.logs_count("redelivered message(s) found their runs")
+        if self_kills:  # a batch committed and never acknowledged came back: no new runs
+            assert redelivered > 0
+        print(f"{kind}: {MESSAGES} messages, {kills} kills + {self_kills} between commit and "
+              f"ack, {len(parked)} parked, {redelivered} batches with redeliveries, drained "
+              f"{drained_after:.1f}s after the last kill")  # fmt: skip
     finally:
         workers.stop_all()
         await broker.teardown()

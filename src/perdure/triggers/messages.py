@@ -294,8 +294,12 @@ class MessageTrigger:
     async def handle(self, batch: list[Message]) -> None:
         """Start (or find) the run of every message, then acknowledge them all. A store
         failure acknowledges none: the broker delivers them again."""
+        known = self.duplicates
         dead = await asyncio.gather(*(self._one(message) for message in batch))
         await self.source.ack([m for m, gone in zip(batch, dead, strict=True) if not gone])
+        if self.duplicates > known:
+            log.info("message trigger %r: %d redelivered message(s) found their runs",
+                     self.trigger, self.duplicates - known)  # fmt: skip
 
     async def _one(self, message: Message) -> bool:
         """Start the message's run; True if it was dead instead (and settled as such)."""
