@@ -149,6 +149,8 @@ def test_every_page_renders_what_it_is_for_with_a_read_token(
             "orders",
             "rabbitmq",
             "amqp://guest@127.0.0.1:5672/ queue 'orders'",
+            "refused",
+            "credentials refused",
             "m-9",
             "payload is not JSON",
             "{oops",

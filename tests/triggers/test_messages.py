@@ -486,3 +486,41 @@ async def _ready_is_over(channel: Any, queue: str, n: int) -> bool:
 
 async def _count_of(app: perdure.App, workflow: str, n: int) -> bool:
     return len(await run_ids(app, workflow)) == n
+
+
+def test_a_message_whose_run_id_names_another_workflows_run_is_dead(tmp_path: Path) -> None:
+    """The run id a message names already belongs to a run of another workflow (another app
+    on the same store): the message is dead with that reason, not redelivered forever."""
+    app = shop(tmp_path)
+
+    @app.workflow(name="other")
+    def other(x: Any) -> None: ...
+
+    app.start("other", 1, run_id="msg:orders:taken")
+    queue = unique("rmq-taken")
+    trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue), "take_order",
+                             name="orders")  # fmt: skip
+
+    async def main() -> None:
+        conn, channel = await rabbit_queue(queue)
+        try:
+            await publish(channel, queue, body({"sku": "t", "qty": 1}), "taken")
+
+            async def scenario(worker: Worker) -> None:
+                await until(lambda: _dead_count(app, 1))
+                await until(lambda: _ready_is(channel, queue, 0))
+
+            await with_worker(app, scenario)
+        finally:
+            await channel.queue_delete(queue)
+            await conn.close()
+
+    asyncio.run(main())
+    [dead] = app.sync(app.store.dead_messages(), "dead")
+    assert dead.message_id == "taken" and dead.reason.startswith("cannot start its run: ")
+    assert "already names a run of workflow 'other'" in dead.reason
+    assert trigger.started == 0
+
+
+async def _dead_count(app: perdure.App, n: int) -> bool:
+    return len(await app.store.dead_messages()) == n

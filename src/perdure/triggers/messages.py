@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.client import Client
-from ..errors import ConfigError, PayloadError
+from ..errors import ConfigError, PayloadError, PerdureError, StoreError
 from ..store.base import PENDING
 from ..store.dead_sql import DeadMessage
 from .ids import id_problem
@@ -199,6 +199,8 @@ class MessageTrigger:
             await asyncio.wait_for(probe.connect("probe", 0), timeout)
             self.last_lag = await asyncio.wait_for(probe.lag(), timeout)
             answer = self.status() | {"state": "reachable"}
+        except ConfigError as exc:
+            answer = self.status() | {"state": "refused", "last_error": _one_line(exc)}
         except Exception as exc:
             answer = self.status() | {"state": "down", "last_error": _one_line(exc)}
         finally:
@@ -314,6 +316,10 @@ class MessageTrigger:
                 )  # fmt: skip
             except PayloadError as exc:
                 problem = f"refused by workflow {self.workflow!r}'s input check: {_one_line(exc)}"
+            except (ConfigError, StoreError):
+                raise  # the trigger's setup or the store: nothing wrong with the message
+            except PerdureError as exc:  # e.g. its run id names a run of another workflow
+                problem = f"cannot start its run: {_one_line(exc)}"
             else:
                 if created:
                     self.started += 1
