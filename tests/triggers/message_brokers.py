@@ -41,7 +41,9 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> 
 
 async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitable[T]]) -> T:
     """Run a real worker of `app` (its message triggers consuming) while the test runs."""
-    worker = Worker(app, WorkerOptions(concurrency=8, poll=0.05, gc_every=None, grace=2.0))
+    options = WorkerOptions(id=unique("worker"), concurrency=8, poll=0.05, gc_every=None,
+                            grace=2.0)  # fmt: skip
+    worker = Worker(app, options)
     task = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(worker.ready.wait(), 20)

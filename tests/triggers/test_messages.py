@@ -26,7 +26,7 @@ from message_brokers import (
 )
 
 import perdure
-from perdure.engine.worker import Worker
+from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
 from perdure.triggers.messages import MessageTrigger, content_identity
 
@@ -370,7 +370,10 @@ def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None
         properties.UserProperty = [("message-id", message_id)]
         return properties
 
+    worker_ids: list[str] = []
+
     async def scenario(worker: Worker) -> None:
+        worker_ids.append(worker.id)
         async with aiomqtt.Client(MQTT_HOST, protocol=aiomqtt.ProtocolVersion.V5) as client:
             await client.subscribe(f"{topic}-dead", qos=1)
             await until(lambda: _state_is(trigger, "consuming"))  # subscribed (SUBACK)
@@ -394,6 +397,16 @@ def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None
 
     asyncio.run(with_worker(app, scenario))
     assert trigger.started == 7
+    asyncio.run(_end_session(f"perdure-orders-{worker_ids[0]}"))
+
+
+async def _end_session(client_id: str) -> None:
+    """End a worker's persistent MQTT session (the broker would keep it for days)."""
+    import aiomqtt
+
+    async with aiomqtt.Client(MQTT_HOST, identifier=client_id, clean_start=True,
+                              protocol=aiomqtt.ProtocolVersion.V5):  # fmt: skip
+        pass
 
 
 async def _ids_are(app: perdure.App, expected: set[str]) -> bool:
@@ -524,3 +537,26 @@ def test_a_message_whose_run_id_names_another_workflows_run_is_dead(tmp_path: Pa
 
 async def _dead_count(app: perdure.App, n: int) -> bool:
     return len(await app.store.dead_messages()) == n
+
+
+def test_mqtt_needs_workers_with_a_stable_id(tmp_path: Path) -> None:
+    """Without a stable worker id (or client_id=) an MQTT trigger refuses to consume: a
+    session left behind by a restart would keep taking its share of the messages."""
+    app = shop(tmp_path)
+    trigger = app.on_message(perdure.sources.MQTT(MQTT_HOST, f"{unique('mq')}/#"),
+                             "take_order")  # fmt: skip
+
+    async def main() -> None:
+        worker = Worker(app, WorkerOptions(poll=0.05, gc_every=None, grace=1.0))
+        task = asyncio.create_task(worker.run())
+        try:
+            await until(lambda: _state_is(trigger, "refused"))
+        finally:
+            worker.stop()
+            await task
+
+    asyncio.run(main())
+    assert (trigger.last_error or "").startswith(
+        "mqtt keeps a session per worker, named by the worker's id: start workers with a "
+        "stable id (perdure worker --id NAME"
+    )

@@ -224,6 +224,7 @@ class MessageTrigger:
                 continue
             self.state = "connecting"
             try:
+                _check_consumer(self.source, worker)
                 await self.source.connect(worker.id, self.prefetch)
                 if self.last_error is not None:
                     log.info("message trigger %r: connected to %s", self.trigger,
@@ -417,6 +418,18 @@ def message_sources(runtime: Runtime) -> dict[str, MessageTrigger]:
         found = {}
         runtime.message_sources = found  # type: ignore[attr-defined]
     return found
+
+
+def _check_consumer(source: MessageSource, worker: Worker) -> None:
+    """A source whose broker keeps a session per consumer (MQTT) needs a consumer name that
+    outlives the process: a session left behind by a restart would take its share of
+    the messages with nobody to deliver them to."""
+    if getattr(source, "stable_consumer", False) and worker.options.id is None:
+        raise ConfigError(
+            f"{source.kind} keeps a session per worker, named by the worker's id: start "
+            "workers with a stable id (perdure worker --id NAME, WorkerOptions(id=...)) or "
+            "give the source client_id=..."
+        )
 
 
 async def _wait(worker: Worker, seconds: float) -> None:

@@ -1,9 +1,13 @@
 """MQTT (aiomqtt, extra `mqtt`): a QoS 1 subscription in a persistent MQTT 5 session.
 
 Workers share the subscription (`$share/{group}/{topic}`), so the broker spreads the
-messages. Each worker's session is named by its client id (`perdure-{name}-{worker id}`:
-start workers with a stable `--id` so a restarted worker resumes its session and gets
-back the messages it had not acknowledged). The PUBACK is sent only once the run
+messages. Each worker's session is named by its client id (`perdure-{name}-{worker id}`),
+so workers need a stable `--id` (a trigger refuses to consume in a worker without one):
+a restarted worker resumes its session and gets back what it had not acknowledged, and
+the broker (Mosquitto does) keeps handing an offline session its share of the messages,
+so a session left behind by a random worker id would hold them for nobody. When a worker
+id is retired for good, end its session (connect once with its client id and a clean
+start). The PUBACK is sent only once the run
 exists: aiomqtt has no public switch for that yet, so the source sets paho's manual
 acknowledgement on the client it wraps. The identity of a message is its `message-id`
 user property, else a hash of topic and payload. MQTT has no dead-letter queue: a poison
@@ -65,6 +69,11 @@ class MQTT:
         self.dead_topic = dead_topic
         self.name = name
         self._client: Any = None
+
+    @property
+    def stable_consumer(self) -> bool:
+        """Workers must have stable ids, unless this source names its session itself."""
+        return self.client_id is None
 
     def copy(self) -> MQTT:
         return MQTT(self.host, self.topic, port=self.port, group=self.group,
