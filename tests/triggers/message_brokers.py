@@ -56,3 +56,47 @@ async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitab
 async def run_ids(app: perdure.App, workflow: str) -> set[str]:
     rows = await app.client.list_runs(workflow=workflow, limit=100_000)
     return {r.id for r in rows}
+
+
+class Proxy:
+    """A TCP proxy to a broker that can be down: not listening until `open()`, and `cut()`
+    drops every connection at once (a broker restart, as the trigger sees it)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self.target = (host, port)
+        with socket.socket() as probe:  # a free port, not listening until open()
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, up_writer]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()

@@ -18,6 +18,7 @@ from message_brokers import (
     NATS_URL,
     RABBIT_URL,
     REDIS_URL,
+    Proxy,
     body,
     run_ids,
     unique,
@@ -560,3 +561,116 @@ def test_mqtt_needs_workers_with_a_stable_id(tmp_path: Path) -> None:
         "mqtt keeps a session per worker, named by the worker's id: start workers with a "
         "stable id (perdure worker --id NAME"
     )
+
+
+class Side:
+    """The test's side of one broker: its port, make the queue, publish, count what waits."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.name = kind, unique(f"flaky-{kind}").replace("-", "_")
+        self.port = {"rabbitmq": 5672, "redis": 6379, "nats": 4222, "mqtt": 1883}[kind]
+
+    def source(self, port: int) -> Any:
+        s = perdure.sources
+        if self.kind == "rabbitmq":
+            return s.RabbitMQ(f"amqp://guest:guest@127.0.0.1:{port}/", self.name)
+        if self.kind == "redis":
+            return s.RedisStream(f"redis://127.0.0.1:{port}/0", self.name)
+        if self.kind == "nats":
+            return s.JetStream(f"nats://127.0.0.1:{port}", self.name, ack_wait=1.0)
+        return s.MQTT("127.0.0.1", f"{self.name}/#", port=port, client_id=self.name)
+
+    async def open(self) -> None:
+        if self.kind == "rabbitmq":
+            self.conn, self.channel = await rabbit_queue(self.name)
+        elif self.kind == "redis":
+            import redis.asyncio as aioredis
+
+            self.client = aioredis.Redis.from_url(REDIS_URL)
+        elif self.kind == "nats":
+            import nats
+
+            self.nc = await nats.connect(NATS_URL)
+            self.js = self.nc.jetstream()
+            await self.js.add_stream(name=self.name, subjects=[f"{self.name}.>"])
+        else:
+            import aiomqtt
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
+            session = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            session.SessionExpiryInterval = 600
+            async with aiomqtt.Client(MQTT_HOST, identifier=self.name, clean_start=False,
+                                      protocol=aiomqtt.ProtocolVersion.V5,
+                                      properties=session) as worker_session:  # fmt: skip
+                await worker_session.subscribe(f"$share/perdure/{self.name}/#", qos=1)
+            self.mqtt = aiomqtt.Client(MQTT_HOST, protocol=aiomqtt.ProtocolVersion.V5)
+            await self.mqtt.__aenter__()
+
+    async def publish(self, i: int) -> None:
+        data = body({"sku": "d", "qty": i})
+        if self.kind == "rabbitmq":
+            await publish(self.channel, self.name, data, f"d{i}")
+        elif self.kind == "redis":
+            await self.client.xadd(self.name, {"data": data})
+        elif self.kind == "nats":
+            await self.js.publish(f"{self.name}.d", data)
+        else:
+            await self.mqtt.publish(f"{self.name}/d", data, qos=1)
+
+    async def close(self) -> None:
+        if self.kind == "rabbitmq":
+            await self.channel.queue_delete(self.name)
+            await self.conn.close()
+        elif self.kind == "redis":
+            await self.client.delete(self.name)
+            await self.client.aclose()
+        elif self.kind == "nats":
+            await self.js.delete_stream(self.name)
+            await self.nc.close()
+        else:
+            await self.mqtt.__aexit__(None, None, None)
+            await _end_session(self.name)
+
+
+@pytest.mark.parametrize(
+    "kind", ["rabbitmq", "redis", pytest.param("nats", marks=pytest.mark.slow), "mqtt"]
+)  # nats: its client sees a cut connection only when a flush times out (5 s)
+def test_a_broker_down_at_start_and_lost_midway_is_reconnected_losing_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """The broker not answering when the worker starts: the trigger is `down` (one line
+    naming it) and retries with backoff; once it answers, the trigger connects; its
+    connections cut mid-stream, it reconnects: every message starts exactly one run."""
+    app = shop(tmp_path)
+    side = Side(kind)
+    proxy = Proxy("127.0.0.1", side.port)
+    trigger = app.on_message(side.source(proxy.port), "take_order", name="flaky")
+    caplog.set_level(logging.INFO, "perdure.messages")
+
+    async def main() -> None:
+        await side.open()
+        try:
+            for i in range(20):
+                await side.publish(i)
+
+            async def scenario(worker: Worker) -> None:
+                await until(lambda: _state_is(trigger, "down"))
+                await proxy.open()
+                await until(lambda: _count_is(app, 20))
+                proxy.cut()  # the broker "restarts"
+                for i in range(20, 40):
+                    await side.publish(i)
+                await until(lambda: _count_is(app, 40), timeout=30)
+
+            await with_worker(app, scenario)
+        finally:
+            await proxy.close()
+            await side.close()
+
+    asyncio.run(main())
+    assert trigger.started == 40
+    lines = [r.getMessage() for r in caplog.records if r.name == "perdure.messages"]
+    assert lines[0].startswith("message trigger 'flaky': cannot consume from "), lines[0]
+    assert f":{proxy.port}" in lines[0]
+    assert any(line.startswith("message trigger 'flaky': connected to") for line in lines)

@@ -8,12 +8,17 @@ poison message is terminated (`term`: never redelivered).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 from ...extras import require_extra
 from ..messages import Message, SourceRefused
 from .urls import public
+
+
+CONNECT_TIMEOUT = 5.0  # seconds a connection attempt may take
+FLUSH_TIMEOUT = 5  # seconds for the server to confirm it has the acks
 
 
 class JetStream:
@@ -71,13 +76,24 @@ class JetStream:
         import nats.js.errors as js_errors
         from nats.js.api import AckPolicy, ConsumerConfig
 
+        seen: list[Exception] = []
+
+        async def failed(exc: Exception) -> None:  # nats-py retries an initial connect itself
+            seen.append(exc)
+
         try:
-            self._nc = await nats.connect(self.url, connect_timeout=10, allow_reconnect=False,
-                                          max_reconnect_attempts=0)  # fmt: skip
+            self._nc = await asyncio.wait_for(
+                nats.connect(self.url, connect_timeout=CONNECT_TIMEOUT, allow_reconnect=False,
+                             max_reconnect_attempts=0, error_cb=failed),
+                CONNECT_TIMEOUT,
+            )  # fmt: skip
         except (errors.AuthorizationError, errors.InvalidUserCredentialsError) as exc:
             raise SourceRefused(f"credentials refused ({exc})") from None
-        except errors.NoServersError:
-            raise ConnectionError("no NATS server answers") from None
+        except (errors.NoServersError, TimeoutError):
+            last = f" ({seen[-1]})" if seen else ""
+            if seen and isinstance(seen[-1], errors.AuthorizationError):
+                raise SourceRefused(f"credentials refused{last}") from None
+            raise ConnectionError(f"no NATS server answers{last}") from None
         self._js = self._nc.jetstream()
         try:
             await self._js.stream_info(self.stream)
@@ -97,6 +113,8 @@ class JetStream:
     async def receive(self, limit: int, wait: float) -> list[Message]:
         import nats.errors as errors
 
+        if not self._nc.is_connected:
+            raise ConnectionError("the connection to NATS was lost")
         try:
             found = await self._sub.fetch(batch=limit, timeout=wait)
         except (TimeoutError, errors.TimeoutError):
@@ -112,11 +130,11 @@ class JetStream:
         for message in messages:
             await message.handle.ack()
         if messages:
-            await self._nc.flush()
+            await self._nc.flush(timeout=FLUSH_TIMEOUT)
 
     async def dead(self, message: Message, reason: str) -> None:
         await message.handle.term()
-        await self._nc.flush()
+        await self._nc.flush(timeout=FLUSH_TIMEOUT)
 
     async def lag(self) -> int | None:
         """Messages not yet delivered to the consumer plus those out unacknowledged."""

@@ -70,8 +70,9 @@ class RabbitMQ:
         await queue.consume(self._inbox.put, no_ack=False)
 
     async def receive(self, limit: int, wait: float) -> list[Message]:
-        if self._conn is None or self._conn.is_closed:
-            raise ConnectionError("the connection to RabbitMQ closed")
+        conn, channel = self._conn, self._channel
+        if conn is None or not conn.connected.is_set() or channel is None or channel.is_closed:
+            raise ConnectionError("the connection to RabbitMQ was lost")
         try:
             first = await asyncio.wait_for(self._inbox.get(), wait)
         except TimeoutError:
