@@ -16,7 +16,6 @@ from ...extras import require_extra
 from ..messages import Message, SourceRefused
 from .urls import public
 
-
 CONNECT_TIMEOUT = 5.0  # seconds a connection attempt may take
 FLUSH_TIMEOUT = 5  # seconds for the server to confirm it has the acks
 
