@@ -363,7 +363,9 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
         while runs is None:
             self_kills += workers.revive()  # one may have been past its check of `calm`
             if time.monotonic() - killed_at > SETTLE_SECONDS:
-                pytest.fail(f"not settled {SETTLE_SECONDS}s after the last kill:\n"
+                seen = Counter(r.status for r in await app.client.list_runs(limit=10_000))
+                pytest.fail(f"not settled {SETTLE_SECONDS}s after the last kill: runs "
+                            f"{dict(seen)}, drained {await broker.drained()}\n"
                             + workers.logs())  # fmt: skip
             await asyncio.sleep(0.1)
             runs = await settled()

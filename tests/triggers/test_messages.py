@@ -674,3 +674,22 @@ def test_a_broker_down_at_start_and_lost_midway_is_reconnected_losing_nothing(
     assert lines[0].startswith("message trigger 'flaky': cannot consume from "), lines[0]
     assert f":{proxy.port}" in lines[0]
     assert any(line.startswith("message trigger 'flaky': connected to") for line in lines)
+
+
+def test_an_item_taken_as_a_wait_times_out_comes_with_the_next_wait() -> None:
+    """`Pending` keeps the one wait it started: an item the waiting task took after the
+    wait timed out is returned by the next wait, not dropped with a cancelled task."""
+    from perdure.triggers.messages import Pending
+
+    async def main() -> None:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        pending: Pending[str] = Pending()
+        assert await pending.get(queue.get, 0.01) is None
+        queue.put_nowait("m1")
+        await asyncio.sleep(0)  # the kept task takes m1 off the queue now
+        assert queue.empty()
+        assert await pending.get(queue.get, 1.0) == "m1"
+        assert await pending.get(queue.get, 0.01) is None
+        pending.cancel()
+
+    asyncio.run(main())

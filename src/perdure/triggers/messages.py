@@ -29,8 +29,9 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..engine.client import Client
 from ..errors import ConfigError, PayloadError, PerdureError, StoreError
@@ -43,9 +44,17 @@ if TYPE_CHECKING:
     from ..engine.runtime import Runtime
     from ..engine.worker import Worker
 
-__all__ = ["Message", "MessageSource", "MessageTrigger", "SourceRefused", "add_message_trigger"]
+__all__ = [
+    "Message",
+    "MessageSource",
+    "MessageTrigger",
+    "Pending",
+    "SourceRefused",
+    "add_message_trigger",
+]
 
 log = logging.getLogger("perdure.messages")
+T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 HOLD_CHECK_EVERY = 1.0  # seconds between looks at pauses and pending runs
@@ -104,6 +113,32 @@ class MessageSource(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class Pending(Generic[T]):
+    """One awaited item kept across waits that time out, so an item that arrives just as a
+    wait ends is returned by the next wait, never dropped (`asyncio.wait_for` can drop it
+    on Python 3.11: the message would sit unacknowledged in a live connection)."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Future[T] | None = None
+
+    async def get(self, make: Callable[[], Awaitable[T]], wait: float) -> T | None:
+        """The next item from `make()` (started once, kept until it ends), or None if it has
+        not come within `wait` seconds."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(make())
+        done, _ = await asyncio.wait({self._task}, timeout=wait)
+        if not done:
+            return None
+        task, self._task = self._task, None
+        return task.result()
+
+    def cancel(self) -> None:
+        """Drop the wait (on close: what it held was never acknowledged, so it comes back)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
 
 
 def content_identity(*parts: bytes) -> str:

@@ -16,11 +16,10 @@ message is published to `dead_topic` if given, and acknowledged. The lag is unkn
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from ...extras import require_extra
-from ..messages import Message, SourceRefused, content_identity, usable_identity
+from ..messages import Message, Pending, SourceRefused, content_identity, usable_identity
 
 REFUSED = (4, 5, 134, 135)  # bad user name or password, not authorised (MQTT 3.1.1 and 5)
 SESSION_EXPIRY = 7 * 24 * 3600  # seconds the broker keeps a worker's session while it is away
@@ -69,6 +68,7 @@ class MQTT:
         self.dead_topic = dead_topic
         self.name = name
         self._client: Any = None
+        self._next: Pending[Any] = Pending()
 
     @property
     def stable_consumer(self) -> bool:
@@ -117,10 +117,10 @@ class MQTT:
 
     async def receive(self, limit: int, wait: float) -> list[Message]:
         messages = self._client.messages
-        try:
-            found = [await asyncio.wait_for(anext(messages), wait)]
-        except TimeoutError:
+        first = await self._next.get(lambda: anext(messages), wait)
+        if first is None:
             return []
+        found = [first]
         while len(found) < limit and len(messages):
             found.append(await anext(messages))
         return [self._message(m) for m in found]
@@ -158,6 +158,7 @@ class MQTT:
         return None  # MQTT brokers do not say how many messages wait
 
     async def close(self) -> None:
+        self._next.cancel()
         client, self._client = self._client, None
         if client is not None:
             await client.__aexit__(None, None, None)

@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ...extras import require_extra
-from ..messages import Message, SourceRefused, usable_identity
+from ..messages import Message, Pending, SourceRefused, usable_identity
 from .urls import public
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class RabbitMQ:
         self._conn: Any = None
         self._channel: Any = None
         self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._next: Pending[AbstractIncomingMessage] = Pending()
 
     def copy(self) -> RabbitMQ:
         return RabbitMQ(self.url, self.queue, declare=self.declare, name=self.name)
@@ -52,7 +53,7 @@ class RabbitMQ:
         import aio_pika
         import aio_pika.exceptions as errors
 
-        self._inbox = asyncio.Queue()
+        self._inbox, self._next = asyncio.Queue(), Pending()
         try:
             self._conn = await aio_pika.connect(self.url, timeout=10)
         except errors.ProbableAuthenticationError as exc:
@@ -73,9 +74,8 @@ class RabbitMQ:
         conn, channel = self._conn, self._channel
         if conn is None or not conn.connected.is_set() or channel is None or channel.is_closed:
             raise ConnectionError("the connection to RabbitMQ was lost")
-        try:
-            first = await asyncio.wait_for(self._inbox.get(), wait)
-        except TimeoutError:
+        first = await self._next.get(self._inbox.get, wait)
+        if first is None:
             return []
         found = [first]
         while len(found) < limit and not self._inbox.empty():
@@ -110,6 +110,7 @@ class RabbitMQ:
         return int(count) if count is not None else None
 
     async def close(self) -> None:
+        self._next.cancel()
         conn, self._conn, self._channel = self._conn, None, None
         if conn is not None:
             await conn.close()
