@@ -29,6 +29,8 @@ EXPECTED = [
     # triggers
     "ScheduleRow",
     "TickRow",
+    "sources",
+    "MessageTrigger",
     # inside a workflow
     "now",
     "uuid",

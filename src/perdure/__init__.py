@@ -46,6 +46,8 @@ from .errors import (
     WaitTimeout,
 )
 from .store.base import Entry, QueueSpec, RunRow, RunStatus, ScheduleRow, TickRow
+from .triggers import sources
+from .triggers.messages import MessageTrigger
 
 __version__ = "0.1.0"
 
@@ -70,6 +72,8 @@ __all__ = [
     # triggers
     "ScheduleRow",
     "TickRow",
+    "sources",
+    "MessageTrigger",
     # inside a workflow
     "now",
     "uuid",

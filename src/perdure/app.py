@@ -21,6 +21,7 @@ from .triggers import plans, schedules
 from .triggers.events import EventTriggers
 from .triggers.inbox import add_inbox
 from .triggers.listing import TriggerStatus, list_triggers
+from .triggers.messages import MessageTrigger, add_message_trigger
 from .triggers.table_changes import add_table_change, table_changes
 from .triggers.webhooks import Webhooks, add_webhook
 
@@ -72,6 +73,7 @@ class App(Runtime):
         self.events = EventTriggers(self, self.client)
         self.webhooks = Webhooks(self)  # served by `perdure serve` at /hooks/{name}
         plans.register(self)  # every worker can run plans
+        self.message_sources: dict[str, MessageTrigger] = {}  # consumed by every worker
 
     # -- triggers (each lives in perdure.triggers) ---------------------------------------
 
@@ -81,6 +83,7 @@ class App(Runtime):
     plan = _forward(plans.start)
     on_event = _forward(EventTriggers.on, "events")
     on_table_change = _forward(add_table_change)
+    on_message = _forward(add_message_trigger)
 
     def emit(
         self, event_type: str, payload: Any = None, *, event_id: str, run_id: str | None = None

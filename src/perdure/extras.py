@@ -23,6 +23,11 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
     "openai-agents": ("agents",),
     "pydantic-ai": ("pydantic_ai",),
+    "rabbitmq": ("aio_pika",),
+    "nats": ("nats",),
+    "redis": ("redis",),
+    "mqtt": ("aiomqtt",),
+    "kafka": ("aiokafka",),
     "observe": ("structlog", "prometheus_client", "opentelemetry.sdk.trace", "rich"),
 }
 

@@ -203,7 +203,9 @@ def test_stuck_lists_a_skip_schedule_held_by_a_run_that_needs_attention(
     assert run("resolve", first, "send_mail", "--value", '"mailed by hand"').exit_code == 0
     TestWorker(app).run_until_idle()
     clean = run("stuck")
-    assert clean.exit_code == 0 and "no stuck runs or blocked schedules" in clean.output
+    assert (
+        clean.exit_code == 0 and "no stuck runs, blocked schedules or dead messages" in clean.output
+    )
 
 
 def test_gc_deletes_runs_beyond_retention(env: dict[str, str]) -> None:
@@ -304,3 +306,31 @@ def test_pause_and_resume_a_whole_workflow(env: dict[str, str]) -> None:
     assert TestWorker(app).run_until_idle() == 1
     both = CliRunner().invoke(cli, ["pause", "w1", "--workflow", "checkout"])
     assert both.exit_code == 2 and "name one RUN" in both.output
+
+
+def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
+    """A broker message that could start no run shows in `perdure stuck` and `perdure dead`,
+    with the reason, until an operator forgets it (audited)."""
+    from perdure.store.dead_sql import DeadMessage
+
+    app = app_module().app
+    dead = DeadMessage("orders", "m-7", "redis", "payload is not JSON (line 1)", "{x", 2, 1.0)
+    app.sync(app.store.add_dead_message(dead), "dead")
+    result = CliRunner().invoke(cli, ["stuck"])
+    assert result.exit_code == 1, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split() == ["MESSAGE", "TRIGGER", "DEAD", "MESSAGE", "SOURCE", "WHY"]
+    assert row.split() == ["orders", "m-7", "redis", "payload", "is", "not", "JSON", "(line", "1)"]
+    listed = run("dead", "ls").output
+    assert "m-7" in listed and "payload is not JSON (line 1)" in listed
+    shown = run("dead", "show", "orders", "m-7").output.splitlines()
+    assert shown[0].startswith("orders m-7 (redis, 2 bytes, ") and shown[1] == "{x"
+    assert run("dead", "forget", "orders", "m-7").output.strip() == "orders m-7: forgotten"
+    assert run("stuck").exit_code == 0
+    again = CliRunner().invoke(cli, ["dead", "forget", "orders", "m-7"])
+    assert again.exit_code != 0 and "no dead message 'm-7' of trigger 'orders'" in again.output
+    assert len(again.output.strip().splitlines()) == 1
+    audit = app.sync(app.store.audit_log("message:orders:m-7"), "audit")
+    assert [(a.action, a.outcome) for a in audit] == [
+        ("dead_message.forget", "refused"), ("dead_message.forget", "ok"),
+    ]  # fmt: skip

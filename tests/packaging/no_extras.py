@@ -37,6 +37,11 @@ BLOCKED = frozenset(
         "structlog",
         "rich",
         "agents",
+        "aio_pika",
+        "nats",
+        "redis",
+        "aiomqtt",
+        "aiokafka",
         "httpx",
     }
 )

@@ -217,3 +217,27 @@ def test_every_extra_is_known_to_require_extra() -> None:
     spec.loader.exec_module(launcher)
     known = {m.partition(".")[0] for modules in EXTRAS.values() for m in modules}
     assert known <= launcher.BLOCKED and launcher.BLOCKED - known == {"httpx"}
+
+
+def test_a_message_source_without_its_extra_names_it_in_one_line(tmp_path: Path) -> None:
+    """Registering a broker source needs no extra; connecting without it says which one."""
+    (tmp_path / "broker_probe.py").write_text(
+        "import asyncio, json, perdure\n"
+        "app = perdure.App('sqlite:///' + __file__ + '.db')\n"
+        "@app.workflow(name='w')\n"
+        "def w(m: dict) -> None: ...\n"
+        "s = perdure.sources\n"
+        "for source in (s.RabbitMQ('amqp://h', 'q'), s.RedisStream('redis://h', 'x'),\n"
+        "               s.JetStream('nats://h', 'x'), s.MQTT('h', 't'), s.Kafka('h:1', 't')):\n"
+        "    t = app.on_message(source, 'w', name=source.kind)\n"
+        "    print(json.dumps(asyncio.run(t.probe(5))['last_error']))\n"
+    )
+    lines = blocked("imports", "broker_probe", cwd=tmp_path).splitlines()
+    errors = [json.loads(line) for line in lines[:5]]
+    for error, (what, extra, module) in zip(errors, [
+        ("a RabbitMQ", "rabbitmq", "aio_pika"), ("a Redis Streams", "redis", "redis"),
+        ("a NATS JetStream", "nats", "nats"), ("an MQTT", "mqtt", "aiomqtt"),
+        ("a Kafka", "kafka", "aiokafka"),
+    ], strict=True):  # fmt: skip
+        assert error == (f"{what} message source needs the {extra} extra ({module} is missing): "
+                         f"pip install 'perdure[{extra}]'")  # fmt: skip

@@ -134,6 +134,28 @@ def test_readiness_is_503_when_the_store_cannot_be_reached(tmp_path: Path) -> No
         app.close()
 
 
+def test_readiness_is_503_naming_a_message_trigger_whose_broker_is_down(tmp_path: Path) -> None:
+    """A message trigger whose broker cannot be reached makes /readyz 503, naming it; one
+    whose broker answers leaves it ready."""
+    app = perdure.App(f"sqlite:///{tmp_path}/ready.db")
+    register(app)
+    app.on_message(perdure.sources.RedisStream("redis://127.0.0.1:6379/0", "perdure-ready"),
+                   "echo", name="live")  # fmt: skip
+    try:
+        with TestClient(create_app(app)) as server:
+            assert server.get("/readyz").status_code == 200
+        app.on_message(perdure.sources.RabbitMQ("amqp://guest:secret@127.0.0.1:1/", "q"),
+                       "echo", name="gone")  # fmt: skip
+        with TestClient(create_app(app)) as server:
+            ready = server.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            error = ready.json()["error"]
+            assert error.startswith("message trigger 'gone' (rabbitmq): broker down: ")
+            assert "secret" not in error
+    finally:
+        app.close()
+
+
 def test_every_endpoint_refuses_a_missing_or_bad_token(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:

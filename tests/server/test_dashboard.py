@@ -18,6 +18,7 @@ from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget, SharedBudget, UsageRow
+from perdure.store.dead_sql import DeadMessage
 from perdure.testing import TestClock, TestWorker
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -30,6 +31,7 @@ PAGES = [
     "/ui/approvals",
     "/ui/schedules",
     "/ui/triggers",
+    "/ui/messages",
     "/ui/agents",
     "/ui/workers",
     "/ui/audit",
@@ -127,6 +129,10 @@ def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
     for i, tokens in enumerate((300, 450)):
         usage = UsageRow("quick-1", i, "helper", "m", tokens, 0, 0.01, now - 129600 * i)
         app.sync(app.store.record_usage(usage), "usage")
+    app.on_message(perdure.sources.RabbitMQ("amqp://guest:pw@127.0.0.1:5672/", "orders"),
+                   "quick", name="orders")  # fmt: skip
+    dead = DeadMessage("orders", "m-9", "rabbitmq", "payload is not JSON", "{oops", 5, now)
+    app.sync(app.store.add_dead_message(dead), "dead")
     with TestClient(create_app(app)) as client:
         yield client
 
@@ -142,6 +148,16 @@ def test_every_page_renders_what_it_is_for_with_a_read_token(
         "/ui/approvals": ["gate-1", "c1", "ask-1", "q1", "no approve scope"],
         "/ui/schedules": ["hourly", "every 3600s", "2026-01-01 04:00:00Z", "skipped"],
         "/ui/triggers": ["schedule hourly", "active", "Last error"],
+        "/ui/messages": [
+            "orders",
+            "rabbitmq",
+            "amqp://guest@127.0.0.1:5672/ queue 'orders'",
+            "refused",
+            "credentials refused",
+            "m-9",
+            "payload is not JSON",
+            "{oops",
+        ],
         "/ui/agents": ["helper", "tokens this day", "300 of 1,000 (30%)", "no limit"],
         "/ui/workers": ["No worker holds a run right now", "Paused"],
         "/ui/audit": ["token.create", local_operator().name, "token:", "ok"],

@@ -18,6 +18,7 @@ from ..server.access import Principal, local_operator
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .audit import audit
+from .dead import dead
 from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
@@ -133,8 +134,9 @@ def list_runs(
 @click.pass_context
 def stuck(ctx: click.Context, grace: float) -> None:
     """Runs nobody is moving (lease long expired, timer long due, pending long), schedules
-    held back by a run waiting for an operator, and an SQLite write lock held so long that
-    every writer waits (naming its holder); exit 1 if any."""
+    held back by a run waiting for an operator, broker messages that could start no run
+    (dead, with the reason), and an SQLite write lock held so long that every writer waits
+    (naming its holder); exit 1 if any."""
     from ..triggers.schedules import blocked
 
     app = get_app(ctx, existing=True)
@@ -143,10 +145,11 @@ def stuck(ctx: click.Context, grace: float) -> None:
         render.echo(f"store: {stall}")
     found = app.sync(app.client.stuck(grace), "perdure stuck")
     held = app.sync(blocked(app), "perdure stuck")
-    if not found and not held:
+    dead = app.sync(app.store.dead_messages(limit=100), "perdure stuck")
+    if not found and not held and not dead:
         if stall is not None:
             sys.exit(1)
-        render.echo(f"no stuck runs or blocked schedules (grace {grace:g}s)")
+        render.echo(f"no stuck runs, blocked schedules or dead messages (grace {grace:g}s)")
         return
     if found:
         render.echo(
@@ -161,6 +164,11 @@ def stuck(ctx: click.Context, grace: float) -> None:
         rows = [(b.schedule, b.run_id, b.status, f"{b.held} tick(s)", b.fix) for b in held]
         header = ("SCHEDULE", "BLOCKED BY RUN", "STATUS", "HELD BACK", "TO FREE IT")
         render.echo(render.table(rows, header))
+    if dead:
+        if found or held:
+            render.echo()
+        lines = [(d.trigger, d.message_id, d.kind, d.reason) for d in dead]
+        render.echo(render.table(lines, ("MESSAGE TRIGGER", "DEAD MESSAGE", "SOURCE", "WHY")))
     sys.exit(1)
 
 
@@ -362,6 +370,7 @@ def main() -> None:
 
 cli.add_command(serve)
 cli.add_command(schedules)
+cli.add_command(dead)
 cli.add_command(token)
 cli.add_command(worker)
 cli.add_command(workers)

@@ -209,8 +209,9 @@ async def _probe(app: App) -> None:
 
 
 async def readyz(call: Call) -> Any:
-    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, or if
-    the store's write lock (SQLite) has been held so long that every writer is stalled."""
+    """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, if
+    the store's write lock (SQLite) has been held so long that every writer is stalled, or
+    if the broker of a message trigger cannot be reached (naming the trigger)."""
     stall = call.app.client.write_lock_stall()
     if stall is not None:
         log.warning("readyz: %s", stall)
@@ -220,6 +221,13 @@ async def readyz(call: Call) -> Any:
     except Exception as exc:  # whatever stops the store answering means "not ready"
         log.warning("readyz: the store cannot be reached: %s", exc)
         return JSONResponse({"ready": False, "error": "the store cannot be reached"}, 503)
+    triggers = list(call.app.message_sources.values())
+    for status in await asyncio.gather(*(t.probe(READY_TIMEOUT) for t in triggers)):
+        if status["state"] in ("down", "refused"):
+            said = (f"message trigger {status['name']!r} ({status['kind']}): broker "
+                    f"{status['state']}: {status['last_error']}")  # fmt: skip
+            log.warning("readyz: %s", said)
+            return JSONResponse({"ready": False, "error": said}, 503)
     return {"ready": True}
 
 

@@ -12,6 +12,7 @@ address (`throttle`). Secrets are redacted from all output.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -55,6 +56,7 @@ REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
 PAGE = 50  # rows per page of runs and audit entries
 MAX_PAGE = 1000  # a page number beyond is the last one asked for (never a 500)
+PROBE_TIMEOUT = 2.0  # seconds a message trigger's broker has to answer the Messages page
 MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
 MAX_ENTRIES = 1000  # journal entries shown on a run page (the newest)
 MAX_STREAMED = 5000  # stream rows a run page reads (the newest)
@@ -568,6 +570,16 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
     return await render(request, who, "schedules.html", schedules=shown)
 
 
+@page
+async def messages_page(request: Request, app: App, who: Principal) -> Response:
+    """The app's message triggers and the messages that could start no run, with why."""
+    dead = await app.store.dead_messages(limit=200)
+    triggers = list(app.message_sources.values())
+    states = await asyncio.gather(*(t.probe(PROBE_TIMEOUT) for t in triggers))
+    shown = list(zip(triggers, states, strict=True))
+    return await render(request, who, "messages.html", triggers=shown, dead_messages=dead)
+
+
 @action
 async def schedule_action(
     request: Request, app: App, who: Principal, form: dict[str, str]
@@ -808,6 +820,7 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/ui/approvals/answer", answer, methods=["POST"]),
         Route("/ui/schedules", schedules_page, methods=["GET"]),
         Route("/ui/schedules/act", schedule_action, methods=["POST"]),
+        Route("/ui/messages", messages_page, methods=["GET"]),
         Route("/ui/agents", agents_page, methods=["GET"]),
         Route("/ui/triggers", triggers_page, methods=["GET"]),
         Route("/ui/workers", workers_page, methods=["GET"]),

@@ -377,6 +377,19 @@ async def uninstall_table_trigger(app: App, who: Principal, name: str) -> int:
     return await perform(app, who, action, do)
 
 
+async def forget_dead_message(app: App, who: Principal, trigger: str, message_id: str) -> None:
+    """Drop a dead message an operator dealt with (it stops showing in `perdure stuck`)."""
+
+    async def do() -> None:
+        await app.open_store()
+        if not await app.store.forget_dead_message(trigger, message_id):
+            raise PerdureError(f"no dead message {message_id!r} of trigger {trigger!r} (list "
+                               "them: perdure dead ls)")  # fmt: skip
+
+    action = Action("dead_message.forget", f"message:{trigger}:{message_id}", "operate")
+    await perform(app, who, action, do)
+
+
 async def set_budget(
     app: App, who: Principal, agent: str, changes: dict[str, Any], *, reset: bool = False
 ) -> int:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         UsageRow,
     )
     from .changes_sql import Build, TableTrigger, Taken
+    from .dead_sql import DeadMessage
     from .stream_sql import StreamRow
     from .workers_sql import WorkerRow
 
@@ -424,6 +425,12 @@ class Store(Protocol):
     async def find_token(self, digest: str) -> TokenRow | None: ...
     async def list_tokens(self) -> list[TokenRow]: ...
     async def revoke_token(self, token_id: str, now: float) -> bool: ...
+    # dead messages: broker messages that could start no run, once per (trigger, id)
+    async def add_dead_message(self, row: DeadMessage) -> bool: ...
+    async def dead_messages(
+        self, trigger: str | None = None, limit: int = 100
+    ) -> list[DeadMessage]: ...
+    async def forget_dead_message(self, trigger: str, message_id: str) -> bool: ...
     # run streams: what steps write while they run (never needed for replay)
     async def append_stream(
         self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int

@@ -331,6 +331,22 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX table_changes_pending ON table_changes (trigger_name, id) WHERE refused IS NULL
     """,
+    # 17 (brokers): a broker message that can start no run (not JSON, refused by the
+    # workflow's input check, over the payload limit), kept with the reason once per
+    # (trigger, message id) and acknowledged, so the broker stops redelivering it
+    """
+    CREATE TABLE dead_messages (
+        trigger     TEXT NOT NULL,
+        message_id  TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        body        TEXT NOT NULL,
+        size        INTEGER NOT NULL,
+        at          REAL NOT NULL,
+        PRIMARY KEY (trigger, message_id)
+    );
+    CREATE INDEX dead_messages_by_at ON dead_messages (at)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

@@ -28,6 +28,7 @@ from . import (
     access_sql,
     agent_sql,
     changes_sql,
+    dead_sql,
     retention,
     schedule_sql,
     sqlops,
@@ -54,6 +55,7 @@ from .base import (
     TickRow,
 )
 from .changes_sql import Build, TableTrigger, Taken
+from .dead_sql import DeadMessage
 from .dialect import Db
 from .stream_sql import StreamRow
 from .waits import Bound
@@ -961,6 +963,19 @@ class ThreadedStore:
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         return await self._call(lambda c: access_sql.revoke_token(c, token_id, now), write=True)
+
+    # -- dead messages ------------------------------------------------------------------
+
+    async def add_dead_message(self, row: DeadMessage) -> bool:
+        return await self._call(lambda c: dead_sql.add_dead(c, row), write=True)
+
+    async def dead_messages(
+        self, trigger: str | None = None, limit: int = 100
+    ) -> list[DeadMessage]:
+        return await self._call(lambda c: dead_sql.list_dead(c, trigger, limit), write=False)
+
+    async def forget_dead_message(self, trigger: str, message_id: str) -> bool:
+        return await self._call(lambda c: dead_sql.forget_dead(c, trigger, message_id), write=True)
 
     async def append_stream(
         self, run_id: str, rows: Sequence[tuple[str, str, str | None, float]], keep: int

@@ -15,6 +15,7 @@ idea does not apply. A source's own `status()` may report its own measure.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,8 @@ async def list_triggers(
         if id(source) in seen or not callable(status):
             continue
         seen.add(id(source))
-        found.append(_source(source, status))
+        probe = getattr(source, "probe", None)  # a broker's consumer asks its broker now
+        found.append(await _source(source, probe if callable(probe) else status))
     order = {kind: i for i, kind in enumerate(KINDS)}
     return sorted(found, key=lambda t: (order.get(t.kind, len(order)), t.kind, t.name))
 
@@ -150,11 +152,13 @@ async def _table_change(runtime: Runtime, change: TableChange, now: float) -> Tr
                          pending)  # fmt: skip
 
 
-def _source(source: object, status: Any) -> TriggerStatus:
-    """A registered source's own `status()` dict as a TriggerStatus (never raising)."""
+async def _source(source: object, status: Any) -> TriggerStatus:
+    """A registered source's own `status()` (or awaited `probe()`) dict as a TriggerStatus
+    (never raising)."""
     name = str(getattr(source, "name", type(source).__name__))
     try:
-        got = dict(status())
+        answer = status()
+        got = dict(await answer if inspect.isawaitable(answer) else answer)
     except Exception as exc:  # a broken status must not hide the other triggers
         return TriggerStatus("source", name, "", "error", None, f"status() failed: {exc}")
     lag = got.get("lag")

@@ -1,0 +1,485 @@
+"""Message triggers: each message of a broker queue or stream starts exactly one run.
+
+    @app.workflow()
+    def on_order(order: dict[str, Any]) -> None: ...
+
+    app.on_message(perdure.sources.RabbitMQ("amqp://localhost", "orders"), on_order)
+
+The run id is `msg:{name}:{identity}`, the identity being the message's own at its source
+(RabbitMQ message id or a content hash, JetStream stream sequence, Redis Streams entry id,
+MQTT `message-id` user property or a content hash, Kafka topic/partition/offset). A message
+is acknowledged only after its run is committed, so delivery at least once plus an
+idempotent start is exactly one run: a redelivery (after a crash, a timeout, a rebalance)
+finds its run and starts nothing.
+
+Every worker consumes (a message trigger is a service); the broker spreads messages over
+them. At most `prefetch` messages are held unacknowledged per worker, and a worker stops
+taking messages while the workflow is paused or the store holds `max_pending` pending runs
+(the broker keeps the rest). A message that can start no run (not JSON, over `max_payload`
+bytes, refused by the workflow's input check) is kept in the `dead_messages` table with the
+reason, handed to the source's dead-letter mechanism where it has one, and acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from ..engine.client import Client
+from ..errors import ConfigError, PayloadError, PerdureError, StoreError
+from ..store.base import PENDING
+from ..store.dead_sql import DeadMessage
+from .ids import id_problem
+
+if TYPE_CHECKING:
+    from ..engine.handles import Workflow
+    from ..engine.runtime import Runtime
+    from ..engine.worker import Worker
+
+__all__ = [
+    "Message",
+    "MessageSource",
+    "MessageTrigger",
+    "Pending",
+    "SourceRefused",
+    "add_message_trigger",
+]
+
+log = logging.getLogger("perdure.messages")
+T = TypeVar("T")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+HOLD_CHECK_EVERY = 1.0  # seconds between looks at pauses and pending runs
+RECEIVE_WAIT = 1.0  # longest wait for a message, so a stop or a pause is seen soon
+MAX_BACKOFF = 30.0
+PROBE_CACHE = 5.0  # seconds a probe's answer is reused (readyz may be polled often)
+DEAD_BODY_CHARS = 65_536  # of a dead message's body kept in the table
+
+
+@dataclass(slots=True)
+class Message:
+    """One delivery from a source: its stable identity, the raw body, and the source's own
+    handle for acknowledging it."""
+
+    identity: str
+    body: bytes
+    handle: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)  # origin details (topic, subject)
+
+
+class SourceRefused(ConfigError):
+    """Raised when a broker refuses the trigger's URL or credentials, or lacks its queue:
+    retrying will not help until someone fixes the configuration."""
+
+
+class MessageSource(Protocol):
+    """A broker adapter: connect, hand out messages, acknowledge them. Each source lives in
+    its own module of `perdure.triggers.sources` and imports its client only on connect."""
+
+    kind: str
+    name: str | None  # the trigger's name (the run-id scope); set by `on_message` if None
+
+    def where(self) -> str:
+        """The broker and queue, fit to print (no password)."""
+        ...
+
+    async def connect(self, consumer: str, prefetch: int) -> None:
+        """Open a connection; `consumer` names this worker (consumer group member).
+        `prefetch` 0: a probe, which consumes nothing (only `lag` follows)."""
+        ...
+
+    async def receive(self, limit: int, wait: float) -> list[Message]:
+        """Up to `limit` messages, waiting at most `wait` seconds for the first."""
+        ...
+
+    async def ack(self, messages: list[Message]) -> None:
+        """Acknowledge messages whose runs exist (or that were dead-lettered)."""
+        ...
+
+    async def dead(self, message: Message, reason: str) -> None:
+        """Hand a poison message to the source's dead-letter mechanism (or acknowledge it)."""
+        ...
+
+    async def lag(self) -> int | None:
+        """Messages waiting at the broker for this trigger, or None if it cannot tell."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Pending(Generic[T]):
+    """One awaited item kept across waits that time out, so an item that arrives just as a
+    wait ends is returned by the next wait, never dropped (`asyncio.wait_for` can drop it
+    on Python 3.11: the message would sit unacknowledged in a live connection)."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Future[T] | None = None
+
+    async def get(self, make: Callable[[], Awaitable[T]], wait: float) -> T | None:
+        """The next item from `make()` (started once, kept until it ends), or None if it has
+        not come within `wait` seconds."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(make())
+        done, _ = await asyncio.wait({self._task}, timeout=wait)
+        if not done:
+            return None
+        task, self._task = self._task, None
+        return task.result()
+
+    def cancel(self) -> None:
+        """Drop the wait (on close: what it held was never acknowledged, so it comes back)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+
+
+def content_identity(*parts: bytes) -> str:
+    """A message identity from its content: the first 32 hex digits of a sha256."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return "sha256-" + digest.hexdigest()[:32]
+
+
+def usable_identity(value: str | None, body: bytes) -> str:
+    """`value` if it can be part of a run id, else a content hash (a missing or odd id)."""
+    if value and id_problem(value) is None:
+        return value
+    return content_identity(value.encode() if value else b"", body)
+
+
+class MessageTrigger:
+    """A source consumed by every worker; each message starts one run of `workflow`.
+
+    Built by `App.on_message`; kept in `app.message_sources` by name. `status()` says what
+    this process knows of it (for `perdure triggers` and `/readyz`).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        source: MessageSource,
+        workflow: str,
+        *,
+        name: str,
+        prefetch: int,
+        max_pending: int,
+        max_payload: int,
+    ) -> None:
+        self.runtime = runtime
+        self.source = source
+        self.workflow = workflow
+        self.trigger = name
+        self.name = f"message:{name}"  # the service name
+        self.prefetch = prefetch
+        self.max_pending = max_pending
+        self.max_payload = max_payload
+        self.state = "idle"  # not consumed by this process
+        self.last_error: str | None = None
+        self.last_lag: int | None = None
+        self.started = 0  # runs this process created
+        self.duplicates = 0  # deliveries whose run existed already
+        self.dead = 0
+        self._hold: tuple[float, str | None] = (-1e18, None)
+        self._probed: tuple[float, dict[str, Any]] = (-1e18, {})
+        self._pending = 0  # pending runs in the store at the last look
+        self._started_at_check = 0  # `started` then
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageTrigger({self.trigger!r}, {self.source.where()}, workflow={self.workflow!r})"
+        )
+
+    def run_id(self, identity: str) -> str:
+        """The run of one message: the same message always names the same run."""
+        return f"msg:{self.trigger}:{identity}"
+
+    def status(self) -> dict[str, Any]:
+        """kind, name, workflow, state (idle | connecting | consuming | paused | backpressure
+        | down | refused), lag (seconds: None, a broker does not say), pending (messages
+        not yet taken, None if unknown) and last_error, as this process knows them."""
+        return {
+            "kind": self.source.kind,
+            "name": self.trigger,
+            "workflow": self.workflow,
+            "state": self.state,
+            "lag": None,
+            "pending": self.last_lag,
+            "last_error": self.last_error,
+        }
+
+    async def probe(self, timeout: float = 5.0) -> dict[str, Any]:
+        """`status()`, with the broker asked now when this process does not consume it: a
+        connection and the lag, or the error (for `/readyz` and `perdure triggers`)."""
+        if self.state != "idle":
+            return self.status()
+        at, answer = self._probed
+        if time.monotonic() - at < PROBE_CACHE:
+            return answer
+        answer = await self._probe(timeout)
+        self._probed = (time.monotonic(), answer)
+        return answer
+
+    async def _probe(self, timeout: float) -> dict[str, Any]:
+        probe = _fresh_copy(self.source)
+        try:
+            await asyncio.wait_for(probe.connect("probe", 0), timeout)
+            self.last_lag = await asyncio.wait_for(probe.lag(), timeout)
+            answer = self.status() | {"state": "reachable"}
+        except ConfigError as exc:
+            answer = self.status() | {"state": "refused", "last_error": _one_line(exc)}
+        except Exception as exc:
+            answer = self.status() | {"state": "down", "last_error": _one_line(exc)}
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(probe.close(), timeout)
+        return answer
+
+    # -- the service -------------------------------------------------------------------
+
+    async def run(self, worker: Worker) -> None:
+        """Consume until the worker stops; reconnect with backoff when the broker is lost;
+        disconnect while held (what this worker held unacknowledged goes back)."""
+        backoff = 0.5
+        while not worker.stopping.is_set():
+            hold = await self._held(worker)
+            if hold is not None:
+                if self.state != hold:
+                    log.info("message trigger %r: %s; not taking messages", self.trigger, hold)
+                self.state = hold
+                await _wait(worker, HOLD_CHECK_EVERY)
+                continue
+            self.state = "connecting"
+            try:
+                _check_consumer(self.source, worker)
+                await self.source.connect(worker.id, self.prefetch)
+                if self.last_error is not None:
+                    log.info("message trigger %r: connected to %s", self.trigger,
+                             self.source.where())  # fmt: skip
+                self.last_error, backoff = None, 0.5
+                await self._consume(worker)
+                continue  # held, or stopping
+            except asyncio.CancelledError:
+                raise
+            except ConfigError as exc:  # SourceRefused, or the source's extra is missing
+                self.state, self.last_error = "refused", _one_line(exc)
+                log.error("message trigger %r (%s): %s; retrying in %.0fs", self.trigger,
+                          self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
+                backoff = MAX_BACKOFF
+            except Exception as exc:
+                self.state, self.last_error = "down", _one_line(exc)
+                log.warning("message trigger %r: cannot consume from %s (%s); retrying in %.1fs",
+                            self.trigger, self.source.where(), self.last_error,
+                            backoff)  # fmt: skip
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.source.close(), 5.0)
+            await _wait(worker, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+        self.state = "idle"
+
+    async def _consume(self, worker: Worker) -> None:
+        self.state = "consuming"
+        looked = -1e18
+        while not worker.stopping.is_set():
+            if await self._held(worker) is not None:
+                return  # `run` disconnects and waits for the hold to end
+            batch = await self.source.receive(self.prefetch, RECEIVE_WAIT)
+            if batch:
+                await self.handle(batch)
+            now = worker.clock.now()
+            if now - looked > 5.0:  # the lag costs the broker a query: not every batch
+                looked = now
+                with contextlib.suppress(Exception):
+                    self.last_lag = await self.source.lag()
+
+    async def _held(self, worker: Worker) -> str | None:
+        """Why this worker should take no message now: its workflow or itself paused, or the
+        store full of pending runs; None to go on. Looked up at most once a second; in
+        between, the runs this worker created count as pending."""
+        now = worker.clock.now()
+        at, why = self._hold
+        if now - at < HOLD_CHECK_EVERY:
+            if why is None and self._pending + self.started - self._started_at_check >= (
+                self.max_pending
+            ):
+                return "backpressure"
+            return why
+        why = None
+        pauses = await self.runtime.store.list_pauses()
+        host = worker.id.split(":", 1)[0]
+        for scope, name, _ in pauses:
+            if (scope == "workflow" and name == self.workflow) or (
+                scope == "worker" and name in (worker.id, host)
+            ):
+                why = f"paused ({scope} {name})"
+        if why is None:
+            self._pending = (await self.runtime.store.count_runs()).get(PENDING, 0)
+            self._started_at_check = self.started
+            if self._pending >= self.max_pending:
+                why = "backpressure"
+        self._hold = (now, why)
+        return why
+
+    async def handle(self, batch: list[Message]) -> None:
+        """Start (or find) the run of every message, then acknowledge them all. A store
+        failure acknowledges none: the broker delivers them again."""
+        known = self.duplicates
+        dead = await asyncio.gather(*(self._one(message) for message in batch))
+        await self.source.ack([m for m, gone in zip(batch, dead, strict=True) if not gone])
+        if self.duplicates > known:
+            log.info("message trigger %r: %d redelivered message(s) found their runs",
+                     self.trigger, self.duplicates - known)  # fmt: skip
+
+    async def _one(self, message: Message) -> bool:
+        """Start the message's run; True if it was dead instead (and settled as such)."""
+        problem, payload = self._decode(message)
+        if problem is None:
+            origin = {"message": self.trigger, "source": self.source.kind,
+                      "id": message.identity, **message.extra}  # fmt: skip
+            try:
+                _, created = await Client(self.runtime).start_run(
+                    self.workflow, (payload,), {}, run_id=self.run_id(message.identity),
+                    origin=origin,
+                )  # fmt: skip
+            except PayloadError as exc:
+                problem = f"refused by workflow {self.workflow!r}'s input check: {_one_line(exc)}"
+            except (ConfigError, StoreError):
+                raise  # the trigger's setup or the store: nothing wrong with the message
+            except PerdureError as exc:  # e.g. its run id names a run of another workflow
+                problem = f"cannot start its run: {_one_line(exc)}"
+            else:
+                if created:
+                    self.started += 1
+                else:
+                    self.duplicates += 1
+                return False
+        await self._dead(message, problem)
+        return True
+
+    def _decode(self, message: Message) -> tuple[str | None, Any]:
+        size = len(message.body)
+        if size > self.max_payload:
+            return f"payload of {size} bytes is over the limit of {self.max_payload}", None
+        try:
+            return None, json.loads(message.body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"payload is not JSON ({exc})", None
+
+    async def _dead(self, message: Message, reason: str) -> None:
+        body = message.body[: self.max_payload].decode("utf-8", "backslashreplace")
+        row = DeadMessage(self.trigger, message.identity, self.source.kind, reason,
+                          body[:DEAD_BODY_CHARS], len(message.body),
+                          self.runtime.clock.now())  # fmt: skip
+        if await self.runtime.store.add_dead_message(row):
+            self.dead += 1
+            log.warning("message trigger %r: message %s is dead: %s", self.trigger,
+                        message.identity, reason)  # fmt: skip
+        await self.source.dead(message, reason)
+
+
+def add_message_trigger(
+    runtime: Runtime,
+    source: MessageSource,
+    workflow: Workflow[..., Any] | str,
+    *,
+    name: str | None = None,
+    prefetch: int = 64,
+    max_pending: int = 10_000,
+    max_payload: int = 1_048_576,
+) -> MessageTrigger:
+    """Start one run of `workflow` per message of `source`, consumed by every worker.
+
+    Args:
+        app: the app whose workers consume the source.
+        source: a broker source from `perdure.sources` (`RabbitMQ`, `RedisStream`,
+            `JetStream`, `MQTT`, `Kafka`).
+        workflow: the workflow (or its name); it gets the message's JSON body as its one
+            argument.
+        name: scopes the run ids (`msg:{name}:{identity}`) and names the trigger; default
+            the source's name, else the workflow's. Two triggers of one app need two names.
+        prefetch: messages a worker holds unacknowledged at once (the broker keeps the rest).
+        max_pending: a worker takes no message while the store holds this many pending runs.
+        max_payload: a body larger than this many bytes is dead, not started.
+
+    Returns:
+        The `MessageTrigger`, kept in `app.message_sources[name]`.
+
+    Raises:
+        ConfigError: a bad name or option, a name taken, or a workflow that cannot take the
+            payload as its one argument.
+    """
+    wf_name = workflow if isinstance(workflow, str) else workflow.name
+    label = name or getattr(source, "name", None) or wf_name
+    if not _NAME.fullmatch(label):
+        raise ConfigError(f"message trigger name {label!r}: use 1-100 letters, digits, '_', '.' "
+                          "or '-' (it scopes run ids)")  # fmt: skip
+    for option, value in (("prefetch", prefetch), ("max_pending", max_pending),
+                          ("max_payload", max_payload)):  # fmt: skip
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"message trigger {label!r}: {option}={value!r} must be at least 1")
+    sources = message_sources(runtime)
+    if label in sources:
+        raise ConfigError(f"two message triggers are named {label!r}; pass name=... to one")
+    definition = runtime.workflows.get(wf_name)
+    if definition is not None:
+        try:
+            definition.signature.bind(None)
+        except TypeError:
+            raise ConfigError(
+                f"message trigger {label!r}: workflow {wf_name!r} must take the message's "
+                f"payload as its one argument, but its signature is {definition.signature}"
+            ) from None
+    source.name = label
+    trigger = MessageTrigger(runtime, source, wf_name, name=label, prefetch=prefetch,
+                             max_pending=max_pending, max_payload=max_payload)  # fmt: skip
+    sources[label] = trigger
+    runtime.add_service(trigger)
+    return trigger
+
+
+def message_sources(runtime: Runtime) -> dict[str, MessageTrigger]:
+    """The message triggers registered on `runtime`, by name (created on first use)."""
+    found: dict[str, MessageTrigger] | None = getattr(runtime, "message_sources", None)
+    if found is None:
+        found = {}
+        runtime.message_sources = found  # type: ignore[attr-defined]
+    return found
+
+
+def _check_consumer(source: MessageSource, worker: Worker) -> None:
+    """A source whose broker keeps a session per consumer (MQTT) needs a consumer name that
+    outlives the process: a session left behind by a restart would take its share of
+    the messages with nobody to deliver them to."""
+    if getattr(source, "stable_consumer", False) and worker.options.id is None:
+        raise ConfigError(
+            f"{source.kind} keeps a session per worker, named by the worker's id: start "
+            "workers with a stable id (perdure worker --id NAME, WorkerOptions(id=...)) or "
+            "give the source client_id=..."
+        )
+
+
+async def _wait(worker: Worker, seconds: float) -> None:
+    """Wait `seconds`, or less if the worker stops."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(worker.stopping.wait(), seconds)
+
+
+def _fresh_copy(source: MessageSource) -> MessageSource:
+    """A second source of the same configuration, for a probe beside the consuming one."""
+    copy = getattr(source, "copy", None)
+    return copy() if callable(copy) else source
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,102 @@
+"""Helpers for the message-trigger tests: the machine's brokers, unique names, and an
+in-process worker run while a coroutine publishes and waits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import perdure
+from perdure.engine.worker import Worker, WorkerOptions
+
+RABBIT_URL = os.environ.get("PERDURE_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
+REDIS_URL = os.environ.get("PERDURE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+NATS_URL = os.environ.get("PERDURE_TEST_NATS", "nats://127.0.0.1:4222")
+MQTT_HOST = os.environ.get("PERDURE_TEST_MQTT", "127.0.0.1")
+
+T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    return f"perdure-test-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def body(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    """Wait until `check()` holds (polling a condition, never a fixed sleep), or fail."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitable[T]]) -> T:
+    """Run a real worker of `app` (its message triggers consuming) while the test runs."""
+    options = WorkerOptions(id=unique("worker"), concurrency=8, poll=0.05, gc_every=None,
+                            grace=2.0)  # fmt: skip
+    worker = Worker(app, options)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.ready.wait(), 20)
+        return await body_of_test(worker)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def run_ids(app: perdure.App, workflow: str) -> set[str]:
+    rows = await app.client.list_runs(workflow=workflow, limit=100_000)
+    return {r.id for r in rows}
+
+
+class Proxy:
+    """A TCP proxy to a broker that can be down: not listening until `open()`, and `cut()`
+    drops every connection at once (a broker restart, as the trigger sees it)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self.target = (host, port)
+        with socket.socket() as probe:  # a free port, not listening until open()
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, up_writer]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
