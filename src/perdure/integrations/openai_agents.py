@@ -6,8 +6,10 @@ recovery), and every function tool's `on_invoke_tool` is a step with the tool's 
 (default `once`: an interrupted call parks the run in `needs_attention`, never re-runs).
 Each model call reserves its worst case against the agent's budgets first (a spent budget
 parks the run, integrations/budget.py); `Runner.run_streamed` reads the SDK's raw response
-events through the run's durable stream while the step runs; a tool's `needs_approval`
-waits at a perdure gate (integrations/gates.py) instead of interrupting the run.
+events and run items (tool called, tool output, message) through the run's durable stream,
+written by the steps that made them; a tool's `needs_approval` waits at a perdure gate
+(integrations/gates.py) instead of interrupting the run; `PerdureSession` keeps an SDK
+session's items in the store, each call a transactional step (integrations/agents_session.py).
 
     runner = Runner(app, tool_effects={"lookup_order": "read"})
     refunds = runner.workflow(agent)        # a perdure workflow running `agent` on its input
