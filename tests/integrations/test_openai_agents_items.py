@@ -17,6 +17,7 @@ from agents_support import wire_servers
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from perdure.integrations.openai_agents import PerdureSession
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
@@ -156,3 +157,22 @@ def test_a_replay_streams_nothing_again(
     assert handle.result() == "Order o42 was refunded."
     after = list(handle.stream())
     assert [c.seq for c in after] == [c.seq for c in before]  # nothing more was written
+
+
+def test_a_streamed_run_with_a_session(
+    app: perdure.App, live_worker: perdure.Worker, server: Any
+) -> None:
+    """run_streamed(session=...) streams the turn and stores it in the conversation once."""
+    runner = make_runner(app)
+    agent = shop_agent(server, Payments())
+    runner.workflow(agent)
+    server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
+    server.reply("Order o42 is paid.")
+    talk = PerdureSession("conv-s", app)
+    streamed = runner.run_streamed(agent, "is o42 paid?", run_id="i-talk", session=talk)
+    found, _ = app.sync(drain(streamed), "test")
+    assert [i[0] for i in found] == ["tool_called", "tool_output", "message_output_created"]
+    stored = app.sync(talk.get_items(), "test")
+    assert [i.get("role") or i.get("type") for i in stored] == [
+        "user", "function_call", "function_call_output", "assistant"
+    ]  # fmt: skip

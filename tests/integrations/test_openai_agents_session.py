@@ -277,3 +277,36 @@ def test_a_worker_killed_mid_conversation_leaves_each_item_once(
         client.close()
         for key in env:
             os.environ.pop(key, None)
+
+
+def test_parallel_tool_calls_with_a_session_recover_in_order(
+    app: perdure.App, clock: TestClock, server: Any
+) -> None:
+    """Two tool calls in one turn run concurrently; the session calls around them keep
+    their positions, so the replay after a crash in the second finds each recorded, and
+    the session holds the turn once, in the SDK's order."""
+    payments = Payments()
+    workflow = make_runner(app).workflow(shop_agent(server, payments))
+    server.reply(
+        tool_calls=[
+            ("c1", "lookup_order", {"order": "o42"}),
+            ("c2", "issue_refund", {"order": "o42"}),
+        ]
+    )
+    server.reply("Done.")
+    handle = app.start(workflow, "refund o42", run_id="p1", session="conv-par")
+    dead = TestWorker(app)
+    dead.crash_after_intent("agents.refunds.tool.issue_refund")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+    assert handle.result() == "Done." and len(payments.refunds) == 1
+    found = items(app, "conv-par")
+    assert kinds(found) == [
+        "user", "function_call", "function_call", "function_call_output",
+        "function_call_output", "assistant",
+    ]  # fmt: skip
+    assert [i["call_id"] for i in found if i.get("type") == "function_call_output"] == [
+        "c1", "c2"
+    ]  # fmt: skip
