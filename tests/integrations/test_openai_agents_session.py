@@ -174,11 +174,11 @@ def test_a_crash_mid_conversation_resumes_with_the_items_once(
     assert kinds(items(app, "conv-m")) == TURN_1
 
 
-def test_pop_and_clear_are_steps_too(
-    app: perdure.App, clock: TestClock, worker: TestWorker
-) -> None:
+def test_pop_and_clear_are_steps_too(store_app: tuple[perdure.App, TestClock]) -> None:
     """pop_item and clear_session inside a run happen once: the replay after a sleep gets
-    the popped item from the journal and removes nothing more."""
+    the popped item from the journal and removes nothing more (both stores)."""
+    app, clock = store_app
+    worker = TestWorker(app)
 
     @app.workflow()
     async def tidy() -> list[Any]:
@@ -202,6 +202,23 @@ def test_pop_and_clear_are_steps_too(
     assert app.sync(outside.pop_item(), "t") == {"role": "user", "content": "b"}
     app.sync(outside.clear_session(), "t")
     assert items(app, "conv-p") == [] and app.sync(outside.pop_item(), "t") is None
+
+    @app.workflow()
+    async def reset() -> int:
+        talk = PerdureSession("conv-p", app)
+        await talk.clear_session()
+        await talk.add_items([{"role": "user", "content": "fresh"}])
+        await perdure.sleep(60)
+        return len(await talk.get_items())
+
+    app.sync(outside.add_items([{"role": "user", "content": "old"}]), "t")
+    again = app.start(reset)
+    worker.run_until_idle()
+    app.sync(outside.add_items([{"role": "user", "content": "later"}]), "t")
+    clock.advance(61)
+    worker.run_until_idle()
+    assert again.result() == 2  # the replay cleared nothing again
+    assert [i["content"] for i in items(app, "conv-p")] == ["fresh", "later"]
 
 
 def test_bad_session_input_is_one_line(app: perdure.App, server: Any) -> None:
