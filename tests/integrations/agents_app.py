@@ -1,6 +1,7 @@
-"""The Agents SDK kill test's app: a refund agent on the scripted OpenAI-compatible server at
+"""The Agents SDK kill tests' app: a refund agent on the scripted OpenAI-compatible server at
 AGENTS_BASE_URL whose e-mail tool (`once`) logs to the ledger file in AGENTS_LEDGER and holds,
-so a kill lands inside it. Store from PERDURE_DB; `perdure --app agents_app:app worker`."""
+so a kill lands inside it; a helpdesk agent (run with a PerdureSession) whose stock check
+(`read`) holds the same way. Store from PERDURE_DB; `perdure --app agents_app:app worker`."""
 
 from __future__ import annotations
 
@@ -40,13 +41,32 @@ def send_email(order: str) -> str:
     return "sent"
 
 
-def register(app: perdure.App) -> perdure.Workflow[..., object]:
+@function_tool
+def check_stock(item: str) -> str:
+    """Check the stock of an item (read: re-run after a crash)."""
+    log("stock-started")
+    time.sleep(HOLD)
+    log("stock-done")
+    return f"{item}: 3 left"
+
+
+def _model() -> OpenAIChatCompletionsModel:
     client = AsyncOpenAI(base_url=os.environ["AGENTS_BASE_URL"], api_key="dummy", max_retries=0)
-    model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
-    agent = Agent(name="refunds", instructions="Refund orders.", model=model,
+    return OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+
+
+def register(app: perdure.App) -> perdure.Workflow[..., object]:
+    agent = Agent(name="refunds", instructions="Refund orders.", model=_model(),
                   tools=[lookup_order, send_email])  # fmt: skip
     return Runner(app, tool_effects={"lookup_order": "read"}).workflow(agent)
 
 
+def register_helpdesk(app: perdure.App) -> perdure.Workflow[..., object]:
+    """`app.start(workflow, text, session="conv-1")`: one turn of conversation conv-1."""
+    agent = Agent(name="helpdesk", instructions="Help.", model=_model(), tools=[check_stock])
+    return Runner(app, tool_effects={"check_stock": "read"}).workflow(agent)
+
+
 app = perdure.App()
 refunds = register(app)
+helpdesk = register_helpdesk(app)

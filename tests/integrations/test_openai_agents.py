@@ -269,7 +269,7 @@ def test_bad_input_is_one_line(app: perdure.App, server: Any) -> None:
     strict = Runner(app, tool_effects={"lookup_order": "read"}, require_effects=True)
     with pytest.raises(perdure.ConfigError, match="tool 'send_email' declares no effect"):
         strict.workflow(shop_agent(server, Payments()))
-    with pytest.raises(perdure.ConfigError, match=r"session=\.\.\.\) is not durable yet"):
+    with pytest.raises(perdure.ConfigError, match=r"needs a PerdureSession, not SQLiteSession"):
         asyncio.run(runner.run(Agent(name="a"), "hi", session=agents.SQLiteSession("s")))
     with pytest.raises(perdure.ConfigError, match="inside a perdure workflow"):
         asyncio.run(runner.run(Agent(name="a"), "hi"))

@@ -253,8 +253,11 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
         client.resolve("k-42", "agents.refunds.tool.send_email", value="sent")
         assert handle.result(timeout=30) == "Order o42 was refunded."
         assert lines() == ["lookup", "email-started"] and len(server.requests) == 3
-        kinds = [c.kind for c in handle.stream() if c.kind != "chunk"]
-        assert kinds == ["attempt"] * 3  # each model call streamed once, none again
+        kinds = [(c.kind, c.data["step"]) for c in handle.stream() if c.kind != "chunk"]
+        model = ("attempt", "agents.refunds.model")
+        # each model call streamed once, none again; the lookup's output once; the e-mail's
+        # none (killed inside it, then resolved by value, never run again)
+        assert kinds == [model, ("attempt", "agents.refunds.tool.lookup_order"), model, model]
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:

@@ -80,6 +80,8 @@ def test_run_streamed_gives_tokens_while_the_model_step_runs(
             streamed = runner.run_streamed(agent, "refund o42", run_id="a-live")
             deltas: list[str] = []
             async for event in streamed.stream_events():
+                if event.type != "raw_response_event":
+                    continue  # the run's items, read in test_openai_agents_items.py
                 if event.data.type == "response.output_text.delta":
                     deltas.append(event.data.delta)
                     held.go.set()
@@ -118,15 +120,21 @@ def test_a_recovered_run_does_not_stream_a_recorded_call_again(
     assert handle.result() == "Order o42 was refunded." and len(server.requests) == 4
 
     chunks = list(handle.stream())
-    markers = [c.kind for c in chunks if c.kind != "chunk"]
-    assert markers == ["attempt"] * 4  # one per model call, none retried
+    markers = [(c.kind, c.data["step"]) for c in chunks if c.kind != "chunk"]
+    model, tool = "agents.refunds.model", "agents.refunds.tool."
+    assert markers == [  # one per step that streamed (model calls, tool outputs), none retried
+        ("attempt", model), ("attempt", tool + "lookup_order"), ("attempt", model),
+        ("attempt", tool + "issue_refund"), ("attempt", model),
+        ("attempt", tool + "send_email"), ("attempt", model),
+    ]  # fmt: skip
     runner = make_runner(app)
 
     async def read(offset: int, stop_after: int | None) -> tuple[list[Any], int]:
         streamed = runner.stream("a-crash", offset=offset)
         seen: list[Any] = []
         async for event in streamed.stream_events():
-            seen.append(event.data.model_dump(mode="json"))
+            if event.type == "raw_response_event":
+                seen.append(event.data.model_dump(mode="json"))
             if stop_after is not None and len(seen) == stop_after:
                 break
         return seen, streamed.offset

@@ -6,8 +6,10 @@ recovery), and every function tool's `on_invoke_tool` is a step with the tool's 
 (default `once`: an interrupted call parks the run in `needs_attention`, never re-runs).
 Each model call reserves its worst case against the agent's budgets first (a spent budget
 parks the run, integrations/budget.py); `Runner.run_streamed` reads the SDK's raw response
-events through the run's durable stream while the step runs; a tool's `needs_approval`
-waits at a perdure gate (integrations/gates.py) instead of interrupting the run.
+events and run items (tool called, tool output, message) through the run's durable stream,
+written by the steps that made them; a tool's `needs_approval` waits at a perdure gate
+(integrations/gates.py) instead of interrupting the run; `PerdureSession` keeps an SDK
+session's items in the store, each call a transactional step (integrations/agents_session.py).
 
     runner = Runner(app, tool_effects={"lookup_order": "read"})
     refunds = runner.workflow(agent)        # a perdure workflow running `agent` on its input
@@ -34,7 +36,7 @@ from ..extras import require_extra
 from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
 from .replay import check_tools
-from .streaming import ModelEvents, streaming, write_event
+from .streaming import ModelEvents, streaming, write_event, write_item
 
 require_extra("openai-agents", "perdure.integrations.openai_agents")
 
@@ -42,24 +44,34 @@ import agents  # noqa: E402  # only once the extra is known to be there
 import openai  # noqa: E402  # the SDK's own dependency
 from agents import Agent, FunctionTool, Model, ModelResponse, RunConfig, RunResult  # noqa: E402
 from agents.exceptions import ModelBehaviorError  # noqa: E402
+from agents.items import (  # noqa: E402
+    HandoffCallItem,
+    MessageOutputItem,
+    ReasoningItem,
+    RunItem,
+    ToolCallItem,
+    ToolCallOutputItem,
+)
 from agents.mcp import MCPServer  # noqa: E402
-from agents.stream_events import RawResponsesStreamEvent  # noqa: E402
+from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # noqa: E402
 from agents.usage import Usage  # noqa: E402
 from openai.types.responses import (  # noqa: E402
     ResponseCompletedEvent,
+    ResponseOutputItem,
     ResponseOutputItemDoneEvent,
     ResponseStreamEvent,
 )
 from pydantic import TypeAdapter  # noqa: E402
 
 from .agents_mcp import DurableMCPServer, mcp_call  # noqa: E402  # imports the SDK
+from .agents_session import PerdureSession  # noqa: E402  # imports the SDK
 
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.handles import Workflow
     from ..engine.runtime import Runtime
 
-__all__ = ["DurableStreamedRun", "Runner", "tool_effect"]
+__all__ = ["DurableStreamedRun", "PerdureSession", "Runner", "tool_effect"]
 
 T = TypeVar("T", bound=FunctionTool)
 
@@ -67,6 +79,7 @@ T = TypeVar("T", bound=FunctionTool)
 # dataclass: one adapter dumps it to JSON and validates it back to the same objects.
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+_OUTPUT: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 REJECTED = "Tool execution was not approved."  # what the model reads for a denied call
 _EFFECT_ATTR = "__perdure_effect__"
 
@@ -103,6 +116,7 @@ def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[.
         prompt: Any,
         max_output: int | None,
         offered: list[str],
+        handoffs: list[str],
     ) -> dict[str, Any]:
         info = current_step()
         held = await reserved(budget, runtime, prompt, max_output, model)
@@ -120,6 +134,8 @@ def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[.
         except Exception:  # an error answer was not paid; a kill leaves it held
             await budget.release(runtime, held)
             raise
+        if stream:  # the run items the SDK makes of it, as its own streamed run shows them
+            _write_items(info.position, agent, response, handoffs)
         usage = response.usage
         tokens = (usage.input_tokens, usage.output_tokens)
         await budget.settle(runtime, held, model, tokens, budget.cost(*tokens))
@@ -127,6 +143,25 @@ def _model_body(runtime: Runtime, agent: str, budget: ModelBudget) -> Callable[.
         return {"response": dump, "tools": offered, "position": info.position}
 
     return model_call
+
+
+def _write_items(position: int, agent: str, response: ModelResponse, handoffs: list[str]) -> None:
+    """The run items of a model response (tools called, handoffs asked for, messages,
+    reasoning) to the run's stream, named as the SDK's RunItemStreamEvents are."""
+    for out in response.output:
+        kind = str(getattr(out, "type", ""))
+        if kind == "function_call" and getattr(out, "name", None) in handoffs:
+            item_type, name = "handoff_call_item", "handoff_requested"
+        elif kind.endswith("_call"):
+            item_type, name = "tool_call_item", "tool_called"
+        elif kind == "message":
+            item_type, name = "message_output_item", "message_output_created"
+        elif kind == "reasoning":
+            item_type, name = "reasoning_item", "reasoning_item_created"
+        else:
+            continue
+        raw = out.model_dump(mode="json")
+        write_item(position, {"name": name, "type": item_type, "agent": agent, "raw": raw})
 
 
 async def _streamed(events: AsyncIterator[Any], position: int) -> ModelResponse:
@@ -165,9 +200,20 @@ MODEL_RETRY = Retry(
 )
 
 
-async def _tool_call(call: Callable[[], Awaitable[Any]]) -> Any:
-    """The body of a tool step: the SDK's own invoker (schema check, failure handler)."""
-    return await call()
+async def _tool_call(
+    call: Callable[[], Awaitable[Any]], streamed: tuple[str, str] | None = None
+) -> Any:
+    """The body of a tool step: the SDK's own invoker (schema check, failure handler); in a
+    streamed run its output goes to the run's stream as the SDK's `tool_output` item, from
+    the step, so a replay (which returns the journaled output) does not stream it again."""
+    value = await call()
+    if streamed is not None:
+        agent, call_id = streamed
+        raw = {"call_id": call_id, "output": str(value), "type": "function_call_output"}
+        item = {"name": "tool_output", "type": "tool_call_output_item", "agent": agent,
+                "raw": raw, "output": value}  # fmt: skip
+        write_item(current_step().position, item)
+    return value
 
 
 _GET = inspect.signature(Model.get_response)
@@ -196,10 +242,13 @@ class _DurableModel(Model):
         stream = streaming.get()
 
         tools = [str(getattr(t, "name", t)) for t in bound.get("tools") or []]
-        offered = tools + [h.tool_name for h in bound.get("handoffs") or []]
+        handoffs = [h.tool_name for h in bound.get("handoffs") or []]
+        offered = tools + handoffs
 
         async def step() -> Any:
-            return await self.step(call, stream_call, model, stream, prompt, max_output, offered)
+            return await self.step(
+                call, stream_call, model, stream, prompt, max_output, offered, handoffs
+            )
 
         data = await call_within_budget(self.agent, step)
         if "response" in data:  # the response, with the tools it was offered
@@ -277,6 +326,7 @@ class Runner:
         self._steps: dict[str, Step[..., Any]] = {}
         self._gates: dict[str, Gates] = {}
         self._workflows: dict[str, Workflow[..., Any]] = {}
+        self._agents: dict[str, Agent[Any]] = {}  # by name: what streamed run items name
 
     # -- the durable agent ------------------------------------------------------------
 
@@ -352,7 +402,8 @@ class Runner:
                 decision = await gates.approve(context.tool_call_id, tool.name, arguments)
                 if not decision.approved:
                     return decision.comment or REJECTED
-            return await step(lambda: invoke(context, arguments))
+            streamed = (agent, context.tool_call_id) if streaming.get() else None
+            return await step(lambda: invoke(context, arguments), streamed)
 
         return dataclasses.replace(tool, on_invoke_tool=durable, needs_approval=False)
 
@@ -375,6 +426,7 @@ class Runner:
             else:
                 inner = config.model_provider.get_model(one.model)
             copy = one.clone(model=_DurableModel(inner, self._model_step(one.name), one.name))
+            self._agents.setdefault(one.name, one)
             done[id(one)] = copy
             copy.tools = [
                 self._tool(one.name, t) if isinstance(t, FunctionTool) else t for t in one.tools
@@ -400,11 +452,13 @@ class Runner:
     ) -> RunResult:
         """`agents.Runner.run`, inside a perdure workflow: same arguments, same result."""
         agent = _agent(starting_agent)
-        if kwargs.get("session") is not None:
-            # an SDK session keeps history outside the journal: a replay would add it twice
+        session = kwargs.get("session")
+        if session is not None and not isinstance(session, PerdureSession):
+            # another session keeps history outside the journal: a replay would add it twice
             raise ConfigError(
-                "openai_agents.Runner.run(session=...) is not durable yet: the journal "
-                "already keeps the conversation; pass the earlier items as input instead"
+                f"openai_agents.Runner.run(session=...) needs a PerdureSession, not "
+                f"{type(session).__name__}: PerdureSession(session_id, app) keeps the "
+                "conversation in perdure's store, written once per durable step"
             )
         if current() is None:
             raise ConfigError(
@@ -470,10 +524,11 @@ class Runner:
         if found is not None:
             return found
 
-        async def run_agent(input: Any, stream: bool = False) -> Any:
+        async def run_agent(input: Any, stream: bool = False, session: str | None = None) -> Any:
             token = streaming.set(stream)
             try:
-                return (await self.run(agent, input)).final_output
+                talk = None if session is None else PerdureSession(session, self.app)
+                return (await self.run(agent, input, session=talk)).final_output
             finally:
                 streaming.reset(token)
 
@@ -492,6 +547,7 @@ class Runner:
             if id(one) in seen:
                 continue
             seen.add(id(one))
+            self._agents.setdefault(one.name, one)
             self._model_step(one.name)
             for tool in one.tools:
                 if isinstance(tool, FunctionTool):
@@ -507,39 +563,52 @@ class Runner:
         *,
         run_id: str | None = None,
         timeout: float | None = None,
+        session: PerdureSession | str | None = None,
     ) -> Any:
         """Start `starting_agent`'s durable run (idempotent by `run_id`) and wait for its
-        final output; a worker (`perdure worker`, `app.run_worker()`) runs it."""
+        final output; a worker (`perdure worker`, `app.run_worker()`) runs it. `session`
+        (a PerdureSession or its id) keeps the conversation across runs."""
         workflow = self.workflow(starting_agent)
-        return self.app.start(workflow, input, run_id=run_id).result(timeout=timeout)
+        extra = _session_arg(session)
+        return self.app.start(workflow, input, run_id=run_id, **extra).result(timeout=timeout)
 
     def run_streamed(
-        self, starting_agent: Agent[Any], input: Any, *, run_id: str | None = None
+        self,
+        starting_agent: Agent[Any],
+        input: Any,
+        *,
+        run_id: str | None = None,
+        session: PerdureSession | str | None = None,
     ) -> DurableStreamedRun:
         """`agents.Runner.run_streamed`, durable: the run starts (idempotent by `run_id`)
         when its events are first read, a worker runs it, and `stream_events()` gives the
-        model's raw response events through the run's durable stream as they come; then
-        `final_output` holds the output."""
+        model's raw response events and the run's items (tool called, tool output, message
+        output) through the run's durable stream as they come; then `final_output` holds
+        the output."""
         workflow = self.workflow(starting_agent)
-        return DurableStreamedRun(self.app, run_id, start=(workflow, input))
+        start = (workflow, input, _session_arg(session))
+        return DurableStreamedRun(self.app, run_id, start=start, agents=self._agents)
 
     def stream(self, run_id: str, *, offset: int = -1) -> DurableStreamedRun:
         """Read run `run_id`'s events after stream `offset` (where a reader had got to:
         it goes on from there after a disconnect or a crash of either side)."""
-        return DurableStreamedRun(self.app, run_id, offset=offset)
+        return DurableStreamedRun(self.app, run_id, offset=offset, agents=self._agents)
 
 
 class DurableStreamedRun:
-    """A durable run read while it runs: the SDK's `RawResponsesStreamEvent`s of its model
-    calls, from stream offset `offset` on, then its `final_output`."""
+    """A durable run read while it runs, as the SDK's streamed run is: the
+    `RawResponsesStreamEvent`s of its model calls and the `RunItemStreamEvent`s of its
+    items (tool called, tool output, message output), from stream offset `offset` on,
+    then its `final_output`."""
 
     def __init__(
         self,
         app: App,
         run_id: str | None,
         *,
-        start: tuple[Workflow[..., Any], Any] | None = None,
+        start: tuple[Workflow[..., Any], Any, dict[str, Any]] | None = None,
         offset: int = -1,
+        agents: Mapping[str, Agent[Any]] | None = None,
     ) -> None:
         self.app = app
         self.run_id = run_id
@@ -547,6 +616,7 @@ class DurableStreamedRun:
         self.is_complete = False
         self._start = start
         self._offset = offset
+        self._agents = agents if agents is not None else {}
         self._events: ModelEvents | None = None
 
     @property
@@ -554,20 +624,50 @@ class DurableStreamedRun:
         """The stream offset read so far."""
         return self._events.offset if self._events is not None else self._offset
 
-    async def stream_events(self) -> AsyncIterator[RawResponsesStreamEvent]:
-        """The model's response events as they come (a call retried after a crash streams
-        again from its start), until the run is done; then `final_output` is set."""
+    async def stream_events(self) -> AsyncIterator[RawResponsesStreamEvent | RunItemStreamEvent]:
+        """The model's response events and the run's items as they come (a call retried
+        after a crash streams again from its start), until the run is done; then
+        `final_output` is set."""
         if self._start is not None:
-            workflow, given = self._start
-            handle = await self.app.start_async(workflow, given, stream=True, run_id=self.run_id)
+            workflow, given, extra = self._start
+            handle = await self.app.start_async(
+                workflow, given, stream=True, run_id=self.run_id, **extra
+            )
             self.run_id, self._start = handle.id, None
         assert self.run_id is not None
-        self._events = ModelEvents(self.app.client, self.run_id, self.offset)
-        async for item in self._events:
-            if not item.retry:
-                yield RawResponsesStreamEvent(data=_EVENT.validate_python(item.event))
+        self._events = ModelEvents(self.app.client, self.run_id, self.offset, items=True)
+        async for one in self._events:
+            if one.item is not None:
+                yield RunItemStreamEvent(name=one.item["name"], item=self._run_item(one.item))
+            elif not one.retry:
+                yield RawResponsesStreamEvent(data=_EVENT.validate_python(one.event))
         self.final_output = await self.app.handle(self.run_id).result_async()
         self.is_complete = True
+
+    def _run_item(self, data: dict[str, Any]) -> RunItem:
+        """The SDK's RunItem a step wrote, with the agent it names (this runner's, by name)."""
+        name = str(data.get("agent"))
+        agent = self._agents.get(name) or Agent(name=name)
+        kind, raw = data.get("type"), data.get("raw")
+        if kind == "tool_call_output_item":
+            return ToolCallOutputItem(agent=agent, raw_item=raw, output=data.get("output"))  # type: ignore[arg-type]
+        made: dict[str, Any] = {"tool_call_item": ToolCallItem, "reasoning_item": ReasoningItem,
+                                "handoff_call_item": HandoffCallItem,
+                                "message_output_item": MessageOutputItem}  # fmt: skip
+        return made[str(kind)](agent=agent, raw_item=_OUTPUT.validate_python(raw))  # type: ignore[no-any-return]
+
+
+def _session_arg(session: PerdureSession | str | None) -> dict[str, Any]:
+    """The workflow's `session` argument: the conversation's id (the run rebuilds it)."""
+    if session is None:
+        return {}
+    if isinstance(session, PerdureSession):
+        return {"session": session.session_id}
+    if isinstance(session, str) and session.strip():
+        return {"session": session}
+    raise ConfigError(
+        f"session= takes a PerdureSession or a session id (a non-empty string), not {session!r}"
+    )
 
 
 def _agent(agent: object) -> Agent[Any]:

@@ -55,7 +55,7 @@ _TABLES = re.compile(
     r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses|agent_usage|"
     r"agent_budgets|agent_memory|agent_notes|api_tokens|audit_log|workers|dashboard_sessions|"
     r"run_streams|agent_reservations|agent_budget_waits|agent_specs|budget_pools|"
-    r"table_changes|dead_messages)\b"
+    r"table_changes|dead_messages|agent_session_items)\b"
 )
 
 

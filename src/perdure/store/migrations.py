@@ -347,6 +347,16 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX dead_messages_by_at ON dead_messages (at)
     """,
+    # 18: agent sessions: a framework's conversation history under a session id, in order
+    """
+    CREATE TABLE agent_session_items (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL,
+        item        TEXT NOT NULL,
+        at          REAL NOT NULL
+    );
+    CREATE INDEX agent_session_items_by_session ON agent_session_items (session_id, id)
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

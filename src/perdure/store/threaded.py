@@ -36,6 +36,7 @@ from . import (
     waits,
     workers_sql,
 )
+from . import agent_session_sql as session_sql
 from .access_sql import AuditQuery, AuditRow, SessionRow, TokenRow
 from .agent_sql import Budget, Limit, MemoryRow, Refusal, Reservation, SharedBudget, UsageRow
 from .base import (
@@ -1053,3 +1054,16 @@ class ThreadedStore:
     ) -> list[AuditRow]:  # fmt: skip
         query = AuditQuery(target, actor, since, before, limit)
         return await self._call(lambda c: access_sql.audit_log(c, query), write=False)
+
+    # agent sessions (a framework's conversation history), for callers outside a run
+    async def agent_session_items(self, session_id: str, limit: int | None = None) -> list[str]:
+        return await self._call(lambda c: session_sql.items(c, session_id, limit), write=False)
+
+    async def agent_session_add(self, session_id: str, items: list[str], now: float) -> None:
+        await self._call(lambda c: session_sql.add(c, session_id, items, now), write=True)
+
+    async def agent_session_pop(self, session_id: str) -> str | None:
+        return await self._call(lambda c: session_sql.pop(c, session_id), write=True)
+
+    async def agent_session_clear(self, session_id: str) -> int:
+        return await self._call(lambda c: session_sql.clear(c, session_id), write=True)
