@@ -19,17 +19,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from types import FrameType
 from typing import Any
 
 from .common import ROOT, Table
 
-WRITES = 50
+WRITES = 50  # counted writes per path
+TIMED = 1000  # timed writes per path (no profiler)
+ROUNDS = 3
 
 
 # the store's machinery (how a write travels), as opposed to the SQL it runs
@@ -101,9 +105,23 @@ async def _count(url: str) -> dict[str, Any]:
                     await store.append(write(path == "inline"))
                 sys.setprofile(None)
                 store.submit(lambda c: sys.setprofile(None), write=False).result()
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
+            wall, cpu = time.perf_counter(), time.process_time()
+            if path == "append_now":
+
+                def timed() -> None:
+                    for _ in range(TIMED):
+                        store.append_now(write(True))
+
+                await asyncio.to_thread(timed)
+            else:
+                for _ in range(TIMED):
+                    await store.append(write(path == "inline"))
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             top = sorted(((n, k[3:]) for k, n in counts.items() if k[:3] == "fn:"), reverse=True)
             out[path] = {
+                "wall_us": wall / TIMED * 1e6,
+                "cpu_us": cpu / TIMED * 1e6,
                 "machinery": counts["machinery"] / WRITES,
                 "store": counts["store"] / WRITES,
                 "all": counts["all"] / WRITES,
@@ -135,30 +153,45 @@ def main(args: list[str]) -> None:
         child(args[args.index("--child") + 1])
         return
     before = args[args.index("--before") + 1] if "--before" in args else None
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else ROUNDS
     sides = [("perdure", None), *([("before", before)] if before else [])]
     table = Table(
-        f"Hops per journal write: Python calls per plain step write ({WRITES}, one at a time)",
-        ["store", "path", *(f"{side} (machinery / store / all)" for side, _ in sides)],
-    )
+        f"Hops per journal write: Python calls per plain step write ({WRITES}, one at a time); "
+        f"CPU and wall per write ({TIMED} writes, median of {rounds} interleaved rounds)",
+        ["store", "path", *(f"{side}: calls (machinery/store/all), CPU us, wall us"
+                            for side, _ in sides)],
+    )  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     tops: list[str] = []
     stores = ["sqlite", *(["pg"] if "--pg" in args else [])]
     with tempfile.TemporaryDirectory() as tmp:
         for name in stores:
-            got = {}
-            for side, src in sides:
-                if name == "sqlite":
-                    got[side] = _measure(f"sqlite:///{tmp}/{side}.db", src)
-                    continue
-                from .pg_common import app_url, fresh_schema
+            got: dict[str, list[dict[str, Any]]] = {side: [] for side, _ in sides}
+            for i in range(rounds):
+                for side, src in sides:
+                    if name == "sqlite":
+                        url = f"sqlite:///{tmp}/{side}{i}.db?synchronous=NORMAL"
+                        got[side].append(_measure(url, src))
+                        continue
+                    from .pg_common import app_url, fresh_schema
 
-                with fresh_schema("hops") as schema:
-                    got[side] = _measure(app_url(schema), src)
+                    with fresh_schema("hops") as schema:
+                        got[side].append(_measure(app_url(schema), src))
             for path in ("inline", "queued", "append_now"):
-                cells = [
-                    "{machinery:g} / {store:g} / {all:g}".format(**got[s][path]) for s, _ in sides
-                ]
+                cells = []
+                for side, _ in sides:
+                    first = got[side][0][path]
+                    cpu = statistics.median(r[path]["cpu_us"] for r in got[side])
+                    wall = statistics.median(r[path]["wall_us"] for r in got[side])
+                    cells.append(
+                        "{machinery:g} / {store:g} / {all:g}, ".format(**first)
+                        + f"{cpu:.0f}, {wall:.0f}"
+                    )
                 table.rows.append([name, path, *cells])
-                tops += [f"{name} {path} {s}: " + ", ".join(got[s][path]["top"]) for s, _ in sides]
+                tops += [
+                    f"{name} {path} {s}: " + ", ".join(got[s][0][path]["top"]) for s, _ in sides
+                ]
+    table.notes.append(f"load average {os.getloadavg()[0]:.2f} at the end")
     print(table.render())
     print("\n".join(tops))
 
