@@ -81,9 +81,10 @@ def test_a_method_is_bound_once_per_store_unless_overridden(tmp_path: Any) -> No
     the same name (PostgreSQL's worker_stopped) is never shadowed by the table's."""
     store = SQLiteStore(str(tmp_path / "s.db"))
     assert store.get_run is store.get_run
-    assert inspect.getattr_static(PostgresStore, "worker_stopped") is vars(PostgresStore)[
-        "worker_stopped"
-    ]
+    assert (
+        inspect.getattr_static(PostgresStore, "worker_stopped")
+        is vars(PostgresStore)["worker_stopped"]
+    )
     pg = object.__new__(PostgresStore)  # not connected: only attribute lookup is tested
     first = pg.worker_stopped
     assert first.__func__ is vars(PostgresStore)["worker_stopped"]  # type: ignore[attr-defined]
