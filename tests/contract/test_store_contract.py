@@ -432,6 +432,22 @@ def test_one_bad_write_in_a_batch_fails_alone(store: Store) -> None:
         assert [e.kind for e in run(store.journal(rid))] == ["step.outcome"]
 
 
+def test_a_duplicate_among_plain_writes_fails_alone(store: Store) -> None:
+    """Plain step writes of distinct runs only (PostgreSQL: one shared statement): a
+    duplicate outcome among them fails on its own, the others land once each."""
+    epochs = _claimed(store, ["p1", "p2", "p3"])
+    run(store.append(Append("p2", epochs["p2"], [entry("step.outcome", 0, True, "1")])))
+    results = _batched(
+        store,
+        [Append(rid, epochs[rid], [entry("step.outcome", 0, True, "2")]) for rid in epochs],
+    )
+    assert isinstance(results[1], perdure.StoreError) and "already has an outcome" in str(
+        results[1]
+    )
+    assert [getattr(r, "status", None) for r in results] == ["running", None, "running"]
+    assert [[e.data for e in run(store.journal(rid))] for rid in epochs] == [["2"], ["1"], ["2"]]
+
+
 def test_an_event_with_a_key_is_kept_once(store: Store) -> None:
     """A second delivery with the same key returns the first event's id and keeps nothing."""
     run(store.create_run(new("r1")))

@@ -10,7 +10,6 @@ import pytest
 
 import perdure
 from perdure.store import SQLiteStore, access_sql
-from perdure.store.access_sql import AuditQuery
 from perdure.store.base import GcRule, NewRun
 from perdure.store.migrations import LATEST, MIGRATIONS
 
@@ -102,7 +101,7 @@ def test_audit_records_of_an_older_store_read_as_ok_after_the_upgrade(db_path: P
     store = SQLiteStore(str(db_path))
     store.start()
     try:
-        [row] = store.submit(lambda c: access_sql.audit_log(c, AuditQuery()), write=False).result()
+        [row] = store.submit(lambda c: access_sql.audit_log(c), write=False).result()
     finally:
         store.stop()
     assert (row.action, row.outcome, row.reason) == ("token.create", "ok", "")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.store import threaded
 from perdure.store.base import NewRun
 from perdure.store.sqlite import SQLiteStore
 
@@ -18,16 +19,16 @@ def test_an_unexpected_error_fails_the_batch_not_the_thread(
 ) -> None:
     store = SQLiteStore(str(tmp_path / "s.db"))
     store.start()
-    real = store._commit
+    real = threaded.run_batch
     calls: list[int] = []
 
-    def broken_once(conn: Any, ops: Any) -> None:
-        calls.append(len(ops))
+    def broken_once(db: Any, conn: Any, batch: Any, answers: Any) -> None:
+        calls.append(len(batch))
         if len(calls) == 1:
             raise RuntimeError("a bug in the store")
-        real(conn, ops)
+        real(db, conn, batch, answers)
 
-    monkeypatch.setattr(store, "_commit", broken_once)
+    monkeypatch.setattr(threaded, "run_batch", broken_once)
     monkeypatch.setattr(store, "_inline_connect", lambda: None)  # every call via the thread
 
     def new(run_id: str) -> NewRun:
@@ -44,4 +45,4 @@ def test_an_unexpected_error_fails_the_batch_not_the_thread(
         asyncio.run(main())
     finally:
         store.stop()
-    assert calls == [1, 1]
+    assert calls == [1, 1, 1]  # the failed create, the next create, the read

@@ -49,17 +49,6 @@ class AuditRow:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class AuditQuery:
-    """Which audit records to read, newest first: all filters given must hold."""
-
-    target: str | None = None  # e.g. run:ID, schedule:NAME
-    actor: str | None = None
-    since: float | None = None  # at or after this time
-    before: int | None = None  # ids below this one (the next page)
-    limit: int = 100
-
-
 def add_token(conn: Db, token_id: str, name: str, digest: str, scopes: str, now: float) -> None:
     conn.execute(
         "INSERT INTO api_tokens (id, name, hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -125,23 +114,31 @@ def end_session(conn: Db, digest: str, now: float) -> bool:
     return cur.rowcount == 1
 
 
-def audit(conn: Db, row: AuditRow) -> int:
+def audit(
+    conn: Db, at: float, actor: str, action: str, target: str, detail: str,
+    outcome: str = "ok", reason: str = "",
+) -> int:  # fmt: skip
     found = conn.execute(
         "INSERT INTO audit_log (at, actor, action, target, detail, outcome, reason) "
         "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (row.at, row.actor, row.action, row.target, row.detail, row.outcome, row.reason),
+        (at, actor, action, target, detail, outcome, reason),
     ).fetchone()
     return int(found[0])
 
 
-def audit_log(conn: Db, query: AuditQuery) -> list[AuditRow]:
+def audit_log(
+    conn: Db, target: str | None = None, limit: int = 100, before: int | None = None,
+    *, actor: str | None = None, since: float | None = None,
+) -> list[AuditRow]:  # fmt: skip
+    """Audit records, newest first, that match every filter given (`before`: ids below
+    this one, the next page; `since`: at or after this time)."""
     where: list[str] = []
     params: list[str | int | float] = []
     for clause, value in (
-        ("target = ?", query.target),
-        ("actor = ?", query.actor),
-        ("at >= ?", query.since),
-        ("id < ?", query.before),
+        ("target = ?", target),
+        ("actor = ?", actor),
+        ("at >= ?", since),
+        ("id < ?", before),
     ):
         if value is not None:
             where.append(clause)
@@ -150,6 +147,6 @@ def audit_log(conn: Db, query: AuditQuery) -> list[AuditRow]:
     rows = conn.execute(
         "SELECT id, at, actor, action, target, detail, outcome, reason FROM audit_log "
         f"{text}ORDER BY id DESC LIMIT ?",
-        (*params, query.limit),
+        (*params, limit),
     ).fetchall()
     return [AuditRow(*r) for r in rows]

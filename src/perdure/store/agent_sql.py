@@ -120,14 +120,14 @@ class MemoryRow:
     at: float
 
 
-def record_usage(conn: Db, u: UsageRow) -> bool:
+def record_usage(conn: Db, row: UsageRow) -> bool:
     """Record a call's usage once; False if this (run, position) was already recorded."""
     cur = conn.execute(
         "INSERT INTO agent_usage (run_id, position, agent, model, input_tokens, output_tokens, "
         "cost, at, pool) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (run_id, position) DO NOTHING",
-        (u.run_id, u.position, u.agent, u.model, u.input_tokens, u.output_tokens, u.cost, u.at,
-         u.pool),
+        (row.run_id, row.position, row.agent, row.model, row.input_tokens, row.output_tokens,
+         row.cost, row.at, row.pool),
     )  # fmt: skip
     return cur.rowcount == 1
 
@@ -187,50 +187,60 @@ def _lock(conn: Db, key: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"perdure.budget:{key}",))
 
 
-def reserve(conn: Db, r: Reservation, limits: list[Limit], now: float) -> Refusal | None:
-    """Hold `r` against every limit, or refuse (nothing held; a window refusal puts the run
-    in the agent's queue of parked runs). Earlier attempts of the same call still held were
-    cut off: they stay counted, marked outcome unknown. `r.attempt` is set here."""
-    _lock(conn, r.agent)
-    if r.pool is not None:
-        _lock(conn, f"shared:{r.pool}")
+def reserve(conn: Db, reservation: Reservation, limits: list[Limit], now: float) -> Refusal | None:
+    """Hold `reservation` against every limit, or refuse (nothing held; a window refusal
+    puts the run in the agent's queue of parked runs). Earlier attempts of the same call
+    still held were cut off: they stay counted, marked outcome unknown. Its `attempt` is
+    set here."""
+    _lock(conn, reservation.agent)
+    if reservation.pool is not None:
+        _lock(conn, f"shared:{reservation.pool}")
     conn.execute(
         "UPDATE agent_reservations SET state = 'unknown' WHERE run_id = ? AND position = ? "
         "AND state = 'open'",
-        (r.run_id, r.position),
+        (reservation.run_id, reservation.position),
     )
     for limit in limits:
         if limit.window is None:
-            used_tokens, used_cost = run_spent(conn, r.run_id)
+            used_tokens, used_cost = run_spent(conn, reservation.run_id)
         elif limit.pool is not None:
             used_tokens, used_cost = pool_spent(conn, limit.pool, now - limit.window)
         else:
-            used_tokens, used_cost = spent(conn, r.agent, now - limit.window)
-        over_tokens = limit.tokens is not None and used_tokens + r.tokens > limit.tokens
-        over_cost = limit.cost is not None and used_cost + r.cost > limit.cost + 1e-12
+            used_tokens, used_cost = spent(conn, reservation.agent, now - limit.window)
+        over_tokens = limit.tokens is not None and used_tokens + reservation.tokens > limit.tokens
+        over_cost = limit.cost is not None and used_cost + reservation.cost > limit.cost + 1e-12
         if over_tokens or over_cost:
-            refusal = Refusal(limit, used_tokens, used_cost, r.tokens, r.cost)
+            refusal = Refusal(limit, used_tokens, used_cost, reservation.tokens, reservation.cost)
             if limit.window is not None:
                 conn.execute(
                     "INSERT INTO agent_budget_waits (run_id, agent, tokens, cost, at) "
                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                    (r.run_id, r.agent, r.tokens, r.cost, now),
+                    (
+                        reservation.run_id,
+                        reservation.agent,
+                        reservation.tokens,
+                        reservation.cost,
+                        now,
+                    ),
                 )
-                refusal.free_at = _free_at(conn, r, limit, now)
+                refusal.free_at = _free_at(conn, reservation, limit, now)
             return refusal
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) FROM agent_reservations WHERE run_id = ? "
         "AND position = ?",
-        (r.run_id, r.position),
+        (reservation.run_id, reservation.position),
     ).fetchone()
-    r.attempt, r.state, r.at = int(row[0]) + 1, "open", now
+    reservation.attempt, reservation.state, reservation.at = int(row[0]) + 1, "open", now
     conn.execute(
         "INSERT INTO agent_reservations (run_id, position, attempt, agent, tier, model, tokens, "
         "cost, state, at, pool) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (r.run_id, r.position, r.attempt, r.agent, r.tier, r.model, r.tokens, r.cost, r.state,
-         r.at, r.pool),
+        (
+            reservation.run_id, reservation.position, reservation.attempt, reservation.agent,
+            reservation.tier, reservation.model, reservation.tokens, reservation.cost,
+            reservation.state, reservation.at, reservation.pool,
+        ),
     )  # fmt: skip
-    conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (r.run_id,))
+    conn.execute("DELETE FROM agent_budget_waits WHERE run_id = ?", (reservation.run_id,))
     return None
 
 
@@ -261,11 +271,11 @@ def _free_at(conn: Db, r: Reservation, limit: Limit, now: float) -> float | None
     return now + limit.window
 
 
-def settle(conn: Db, r: Reservation, u: UsageRow | None) -> bool:
+def settle(conn: Db, reservation: Reservation, usage: UsageRow | None) -> bool:
     """Replace a reservation by the call's usage (None: the reply said nothing of usage, so
     the estimate stays, marked 'estimated'). False if the usage was already recorded."""
-    key = (r.run_id, r.position, r.attempt)
-    if u is None:
+    key = (reservation.run_id, reservation.position, reservation.attempt)
+    if usage is None:
         conn.execute(
             "UPDATE agent_reservations SET state = 'estimated' WHERE run_id = ? "
             "AND position = ? AND attempt = ?",
@@ -275,13 +285,13 @@ def settle(conn: Db, r: Reservation, u: UsageRow | None) -> bool:
     conn.execute(
         "DELETE FROM agent_reservations WHERE run_id = ? AND position = ? AND attempt = ?", key
     )
-    return record_usage(conn, u)
+    return record_usage(conn, usage)
 
 
-def release(conn: Db, r: Reservation, state: str | None) -> None:
+def release(conn: Db, reservation: Reservation, state: str | None) -> None:
     """Let go of a reservation (the call failed before it was paid), or keep it counted in
     `state` (e.g. 'unknown': cut off, it may have been paid)."""
-    key = (r.run_id, r.position, r.attempt)
+    key = (reservation.run_id, reservation.position, reservation.attempt)
     if state is None:
         conn.execute(
             "DELETE FROM agent_reservations WHERE run_id = ? AND position = ? AND attempt = ?",
@@ -345,15 +355,22 @@ def get_budget(conn: Db, agent: str) -> Budget | None:
     return Budget(*row) if row else None
 
 
-def put_budget(conn: Db, b: Budget, now: float) -> None:
-    check(b.agent, "agent name")
+def put_budget(conn: Db, budget: Budget, now: float) -> None:
+    check(budget.agent, "agent name")
     conn.execute(
         "INSERT INTO agent_budgets (agent, tokens_per_hour, tokens_per_day, cost_per_hour, "
         "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent) DO UPDATE SET "
         "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
         "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
         "updated_at = excluded.updated_at",
-        (b.agent, b.tokens_per_hour, b.tokens_per_day, b.cost_per_hour, b.cost_per_day, now),
+        (
+            budget.agent,
+            budget.tokens_per_hour,
+            budget.tokens_per_day,
+            budget.cost_per_hour,
+            budget.cost_per_day,
+            now,
+        ),
     )
     conn.notify()
 
@@ -367,15 +384,22 @@ def get_shared_budget(conn: Db, name: str) -> SharedBudget | None:
     return SharedBudget(*row) if row else None
 
 
-def put_shared_budget(conn: Db, b: SharedBudget, now: float) -> None:
-    check(b.name, "shared budget name")
+def put_shared_budget(conn: Db, budget: SharedBudget, now: float) -> None:
+    check(budget.name, "shared budget name")
     conn.execute(
         "INSERT INTO budget_pools (name, tokens_per_hour, tokens_per_day, cost_per_hour, "
         "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
         "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
         "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
         "updated_at = excluded.updated_at",
-        (b.name, b.tokens_per_hour, b.tokens_per_day, b.cost_per_hour, b.cost_per_day, now),
+        (
+            budget.name,
+            budget.tokens_per_hour,
+            budget.tokens_per_day,
+            budget.cost_per_hour,
+            budget.cost_per_day,
+            now,
+        ),
     )
     conn.notify()
 
@@ -466,7 +490,9 @@ def get_notes(conn: Db, agent: str) -> str:
     return str(row[0]) if row else ""
 
 
-def add_note(conn: Db, agent: str, line: str, run_id: str | None, now: float, keep: int) -> str:
+def add_note(
+    conn: Db, agent: str, line: str, run_id: str | None, now: float, keep: int = 50
+) -> str:
     """Append one line to an agent's progress notes under a row lock, so runs finishing at
     once each keep theirs; a line already there (a step run again) is not added twice.
     Only the last `keep` lines stay. Returns the notes after."""

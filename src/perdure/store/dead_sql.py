@@ -31,7 +31,7 @@ def add_dead(conn: Db, row: DeadMessage) -> bool:
     return bool(cur.rowcount)
 
 
-def list_dead(conn: Db, trigger: str | None, limit: int) -> list[DeadMessage]:
+def list_dead(conn: Db, trigger: str | None = None, limit: int = 100) -> list[DeadMessage]:
     """Dead messages newest first, of one trigger or all."""
     where, args = ("WHERE trigger = ? ", (trigger,)) if trigger is not None else ("", ())
     rows = conn.execute(

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from ..extras import require_extra
 from . import changes_sql, migrations
+from .batching import Op
 from .changes_sql import TableTrigger
 from .dialect import Db, PostgresDb
 from .pg_session import SessionLock
@@ -172,10 +173,6 @@ class PostgresStore(ThreadedStore):
         except (ConfigError, StoreUnavailable):
             self._inline_retry_at = time.monotonic() + 5.0
             return None
-
-    def _inline_begin(self, conn: Any) -> bool:
-        conn.execute("BEGIN")
-        return True
 
     def _broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
@@ -340,7 +337,10 @@ class PostgresStore(ThreadedStore):
     async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]:
         if self.pooler == "transaction":
             return []
-        return await self._call(lambda c: sessions_gone(c, self.schema, me, since), write=False)
+        gone: list[WorkerRow] = await self.perform(
+            Op(sessions_gone, (self.schema, me, since), {}, False), True
+        )
+        return gone
 
     async def worker_stopped(self, worker_id: str, now: float) -> None:
         await super().worker_stopped(worker_id, now)

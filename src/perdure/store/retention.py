@@ -29,7 +29,9 @@ def _chunks(ids: Sequence[str]) -> Iterator[tuple[Sequence[str], str]]:
         yield chunk, ",".join("?" * len(chunk))
 
 
-def gc_batch(conn: Db, rule: GcRule, after: tuple[float, str] | None, limit: int) -> GcBatch:
+def gc_batch(
+    conn: Db, rule: GcRule, after: tuple[float, str] | None = None, limit: int = 500
+) -> GcBatch:
     """Delete up to `limit` finished runs of `rule.workflow` that no part of the rule keeps.
 
     Candidates are taken oldest first after the `after` cursor; the returned

@@ -44,14 +44,14 @@ def get_schedule(conn: Db, name: str) -> ScheduleRow | None:
     return _schedule(row) if row else None
 
 
-def put_schedule(conn: Db, s: ScheduleRow, replace_state: bool) -> ScheduleRow:
+def put_schedule(conn: Db, row: ScheduleRow, *, replace_state: bool) -> ScheduleRow:
     """Insert a schedule, or update its definition keeping `paused`; `next_fire` is reset
     only if the stored timing differs (decided in the statement, so workers storing the
     same declaration at once never move a tick another already handled) or if
     `replace_state` forces it."""
-    check(s.name, "schedule name")
-    values = [getattr(s, f) for f in _FIELDS]
-    values[_FIELDS.index("paused")] = int(s.paused)
+    check(row.name, "schedule name")
+    values = [getattr(row, f) for f in _FIELDS]
+    values[_FIELDS.index("paused")] = int(row.paused)
     updates = [f"{c} = excluded.{c}" for c in _DEFINITION]
     same_timing = (
         "COALESCE(schedules.cron, '') = COALESCE(excluded.cron, '') "
@@ -68,7 +68,7 @@ def put_schedule(conn: Db, s: ScheduleRow, replace_state: bool) -> ScheduleRow:
         (*values, int(replace_state)),
     )
     conn.notify()  # schedulers in other processes recompute their next wake-up
-    stored = get_schedule(conn, s.name)
+    stored = get_schedule(conn, row.name)
     assert stored is not None
     return stored
 
@@ -96,30 +96,30 @@ def next_schedule_fire(conn: Db) -> float | None:
     return float(row[0]) if row and row[0] is not None else None
 
 
-def advance(conn: Db, a: ScheduleAdvance) -> bool:
+def advance(conn: Db, advance: ScheduleAdvance) -> bool:
     """Apply one scheduler step if `next_fire` is still what the scheduler read."""
     cur = conn.execute(
         "UPDATE schedules SET next_fire = ?, updated_at = ? WHERE name = ? AND paused = 0 "
         "AND (next_fire = ? OR (next_fire IS NULL AND CAST(? AS REAL) IS NULL))",
-        (a.next_fire, a.now, a.name, a.expected, a.expected),
+        (advance.next_fire, advance.now, advance.name, advance.expected, advance.expected),
     )
     if cur.rowcount != 1:
         return False
-    for t in a.ticks:
+    for t in advance.ticks:
         conn.execute(
             f"INSERT INTO schedule_ticks ({_TICK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (schedule, fire_at) DO UPDATE SET status = excluded.status, "
             "run_id = excluded.run_id, reason = excluded.reason, at = excluded.at",
             (t.schedule, t.fire_at, t.status, t.run_id, t.reason, t.at),
         )
-    for new in a.new_runs:
+    for new in advance.new_runs:
         create_run(conn, new)
-    for run_id in a.cancel:
-        cancel_tree(conn, run_id, a.now)
+    for run_id in advance.cancel:
+        cancel_tree(conn, run_id, advance.now)
     return True
 
 
-def ticks(conn: Db, name: str, statuses: Sequence[str], limit: int) -> list[TickRow]:
+def ticks(conn: Db, name: str, *, statuses: Sequence[str] = (), limit: int = 50) -> list[TickRow]:
     where = "schedule = ?"
     params: list[Any] = [name]
     if statuses:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from . import migrations
-from .base import Append
+from .batching import Op
 from .dialect import Db
 from .lockholder import HolderFile, holder_path, process_state, read_holder
 from .threaded import ThreadedStore
@@ -165,28 +165,31 @@ class SQLiteStore(ThreadedStore):
             )
         migrations.recorded_version(Db(conn), repr(self.path))
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: sqlite3.Connection, wait: bool = True) -> bool:
         """BEGIN IMMEDIATE, waiting for the write lock as long as it takes (each attempt
         waits LOCK_SLICE inside SQLite), saying who holds it once the wait is long; a store
-        being stopped gives up after WARN_AFTER, so a frozen holder cannot block stop()."""
-        wait: _LockWait | None = None
+        being stopped gives up after WARN_AFTER, so a frozen holder cannot block stop().
+        Without `wait` (the inline connection never waits): False if another holds it."""
+        waited: _LockWait | None = None
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
+                if not wait:
+                    return False  # another writer holds the lock: queue instead of waiting
                 if not _busy(exc):
                     raise
-                wait = wait or _LockWait(self)
-                if self._thread is None and wait.waited() >= WARN_AFTER:  # stop() was called
+                waited = waited or _LockWait(self)
+                if self._thread is None and waited.waited() >= WARN_AFTER:  # stop() was called
                     raise StoreUnavailable(
                         f"store {self.url}: stopped while waiting for the write lock held by "
                         f"{self.who_holds()}; nothing was written"
                     ) from None
-                wait.waiting()
+                waited.waiting()
                 continue
-            if wait is not None:
-                wait.done()
-            return
+            if waited is not None:
+                waited.done()
+            return True
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Bring the schema up to date; a store already current is not written at all, so
@@ -207,15 +210,18 @@ class SQLiteStore(ThreadedStore):
             self._finish(conn, "ROLLBACK")
             raise
 
-    def _holding(self, conn: Any, appends: Sequence[Append | None]) -> None:
+    def _holding(self, conn: Any, ops: Sequence[Op]) -> None:
         if self._holder is None:
             return
-        runs = [a.run_id for a in appends if a is not None]
-        steps = [e.name for a in appends if a is not None and a.tx_body is not None
-                 for e in a.entries if e.name]  # fmt: skip
+        runs: list[str] = []
+        step = None  # the first transactional step written, if any
+        for op in ops:
+            if op.append is not None:
+                runs.append(op.append.run_id)
+                if step is None and op.append.tx_body is not None:
+                    step = next((e.name for e in op.append.entries if e.name), None)
         self._holder_conn = conn
-        self._holder.hold("transactional step" if steps else "write", runs,
-                          steps[0] if steps else None)  # fmt: skip
+        self._holder.hold("transactional step" if step else "write", runs, step)
 
     def _finish(self, conn: Any, verb: str) -> None:
         if self._holder is not None and conn is self._holder_conn:
@@ -317,10 +323,3 @@ class SQLiteStore(ThreadedStore):
 
     def _read_busy(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and _busy(exc)
-
-    def _inline_begin(self, conn: sqlite3.Connection) -> bool:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            return False  # another writer holds the lock: queue instead of waiting
-        return True

@@ -91,10 +91,11 @@ def _must_get(conn: Conn, run_id: str) -> RunRow:
 
 def list_runs(
     conn: Conn,
-    statuses: Sequence[str],
-    workflow: str | None,
-    parent_id: str | None,
-    limit: int,
+    *,
+    statuses: Sequence[str] = (),
+    workflow: str | None = None,
+    parent_id: str | None = None,
+    limit: int = 100,
     after: tuple[float, str] | None = None,
     ids: Sequence[str] = (),
 ) -> list[RunRow]:
@@ -403,59 +404,65 @@ def _landed(conn: Conn, a: Append) -> AppendResult | None:
     )
 
 
-def append(conn: Conn, a: Append) -> AppendResult:
-    if a.retry and a.key is not None:
-        landed = _landed(conn, a)
+def append(conn: Conn, append: Append) -> AppendResult:
+    if append.retry and append.key is not None:
+        landed = _landed(conn, append)
         if landed is not None:
             return landed
-    if conn.fused_append and plain_append(a):
-        [result] = append_plain(conn, [a])
+    if conn.fused_append and plain_append(append):
+        [result] = append_plain(conn, [append])
         if isinstance(result, Exception):
             raise result
         return result
-    fields = dict(a.fields)
-    current, pause_requested, parent_id, first_seq = _fence(conn, a, fields)
-    if a.expect_status is not None and current not in a.expect_status:
-        raise StoreError(f"run {a.run_id!r} is {current}; expected {' or '.join(a.expect_status)}")
-    status = a.status
+    fields = dict(append.fields)
+    current, pause_requested, parent_id, first_seq = _fence(conn, append, fields)
+    if append.expect_status is not None and current not in append.expect_status:
+        raise StoreError(
+            f"run {append.run_id!r} is {current}; expected {' or '.join(append.expect_status)}"
+        )
+    status = append.status
     if status is not None:
-        if current == CANCELLING and status not in TERMINAL and a.epoch is not None:
+        if current == CANCELLING and status not in TERMINAL and append.epoch is not None:
             status = CANCELLING
-        elif status == WAITING and _wake_condition_met(conn, a.run_id, fields.get("waiting_for")):
+        elif status == WAITING and _wake_condition_met(
+            conn, append.run_id, fields.get("waiting_for")
+        ):
             status = PENDING
-        if pause_requested and status in (SLEEPING, WAITING, PENDING) and a.epoch is not None:
+        if pause_requested and status in (SLEEPING, WAITING, PENDING) and append.epoch is not None:
             status = PAUSED
-    _insert_blobs(conn, a.blobs)
+    _insert_blobs(conn, append.blobs)
     tx_data, tx_error = None, None
-    entries = list(a.entries)
-    if a.tx_body is not None:
+    entries = list(append.entries)
+    if append.tx_body is not None:
         conn.execute("SAVEPOINT tx_body")
         try:
             conn.user_scope()
-            tx_data = a.tx_body(conn.raw)
+            tx_data = append.tx_body(conn.raw)
         except Exception as exc:  # the user's transaction failed: undo it, keep the rest
             conn.execute("ROLLBACK TO tx_body")
             tx_error = exc
             entries = entries[:-1]
             status = None
-            conn.execute("UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (a.run_id,))
+            conn.execute("UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (append.run_id,))
         else:
             stored = tx_data
-            if a.blob_threshold is not None:
-                stored, blob = inline_or_blob(tx_data, a.blob_threshold)
+            if append.blob_threshold is not None:
+                stored, blob = inline_or_blob(tx_data, append.blob_threshold)
                 _insert_blobs(conn, [blob] if blob else [])
             entries[-1].data = stored
         conn.execute("RELEASE tx_body")
     if entries:
-        _insert_entries(conn, a.run_id, entries, a.epoch, first_seq)
-    if a.consume_event is not None:
+        _insert_entries(conn, append.run_id, entries, append.epoch, first_seq)
+    if append.consume_event is not None:
         cur = conn.execute(
             "UPDATE events SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL",
-            (entries[-1].position if entries else -1, a.consume_event),
+            (entries[-1].position if entries else -1, append.consume_event),
         )
         if cur.rowcount != 1:
-            raise StoreError(f"run {a.run_id!r}: event {a.consume_event} was already consumed")
-    for new in a.new_runs:
+            raise StoreError(
+                f"run {append.run_id!r}: event {append.consume_event} was already consumed"
+            )
+    for new in append.new_runs:
         create_run(conn, new)
     sets: list[str] = []
     params: list[Any] = []
@@ -468,10 +475,10 @@ def append(conn: Conn, a: Append) -> AppendResult:
         sets.append(f"{key} = ?")
         params.append(value)
     if sets:
-        params.append(a.run_id)
+        params.append(append.run_id)
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", params)
     if status in TERMINAL and parent_id:
-        _wake_parent(conn, a.run_id, parent_id)
+        _wake_parent(conn, append.run_id, parent_id)
     if status == PENDING or status in TERMINAL:
         conn.notify()  # a worker may claim it, or a waiter may read its result
     final_status = status if status is not None else current
@@ -816,7 +823,7 @@ def cancel_tree(conn: Conn, run_id: str, now: float) -> list[str]:
     return touched
 
 
-def stuck(conn: Conn, now: float, grace: float, limit: int) -> list[RunRow]:
+def stuck(conn: Conn, now: float, grace: float, limit: int = 1000) -> list[RunRow]:
     """Runs that should be moving but nobody has taken for `grace` seconds past their time."""
     cutoff = now - grace
     rows = conn.execute(

@@ -74,7 +74,7 @@ def _marked(
     return (RETRY, *row[1:]) if seen else row
 
 
-def read(conn: Db, run_id: str, after: int, limit: int) -> list[StreamRow]:
+def read(conn: Db, run_id: str, after: int = -1, limit: int = 500) -> list[StreamRow]:
     rows = conn.execute(
         "SELECT run_id, seq, kind, topic, data, at FROM run_streams "
         "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",

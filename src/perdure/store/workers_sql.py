@@ -40,7 +40,7 @@ _COLUMNS = (
 _SERVER_LIFE = "CAST(EXTRACT(EPOCH FROM pg_postmaster_start_time()) AS DOUBLE PRECISION)"
 
 
-def beat(conn: Db, w: WorkerRow) -> None:
+def beat(conn: Db, row: WorkerRow) -> None:
     """Register a worker, or record that it is alive and how many runs it holds."""
     conn.execute(
         "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
@@ -48,20 +48,20 @@ def beat(conn: Db, w: WorkerRow) -> None:
         "heartbeat_at = excluded.heartbeat_at, running = excluded.running, stopped_at = NULL, "
         "clock_offset = excluded.clock_offset",
         (
-            w.id,
-            w.host,
-            w.pid,
-            w.started_at,
-            w.heartbeat_at,
-            w.concurrency,
-            w.running,
-            w.clock_offset,
-            w.proc,
+            row.id,
+            row.host,
+            row.pid,
+            row.started_at,
+            row.heartbeat_at,
+            row.concurrency,
+            row.running,
+            row.clock_offset,
+            row.proc,
         ),
     )
 
 
-def register(conn: Db, w: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> WorkerRow | None:
+def register(conn: Db, row: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> WorkerRow | None:
     """Register a starting worker under its id, unless the worker already registered under
     that id is not `reusable` (alive, as far as can be told): then return that one.
 
@@ -71,22 +71,22 @@ def register(conn: Db, w: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> W
     cur = conn.execute(
         "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
         "proc) VALUES (?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING",
-        (w.id, w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.proc),
+        (row.id, row.host, row.pid, row.started_at, row.heartbeat_at, row.concurrency, row.proc),
     )
     if cur.rowcount == 1:
         return None
     lock = " FOR UPDATE" if conn.dialect == "postgres" else ""
-    row = conn.execute(
+    found = conn.execute(
         f"SELECT {_COLUMNS} FROM workers WHERE id = ?{lock}",
-        (w.id,),
+        (row.id,),
     ).fetchone()
-    if row is not None and not reusable(WorkerRow(*row)):
-        return WorkerRow(*row)
+    if found is not None and not reusable(WorkerRow(*found)):
+        return WorkerRow(*found)
     conn.execute(
         "UPDATE workers SET host = ?, pid = ?, started_at = ?, heartbeat_at = ?, "
         "concurrency = ?, running = 0, stopped_at = NULL, proc = ?, lock_key = NULL, "
         "lock_server = NULL WHERE id = ?",
-        (w.host, w.pid, w.started_at, w.heartbeat_at, w.concurrency, w.proc, w.id),
+        (row.host, row.pid, row.started_at, row.heartbeat_at, row.concurrency, row.proc, row.id),
     )
     return None
 
@@ -105,8 +105,8 @@ def list_workers(conn: Db, since: float) -> list[WorkerRow]:
     return [WorkerRow(*r) for r in rows]
 
 
-def release_worker(conn: Db, w: WorkerRow, now: float) -> int:
-    """Hand back every live lease of the dead worker `w`, for immediate recovery; how many.
+def release_worker(conn: Db, row: WorkerRow, now: float) -> int:
+    """Hand back every live lease of the dead worker `row`, for immediate recovery; how many.
 
     Only while the registry still describes the same life of that worker (pid, start and
     session lock): a new worker that took its id since, or a live one that took a new
@@ -116,7 +116,14 @@ def release_worker(conn: Db, w: WorkerRow, now: float) -> int:
         "UPDATE runs SET lease_until = 0 WHERE lease_owner = ? AND lease_until > ? "
         "AND status IN ('running', 'cancelling') AND EXISTS (SELECT 1 FROM workers "
         "WHERE id = ? AND pid = ? AND started_at = ? AND COALESCE(lock_key, -1) = ?)",
-        (w.id, now, w.id, w.pid, w.started_at, -1 if w.lock_key is None else w.lock_key),
+        (
+            row.id,
+            now,
+            row.id,
+            row.pid,
+            row.started_at,
+            -1 if row.lock_key is None else row.lock_key,
+        ),
     )
     if cur.rowcount:
         conn.notify()  # claimable at once, by any worker
