@@ -62,6 +62,7 @@ BUFFER_LIMIT = 64  # buffered entries before a flush is forced
 RETRY_FIRST, RETRY_MOST = 0.05, 2.0  # seconds between tries of a write while the store is away
 LINGER = 0.005  # seconds a once step's outcome may wait for the next write before its own
 SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
+WRITE_FAILURES = (StoreUnavailable, OperatorRequest, LeaseLost)  # a write that did not land
 
 
 def family(kind: str) -> str:
@@ -227,7 +228,7 @@ class RunContext:
             for info in executing
             if info.effect not in ("read", "transactional")  # nothing to tell recovery
         ]
-        append, _, _ = self._take(tuple(stops), None, None, None, None, None, False)
+        append = self._take(tuple(stops))
         self.lost = True  # from here on the run's own code writes nothing
         if self._linger is not None:
             self._linger.cancel()
@@ -340,26 +341,47 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
-        append, buffered, blobs = self._take(
-            entries, status, fields, new_runs, consume_event, tx_body, stop_if_requested
-        )
+        append = self._take(entries, status=status, fields=fields, new_runs=new_runs,
+                            consume_event=consume_event, tx_body=tx_body,
+                            stop_if_requested=stop_if_requested)  # fmt: skip
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
         try:
-            try:
-                result = await self.store.append(append)
-            except StoreUnavailable as exc:
-                result = await self._land(append, exc)
+            result = await self.store.append(append)
+        except WRITE_FAILURES as exc:
+            result = await self._not_landed(append, len(entries), exc)
+        return self._applied(result)
+
+    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
+        """`write` from a sync workflow's thread: on this thread if the store can, else (and
+        for what follows a write that did not land) through the loop."""
+        append_now = getattr(self.store, "append_now", None)
+        if append_now is None:
+            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
+        append = self._take(entries, stop_if_requested=stop_if_requested)
+        try:
+            result = append_now(append)
+        except WRITE_FAILURES as exc:
+            result = self.call(self._not_landed(append, len(entries), exc))
+        return self._applied(result)
+
+    async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
+        """A write met `exc`: land it once the store is back, or unwind (an operator's
+        request, a lost lease, a store gone for good). `added`: the entries the caller gave,
+        after the buffered ones in `append`."""
+        try:
+            if not isinstance(exc, StoreUnavailable):
+                raise exc
+            return await self._land(append, exc)
         except OperatorRequest as request:
-            self._refused(request, buffered, blobs)
+            self._refused(request, append, added)
             await self.checkpoint()
             raise  # checkpoint always unwinds here
         except LeaseLost:
             raise self._lost(append) from None
-        except StoreUnavailable as exc:
-            raise self._unreachable(exc) from None
-        return self._applied(result)
+        except StoreUnavailable as gone:
+            raise self._unreachable(gone) from None
 
     async def _land(self, append: Append, first: StoreUnavailable) -> AppendResult:
         """The store went away during a write: send the same write again, with backoff,
@@ -384,39 +406,17 @@ class RunContext:
             return result
         raise first
 
-    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
-        """`write` from a sync workflow's thread: directly if the store can, else via the loop."""
-        append_now = getattr(self.store, "append_now", None)
-        if append_now is None:
-            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
-        append, buffered, blobs = self._take(
-            entries, None, None, None, None, None, stop_if_requested
-        )
-        try:
-            try:
-                result = append_now(append)
-            except StoreUnavailable as exc:
-                result = self.call(self._land(append, exc))
-        except OperatorRequest as request:
-            self._refused(request, buffered, blobs)
-            self.call(self.checkpoint())
-            raise  # checkpoint always unwinds here
-        except LeaseLost:
-            raise self._lost(append) from None
-        except StoreUnavailable as exc:
-            raise self._unreachable(exc) from None
-        return self._applied(result)
-
     def _take(
         self,
         entries: tuple[Entry, ...],
-        status: str | None,
-        fields: dict[str, Any] | None,
-        new_runs: list[NewRun] | None,
-        consume_event: int | None,
-        tx_body: Any,
-        stop_if_requested: bool,
-    ) -> tuple[Append, list[Entry], list[Blob]]:
+        *,
+        status: str | None = None,
+        fields: dict[str, Any] | None = None,
+        new_runs: list[NewRun] | None = None,
+        consume_event: int | None = None,
+        tx_body: Any = None,
+        stop_if_requested: bool = False,
+    ) -> Append:
         """The Append carrying the buffer plus `entries`; the buffer is emptied meanwhile."""
         if self.lost:
             raise WorkerStopping()
@@ -428,7 +428,7 @@ class RunContext:
             buffered, self.buffer = self.buffer, []
             blobs, self.blobs = self.blobs, []
             self.precious = False
-        append = Append(
+        return Append(
             run_id=self.run_id,
             epoch=self.epoch,
             entries=[*buffered, *entries],
@@ -443,13 +443,12 @@ class RunContext:
             inline_ok=len(self.runtime.active) <= 1,
             key=uuid.uuid4().hex,
         )
-        return append, buffered, blobs
 
-    def _refused(self, request: OperatorRequest, buffered: list[Entry], blobs: list[Blob]) -> None:
+    def _refused(self, request: OperatorRequest, append: Append, added: int) -> None:
         """Nothing was written: put the buffer back and take note of the operator's request."""
         with self.buffer_lock:
-            self.buffer = buffered + self.buffer
-            self.blobs = blobs + self.blobs
+            self.buffer = append.entries[: len(append.entries) - added] + self.buffer
+            self.blobs = append.blobs + self.blobs
         self.cancel_requested = self.cancel_requested or request.cancel
         self.pause_requested = self.pause_requested or request.pause
 
