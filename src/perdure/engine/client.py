@@ -386,7 +386,7 @@ class Client:
                 if (scope == "workflow" and ctx.run.workflow == name) or (
                     scope == "worker" and name in (ctx.worker_id, host)
                 ):
-                    ctx.hold_requested = True
+                    ctx.update(hold=True)
         self.runtime.notify()
         return changed
 
@@ -414,7 +414,7 @@ class Client:
             )
             ctx = self.runtime.active.get(run_id)
             if ctx is not None:  # held by a worker in this process: stop at its next step
-                ctx.pause_requested = True
+                ctx.update(pause=True)
         elif run.status != PAUSED:
             raise PerdureError(f"run {run_id!r} is {run.status}; it cannot be paused")
         return (await self.get(run_id)).status
@@ -444,7 +444,7 @@ class Client:
                 ):
                     ctx = self.runtime.active.get(run_id)
                     if ctx is not None:
-                        ctx.pause_requested = False
+                        ctx.update(pause=False)
                     break
             else:
                 raise PerdureError(f"run {run_id!r} is {run.status}, not paused or dead")

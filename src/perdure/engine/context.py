@@ -46,6 +46,7 @@ from ..store.blobs import inline_or_blob
 from . import observers
 from .client import origin_of
 from .codec import dumps, loads
+from .state import Phase, RunState
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -126,17 +127,12 @@ class RunContext:
         # A sync workflow's thread buffers entries while the loop may flush: guard the swap.
         self.buffer_lock = threading.Lock()
         self.loop_thread = threading.get_ident()
-        self.cancel_requested = False
-        self.cancel_signalled = False
+        self.state = RunState(pause=run.pause_requested)
+        self._state_lock = threading.Lock()  # the loop and a sync workflow's thread change it
+        self._cancel_sent = False  # the running task was cancelled (once is enough)
         self.task: asyncio.Task[Any] | None = None
-        self.pause_requested = run.pause_requested
-        self.hold_requested = False  # its workflow or worker paused, or the worker stops
         self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
-        self.lost = False
-        self.closed = False
-        self.released = False  # a write of this execution gave the lease up (parked, ended)
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
-        self.check_only = False  # replay-check: never execute, stop at the journal's end
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
 
     # -- positions and recorded entries ----------------------------------------------
@@ -163,7 +159,7 @@ class RunContext:
                 self.run_id, pos, f"{family(entry.kind)} {entry.name!r}", f"{kind_family} {name!r}"
             )
             raise self.diverged
-        if not entries and self.check_only:
+        if not entries and self.state.phase is Phase.CHECKING:
             raise ReplayEnd(pos)
         return entries
 
@@ -188,24 +184,61 @@ class RunContext:
 
         A divergence is sticky: code that caught NonDeterminismError gets it again.
         """
-        if self.lost or self.closed:
+        if self.state.stopped:
             raise WorkerStopping()
         if self.diverged is not None:
             raise self.diverged
 
+    def update(
+        self,
+        *,
+        phase: Phase | None = None,
+        cancel: bool | None = None,
+        pause: bool | None = None,
+        hold: bool | None = None,
+    ) -> RunState:
+        """Replace the state with the given parts changed (from any thread)."""
+        with self._state_lock:
+            was = self.state
+            self.state = RunState(
+                was.phase if phase is None else phase,
+                was.cancel if cancel is None else cancel,
+                was.pause if pause is None else pause,
+                was.hold if hold is None else hold,
+            )
+            return self.state
+
+    def close(self) -> None:
+        """This execution is over: a running one is ENDED (a lost or checking one stays so)."""
+        with self._state_lock:
+            if self.state.phase is Phase.RUNNING:
+                self.state = replace(self.state, phase=Phase.ENDED)
+
+    def rearm(self, run: RunRow) -> None:
+        """A kept context under the run's next claim: running, asked only what its row says."""
+        with self._state_lock:
+            self.state = RunState(pause=run.pause_requested, hold=self.state.hold)
+        self._cancel_sent = False
+
+    def reopen(self) -> None:
+        """The runner writes the run's end after a parking write (a failure, a cancel)."""
+        with self._state_lock:
+            if self.state.phase is Phase.ENDED:
+                self.state = replace(self.state, phase=Phase.RUNNING)
+
     def request_cancel(self) -> None:
         """Cancel from any thread: stop at the next step; a running async step is cancelled."""
-        if self.cancel_requested and self.cancel_signalled:
+        if self.state.cancel and self._cancel_sent:
             return
-        self.cancel_requested = True
-        self.cancel_signalled = True
+        self.update(cancel=True)
+        self._cancel_sent = True
         task = self.task
         if task is not None and not self.sync_mode:
             self.loop.call_soon_threadsafe(task.cancel)
 
     async def hand_back_if_held(self) -> None:
         """Before a step body starts: if the run is to be handed back, commit and unwind."""
-        if self.hold_requested and not self.lost:
+        if self.state.hold and self.state.phase is not Phase.LOST:
             await self.flush()
             raise WorkerStopping()
 
@@ -214,8 +247,8 @@ class RunContext:
         step still executing (so recovery knows it was a stop, not a crash), then write no
         more. Returns how many steps were executing."""
         executing = list(self.executing.values())
-        if self.lost or self.closed or self.check_only:
-            self.lost = True
+        if self.state.phase is not Phase.RUNNING:
+            self.update(phase=Phase.LOST)
             return len(executing)
         stops = [
             self.entry(
@@ -229,7 +262,7 @@ class RunContext:
             if info.effect not in ("read", "transactional")  # nothing to tell recovery
         ]
         append = self._take(tuple(stops))
-        self.lost = True  # from here on the run's own code writes nothing
+        self.update(phase=Phase.LOST)  # from here on the run's own code writes nothing
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -242,14 +275,15 @@ class RunContext:
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""
-        if self.check_only:
+        state = self.state
+        if state.phase is Phase.CHECKING:
             raise ReplayEnd(self.position)
         self.guard()
-        if self.cancel_requested:
+        if state.cancel:
             raise RunSuspended("cancel")
-        if self.pause_requested:
+        if state.pause:
             raise await self.suspend("paused", "paused")
-        if self.hold_requested:  # keep the run's state; its lease is released by the worker
+        if state.hold:  # keep the run's state; its lease is released by the worker
             await self.flush()
             raise WorkerStopping()
         deadline = self.run.deadline_at
@@ -318,7 +352,7 @@ class RunContext:
     def _linger_flush(self) -> None:
         """No write came within LINGER of a once outcome: commit it on its own."""
         self._linger = None
-        if self.precious and not (self.closed or self.lost or self.check_only):
+        if self.precious and self.state.phase is Phase.RUNNING:
             task = self.loop.create_task(self._quiet_flush())
             self.background.add(task)
             task.add_done_callback(self.background.discard)
@@ -394,7 +428,7 @@ class RunContext:
         log.warning("worker %s: run %s: store unavailable while recording %d entr(ies) (%s); "
                     "holding them until it is back", self.worker_id, self.run_id,
                     len(append.entries), first)  # fmt: skip
-        while not (self.lost or self.closed):
+        while self.state.phase is Phase.RUNNING:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MOST)
             try:
@@ -418,11 +452,12 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> Append:
         """The Append carrying the buffer plus `entries`; the buffer is emptied meanwhile."""
-        if self.lost:
+        phase = self.state.phase
+        if phase is Phase.LOST:
             raise WorkerStopping()
-        if self.closed:
+        if phase is Phase.ENDED:
             raise RunSuspended("already parked by a sibling")
-        if self.check_only:
+        if phase is Phase.CHECKING:
             raise ReplayEnd(self.position)
         with self.buffer_lock:
             buffered, self.buffer = self.buffer, []
@@ -449,11 +484,10 @@ class RunContext:
         with self.buffer_lock:
             self.buffer = append.entries[: len(append.entries) - added] + self.buffer
             self.blobs = append.blobs + self.blobs
-        self.cancel_requested = self.cancel_requested or request.cancel
-        self.pause_requested = self.pause_requested or request.pause
+        self.update(cancel=request.cancel or None, pause=request.pause or None)
 
     def _lost(self, append: Append) -> WorkerStopping:
-        self.lost = True
+        self.update(phase=Phase.LOST)
         observers.lease_lost(self.run_id, self.worker_id, "write refused")
         log.warning(
             "worker %s: write for run %s refused: lease epoch %d was taken over; "
@@ -467,7 +501,7 @@ class RunContext:
 
     def _unreachable(self, exc: StoreUnavailable) -> WorkerStopping:
         """The store is gone mid-run: stop this execution; the journal decides on recovery."""
-        self.lost = True
+        self.update(phase=Phase.LOST)
         log.warning("worker %s: run %s stopped: %s", self.worker_id, self.run_id, exc)
         return WorkerStopping()
 
@@ -480,16 +514,22 @@ class RunContext:
             try:
                 return await reading()
             except StoreUnavailable as exc:
-                if self.lost or self.closed:
+                if self.state.stopped:
                     raise self._unreachable(exc) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MOST)
 
     def _applied(self, result: AppendResult) -> AppendResult:
-        if result.status not in ("running", "cancelling"):
-            self.released = True  # it holds no lease now: a heartbeat not finding it is no loss
-        self.cancel_requested = self.cancel_requested or result.cancel_requested
-        self.pause_requested = result.pause_requested
+        state = self.state
+        ended = result.status not in ("running", "cancelling")  # it holds no lease now
+        if (
+            ended
+            or (result.cancel_requested and not state.cancel)
+            or (result.pause_requested != state.pause)
+        ):
+            phase = Phase.ENDED if ended else None
+            self.update(phase=phase, cancel=result.cancel_requested or None,
+                        pause=result.pause_requested)  # fmt: skip
         return result
 
     async def flush(self) -> None:
@@ -518,7 +558,7 @@ class RunContext:
             status=status,
             fields={**(fields or {}), "wake_at": wake_at, "lease_owner": None, "lease_until": None},
         )
-        self.closed = True
+        self.update(phase=Phase.ENDED)  # the write's answer said so already
         return RunSuspended(reason)
 
     async def settle_inflight(self) -> None:

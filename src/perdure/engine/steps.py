@@ -34,6 +34,7 @@ from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .peers import SILENT_AFTER, how_lost
 from .registry import StepDef
+from .state import Phase
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -118,7 +119,7 @@ def _on_thread(call: StepCall) -> Any:
     """A sync workflow's step: a recorded outcome and a fresh plain first attempt need no
     trip through the event loop; anything else (a retry, a recovery, a wait) takes it."""
     ctx = call.ctx
-    if not ctx.check_only:
+    if ctx.state.phase is not Phase.CHECKING:
         entries = ctx.recorded(call.pos, "step", call.step.name)
         final = ctx.final(entries)
         if final is not None:
@@ -132,15 +133,10 @@ def _here_ok(call: StepCall) -> bool:
     """A fresh plain step of a sync workflow with nothing pending may run on its own thread."""
     ctx, step = call.ctx, call.step
     deadline = ctx.run.deadline_at
-    return not (
+    return ctx.state.quiet and not (
         step.is_async
         or step.timeout is not None
         or step.effect == "transactional"
-        or ctx.cancel_requested
-        or ctx.pause_requested
-        or ctx.hold_requested
-        or ctx.lost
-        or ctx.closed
         or ctx.diverged is not None
         or ctx.needs_flush()
         or (deadline is not None and ctx.now() >= deadline)
@@ -267,7 +263,7 @@ async def _backoff(call: StepCall, retry_at: float) -> None:
     delay = retry_at - ctx.now()
     if delay <= 0:
         return
-    if delay <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
+    if delay <= ctx.inline_sleep and not ctx.state.hold:  # stopping: park it instead
         await ctx.flush()
         await asyncio.sleep(delay)
         return
@@ -299,13 +295,13 @@ def _must_commit(call: StepCall, intent: Entry | None) -> bool:
 
 def _may_not_start(call: StepCall) -> bool:
     """The body must not start: the worker began stopping, or a crash is injected here."""
-    return call.ctx.hold_requested or call.step.name in call.ctx.crash_after_intent
+    return call.ctx.state.hold or call.step.name in call.ctx.crash_after_intent
 
 
 async def _not_started(call: StepCall) -> None:
     """Unwind before the body: hand the run back (stopping) or crash (injected)."""
     ctx = call.ctx
-    if ctx.hold_requested:  # the worker began stopping meanwhile: the body must not start
+    if ctx.state.hold:  # the worker began stopping meanwhile: the body must not start
         await _withdraw(call)
     await ctx.flush()
     raise SimulatedCrash(f"crash injected before the outcome of step {call.step.name!r}")

@@ -45,6 +45,7 @@ from .peers import (
 )
 from .runner import execute
 from .services import supervise
+from .state import Phase
 
 if TYPE_CHECKING:
     from ..store.workers_sql import WorkerRow
@@ -278,7 +279,7 @@ class Worker:
             return
         self.stopping.set()
         for ctx in self.contexts.values():
-            ctx.hold_requested = True  # each hands its run back at the next step boundary
+            ctx.update(hold=True)  # each hands its run back at the next step boundary
         if self.tasks:
             log.info(
                 "worker %s: stopping: no new steps; waiting up to %gs for %d run(s) to "
@@ -403,7 +404,7 @@ class Worker:
         for rid, task in self.tasks.items():
             ctx = self.contexts.get(rid)
             if ctx is not None:
-                ctx.lost = True
+                ctx.update(phase=Phase.LOST)
             task.cancel()
 
     async def _claim_loop(self) -> None:
@@ -446,16 +447,15 @@ class Worker:
             ctx = self.contexts.get(run_id)
             state = alive.get(run_id)
             task = self.tasks.get(run_id)
-            if ctx is None or task is None or (state is None and ctx.released):
+            if ctx is None or task is None or (state is None and ctx.state.phase is Phase.ENDED):
                 continue  # gone, or parked by its own write since the heartbeat was sent
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
                 observers.lease_lost(run_id, self.id, "heartbeat")
-                ctx.lost = True
+                ctx.update(phase=Phase.LOST)
                 task.cancel()
                 continue
-            ctx.pause_requested = state.pause_requested
-            ctx.hold_requested = ctx.hold_requested or state.hold
+            ctx.update(pause=state.pause_requested, hold=state.hold or None)
             if state.status == CANCELLING:
                 ctx.request_cancel()
 
