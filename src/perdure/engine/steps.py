@@ -399,17 +399,23 @@ async def _withdraw(call: StepCall) -> None:
 
 
 async def _execute(call: StepCall) -> Any:
-    """Run the body from the loop: an async one awaited, a sync one on the step pool."""
+    """Run the body from the loop: an async one awaited, a sync one on the step pool, or
+    inline if it has shown itself short (engine/inline.py)."""
     ctx, step = call.ctx, call.step
     token = _step_info.set(call.info)
     try:
         if step.is_async:
             running = step.fn(*call.args, **call.kwargs)
+        elif step.timeout is None and step.pace.inline:
+            return step.pace.run_inline(step.fn, *call.args, **call.kwargs)
         else:
             context = contextvars.copy_context()
+            body = (
+                step.fn if step.timeout is not None else functools.partial(step.pace.timed, step.fn)
+            )
             running = ctx.loop.run_in_executor(
                 ctx.runtime.step_executor,
-                functools.partial(context.run, step.fn, *call.args, **call.kwargs),
+                functools.partial(context.run, body, *call.args, **call.kwargs),
             )
         if step.timeout is None:
             return await running
