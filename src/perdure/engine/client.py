@@ -327,8 +327,8 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.005
+        run = await self.get(run_id)
         while True:
-            run = await self.get(run_id)
             if run.status in TERMINAL:
                 run = await last_of_lineage(self.store, run)
                 run_id = run.id
@@ -339,6 +339,7 @@ class Client:
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
             await self.runtime.wait_change(wait)
             delay = min(delay * 2, 0.25)
+            run = self._known(run) or await self.get(run_id)
         if run.status != COMPLETED:
             error = loads(run.error)
             message = error.get("message") if isinstance(error, dict) else None
@@ -347,6 +348,15 @@ class Client:
         hint = definition.hints.get("return") if definition else None
         value = loads(await unblob_text(self.store, run.result))
         return from_json(value, hint, f"result of run {run_id!r}")
+
+    def _known(self, run: RunRow) -> RunRow | None:
+        """The run's row as this process knows it without a store read: its end if it ended
+        here since `run` was read, or `run` itself while a worker here still executes it
+        (its end will be known here); None: read it."""
+        ended = self.runtime.ended.get(run.id)
+        if ended is not None and ended.updated_at >= run.updated_at:
+            return ended
+        return run if run.id in self.runtime.active else None
 
     async def send_event(
         self, run_id: str, name: str, payload: Any = None, *, key: str | None = None

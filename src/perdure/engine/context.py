@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
@@ -33,6 +33,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import (
+    TERMINAL,
     Append,
     AppendResult,
     Blob,
@@ -385,7 +386,7 @@ class RunContext:
             result = await self.store.append(append)
         except WRITE_FAILURES as exc:
             result = await self._not_landed(append, len(entries), exc)
-        return self._applied(result)
+        return self._applied(result, append)
 
     def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
         """`write` from a sync workflow's thread: on this thread if the store can, else (and
@@ -398,7 +399,7 @@ class RunContext:
             result = append_now(append)
         except WRITE_FAILURES as exc:
             result = self.call(self._not_landed(append, len(entries), exc))
-        return self._applied(result)
+        return self._applied(result, append)
 
     async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
         """A write met `exc`: land it once the store is back, or unwind (an operator's
@@ -519,7 +520,9 @@ class RunContext:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MOST)
 
-    def _applied(self, result: AppendResult) -> AppendResult:
+    def _applied(self, result: AppendResult, append: Append) -> AppendResult:
+        if result.status in TERMINAL:
+            self.runtime.run_ended(ended_row(self.run, append))
         state = self.state
         ended = result.status not in ("running", "cancelling")  # it holds no lease now
         if (
@@ -602,6 +605,15 @@ class ReplayEnd(BaseException):
     def __init__(self, position: int) -> None:
         super().__init__(position)
         self.position = position
+
+
+ROW_FIELDS = frozenset(f.name for f in fields(RunRow))
+
+
+def ended_row(run: RunRow, append: Append) -> RunRow:
+    """The row of `run` as the ending write `append` leaves it."""
+    changed = {k: v for k, v in append.fields.items() if k in ROW_FIELDS}
+    return replace(run, status=append.status or run.status, **changed)
 
 
 def current() -> RunContext | None:

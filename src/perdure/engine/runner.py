@@ -34,7 +34,7 @@ from ..store.blobs import BLOB_KEY, inline_or_blob
 from . import continuation, observers, sticky, streams
 from .client import unblob_text
 from .codec import dumps, loads
-from .context import RunContext, activate, deactivate
+from .context import RunContext, activate, deactivate, ended_row
 from .continuation import ContinueAsNew
 from .dead import bury_if_poison
 from .registry import WorkflowDef, typed_arguments
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.worker")
 BLOB_PREFIX = '{"' + BLOB_KEY  # how a blob reference's text starts (store.blobs.blob_ref)
 UNLEASED = {"lease_owner": None, "lease_until": None, "wake_at": None}  # a run's end: no lease
+ENDED = frozenset({"completed", "failed", "cancelled"})  # outcomes after which the run never runs
 
 
 async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
@@ -185,7 +186,10 @@ async def _drive(
         contexts.pop(run.id, None)
         if runtime.active.get(run.id) is ctx:
             del runtime.active[run.id]
-        runtime.notify_change()
+        if outcome in ENDED and run.parent_id is None:
+            runtime.notify_change()  # nothing became runnable
+        else:
+            runtime.notify()  # parked, handed back or stopped (runnable again), or a parent woke
 
 
 def _last_seq(start: sticky.Kept | int) -> int:
@@ -319,13 +323,13 @@ async def finish_cancel(ctx: RunContext) -> None:
     for child in children:
         if child.status not in FINISHED:  # a dead child is cancelled with its parent too
             await ctx.store.cancel(child.id, ctx.now())
-    await ctx.store.append(
-        Append(
-            run_id=ctx.run_id,
-            epoch=ctx.epoch,
-            entries=[ctx.entry("run.cancelled")],
-            status=CANCELLED,
-            fields={**UNLEASED, "updated_at": ctx.now()},
-        )
+    ending = Append(
+        run_id=ctx.run_id,
+        epoch=ctx.epoch,
+        entries=[ctx.entry("run.cancelled")],
+        status=CANCELLED,
+        fields={**UNLEASED, "updated_at": ctx.now()},
     )
+    await ctx.store.append(ending)
+    ctx.runtime.run_ended(ended_row(ctx.run, ending))
     ctx.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
-from ..store.base import QueueSpec, Store
+from ..store.base import QueueSpec, RunRow, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
 from .clock import Clock, SystemClock, follow_server
 from .effects import Effect, check_effect
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ENDED_KEPT = 1000  # rows of ended runs kept for result() waiters
 
 
 class Runtime:
@@ -62,10 +64,12 @@ class Runtime:
         self.steps: dict[str, StepDef] = {}
         self.queues: dict[str, QueueSpec] = {}
         self.services: list[Service] = []  # loops every worker runs (triggers add them)
-        self.on_notify: list[Callable[[], None]] = []  # also called by notify() (any thread)
+        self.on_notify: list[Callable[[], None]] = []  # called on every change (any thread)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
+        # the last rows of runs that ended in this process, as written: result() reads no more
+        self.ended: OrderedDict[str, RunRow] = OrderedDict()
         self._portal = Portal()
         self._work = Signal()
         self._change = Signal()
@@ -126,14 +130,23 @@ class Runtime:
     # -- wake-ups ----------------------------------------------------------------------
 
     def notify(self) -> None:
-        """Tell in-process workers that there may be new work."""
+        """Tell in-process workers that there may be new work (and waiters of a change)."""
         self._work.fire()
+        self.notify_change()
+
+    def notify_change(self) -> None:
+        """Tell in-process waiters (`result()`, streams, `on_notify`) that a run changed."""
         self._change.fire()
         for listener in self.on_notify:
             listener()
 
-    def notify_change(self) -> None:
-        self._change.fire()
+    def run_ended(self, row: RunRow) -> None:
+        """A run ended in this process (`row`: as its ending write left it); its waiters are
+        woken and find it here."""
+        self.ended[row.id] = row
+        self.ended.move_to_end(row.id)
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
 
     def listen_work(self) -> None:
         self._work.listen()

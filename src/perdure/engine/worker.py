@@ -343,9 +343,14 @@ class Worker:
 
     async def claim_once(self) -> int:
         """Claim as many runnable runs as there are free slots and start them."""
+        return (await self._claim())[0]
+
+    async def _claim(self) -> tuple[int, bool]:
+        """Claim and start runs; also say whether the claim filled every free slot (if not,
+        nothing more is runnable now: another claim at once would come back empty)."""
         free = self.options.concurrency - len(self.tasks)
         if free <= 0 or self.stopping.is_set():
-            return 0
+            return 0, False
         held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
         claims = await self.runtime.store.claim(
             self.id,
@@ -361,7 +366,7 @@ class Worker:
         self.claim_unsure = False
         for claim in claims:
             self._start(claim)
-        return len(claims)
+        return len(claims), len(claims) >= free
 
     def _start(self, claim: Claim) -> None:
         run_id = claim.run.id
@@ -388,6 +393,7 @@ class Worker:
         task.add_done_callback(functools.partial(self._done, run_id))
 
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        full = len(self.tasks) >= self.options.concurrency
         self.tasks.pop(run_id, None)
         self.finished += 1
         error = None if task.cancelled() else task.exception()
@@ -395,7 +401,8 @@ class Worker:
             self._die(error)
         elif error is not None:
             log.error("run %s: engine error", run_id, exc_info=error)
-        self.runtime.notify()
+        if full or self.runtime.queues:  # a slot of the worker, or of a queue, came free
+            self.runtime.notify()
 
     def _die(self, error: BaseException) -> None:
         """Crash injection: stop at once, writing nothing more and releasing no lease."""
@@ -411,7 +418,8 @@ class Worker:
         backoff = 0.05
         while not self.stopping.is_set():
             try:
-                if await self.claim_once():
+                _, filled = await self._claim()
+                if filled:  # there may be more: claim again (after the started runs began)
                     await asyncio.sleep(0)
                     continue
                 wait = await self._idle_wait()
