@@ -77,10 +77,10 @@ class StepCall:
     info: StepInfo = field(init=False)
 
     def __post_init__(self) -> None:
-        self.info = StepInfo(self.ctx.run_id, self.step.name, self.pos, self.attempt,
-                             self.step.effect)  # fmt: skip
+        self.at_attempt(self.attempt)
 
     def at_attempt(self, attempt: int) -> None:
+        """Go on with attempt number `attempt` (the idempotency key stays the same)."""
         self.attempt = attempt
         self.info = StepInfo(self.ctx.run_id, self.step.name, self.pos, attempt, self.step.effect)
 
