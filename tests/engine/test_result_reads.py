@@ -70,3 +70,16 @@ def test_an_older_end_kept_here_is_not_taken_for_a_newer_row(app: perdure.App) -
     app.run_ended(replace(now, status="completed", updated_at=30.0))
     known = client._known(now)
     assert known is not None and known.status == "completed"
+
+
+def test_ends_kept_here_are_few_and_small(app: perdure.App) -> None:
+    """The kept ends are bounded in number, and one with a large result is read instead."""
+    from perdure.engine import runtime
+
+    row = RunRow(id="big", workflow="wf", status="completed", input="{}", updated_at=1.0)
+    app.run_ended(replace(row, result='"' + "x" * runtime.ENDED_TEXT + '"'))
+    assert "big" not in app.ended
+    for i in range(runtime.ENDED_KEPT + 10):
+        app.run_ended(replace(row, id=f"r{i}", result="1"))
+    assert len(app.ended) == runtime.ENDED_KEPT
+    assert "r0" not in app.ended and f"r{runtime.ENDED_KEPT + 9}" in app.ended

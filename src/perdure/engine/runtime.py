@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-ENDED_KEPT = 1000  # rows of ended runs kept for result() waiters
+ENDED_KEPT = 256  # rows of ended runs kept for result() waiters
+ENDED_TEXT = 4096  # characters of result and error beyond which such a row is not kept
 
 
 class Runtime:
@@ -141,8 +142,11 @@ class Runtime:
             listener()
 
     def run_ended(self, row: RunRow) -> None:
-        """A run ended in this process (`row`: as its ending write left it); its waiters are
-        woken and find it here."""
+        """A run ended in this process (`row`: as its ending write left it): its waiters find
+        it here (a row with a large result or error is not kept; they read it)."""
+        if len(row.result or "") + len(row.error or "") > ENDED_TEXT:
+            self.ended.pop(row.id, None)
+            return
         self.ended[row.id] = row
         self.ended.move_to_end(row.id)
         while len(self.ended) > ENDED_KEPT:
