@@ -327,6 +327,7 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.005
+        seen = self.runtime.changes()  # a change signalled before this read is not news
         run = await self.get(run_id)
         while True:
             if run.status in TERMINAL:
@@ -337,8 +338,9 @@ class Client:
             if deadline is not None and loop.time() >= deadline:
                 raise WaitTimeout(f"run {run_id!r} is still {run.status} after {timeout}s")
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
-            await self.runtime.wait_change(wait)
+            await self.runtime.wait_change(wait, seen)
             delay = min(delay * 2, 0.25)
+            seen = self.runtime.changes()
             run = self._known(run) or await self.get(run_id)
         if run.status != COMPLETED:
             error = loads(run.error)

@@ -158,8 +158,13 @@ class Runtime:
     async def wait_work(self, timeout: float) -> None:
         await self._work.wait(timeout)
 
-    async def wait_change(self, timeout: float) -> None:
-        await self._change.wait(timeout)
+    async def wait_change(self, timeout: float, since: int | None = None) -> None:
+        """Wait for a change (with `since`: one after `changes()` said `since`) or `timeout`."""
+        await self._change.wait(timeout, since)
+
+    def changes(self) -> int:
+        """How many changes were signalled so far (for `wait_change(since=...)`)."""
+        return self._change.fired
 
     def add_service(self, service: Service) -> Service:
         """Run `service` in every worker of this process (triggers add their loops here);
