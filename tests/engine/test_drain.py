@@ -199,7 +199,7 @@ def test_a_stop_during_a_once_intent_write_never_starts_the_body(
             result = original(append)
             if any(e.kind == "step.intent" and e.name == "pay" for e in append.entries):
                 for ctx in list(worker.contexts.values()):
-                    ctx.hold_requested = True  # what stop() does first, seen by this thread
+                    ctx.update(hold=True)  # what stop() does first, seen by this thread
                 loop.call_soon_threadsafe(landed, append)
             return result  # type: ignore[no-any-return]
 

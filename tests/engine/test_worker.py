@@ -476,3 +476,47 @@ def test_same_app_workers_keep_their_own_runs_apart(app: perdure.App, clock: Tes
             rescuer.executor.shutdown(wait=False)
 
     asyncio.run(main())
+
+
+def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
+    """A claim that filled fewer slots than were free is not repeated at once, and a run's
+    end wakes no claim while the worker had slots left: one claim per run started."""
+    app = perdure.App(db_url)
+
+    @app.step(effect="keyed")
+    def work(i: int) -> int:
+        return i
+
+    @app.workflow
+    async def wf(n: int) -> int:
+        for i in range(n):
+            await work(i)
+        return n
+
+    claims: list[str] = []
+
+    async def main() -> list[int]:
+        worker = app.worker(concurrency=4, poll=60.0, gc_every=None)
+        task = asyncio.create_task(worker.run())
+        await worker.ready.wait()
+        store: Any = app.store
+        claim = store.claim
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            claims.append("claim")
+            return await claim(*args, **kwargs)
+
+        store.claim = counted
+        results = []
+        for i in range(5):
+            handle = await app.start_async(wf, 2, run_id=f"r{i}")
+            results.append(await handle.result_async(30))
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        return results
+
+    try:
+        assert asyncio.run(main()) == [2] * 5
+    finally:
+        app.close()
+    assert len(claims) == 5

@@ -86,7 +86,7 @@ def request(ctx: RunContext, now: bool) -> None:
 def _asked(ctx: RunContext, state: _Aborts) -> bool:
     """An abort asked for and the pause it came with still standing (a resumed run's
     execution may be kept for its next wake-up: its old flag means nothing then)."""
-    return state.requested and (ctx.pause_requested or ctx.hold_requested)
+    return state.requested and (ctx.state.pause or ctx.state.hold)
 
 
 async def abortable(call: Awaitable[T], what: str = "") -> T:

@@ -327,8 +327,9 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.005
+        seen = self.runtime.changes()  # a change signalled before this read is not news
+        run = await self.get(run_id)
         while True:
-            run = await self.get(run_id)
             if run.status in TERMINAL:
                 run = await last_of_lineage(self.store, run)
                 run_id = run.id
@@ -337,8 +338,10 @@ class Client:
             if deadline is not None and loop.time() >= deadline:
                 raise WaitTimeout(f"run {run_id!r} is still {run.status} after {timeout}s")
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
-            await self.runtime.wait_change(wait)
+            await self.runtime.wait_change(wait, seen)
             delay = min(delay * 2, 0.25)
+            seen = self.runtime.changes()
+            run = self._known(run) or await self.get(run_id)
         if run.status != COMPLETED:
             error = loads(run.error)
             message = error.get("message") if isinstance(error, dict) else None
@@ -347,6 +350,15 @@ class Client:
         hint = definition.hints.get("return") if definition else None
         value = loads(await unblob_text(self.store, run.result))
         return from_json(value, hint, f"result of run {run_id!r}")
+
+    def _known(self, run: RunRow) -> RunRow | None:
+        """The run's row as this process knows it without a store read: its end if it ended
+        here since `run` was read, or `run` itself while a worker here still executes it
+        (its end will be known here); None: read it."""
+        ended = self.runtime.ended.get(run.id)
+        if ended is not None and ended.updated_at >= run.updated_at:
+            return ended
+        return run if run.id in self.runtime.active else None
 
     async def send_event(
         self, run_id: str, name: str, payload: Any = None, *, key: str | None = None
@@ -391,7 +403,7 @@ class Client:
                 if (scope == "workflow" and ctx.run.workflow == name) or (
                     scope == "worker" and name in (ctx.worker_id, host)
                 ):
-                    ctx.hold_requested = True
+                    ctx.update(hold=True)
                     if now:
                         aborts.request(ctx, True)
         self.runtime.notify()
@@ -427,7 +439,7 @@ class Client:
             )  # fmt: skip
             ctx = self.runtime.active.get(run_id)
             if ctx is not None:  # held by a worker in this process: stop at its next step
-                ctx.pause_requested = True
+                ctx.update(pause=True)
                 if now:
                     aborts.request(ctx, True)
         elif run.status != PAUSED:
@@ -459,7 +471,7 @@ class Client:
                 ):
                     ctx = self.runtime.active.get(run_id)
                     if ctx is not None:
-                        ctx.pause_requested = False
+                        ctx.update(pause=False)
                     break
             else:
                 raise PerdureError(f"run {run_id!r} is {run.status}, not paused or dead")

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
@@ -33,6 +33,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import (
+    TERMINAL,
     Append,
     AppendResult,
     Blob,
@@ -46,6 +47,7 @@ from ..store.blobs import inline_or_blob
 from . import observers
 from .client import origin_of
 from .codec import dumps, loads
+from .state import Phase, RunState
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -62,6 +64,7 @@ BUFFER_LIMIT = 64  # buffered entries before a flush is forced
 RETRY_FIRST, RETRY_MOST = 0.05, 2.0  # seconds between tries of a write while the store is away
 LINGER = 0.005  # seconds a once step's outcome may wait for the next write before its own
 SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
+WRITE_FAILURES = (StoreUnavailable, OperatorRequest, LeaseLost)  # a write that did not land
 
 
 def family(kind: str) -> str:
@@ -125,18 +128,13 @@ class RunContext:
         # A sync workflow's thread buffers entries while the loop may flush: guard the swap.
         self.buffer_lock = threading.Lock()
         self.loop_thread = threading.get_ident()
-        self.cancel_requested = False
-        self.cancel_signalled = False
+        self.state = RunState(pause=run.pause_requested)
+        self._state_lock = threading.Lock()  # the loop and a sync workflow's thread change it
+        self._cancel_sent = False  # the running task was cancelled (once is enough)
         self.task: asyncio.Task[Any] | None = None
-        self.pause_requested = run.pause_requested
-        self.hold_requested = False  # its workflow or worker paused, or the worker stops
         self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
-        self.lost = False
-        self.closed = False
-        self.released = False  # a write of this execution gave the lease up (parked, ended)
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
-        self.check_only = False  # replay-check: never execute, stop at the journal's end
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
 
     # -- positions and recorded entries ----------------------------------------------
@@ -163,7 +161,7 @@ class RunContext:
                 self.run_id, pos, f"{family(entry.kind)} {entry.name!r}", f"{kind_family} {name!r}"
             )
             raise self.diverged
-        if not entries and self.check_only:
+        if not entries and self.state.phase is Phase.CHECKING:
             raise ReplayEnd(pos)
         return entries
 
@@ -188,24 +186,61 @@ class RunContext:
 
         A divergence is sticky: code that caught NonDeterminismError gets it again.
         """
-        if self.lost or self.closed:
+        if self.state.stopped:
             raise WorkerStopping()
         if self.diverged is not None:
             raise self.diverged
 
+    def update(
+        self,
+        *,
+        phase: Phase | None = None,
+        cancel: bool | None = None,
+        pause: bool | None = None,
+        hold: bool | None = None,
+    ) -> RunState:
+        """Replace the state with the given parts changed (from any thread)."""
+        with self._state_lock:
+            was = self.state
+            self.state = RunState(
+                was.phase if phase is None else phase,
+                was.cancel if cancel is None else cancel,
+                was.pause if pause is None else pause,
+                was.hold if hold is None else hold,
+            )
+            return self.state
+
+    def close(self) -> None:
+        """This execution is over: a running one is ENDED (a lost or checking one stays so)."""
+        with self._state_lock:
+            if self.state.phase is Phase.RUNNING:
+                self.state = replace(self.state, phase=Phase.ENDED)
+
+    def rearm(self, run: RunRow) -> None:
+        """A kept context under the run's next claim: running, asked only what its row says."""
+        with self._state_lock:
+            self.state = RunState(pause=run.pause_requested, hold=self.state.hold)
+        self._cancel_sent = False
+
+    def reopen(self) -> None:
+        """The runner writes the run's end after a parking write (a failure, a cancel)."""
+        with self._state_lock:
+            if self.state.phase is Phase.ENDED:
+                self.state = replace(self.state, phase=Phase.RUNNING)
+
     def request_cancel(self) -> None:
         """Cancel from any thread: stop at the next step; a running async step is cancelled."""
-        if self.cancel_requested and self.cancel_signalled:
+        if self.state.cancel and self._cancel_sent:
             return
-        self.cancel_requested = True
-        self.cancel_signalled = True
+        self.update(cancel=True)
+        self._cancel_sent = True
         task = self.task
         if task is not None and not self.sync_mode:
             self.loop.call_soon_threadsafe(task.cancel)
 
     async def hand_back_if_held(self) -> None:
         """Before a step body starts: if the run is to be handed back, commit and unwind."""
-        if self.hold_requested and not self.lost:
+        if self.state.hold and self.state.phase is not Phase.LOST:
             await self.flush()
             raise WorkerStopping()
 
@@ -214,8 +249,8 @@ class RunContext:
         step still executing (so recovery knows it was a stop, not a crash), then write no
         more. Returns how many steps were executing."""
         executing = list(self.executing.values())
-        if self.lost or self.closed or self.check_only:
-            self.lost = True
+        if self.state.phase is not Phase.RUNNING:
+            self.update(phase=Phase.LOST)
             return len(executing)
         stops = [
             self.entry(
@@ -228,8 +263,8 @@ class RunContext:
             for info in executing
             if info.effect not in ("read", "transactional")  # nothing to tell recovery
         ]
-        append, _, _ = self._take(tuple(stops), None, None, None, None, None, False)
-        self.lost = True  # from here on the run's own code writes nothing
+        append = self._take(tuple(stops))
+        self.update(phase=Phase.LOST)  # from here on the run's own code writes nothing
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -242,14 +277,15 @@ class RunContext:
 
     async def checkpoint(self) -> None:
         """At a step boundary: stop if the lease is gone, cancel, pause, or the deadline passed."""
-        if self.check_only:
+        state = self.state
+        if state.phase is Phase.CHECKING:
             raise ReplayEnd(self.position)
         self.guard()
-        if self.cancel_requested:
+        if state.cancel:
             raise RunSuspended("cancel")
-        if self.pause_requested:
+        if state.pause:
             raise await self.suspend("paused", "paused")
-        if self.hold_requested:  # keep the run's state; its lease is released by the worker
+        if state.hold:  # keep the run's state; its lease is released by the worker
             await self.flush()
             raise WorkerStopping()
         deadline = self.run.deadline_at
@@ -318,7 +354,7 @@ class RunContext:
     def _linger_flush(self) -> None:
         """No write came within LINGER of a once outcome: commit it on its own."""
         self._linger = None
-        if self.precious and not (self.closed or self.lost or self.check_only):
+        if self.precious and self.state.phase is Phase.RUNNING:
             task = self.loop.create_task(self._quiet_flush())
             self.background.add(task)
             task.add_done_callback(self.background.discard)
@@ -341,26 +377,47 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
-        append, buffered, blobs = self._take(
-            entries, status, fields, new_runs, consume_event, tx_body, stop_if_requested
-        )
+        append = self._take(entries, status=status, fields=fields, new_runs=new_runs,
+                            consume_event=consume_event, tx_body=tx_body,
+                            stop_if_requested=stop_if_requested)  # fmt: skip
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
         try:
-            try:
-                result = await self.store.append(append)
-            except StoreUnavailable as exc:
-                result = await self._land(append, exc)
+            result = await self.store.append(append)
+        except WRITE_FAILURES as exc:
+            result = await self._not_landed(append, len(entries), exc)
+        return self._applied(result, append)
+
+    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
+        """`write` from a sync workflow's thread: on this thread if the store can, else (and
+        for what follows a write that did not land) through the loop."""
+        append_now = getattr(self.store, "append_now", None)
+        if append_now is None:
+            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
+        append = self._take(entries, stop_if_requested=stop_if_requested)
+        try:
+            result = append_now(append)
+        except WRITE_FAILURES as exc:
+            result = self.call(self._not_landed(append, len(entries), exc))
+        return self._applied(result, append)
+
+    async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
+        """A write met `exc`: land it once the store is back, or unwind (an operator's
+        request, a lost lease, a store gone for good). `added`: the entries the caller gave,
+        after the buffered ones in `append`."""
+        try:
+            if not isinstance(exc, StoreUnavailable):
+                raise exc
+            return await self._land(append, exc)
         except OperatorRequest as request:
-            self._refused(request, buffered, blobs)
+            self._refused(request, append, added)
             await self.checkpoint()
             raise  # checkpoint always unwinds here
         except LeaseLost:
             raise self._lost(append) from None
-        except StoreUnavailable as exc:
-            raise self._unreachable(exc) from None
-        return self._applied(result)
+        except StoreUnavailable as gone:
+            raise self._unreachable(gone) from None
 
     async def _land(self, append: Append, first: StoreUnavailable) -> AppendResult:
         """The store went away during a write: send the same write again, with backoff,
@@ -373,7 +430,7 @@ class RunContext:
         log.warning("worker %s: run %s: store unavailable while recording %d entr(ies) (%s); "
                     "holding them until it is back", self.worker_id, self.run_id,
                     len(append.entries), first)  # fmt: skip
-        while not (self.lost or self.closed):
+        while self.state.phase is Phase.RUNNING:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MOST)
             try:
@@ -385,51 +442,30 @@ class RunContext:
             return result
         raise first
 
-    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
-        """`write` from a sync workflow's thread: directly if the store can, else via the loop."""
-        append_now = getattr(self.store, "append_now", None)
-        if append_now is None:
-            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
-        append, buffered, blobs = self._take(
-            entries, None, None, None, None, None, stop_if_requested
-        )
-        try:
-            try:
-                result = append_now(append)
-            except StoreUnavailable as exc:
-                result = self.call(self._land(append, exc))
-        except OperatorRequest as request:
-            self._refused(request, buffered, blobs)
-            self.call(self.checkpoint())
-            raise  # checkpoint always unwinds here
-        except LeaseLost:
-            raise self._lost(append) from None
-        except StoreUnavailable as exc:
-            raise self._unreachable(exc) from None
-        return self._applied(result)
-
     def _take(
         self,
         entries: tuple[Entry, ...],
-        status: str | None,
-        fields: dict[str, Any] | None,
-        new_runs: list[NewRun] | None,
-        consume_event: int | None,
-        tx_body: Any,
-        stop_if_requested: bool,
-    ) -> tuple[Append, list[Entry], list[Blob]]:
+        *,
+        status: str | None = None,
+        fields: dict[str, Any] | None = None,
+        new_runs: list[NewRun] | None = None,
+        consume_event: int | None = None,
+        tx_body: Any = None,
+        stop_if_requested: bool = False,
+    ) -> Append:
         """The Append carrying the buffer plus `entries`; the buffer is emptied meanwhile."""
-        if self.lost:
+        phase = self.state.phase
+        if phase is Phase.LOST:
             raise WorkerStopping()
-        if self.closed:
+        if phase is Phase.ENDED:
             raise RunSuspended("already parked by a sibling")
-        if self.check_only:
+        if phase is Phase.CHECKING:
             raise ReplayEnd(self.position)
         with self.buffer_lock:
             buffered, self.buffer = self.buffer, []
             blobs, self.blobs = self.blobs, []
             self.precious = False
-        append = Append(
+        return Append(
             run_id=self.run_id,
             epoch=self.epoch,
             entries=[*buffered, *entries],
@@ -444,18 +480,16 @@ class RunContext:
             inline_ok=len(self.runtime.active) <= 1,
             key=uuid.uuid4().hex,
         )
-        return append, buffered, blobs
 
-    def _refused(self, request: OperatorRequest, buffered: list[Entry], blobs: list[Blob]) -> None:
+    def _refused(self, request: OperatorRequest, append: Append, added: int) -> None:
         """Nothing was written: put the buffer back and take note of the operator's request."""
         with self.buffer_lock:
-            self.buffer = buffered + self.buffer
-            self.blobs = blobs + self.blobs
-        self.cancel_requested = self.cancel_requested or request.cancel
-        self.pause_requested = self.pause_requested or request.pause
+            self.buffer = append.entries[: len(append.entries) - added] + self.buffer
+            self.blobs = append.blobs + self.blobs
+        self.update(cancel=request.cancel or None, pause=request.pause or None)
 
     def _lost(self, append: Append) -> WorkerStopping:
-        self.lost = True
+        self.update(phase=Phase.LOST)
         observers.lease_lost(self.run_id, self.worker_id, "write refused")
         log.warning(
             "worker %s: write for run %s refused: lease epoch %d was taken over; "
@@ -469,7 +503,7 @@ class RunContext:
 
     def _unreachable(self, exc: StoreUnavailable) -> WorkerStopping:
         """The store is gone mid-run: stop this execution; the journal decides on recovery."""
-        self.lost = True
+        self.update(phase=Phase.LOST)
         log.warning("worker %s: run %s stopped: %s", self.worker_id, self.run_id, exc)
         return WorkerStopping()
 
@@ -482,16 +516,24 @@ class RunContext:
             try:
                 return await reading()
             except StoreUnavailable as exc:
-                if self.lost or self.closed:
+                if self.state.stopped:
                     raise self._unreachable(exc) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MOST)
 
-    def _applied(self, result: AppendResult) -> AppendResult:
-        if result.status not in ("running", "cancelling"):
-            self.released = True  # it holds no lease now: a heartbeat not finding it is no loss
-        self.cancel_requested = self.cancel_requested or result.cancel_requested
-        self.pause_requested = result.pause_requested
+    def _applied(self, result: AppendResult, append: Append) -> AppendResult:
+        if result.status in TERMINAL:
+            self.runtime.run_ended(ended_row(self.run, append))
+        state = self.state
+        ended = result.status not in ("running", "cancelling")  # it holds no lease now
+        if (
+            ended
+            or (result.cancel_requested and not state.cancel)
+            or (result.pause_requested != state.pause)
+        ):
+            phase = Phase.ENDED if ended else None
+            self.update(phase=phase, cancel=result.cancel_requested or None,
+                        pause=result.pause_requested)  # fmt: skip
         return result
 
     async def flush(self) -> None:
@@ -512,7 +554,7 @@ class RunContext:
         finally:
             if me is not None:
                 self.suspending.discard(me)
-        if self.closed:  # parked by a sibling meanwhile: the run stays as that one left it
+        if self.state.phase is Phase.ENDED:  # parked by a sibling meanwhile: the run stays so
             if entries:
                 await self.write(*entries)
             return RunSuspended(reason)
@@ -533,7 +575,7 @@ class RunContext:
             status=status,
             fields={**(fields or {}), "wake_at": wake_at, "lease_owner": None, "lease_until": None},
         )
-        self.closed = True
+        self.update(phase=Phase.ENDED)  # the write's answer said so already
         return RunSuspended(reason)
 
     async def settle_inflight(self) -> None:
@@ -578,6 +620,15 @@ class ReplayEnd(BaseException):
     def __init__(self, position: int) -> None:
         super().__init__(position)
         self.position = position
+
+
+ROW_FIELDS = frozenset(f.name for f in fields(RunRow))
+
+
+def ended_row(run: RunRow, append: Append) -> RunRow:
+    """The row of `run` as the ending write `append` leaves it."""
+    changed = {k: v for k, v in append.fields.items() if k in ROW_FIELDS}
+    return replace(run, status=append.status or run.status, **changed)
 
 
 def current() -> RunContext | None:

@@ -30,6 +30,7 @@ from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
+from .state import Phase
 
 
 def now() -> datetime:
@@ -137,7 +138,7 @@ async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
         remaining = wake_at - ctx.now()
         if remaining <= 0:
             return
-        if remaining <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
+        if remaining <= ctx.inline_sleep and not ctx.state.hold:  # stopping: park it instead
             import asyncio
 
             await ctx.flush()
@@ -249,7 +250,7 @@ def patched(name: str) -> bool:
             return True
         return False
     ctx.position += 1
-    if not ctx.check_only:
+    if ctx.state.phase is not Phase.CHECKING:
         ctx.buffer_entry(ctx.entry("patch.marker", name, position=pos, final=True))
     return True
 

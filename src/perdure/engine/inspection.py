@@ -19,6 +19,7 @@ from ..store.base import FINISHED, Entry, RunRow
 from .context import ReplayEnd, RunContext
 from .effects import CRASHED, MEANING, NOT_STARTED, RECOVERY
 from .runner import call_workflow, decode_input, load_entries
+from .state import Phase
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -205,7 +206,7 @@ async def replay_check(runtime: Runtime, limit: int = 100_000) -> ReplayReport:
             sync_mode=not definition.is_async,
             inline_sleep=0.0,
         )
-        ctx.check_only = True
+        ctx.update(phase=Phase.CHECKING)
         try:
             args, kwargs = await decode_input(runtime, run, definition)
             await call_workflow(ctx, definition, args, kwargs, None)

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .state import Phase
+
 if TYPE_CHECKING:
     from .context import RunContext, StepInfo
     from .registry import StepDef
@@ -126,7 +128,7 @@ def run_started(ctx: RunContext, recovered_from: str | None) -> float:
 
 def run_finished(ctx: RunContext, outcome: str, started: float) -> None:
     if _observers:
-        if ctx.lost and outcome in ("stopped", "crashed"):
+        if ctx.state.phase is Phase.LOST and outcome in ("stopped", "crashed"):
             outcome = "lost"
         emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .effects import RECOVERY, Effect
+from .inline import Pace
 from .retention import Retention
 from .retry import Retry
 
@@ -33,6 +34,7 @@ class StepDef:
     commit: bool = False  # commit the outcome before the workflow goes on (see App.step)
     is_async: bool = field(init=False)
     return_hint: Any = field(init=False)
+    pace: Pace = field(init=False, default_factory=Pace, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
-from ..store.base import QueueSpec, Store
+from ..store.base import QueueSpec, RunRow, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
 from .clock import Clock, SystemClock, follow_server
 from .effects import Effect, check_effect
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ENDED_KEPT = 256  # rows of ended runs kept for result() waiters
+ENDED_TEXT = 4096  # characters of result and error beyond which such a row is not kept
 
 
 class Runtime:
@@ -62,10 +65,12 @@ class Runtime:
         self.steps: dict[str, StepDef] = {}
         self.queues: dict[str, QueueSpec] = {}
         self.services: list[Service] = []  # loops every worker runs (triggers add them)
-        self.on_notify: list[Callable[[], None]] = []  # also called by notify() (any thread)
+        self.on_notify: list[Callable[[], None]] = []  # called on every change (any thread)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
         # runs held by workers in this process, so operator calls reach them at once
         self.active: dict[str, RunContext] = {}
+        # the last rows of runs that ended in this process, as written: result() reads no more
+        self.ended: OrderedDict[str, RunRow] = OrderedDict()
         self._portal = Portal()
         self._work = Signal()
         self._change = Signal()
@@ -126,14 +131,26 @@ class Runtime:
     # -- wake-ups ----------------------------------------------------------------------
 
     def notify(self) -> None:
-        """Tell in-process workers that there may be new work."""
+        """Tell in-process workers that there may be new work (and waiters of a change)."""
         self._work.fire()
+        self.notify_change()
+
+    def notify_change(self) -> None:
+        """Tell in-process waiters (`result()`, streams, `on_notify`) that a run changed."""
         self._change.fire()
         for listener in self.on_notify:
             listener()
 
-    def notify_change(self) -> None:
-        self._change.fire()
+    def run_ended(self, row: RunRow) -> None:
+        """A run ended in this process (`row`: as its ending write left it): its waiters find
+        it here (a row with a large result or error is not kept; they read it)."""
+        if len(row.result or "") + len(row.error or "") > ENDED_TEXT:
+            self.ended.pop(row.id, None)
+            return
+        self.ended[row.id] = row
+        self.ended.move_to_end(row.id)
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
 
     def listen_work(self) -> None:
         self._work.listen()
@@ -141,8 +158,13 @@ class Runtime:
     async def wait_work(self, timeout: float) -> None:
         await self._work.wait(timeout)
 
-    async def wait_change(self, timeout: float) -> None:
-        await self._change.wait(timeout)
+    async def wait_change(self, timeout: float, since: int | None = None) -> None:
+        """Wait for a change (with `since`: one after `changes()` said `since`) or `timeout`."""
+        await self._change.wait(timeout, since)
+
+    def changes(self) -> int:
+        """How many changes were signalled so far (for `wait_change(since=...)`)."""
+        return self._change.fired
 
     def add_service(self, service: Service) -> Service:
         """Run `service` in every worker of this process (triggers add their loops here);

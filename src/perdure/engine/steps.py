@@ -11,6 +11,10 @@ A stopping worker starts no step body. One whose body it cut off when its grace
 ended is journaled `step.stopped` (executing): recovered as above, but the reason
 says stopped, not crashed. One whose intent was written as the stop came, but
 whose body never started, is journaled `step.stopped` (not executing) and simply runs.
+
+One path: a call becomes a `StepCall` (the step, its position, arguments and attempt)
+passed down; `_open` journals an attempt's intent and `_close` its outcome, whichever
+thread runs the body (a sync workflow's own thread, or the event loop's tasks).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextvars
 import functools
 import json
 import traceback
+from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ParkRun, PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
@@ -29,6 +34,7 @@ from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
 from .peers import SILENT_AFTER, how_lost
 from .registry import StepDef
+from .state import Phase
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,6 +64,36 @@ def error_record(exc: BaseException) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
+class StepCall:
+    """One call of a step at one position of a run, passed down the step path."""
+
+    ctx: RunContext
+    step: StepDef
+    pos: int
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    attempt: int = 1
+    info: StepInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.at_attempt(self.attempt)
+
+    def at_attempt(self, attempt: int) -> None:
+        """Go on with attempt number `attempt` (the idempotency key stays the same)."""
+        self.attempt = attempt
+        self.info = StepInfo(self.ctx.run_id, self.step.name, self.pos, attempt, self.step.effect)
+
+    @property
+    def where(self) -> str:
+        return f"step {self.step.name!r}"
+
+    def entry(self, kind: str, **fields: Any) -> Entry:
+        """A journal entry of this call's current attempt."""
+        return self.ctx.entry(kind, self.step.name, position=self.pos, attempt=self.attempt,
+                              **fields)  # fmt: skip
+
+
 class Step(Generic[P, R]):
     """A registered step. Inside a workflow, calling it journals it; outside, it is a plain call."""
 
@@ -73,94 +109,38 @@ class Step(Generic[P, R]):
         ctx = current()
         if ctx is None:
             return self.definition.fn(*args, **kwargs)
-        pos = ctx.next_position()
-        if ctx.sync_mode and not ctx.check_only:
-            # Replay fast path: a recorded outcome needs no trip through the event loop.
-            entries = ctx.recorded(pos, "step", self.definition.name)
-            final = ctx.final(entries)
-            if final is not None:
-                return _replayed(ctx, final, self.definition)
-            if not entries and _direct_ok(ctx, self.definition):
-                return _run_direct(ctx, self.definition, pos, args, kwargs)
-        return ctx.call(run_step(ctx, self.definition, pos, args, kwargs), track=True)
+        call = StepCall(ctx, self.definition, ctx.next_position(), args, kwargs)
+        if ctx.sync_mode:
+            return _on_thread(call)
+        return ctx.call(run_step(call), track=True)
 
 
-def _direct_ok(ctx: RunContext, step: StepDef) -> bool:
+def _on_thread(call: StepCall) -> Any:
+    """A sync workflow's step: a recorded outcome and a fresh plain first attempt need no
+    trip through the event loop; anything else (a retry, a recovery, a wait) takes it."""
+    ctx = call.ctx
+    if ctx.state.phase is not Phase.CHECKING:
+        entries = ctx.recorded(call.pos, "step", call.step.name)
+        final = ctx.final(entries)
+        if final is not None:
+            return _replayed(call, final)
+        if not entries and _here_ok(call):
+            return _attempt_here(call)
+    return ctx.call(run_step(call), track=True)
+
+
+def _here_ok(call: StepCall) -> bool:
     """A fresh plain step of a sync workflow with nothing pending may run on its own thread."""
+    ctx, step = call.ctx, call.step
     deadline = ctx.run.deadline_at
-    return not (
+    return ctx.state.quiet and not (
         step.is_async
         or step.timeout is not None
         or step.effect == "transactional"
-        or ctx.cancel_requested
-        or ctx.pause_requested
-        or ctx.hold_requested
-        or ctx.lost
-        or ctx.closed
         or ctx.diverged is not None
         or ctx.needs_flush()
         or (deadline is not None and ctx.now() >= deadline)
     )
-
-
-def _run_direct(
-    ctx: RunContext, step: StepDef, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """First attempt of a step on the sync workflow's own thread: no hand-off to the loop
-    unless something must be committed first. Failures go on to the normal retry path."""
-    where = f"step {step.name!r}"
-    info = StepInfo(ctx.run_id, step.name, pos, 1, step.effect)
-    if step.effect != "read":
-        intent = ctx.entry(
-            "step.intent",
-            step.name,
-            position=pos,
-            attempt=1,
-            data_json=dumps_plain({"effect": step.effect, "key": info.idempotency_key}),
-        )
-        if step.effect == "once":
-            ctx.write_now(intent, stop_if_requested=True)
-        else:
-            ctx.buffer_entry(intent)
-    if ctx.precious:
-        ctx.write_now()  # a once step's outcome must not wait behind this step
-    if ctx.hold_requested:  # the worker began stopping meanwhile: the body must not start
-        ctx.call(_withdraw(ctx, step, pos, 1))
-    if step.name in ctx.crash_after_intent:
-        ctx.call(ctx.flush())
-        raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
-    observers.step_started(ctx, info)
-    started = monotonic()
-    token = _step_info.set(info)
-    ctx.executing[pos] = info
-    try:
-        data = to_json(step.fn(*args, **kwargs), f"{where} result")
-    except Exception as exc:
-        observers.step_finished(ctx, info, started, exc)
-        try:
-            return ctx.call(run_step(ctx, step, pos, args, kwargs, failed=(exc, 1)), track=True)
-        finally:
-            ctx.executing.pop(pos, None)
-    except BaseException:
-        ctx.executing.pop(pos, None)
-        raise
-    finally:
-        _step_info.reset(token)
-    observers.step_finished(ctx, info, started)
-    elapsed = monotonic() - started
-    entry = ctx.entry(
-        "step.outcome",
-        step.name,
-        position=pos,
-        attempt=1,
-        final=True,
-        data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
-    )
-    ctx.buffer_entry(entry, precious=step.precious)
-    ctx.executing.pop(pos, None)  # only now: a stop in between finds the outcome buffered
-    if elapsed > SLOW_STEP:
-        ctx.call(ctx.flush())
-    return from_json(data, step.return_hint, where)
 
 
 def recorded_error(step: str, record: dict[str, Any], attempts: int) -> StepError:
@@ -172,44 +152,39 @@ def recorded_error(step: str, record: dict[str, Any], attempts: int) -> StepErro
     return kind(step, record["type"], message, attempts)
 
 
-def _replayed(ctx: RunContext, final: Entry, step: StepDef) -> Any:
-    value = ctx.data(final)
+def _replayed(call: StepCall, final: Entry) -> Any:
+    value = call.ctx.data(final)
     if isinstance(value, dict) and "error" in value:
-        raise recorded_error(step.name, value["error"], final.attempt)
+        raise recorded_error(call.step.name, value["error"], final.attempt)
     return from_json(
-        value.get("value") if isinstance(value, dict) else None,
-        step.return_hint,
-        f"step {step.name!r}",
+        value.get("value") if isinstance(value, dict) else None, call.step.return_hint, call.where
     )
 
 
-async def run_step(
-    ctx: RunContext,
-    step: StepDef,
-    pos: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    failed: tuple[Exception, int] | None = None,
-) -> Any:
-    """Return the step's recorded outcome, or execute it under its effect and retry policy.
-
-    `failed` carries an attempt that already ran (on a sync workflow's thread) and raised.
-    """
-    if failed is not None:
-        return await _settle(ctx, step, pos, args, kwargs, *failed)
-    entries = ctx.recorded(pos, "step", step.name)
+async def run_step(call: StepCall) -> Any:
+    """Return the step's recorded outcome, or execute it under its effect and retry policy."""
+    ctx = call.ctx
+    entries = ctx.recorded(call.pos, "step", call.step.name)
     final = ctx.final(entries)
     if final is not None:
-        return _replayed(ctx, final, step)
+        return _replayed(call, final)
     await ctx.checkpoint()
-    attempt = 1
-    last = entries[-1] if entries else None
-    stopped = (ctx.data(last) or {}) if last is not None and last.kind == "step.stopped" else None
-    if last is not None and stopped is not None and not stopped.get("executing"):
-        attempt = last.attempt  # withdrawn by a stopping worker before its body ran: run it
-    elif last is not None and last.kind in ("step.intent", "step.stopped"):
+    if entries:
+        await _resume_from(call, entries[-1])
+    return await _settle(call, await _attempt(call))
+
+
+async def _resume_from(call: StepCall, last: Entry) -> None:
+    """Set the attempt a step with an unfinished journal goes on with (recovery per effect:
+    a `once` step interrupted mid-effect parks the run instead), backing off if due."""
+    ctx, step = call.ctx, call.step
+    stopped = (ctx.data(last) or {}) if last.kind == "step.stopped" else None
+    if stopped is not None and not stopped.get("executing"):
+        call.at_attempt(last.attempt)  # withdrawn by a stopping worker before its body ran
+    elif last.kind in ("step.intent", "step.stopped"):
         action = "needs_attention" if step.effect == "once" else "rerun"
-        observers.step_recovered(ctx, step, pos, last.attempt, action)
+        observers.step_recovered(ctx, step, call.pos, last.attempt, action)
+        call.at_attempt(last.attempt)  # same attempt, same key: the effect re-runs
         if step.effect == "once":
             if stopped is None:
                 how = await ctx.read(
@@ -221,214 +196,236 @@ async def run_step(
             raise await ctx.suspend(
                 NEEDS_ATTENTION,
                 "needs_attention",
-                ctx.entry(
-                    "step.needs_attention",
-                    step.name,
-                    position=pos,
-                    attempt=last.attempt,
-                    data={"reason": reason},
-                ),
+                call.entry("step.needs_attention", data={"reason": reason}),
             )
-        attempt = last.attempt  # same attempt, same key: the effect re-runs
-    elif last is not None and last.kind in ("step.attempt_failed", "step.retry"):
-        attempt = last.attempt + 1
+    elif last.kind in ("step.attempt_failed", "step.retry"):
+        call.at_attempt(last.attempt + 1)
         retry_at = (ctx.data(last) or {}).get("retry_at")
         if retry_at is not None and retry_at > ctx.now():
-            await _backoff(ctx, step, pos, retry_at)
-    return await _settle(
-        ctx, step, pos, args, kwargs, await _attempt(ctx, step, pos, attempt, args, kwargs), attempt
-    )
+            await _backoff(call, retry_at)
 
 
-async def _settle(
-    ctx: RunContext,
-    step: StepDef,
-    pos: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    outcome: Any,
-    attempt: int,
-) -> Any:
+async def _settle(call: StepCall, outcome: Any) -> Any:
     """Given one attempt's outcome: return it, or retry per policy, or record the failure."""
-    while True:
-        if not isinstance(outcome, BaseException):
-            return outcome
+    ctx, step = call.ctx, call.step
+    while isinstance(outcome, BaseException):
         if isinstance(outcome, ParkRun):
-            raise await _park(ctx, step, pos, attempt, outcome)
-        counted = attempt - _parked(ctx, pos)  # an operator's fix gives the policy a fresh start
-        if not isinstance(outcome, PayloadError) and step.retry.should_retry(outcome, counted):
-            retry_at = ctx.now() + step.retry.delay(counted, error=outcome)
-            observers.step_retry(ctx, step, pos, attempt, retry_at - ctx.now(), outcome)
-            entry = ctx.entry(
-                "step.attempt_failed",
-                step.name,
-                position=pos,
-                attempt=attempt,
-                data={"error": error_record(outcome), "retry_at": retry_at},
+            raise await _park(call, outcome)
+        counted = call.attempt - _parked(call)  # an operator's fix gives the policy a fresh start
+        if isinstance(outcome, PayloadError) or not step.retry.should_retry(outcome, counted):
+            record = error_record(outcome)
+            ctx.buffer_entry(
+                call.entry("step.outcome", final=True, data={"error": record}),
+                precious=step.precious,
             )
-            if step.effect == "once":
-                await ctx.write(entry)  # a crash now must not look like a crash mid-effect
-            else:
-                ctx.buffer_entry(entry)
-            await _backoff(ctx, step, pos, retry_at)
-            attempt += 1
-            outcome = await _attempt(ctx, step, pos, attempt, args, kwargs)
-            continue
-        record = error_record(outcome)
-        final_entry = ctx.entry(
-            "step.outcome",
-            step.name,
-            position=pos,
-            attempt=attempt,
-            final=True,
-            data={"error": record},
+            if ctx.needs_flush():
+                await ctx.flush()
+            raise recorded_error(step.name, record, call.attempt) from outcome
+        retry_at = ctx.now() + step.retry.delay(counted, error=outcome)
+        observers.step_retry(ctx, step, call.pos, call.attempt, retry_at - ctx.now(), outcome)
+        failed = call.entry(
+            "step.attempt_failed", data={"error": error_record(outcome), "retry_at": retry_at}
         )
-        ctx.buffer_entry(final_entry, precious=step.precious)
-        if ctx.needs_flush():
-            await ctx.flush()
-        raise recorded_error(step.name, record, attempt) from outcome
+        if step.effect == "once":
+            await ctx.write(failed)  # a crash now must not look like a crash mid-effect
+        else:
+            ctx.buffer_entry(failed)
+        await _backoff(call, retry_at)
+        call.at_attempt(call.attempt + 1)
+        outcome = await _attempt(call)
+    return outcome
 
 
-def _parked(ctx: RunContext, pos: int) -> int:
-    """How many attempts of the step at `pos` parked the run (not counted by its retry)."""
+def _parked(call: StepCall) -> int:
+    """How many attempts of this step parked the run (not counted by its retry)."""
+    ctx = call.ctx
     return sum(
         1
-        for e in ctx.by_position.get(pos, [])
+        for e in ctx.by_position.get(call.pos, [])
         if e.kind == "step.attempt_failed"
         and '"parked"' in (e.data or "")
         and (ctx.data(e) or {}).get("parked")
     )
 
 
-async def _park(ctx: RunContext, step: StepDef, pos: int, attempt: int, exc: ParkRun) -> Any:
+async def _park(call: StepCall, exc: ParkRun) -> Any:
     """Pause the run for an operator: the attempt is journaled as failed (not final, so
     `perdure resume` runs the step again) and the run's error says what to fix."""
     record = error_record(exc)
-    entry = ctx.entry(
-        "step.attempt_failed",
-        step.name,
-        position=pos,
-        attempt=attempt,
-        data={"error": record, "parked": True},
-    )
+    entry = call.entry("step.attempt_failed", data={"error": record, "parked": True})
     reason = json.dumps({"type": record["type"], "message": record["message"]})
-    return await ctx.suspend(PAUSED, "paused", entry, fields={"error": reason})
+    return await call.ctx.suspend(PAUSED, "paused", entry, fields={"error": reason})
 
 
-async def _backoff(ctx: RunContext, step: StepDef, pos: int, retry_at: float) -> None:
+async def _backoff(call: StepCall, retry_at: float) -> None:
     """Wait until `retry_at`: in process if short, else park the run on a timer."""
+    ctx = call.ctx
     delay = retry_at - ctx.now()
     if delay <= 0:
         return
-    if delay <= ctx.inline_sleep and not ctx.hold_requested:  # stopping: park it instead
+    if delay <= ctx.inline_sleep and not ctx.state.hold:  # stopping: park it instead
         await ctx.flush()
         await asyncio.sleep(delay)
         return
-    raise await ctx.suspend(
-        SLEEPING, "retry backoff", fields={"wake_at": retry_at, "waiting_for": f"retry:{step.name}"}
-    )
+    fields = {"wake_at": retry_at, "waiting_for": f"retry:{call.step.name}"}
+    raise await ctx.suspend(SLEEPING, "retry backoff", fields=fields)
 
 
-async def _attempt(
-    ctx: RunContext,
-    step: StepDef,
-    pos: int,
-    attempt: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """One attempt; returns the replay-equal value, or the exception it failed with."""
-    where = f"step {step.name!r}"
-    info = StepInfo(ctx.run_id, step.name, pos, attempt, step.effect)
-    await ctx.hand_back_if_held()  # e.g. the worker began stopping during a retry backoff
-    if step.effect == "transactional":
-        return await _attempt_transactional(ctx, step, pos, attempt, args, kwargs, info)
-    if step.effect != "read":
-        intent = ctx.entry(
-            "step.intent",
-            step.name,
-            position=pos,
-            attempt=attempt,
-            data_json=dumps_plain({"effect": step.effect, "key": info.idempotency_key}),
-        )
-        if step.effect == "once":
-            # refused if an operator (in any process) asked to cancel or pause meanwhile
-            await ctx.write(intent, stop_if_requested=True)
-        else:
-            ctx.buffer_entry(intent)
-    if ctx.precious:
-        await ctx.flush()  # a once step's outcome must not wait behind this step's execution
-    if ctx.hold_requested:  # the worker began stopping meanwhile: the body must not start
-        await _withdraw(ctx, step, pos, attempt)
-    if step.name in ctx.crash_after_intent:
-        await ctx.flush()
-        raise SimulatedCrash(f"crash injected before the outcome of step {step.name!r}")
-    observers.step_started(ctx, info)
-    started = monotonic()
-    ctx.executing[pos] = info
+# -- one attempt: intent, body, outcome ----------------------------------------------------
+
+
+def _open(call: StepCall) -> Entry | None:
+    """Journal the attempt's intent: buffered if the step may run again, returned if it must
+    be committed before the body starts (a `once` step's, refused if an operator asked to
+    cancel or pause meanwhile). A `read` step journals none."""
+    if call.step.effect == "read":
+        return None
+    data = dumps_plain({"effect": call.step.effect, "key": call.info.idempotency_key})
+    intent = call.entry("step.intent", data_json=data)
+    if call.step.effect == "once":
+        return intent
+    call.ctx.buffer_entry(intent)
+    return None
+
+
+def _must_commit(call: StepCall, intent: Entry | None) -> bool:
+    """The intent, or a once step's outcome still buffered, must be on disk before the body."""
+    return intent is not None or call.ctx.precious
+
+
+def _may_not_start(call: StepCall) -> bool:
+    """The body must not start: the worker began stopping, or a crash is injected here."""
+    return call.ctx.state.hold or call.step.name in call.ctx.crash_after_intent
+
+
+async def _not_started(call: StepCall) -> None:
+    """Unwind before the body: hand the run back (stopping) or crash (injected)."""
+    ctx = call.ctx
+    if ctx.state.hold:  # the worker began stopping meanwhile: the body must not start
+        await _withdraw(call)
+    await ctx.flush()
+    raise SimulatedCrash(f"crash injected before the outcome of step {call.step.name!r}")
+
+
+def _body_started(call: StepCall) -> float:
+    observers.step_started(call.ctx, call.info)
+    call.ctx.executing[call.pos] = call.info
+    return monotonic()
+
+
+def _close(call: StepCall, data: str, started: float) -> bool:
+    """Buffer the attempt's outcome (`data`: the body's value as JSON) and stop counting the
+    body as executing; True if the outcome should be committed now (a slow step's)."""
+    ctx = call.ctx
+    observers.step_finished(ctx, call.info, started)
+    elapsed = monotonic() - started
+    ms = round(elapsed * 1000, 3)
+    outcome = call.entry("step.outcome", final=True,
+                         data_json=dumps_plain({"value": data, "ms": ms}))  # fmt: skip
+    ctx.buffer_entry(outcome, precious=call.step.precious)
+    ctx.executing.pop(call.pos, None)  # only now: a stop in between finds the outcome buffered
+    return elapsed > SLOW_STEP
+
+
+def _attempt_here(call: StepCall) -> Any:
+    """First attempt of a step on the sync workflow's own thread: the loop is used only for
+    what must be committed first; a failure goes on to the retry path through the loop."""
+    ctx = call.ctx
+    intent = _open(call)
+    if _must_commit(call, intent):
+        ctx.write_now(*([intent] if intent else []), stop_if_requested=intent is not None)
+    if _may_not_start(call):
+        ctx.call(_not_started(call))
+    started = _body_started(call)
+    token = _step_info.set(call.info)
     try:
-        value = await _execute(ctx, step, info, args, kwargs)
-        data = to_json(value, f"{where} result")
+        data = to_json(call.step.fn(*call.args, **call.kwargs), f"{call.where} result")
+    except Exception as exc:
+        observers.step_finished(ctx, call.info, started, exc)
+        try:  # still executing until the failure is recorded: a stop meanwhile says so
+            return ctx.call(_settle(call, exc), track=True)
+        finally:
+            ctx.executing.pop(call.pos, None)
+    except BaseException:
+        ctx.executing.pop(call.pos, None)
+        raise
+    finally:
+        _step_info.reset(token)
+    if _close(call, data, started):
+        ctx.call(ctx.flush())
+    return from_json(data, call.step.return_hint, call.where)
+
+
+async def _attempt(call: StepCall) -> Any:
+    """One attempt from the event loop; returns the replay-equal value, or the exception it
+    failed with."""
+    ctx = call.ctx
+    await ctx.hand_back_if_held()  # e.g. the worker began stopping during a retry backoff
+    if call.step.effect == "transactional":
+        return await _attempt_transactional(call)
+    intent = _open(call)
+    if _must_commit(call, intent):
+        await ctx.write(*([intent] if intent else []), stop_if_requested=intent is not None)
+    if _may_not_start(call):
+        await _not_started(call)
+    started = _body_started(call)
+    try:
+        data = to_json(await _execute(call), f"{call.where} result")
     except (RunSuspended, asyncio.CancelledError) as stop:
-        ctx.executing.pop(pos, None)
-        observers.step_finished(ctx, info, started, stop)
+        ctx.executing.pop(call.pos, None)
+        observers.step_finished(ctx, call.info, started, stop)
         raise
     except aborts.CallAborted as aborted:  # pause --now: journaled, then recovered by effect
-        ctx.executing.pop(pos, None)
-        observers.step_finished(ctx, info, started, aborted)
-        await ctx.write(aborts.stopped_entry(ctx, info, aborted))
-        return await run_step(ctx, step, pos, args, kwargs)
+        ctx.executing.pop(call.pos, None)
+        observers.step_finished(ctx, call.info, started, aborted)
+        await ctx.write(aborts.stopped_entry(ctx, call.info, aborted))
+        return await run_step(StepCall(ctx, call.step, call.pos, call.args, call.kwargs))
     except BaseException as exc:
-        ctx.executing.pop(pos, None)  # the caller records the failure before any await
+        ctx.executing.pop(call.pos, None)  # the caller records the failure before any await
         if not isinstance(exc, Exception):
             raise
-        observers.step_finished(ctx, info, started, exc)
+        observers.step_finished(ctx, call.info, started, exc)
         return exc
-    ctx.executing.pop(pos, None)  # the outcome is buffered below, before any await
-    observers.step_finished(ctx, info, started)
-    elapsed = monotonic() - started
-    entry = ctx.entry(
-        "step.outcome",
-        step.name,
-        position=pos,
-        attempt=attempt,
-        final=True,
-        data_json=dumps_plain({"value": data, "ms": round(elapsed * 1000, 3)}),
-    )
-    ctx.buffer_entry(entry, precious=step.precious)
-    if elapsed > SLOW_STEP or ctx.needs_flush():
+    if _close(call, data, started) or ctx.needs_flush():
         await ctx.flush()
-    return from_json(data, step.return_hint, where)
+    return from_json(data, call.step.return_hint, call.where)
 
 
-async def _withdraw(ctx: RunContext, step: StepDef, pos: int, attempt: int) -> None:
+async def _withdraw(call: StepCall) -> None:
     """The worker began stopping after this step's intent and before its body: hand the run
     back, journaling for a `once` step that its body never ran (so recovery may run it)."""
-    if step.effect == "once":
-        data = {"executing": False, "effect": step.effect, "reason": effects.NOT_STARTED}
-        await ctx.write(ctx.entry("step.stopped", step.name, position=pos, attempt=attempt,
-                                  data=data))  # fmt: skip
+    ctx = call.ctx
+    if call.step.effect == "once":
+        data = {"executing": False, "effect": call.step.effect, "reason": effects.NOT_STARTED}
+        await ctx.write(call.entry("step.stopped", data=data))
     else:
         await ctx.flush()
     raise WorkerStopping()
 
 
-async def _execute(
-    ctx: RunContext, step: StepDef, info: StepInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    token = _step_info.set(info)
+async def _execute(call: StepCall) -> Any:
+    """Run the body from the loop: an async one awaited, a sync one on the step pool, or
+    inline if it has shown itself short (engine/inline.py)."""
+    ctx, step = call.ctx, call.step
+    token = _step_info.set(call.info)
     try:
         if step.is_async:
-            call = step.fn(*args, **kwargs)
+            running = step.fn(*call.args, **call.kwargs)
+        elif step.timeout is None and step.pace.inline:
+            return step.pace.run_inline(step.fn, *call.args, **call.kwargs)
         else:
             context = contextvars.copy_context()
-            call = ctx.loop.run_in_executor(
-                ctx.runtime.step_executor, functools.partial(context.run, step.fn, *args, **kwargs)
+            body = (
+                step.fn if step.timeout is not None else functools.partial(step.pace.timed, step.fn)
+            )
+            running = ctx.loop.run_in_executor(
+                ctx.runtime.step_executor,
+                functools.partial(context.run, body, *call.args, **call.kwargs),
             )
         if step.timeout is None:
-            return await call
+            return await running
         try:
-            return await asyncio.wait_for(call, step.timeout)
+            return await asyncio.wait_for(running, step.timeout)
         except TimeoutError:
             raise StepTimeout(
                 step.name, "StepTimeout", f"attempt took longer than {step.timeout}s"
@@ -437,35 +434,27 @@ async def _execute(
         _step_info.reset(token)
 
 
-async def _attempt_transactional(
-    ctx: RunContext,
-    step: StepDef,
-    pos: int,
-    attempt: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    info: StepInfo,
-) -> Any:
+async def _attempt_transactional(call: StepCall) -> Any:
     """Run the step body inside the store transaction that also records its outcome."""
-    where = f"step {step.name!r}"
+    ctx, step, info = call.ctx, call.step, call.info
 
     def body(conn: Any) -> str:
         info.db = conn
         token = _step_info.set(info)
         try:
-            value = step.fn(*args, **kwargs)
+            value = step.fn(*call.args, **call.kwargs)
         finally:
             _step_info.reset(token)
-        return dumps_plain({"value": to_json(value, f"{where} result")})
+        return dumps_plain({"value": to_json(value, f"{call.where} result")})
 
-    entry = ctx.entry("step.outcome", step.name, position=pos, attempt=attempt, final=True)
+    entry = call.entry("step.outcome", final=True)
     observers.step_started(ctx, info)
     started = monotonic()
     result = await ctx.write(entry, tx_body=body)
     observers.step_finished(ctx, info, started, result.tx_error)
     if result.tx_error is not None:
-        ctx.by_position[pos].remove(entry)
+        ctx.by_position[call.pos].remove(entry)
         return result.tx_error
     return from_json(
-        ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint, where
+        ctx.data(Entry(kind="", data=result.tx_data)).get("value"), step.return_hint, call.where
     )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store.base import CANCELLING, RunRow
 from .context import RunContext, activate
+from .state import Phase
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -175,8 +176,8 @@ def can_park(ctx: RunContext) -> bool:
     return (
         ctx in _drivers
         and not ctx.sync_mode
-        and not ctx.check_only
-        and not ctx.hold_requested
+        and ctx.state.phase is not Phase.CHECKING
+        and not ctx.state.hold
         and not ctx.inflight
         and asyncio.current_task() is ctx.task
     )
@@ -244,9 +245,5 @@ def rearm(kept: Kept, run: RunRow, *, worker_id: str, clock: Any) -> RunContext:
     ctx.epoch = run.lease_epoch
     ctx.worker_id = worker_id
     ctx.clock = clock
-    ctx.pause_requested = run.pause_requested
-    ctx.closed = False
-    ctx.released = False
-    ctx.lost = False
-    ctx.cancel_requested = ctx.cancel_signalled = False
+    ctx.rearm(run)
     return ctx

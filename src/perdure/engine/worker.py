@@ -45,6 +45,7 @@ from .peers import (
 )
 from .runner import execute
 from .services import supervise
+from .state import Phase
 
 if TYPE_CHECKING:
     from ..store.workers_sql import WorkerRow
@@ -278,7 +279,7 @@ class Worker:
             return
         self.stopping.set()
         for ctx in self.contexts.values():
-            ctx.hold_requested = True  # each hands its run back at the next step boundary
+            ctx.update(hold=True)  # each hands its run back at the next step boundary
         if self.tasks:
             log.info(
                 "worker %s: stopping: no new steps; waiting up to %gs for %d run(s) to "
@@ -342,9 +343,14 @@ class Worker:
 
     async def claim_once(self) -> int:
         """Claim as many runnable runs as there are free slots and start them."""
+        return (await self._claim())[0]
+
+    async def _claim(self) -> tuple[int, bool]:
+        """Claim and start runs; also say whether the claim filled every free slot (if not,
+        nothing more is runnable now: another claim at once would come back empty)."""
         free = self.options.concurrency - len(self.tasks)
         if free <= 0 or self.stopping.is_set():
-            return 0
+            return 0, False
         held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
         claims = await self.runtime.store.claim(
             self.id,
@@ -360,7 +366,7 @@ class Worker:
         self.claim_unsure = False
         for claim in claims:
             self._start(claim)
-        return len(claims)
+        return len(claims), len(claims) >= free
 
     def _start(self, claim: Claim) -> None:
         run_id = claim.run.id
@@ -387,6 +393,7 @@ class Worker:
         task.add_done_callback(functools.partial(self._done, run_id))
 
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        full = len(self.tasks) >= self.options.concurrency
         self.tasks.pop(run_id, None)
         self.finished += 1
         error = None if task.cancelled() else task.exception()
@@ -394,7 +401,8 @@ class Worker:
             self._die(error)
         elif error is not None:
             log.error("run %s: engine error", run_id, exc_info=error)
-        self.runtime.notify()
+        if full or self.runtime.queues:  # a slot of the worker, or of a queue, came free
+            self.runtime.notify()
 
     def _die(self, error: BaseException) -> None:
         """Crash injection: stop at once, writing nothing more and releasing no lease."""
@@ -403,14 +411,15 @@ class Worker:
         for rid, task in self.tasks.items():
             ctx = self.contexts.get(rid)
             if ctx is not None:
-                ctx.lost = True
+                ctx.update(phase=Phase.LOST)
             task.cancel()
 
     async def _claim_loop(self) -> None:
         backoff = 0.05
         while not self.stopping.is_set():
             try:
-                if await self.claim_once():
+                _, filled = await self._claim()
+                if filled:  # there may be more: claim again (after the started runs began)
                     await asyncio.sleep(0)
                     continue
                 wait = await self._idle_wait()
@@ -446,16 +455,15 @@ class Worker:
             ctx = self.contexts.get(run_id)
             state = alive.get(run_id)
             task = self.tasks.get(run_id)
-            if ctx is None or task is None or (state is None and ctx.released):
+            if ctx is None or task is None or (state is None and ctx.state.phase is Phase.ENDED):
                 continue  # gone, or parked by its own write since the heartbeat was sent
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)
                 observers.lease_lost(run_id, self.id, "heartbeat")
-                ctx.lost = True
+                ctx.update(phase=Phase.LOST)
                 task.cancel()
                 continue
-            ctx.pause_requested = state.pause_requested
-            ctx.hold_requested = ctx.hold_requested or state.hold
+            ctx.update(pause=state.pause_requested, hold=state.hold or None)
             aborts.request(ctx, state.abort)  # pause --now: cut off its abortable calls
             if state.status == CANCELLING:
                 ctx.request_cancel()

@@ -1,0 +1,45 @@
+"""Signal: a wait with `since` is woken by a fire after that count, not by an older one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from perdure.engine.signal import Signal
+
+
+def test_a_fire_before_the_snapshot_does_not_wake_a_wait_since_it() -> None:
+    """Fired before the waiter read its state: old news, the wait runs to its timeout; fired
+    after: the wait returns at once."""
+
+    async def main() -> tuple[float, float]:
+        signal = Signal()
+        signal.listen()
+        signal.fire()  # e.g. the start's own notification, before result() read the run
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await signal.wait(0.05, signal.fired)
+        stale = loop.time() - began
+        since = signal.fired
+        loop.call_soon(signal.fire)
+        began = loop.time()
+        await signal.wait(30.0, since)
+        return stale, loop.time() - began
+
+    stale, fresh = asyncio.run(main())
+    assert stale >= 0.05
+    assert fresh < 30.0
+
+
+def test_a_wait_without_since_is_woken_by_an_earlier_fire() -> None:
+    """Without `since` a fire since the last wait counts, as before."""
+
+    async def main() -> float:
+        signal = Signal()
+        signal.listen()
+        signal.fire()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await signal.wait(30.0)
+        return loop.time() - began
+
+    assert asyncio.run(main()) < 30.0
