@@ -107,7 +107,7 @@ async def connected(
     server = PerdureMcp(
         app,
         workflow_tools(app.workflows, **tool_options),
-        options or McpOptions(poll=0.1, result_wait=20),
+        options or McpOptions(poll=0.1),
     )
 
     async def on_message(message: Any) -> None:
@@ -222,9 +222,7 @@ def test_a_task_call_returns_at_once_and_tasks_result_is_the_workflow_result(
 
 def test_a_plain_call_waits_for_the_result_but_only_so_long(mcp_app: perdure.App) -> None:
     async def main() -> None:
-        async with connected(
-            mcp_app, options=McpOptions(poll=0.1, call_wait=0.5, result_wait=0.3)
-        ) as session:
+        async with connected(mcp_app, options=McpOptions(poll=0.1, call_wait=0.5)) as session:
             result = await session.call_tool("add", {"a": 1})
             assert result.isError is False and result.structuredContent == {"result": 3}
             pending = await session.call_tool("hold", {})
@@ -232,10 +230,16 @@ def test_a_plain_call_waits_for_the_result_but_only_so_long(mcp_app: perdure.App
             run_id = pending.structuredContent["run_id"]
             assert pending.structuredContent["status"] == "waiting"
             assert f"task {run_id}" in pending.content[0].text  # type: ignore[union-attr]
-            with pytest.raises(McpError) as still:  # tasks/result blocks, but only so long
-                await tasks(session).get_task_result(run_id, t.CallToolResult)
-            assert still.value.error.code == -32001 and "still waiting" in still.value.error.message
+            # tasks/result blocks until the task ends, however long (no -32001 after a wait)
+            pending_result = asyncio.create_task(
+                tasks(session).get_task_result(run_id, t.CallToolResult)
+            )
+            for _ in range(20):  # 20 rounds of the server's 0.1 s polls: still blocked
+                await asyncio.sleep(0.1)
+                assert not pending_result.done()
             await mcp_app.client.send_event(run_id, "go", "now")
+            later = await pending_result
+            assert later.structuredContent == {"result": "now"}
             later = await tasks(session).get_task_result(run_id, t.CallToolResult)
             assert later.structuredContent == {"result": "now"}
 
@@ -285,6 +289,19 @@ def test_tasks_list_pages_the_mcp_runs_newest_first(mcp_app: perdure.App) -> Non
             with pytest.raises(McpError) as bad:
                 await tasks(session).list_tasks("not-a-cursor")
             assert bad.value.error.code == t.INVALID_PARAMS
+            # what tasks/get answers, tasks/list lists: a run started elsewhere is neither
+            other = "not-from-mcp"
+            for ask in (
+                tasks(session).get_task(other),
+                tasks(session).cancel_task(other),
+                tasks(session).get_task_result(other, t.CallToolResult),
+            ):
+                with pytest.raises(McpError, match="Task not found: not-from-mcp"):
+                    await ask
+            listed = {x.taskId for x in first.tasks + second.tasks}
+            for task_id in ids:
+                assert (await tasks(session).get_task(task_id)).taskId in listed
+            assert (await mcp_app.client.get("not-from-mcp")).status == "pending"
 
     asyncio.run(main())
 
@@ -713,7 +730,13 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     worker = start(folder, perdure_argv(db, "worker", "--poll", "0.1"), "worker.log")
     server = start(
         folder,
-        perdure_argv(db, "mcp", "--http", "--port", str(port), "--result-wait", "30"),
+        perdure_argv(
+            db,
+            "mcp",
+            "--http",
+            "--port",
+            str(port),
+        ),
         "http.log",
     )
     asked: list[str] = []
@@ -775,7 +798,13 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
         await close_quietly(first)
         server = start(
             folder,
-            perdure_argv(db, "mcp", "--http", "--port", str(port), "--result-wait", "30"),
+            perdure_argv(
+                db,
+                "mcp",
+                "--http",
+                "--port",
+                str(port),
+            ),
             "http.log",
         )
         wait_listening(port, server)
