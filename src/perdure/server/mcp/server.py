@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import mcp.types as types
@@ -332,6 +332,9 @@ class PerdureMcp:
             return False
         return origin_of(await self.app.store.journal(run_id, limit=1)).get("mcp") == owner
 
+    async def is_task_of(self, req: Requestor, run_id: str) -> bool:
+        return await self._is_task(run_id, req.owner)
+
     async def task_run(self, req: Requestor, task_id: str) -> RunRow:
         """The run of task `task_id` if it is one of the requestor's tasks; any other id, of
         another token's task too, is "not found" (saying "forbidden" would confirm the id)."""
@@ -606,21 +609,27 @@ def _text_error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
 
 
-def _translated(handler: Handler) -> Handler:
+T = TypeVar("T")
+
+
+async def translated(work: Awaitable[T]) -> T:
     """Refusals as JSON-RPC errors: scopes -32600, the store -32603, other perdure errors
     (bad ids, arguments, states) -32602; McpErrors as they are."""
+    try:
+        return await work
+    except Forbidden as exc:
+        raise _error(types.INVALID_REQUEST, str(exc)) from None
+    except McpError:
+        raise
+    except StoreError as exc:  # not the request's fault: the store is away or busy
+        raise _error(types.INTERNAL_ERROR, str(exc)) from None
+    except PerdureError as exc:
+        raise _error(types.INVALID_PARAMS, str(exc)) from None
 
+
+def _translated(handler: Handler) -> Handler:
     async def handle(req: Any) -> types.ServerResult:
-        try:
-            return await handler(req)
-        except Forbidden as exc:
-            raise _error(types.INVALID_REQUEST, str(exc)) from None
-        except McpError:
-            raise
-        except StoreError as exc:  # not the request's fault: the store is away or busy
-            raise _error(types.INTERNAL_ERROR, str(exc)) from None
-        except PerdureError as exc:
-            raise _error(types.INVALID_PARAMS, str(exc)) from None
+        return await translated(handler(req))
 
     return handle
 
