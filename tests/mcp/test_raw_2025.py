@@ -1,0 +1,83 @@
+"""2025-11-25 over Streamable HTTP in raw JSON-RPC against a real `perdure mcp --http`: what
+the SDK clients do not show (the response's content type, a dropped tasks/result stream,
+the ttl a task is given)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+from legacy import Session, answer_of
+from serving import Store
+
+from perdure import App
+
+
+def send_event(db: str, run_id: str, name: str, payload: Any) -> None:
+    app = App(db)
+    try:
+        app.sync(app.client.send_event(run_id, name, payload), "send_event")
+    finally:
+        app.close()
+
+
+def test_tasks_get_is_plain_json_not_an_sse_stream(store: Store) -> None:
+    server = store.serve()
+    session = Session(server.url, store.token("a"))
+    created = session.call("tools/call", {"name": "hold", "arguments": {}, "task": {}})
+    task_id = created["result"]["task"]["taskId"]
+    got = session.post("tasks/get", {"taskId": task_id})
+    assert got.headers["content-type"] == "application/json", got.text
+    assert got.json()["result"]["taskId"] == task_id
+    other = Session(server.url, store.token("b"))  # another token: not found, as JSON too
+    refused = other.post("tasks/get", {"taskId": task_id})
+    assert refused.headers["content-type"] == "application/json"
+    assert refused.json()["error"] == {"code": -32602, "message": f"Task not found: {task_id}"}
+
+
+def test_a_ttl_beyond_the_maximum_is_clamped_and_said(store: Store) -> None:
+    server = store.serve(worker=False)
+    session = Session(server.url, store.token("a"))
+    created = session.call("tools/call", {"name": "hold", "arguments": {}, "task": {"ttl": 10**15}})
+    task = created["result"]["task"]
+    assert task["ttl"] == 365 * 86_400_000
+    assert task["statusMessage"].startswith(
+        "requested ttl 1000000000000000 ms is beyond the maximum 31536000000 ms"
+    )
+    modest = session.call("tools/call", {"name": "hold", "arguments": {}, "task": {"ttl": 1000}})
+    assert "requested ttl" not in modest["result"]["task"]["statusMessage"]
+
+
+def test_a_client_dropping_mid_tasks_result_and_coming_back(store: Store) -> None:
+    """The stream of a tasks/result is cut by the client; a new session asks again and gets
+    the result once the run ends; the server logs no ASGI error, the first session's held
+    request included."""
+    server = store.serve()
+    token = store.token("a")
+    first = Session(server.url, token)
+    created = first.call("tools/call", {"name": "hold", "arguments": {}, "task": {}})
+    task_id = created["result"]["task"]["taskId"]
+    dropped = False
+    try:
+        with httpx.Client(headers=first.headers, timeout=httpx.Timeout(30, read=1.0)) as cut:
+            cut.post(server.url, json=first.body("tasks/result", {"taskId": task_id}))
+    except httpx.ReadTimeout:
+        dropped = True
+    assert dropped  # it blocked: the task had not ended
+    first.close()
+    second = Session(server.url, token)
+    answers: list[dict[str, Any]] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(answer_of(second.post("tasks/result", {"taskId": task_id})))
+    )
+    asking.start()
+    got = second.call("tasks/get", {"taskId": task_id})
+    assert got["result"]["status"] == "working"
+    send_event(store.db, task_id, "go", "back")
+    asking.join(60)
+    assert answers and answers[0]["result"]["structuredContent"] == {"result": "back"}
+    again = second.call("tasks/get", {"taskId": task_id})  # the server still answers
+    assert again["result"]["status"] == "completed"
+    log = server.output()
+    assert "Unexpected ASGI message" not in log and "Traceback" not in log, log[-3000:]
