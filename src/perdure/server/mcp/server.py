@@ -48,6 +48,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.abc
 import mcp.types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -59,7 +60,7 @@ from mcp.shared.message import ServerMessageMetadata
 from ...engine.client import origin_of
 from ...engine.streams import StreamChunk, chunk_of
 from ...errors import PerdureError, StoreError
-from ...store.base import CANCELLING, FINISHED, RunRow
+from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
 from ..access import Principal
 from ..operations import Action, Forbidden, answer, decide, require
@@ -127,6 +128,8 @@ class SessionState:
     """One client session: its SDK session and the tasks it follows (for status notifications)."""
 
     session: ServerSession | None = None
+    asker: Requestor | None = None  # who uses the session (set by each request)
+    group: anyio.abc.TaskGroup | None = None  # the session's tasks (gates put to the client)
     watched: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     # task id -> what its client asked progress on: its progress token, the stream offset
     # read so far, the progress value sent so far (it only grows)
@@ -230,6 +233,7 @@ class PerdureMcp:
         await self.app.open_store()
         state = SessionState()
         async with anyio.create_task_group() as group:
+            state.group = group
             group.start_soon(self._watch, state)
             try:
                 yield state
@@ -264,6 +268,8 @@ class PerdureMcp:
                     state.watched.pop(task_id, None)
                 else:
                     state.watched[task_id] = (task.status, task.statusMessage)
+                if task.status == types.TASK_STATUS_INPUT_REQUIRED:
+                    self._put_gate(state, session, run)
                 note = types.TaskStatusNotification(
                     params=types.TaskStatusNotificationParams(**task.model_dump())
                 )
@@ -271,6 +277,29 @@ class PerdureMcp:
                     await session.send_notification(types.ServerNotification(note))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the client went away
+
+    def _put_gate(self, state: SessionState, session: ServerSession, run: RunRow) -> None:
+        """A followed task reached a gate: put it to the client at once, on the session's own
+        stream (the spec lets a server use any stream, the GET one too), for clients that
+        poll tasks/get and never ask tasks/result while the task waits for input."""
+        asker, group = state.asker, state.group
+        key = f"{run.id}\n{run.waiting_for}"
+        if asker is None or group is None or key in self._asking:
+            return
+        if not _can_elicit(session, asker.who):
+            return
+
+        async def put() -> None:
+            gate = await gate_of(self.app, run)
+            if gate is None or key in self._asking:
+                return
+            self._asking.add(key)
+            try:
+                await self._ask(gate, run, asker, session, None, True, self.options.elicit_wait)
+            finally:
+                self._asking.discard(key)
+
+        group.start_soon(put)
 
     async def _progress(self, state: SessionState, session: ServerSession) -> bool:
         """One progress notification per task with new stream rows (rate-limited by the poll);
@@ -308,7 +337,8 @@ class PerdureMcp:
         user = getattr(request, "scope", {}).get("user") if request is not None else None
         params = ctx.session.client_params
         name = params.clientInfo.name if params is not None else "client"
-        return self.requestor(user, name), state, ctx.session, ctx.request_id
+        state.asker = self.requestor(user, name)
+        return state.asker, state, ctx.session, ctx.request_id
 
     def requestor(self, user: object, client: str = "client") -> Requestor:
         """The requestor of an HTTP request whose scope's user is `user` (the bearer token's),
@@ -571,7 +601,7 @@ class PerdureMcp:
         run: RunRow,
         asker: Requestor,
         session: ServerSession,
-        request_id: types.RequestId,
+        request_id: types.RequestId | None,
         related_task: bool,
         timeout: float,
     ) -> None:
@@ -588,14 +618,23 @@ class PerdureMcp:
                 request,
                 types.ElicitResult,
                 request_read_timeout_seconds=timedelta(seconds=max(timeout, 1.0)),
-                metadata=ServerMessageMetadata(related_request_id=request_id),
+                metadata=None
+                if request_id is None
+                else ServerMessageMetadata(related_request_id=request_id),
             )
         except McpError as exc:  # the client failed or took too long: leave the gate open
             log.info("mcp: elicitation for run %s got no answer: %s", run.id, exc.error.message)
             return
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return  # the client went away
-        await self.deliver(asker, run, gate, reply.action, dict(reply.content or {}))
+        if await self.deliver(asker, run, gate, reply.action, dict(reply.content or {})):
+            # hold the gate as being asked until the run has moved past it, so the other
+            # path (the watcher, or a tasks/result) does not put the answered gate again
+            with anyio.move_on_after(self.options.cancel_wait):
+                while (now := await self._run(run.id)).status == WAITING and (
+                    now.waiting_for == run.waiting_for
+                ):
+                    await self.app.wait_change(self.options.poll)
 
 
 def _can_elicit(session: ServerSession, who: Principal) -> bool:

@@ -177,7 +177,7 @@ class Stateless:
         ]
         for tool in tools:
             tool.pop("execution", None)  # the extension drops per-tool task support
-        return {"tools": tools}
+        return {"tools": tools, "cacheScope": "public", "ttlMs": 0}
 
     async def _call_tool(self, rpc: Rpc, req: Requestor) -> dict[str, Any]:
         name = rpc.params.get("name")

@@ -44,3 +44,36 @@ def test_typescript_sdk(store: Store, clients: Path) -> None:
     assert seen["asked"] == [f"Run {seen['ask'][0]['taskId']} asks for an answer."]
     assert seen["cancelled"]["status"] == "cancelled"
     assert len(seen["listed"]) == 4 and seen["listed"][0][1] == "cancelled"
+
+
+@pytest.mark.slow
+def test_fastmcp_3_speaks_2025_11_25(store: Store, clients: Path) -> None:
+    """FastMCP 3 polls tasks/get and never asks tasks/result while a task waits for input:
+    the gate reaches it as an elicitation on its session's stream."""
+    server = store.serve()
+    python = str(clients / "fastmcp3" / "bin" / "python")
+    seen = run_client([python, str(HERE / "fastmcp3_client.py"), server.url,
+                       store.token("f3")], HERE)  # fmt: skip
+    assert seen["version"] == "2025-11-25"
+    assert {"ask", "explode", "hold", "nap"} <= set(seen["tools"])
+    assert seen["nap"] == {"result": 6}
+    assert "ValueError: bad input 7" in seen["explode"]
+    assert seen["ask"] == {"result": "indigo"} and len(seen["asked"]) == 1
+    assert seen["cancelled"] == "cancelled" and seen["listed"] == 4
+
+
+@pytest.mark.slow
+def test_fastmcp_4_speaks_2026_07_28_with_the_tasks_extension(store: Store, clients: Path) -> None:
+    """FastMCP 4 discovers the stateless revision, gets task handles, polls tasks/get to the
+    inlined result, answers a question with tasks/update and cancels."""
+    server = store.serve()
+    python = str(clients / "fastmcp4" / "bin" / "python")
+    seen = run_client([python, str(HERE / "fastmcp4_client.py"), server.url,
+                       store.token("f4")], HERE)  # fmt: skip
+    assert seen["version"] == "2026-07-28"
+    assert {"ask", "explode", "hold", "nap"} <= set(seen["tools"])
+    assert seen["task_id"].startswith("mcp:") and seen["nap"] == {"result": 12}
+    assert seen["plain"] == {"result": 2}
+    assert "ValueError: bad input 7" in seen["explode"]
+    assert seen["ask"] == {"result": "violet"} and len(seen["asked"]) == 1
+    assert seen["cancelled"] == "cancelled"
