@@ -34,8 +34,10 @@ import perdure
 from perdure.agent.loop import Agent
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
-from perdure.server.access import create_token
+from perdure.server.access import Principal, create_token
 from perdure.server.mcp import McpOptions, PerdureMcp, status_of, workflow_tools
+from perdure.server.mcp.server import LOCAL_SCOPES, Requestor
+from perdure.server.mcp.stateless import Rpc, Stateless
 from perdure.store.base import RunRow
 
 RELATED = "io.modelcontextprotocol/related-task"
@@ -873,3 +875,79 @@ def test_a_task_call_with_a_progress_token_gets_the_runs_stream_as_progress(
 
 def progress(notes: list[Any]) -> list[t.ProgressNotificationParams]:
     return [n for n in notes if isinstance(n, t.ProgressNotificationParams)]
+
+
+# -- 2026-07-28: gates through tasks/update ---------------------------------------------------
+
+
+def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
+    mcp_app: perdure.App, tmp_path: Path
+) -> None:
+    """An agent's ask_human and approval gates, in the stateless revision: tasks/get shows each
+    as an input request, tasks/update answers it; two answers to one gate sent at once (as two
+    servers would) deliver one (the other is dropped by the store), audited as the client."""
+    make_agent(mcp_app, tmp_path, gated_script(tmp_path))
+    server = PerdureMcp(mcp_app, workflow_tools(mcp_app.workflows), McpOptions(poll=0.05))
+    modern = Stateless(server)
+    asker = Requestor(Principal("mcp:tester", LOCAL_SCOPES), "stdio")
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}}}}  # fmt: skip
+
+    async def rpc(method: str, **params: Any) -> dict[str, Any]:
+        answer = await modern.handle(Rpc(1, method, {**params, "_meta": meta}), asker)
+        assert "result" in answer, answer
+        return dict(answer["result"])
+
+    async def gate(task_id: str, seen: set[str]) -> tuple[str, dict[str, Any]]:
+        deadline = time.monotonic() + 20
+        while True:
+            task = await rpc("tasks/get", taskId=task_id)
+            fresh = {k: v for k, v in (task.get("inputRequests") or {}).items() if k not in seen}
+            if task["status"] == "input_required" and fresh:
+                [(key, request)] = fresh.items()
+                seen.add(key)
+                return key, request
+            assert time.monotonic() < deadline, task
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        running = mcp_app.worker(concurrency=4, poll=0.05)
+        runner = asyncio.create_task(running.run())
+        try:
+            created = await rpc("tools/call", name="agent_helper", arguments={"prompt": "pick"})
+            task_id = created["taskId"]
+            assert created["resultType"] == "task"
+            seen: set[str] = set()
+            key, question = await gate(task_id, seen)
+            assert question["params"]["message"] == "Which colour?"
+            reply = {key: {"action": "accept", "content": {"answer": "blue"}}}
+            update = Rpc(2, "tasks/update", {"taskId": task_id, "inputResponses": reply,
+                                              "_meta": meta})  # fmt: skip
+            both = await asyncio.gather(modern.handle(update, asker), modern.handle(update, asker))
+            assert {"resultType": "complete"} in [b.get("result") for b in both]
+            for late in (b for b in both if "error" in b):  # the run had moved on meanwhile
+                assert "is not waiting for input" in late["error"]["message"]
+            key, approval = await gate(task_id, seen)
+            assert approval["params"]["message"].startswith("Approve the call write_file(")
+            assert approval["params"]["requestedSchema"]["required"] == ["approve"]
+            await rpc("tasks/update", taskId=task_id, inputResponses={
+                key: {"action": "accept", "content": {"approve": True}}})  # fmt: skip
+            deadline = time.monotonic() + 20
+            while (task := await rpc("tasks/get", taskId=task_id))["status"] != "completed":
+                assert time.monotonic() < deadline, task
+                await asyncio.sleep(0.05)
+            assert task["result"]["structuredContent"]["answer"] == "wrote blue"
+            call_id = key.split(":")[1]
+            assert await mcp_app.store.next_event(task_id, f"approve:{call_id}") is None
+            question_call = next(iter(seen)).split(":")[1]
+            assert await mcp_app.store.next_event(task_id, f"human:{question_call}") is None
+            audit = await mcp_app.store.audit_log(target=f"run:{task_id}")
+            assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester")} <= {
+                (r.action, r.actor) for r in audit}  # fmt: skip
+        finally:
+            running.stop()
+            await runner
+
+    asyncio.run(main())
+    assert (tmp_path / "out" / "colour.txt").read_text() == "blue"

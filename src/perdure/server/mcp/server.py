@@ -438,6 +438,13 @@ class PerdureMcp:
                 await self.app.wait_change(self.options.poll)
         return run
 
+    async def gate_key(self, run: RunRow, gate: GateQuestion) -> str:
+        """The name of the gate a run waits at, the same on every server: the gate and the
+        journal position the run parked at (a later gate of the same call is another)."""
+        entries = await self.app.store.journal(run.id)
+        seq = entries[-1].seq if entries else 0
+        return f"{gate.kind}:{gate.call_id}:{seq}"
+
     async def deliver(
         self, req: Requestor, run: RunRow, gate: GateQuestion, action: str, content: dict[str, Any]
     ) -> bool:
@@ -448,15 +455,17 @@ class PerdureMcp:
         the gate open. False when nothing was delivered (dismissed, or answered meanwhile:
         a gate is answered once)."""
         comment = str(content.get("comment") or "")
+        key = f"mcp:{await self.gate_key(run, gate)}"  # one answer per gate, whoever sends it
         try:
             if gate.kind == "approval" and action in ("accept", "decline"):
                 approve = action == "accept" and content.get("approve") is True
                 if action == "decline" and not comment:
                     comment = f"declined by {req.who.name}"
-                await decide(self.app, req.who, run.id, gate.call_id, approve, comment)
+                await decide(self.app, req.who, run.id, gate.call_id, approve, comment, key=key)
                 return True
             if gate.kind == "question" and action == "accept" and "answer" in content:
-                await answer(self.app, req.who, run.id, gate.call_id, str(content["answer"]))
+                text = str(content["answer"])
+                await answer(self.app, req.who, run.id, gate.call_id, text, key=key)
                 return True
         except Forbidden:
             raise

@@ -244,11 +244,9 @@ class Stateless:
         return found
 
     async def gate_key(self, run: RunRow, gate: GateQuestion) -> str:
-        """The inputRequests key of the gate a run waits at: the gate and the journal position
-        the run parked at, so one key names one request over the task's life, on any server."""
-        entries = await self.app.store.journal(run.id)
-        seq = entries[-1].seq if entries else 0
-        return f"{gate.kind}:{gate.call_id}:{seq}"
+        """The inputRequests key of the gate a run waits at (`PerdureMcp.gate_key`): one key
+        names one request over the task's life, on any server."""
+        return await self.mcp.gate_key(run, gate)
 
     async def _get(self, rpc: Rpc, req: Requestor) -> dict[str, Any]:
         task_id = self._task_id(rpc)
