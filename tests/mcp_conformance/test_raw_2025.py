@@ -4,11 +4,17 @@ the ttl a task is given)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+import warnings
 from typing import Any
 
 import httpx
 from legacy import Session, answer_of
+from mcp import ClientSession
+from mcp import types as t
+from mcp.client.streamable_http import streamable_http_client
 from serving import Store
 
 from perdure import App
@@ -81,3 +87,41 @@ def test_a_client_dropping_mid_tasks_result_and_coming_back(store: Store) -> Non
     assert again["result"]["status"] == "completed"
     log = server.output()
     assert "Unexpected ASGI message" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_client_that_only_polls_gets_the_gate_of_a_task_made_elsewhere(store: Store) -> None:
+    """A task made through server A waits at a question; a client of server B that only polls
+    tasks/get (as FastMCP 3 does) is put the question on its session's stream, answers it,
+    and sees the task complete."""
+    a, b = store.serve(worker=False), store.serve()
+    token = store.token("a")
+    made = Session(a.url, token).call("tools/call", {"name": "ask", "arguments": {}, "task": {}})
+    task_id = made["result"]["task"]["taskId"]
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"answer": "ochre"})
+
+    async def main() -> str:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=120)) as http,
+            streamable_http_client(b.url, http_client=http) as (read, write, _),
+            ClientSession(read, write, elicitation_callback=elicit) as session,  # type: ignore[arg-type]
+        ):
+            await session.initialize()
+            # any request through the SDK makes the session known to the plain-JSON tasks/get
+            assert {tool.name for tool in (await session.list_tools()).tools} >= {"ask"}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tasks = session.experimental
+            deadline = time.monotonic() + 30
+            while (task := await tasks.get_task(task_id)).status != "completed":
+                assert time.monotonic() < deadline, task
+                await asyncio.sleep(0.1)
+            result = await tasks.get_task_result(task_id, t.CallToolResult)
+            return str((result.structuredContent or {}).get("result"))
+
+    assert asyncio.run(main()) == "ochre"
+    assert asked == [f"Run {task_id} asks for an answer."]

@@ -136,8 +136,11 @@ class SessionState:
     progress: dict[str, Progress] = field(default_factory=dict)
 
     def watch(self, task: types.Task) -> None:
+        """Follow a task; one already waiting for input counts as a change, so the watcher
+        puts its gate to the client at once."""
         if task.status not in _TERMINAL and task.taskId not in self.watched:
-            self.watched[task.taskId] = (task.status, task.statusMessage)
+            seen = "" if task.status == types.TASK_STATUS_INPUT_REQUIRED else task.status
+            self.watched[task.taskId] = (seen, task.statusMessage)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,7 @@ class PerdureMcp:
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
+        self._sessions: dict[str, SessionState] = {}  # HTTP sessions by Mcp-Session-Id
         try:
             perdure_version = version("perdure")
         except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -239,6 +243,13 @@ class PerdureMcp:
                 yield state
             finally:
                 group.cancel_scope.cancel()
+                for sid in [k for k, v in self._sessions.items() if v is state]:
+                    del self._sessions[sid]
+
+    def session_state(self, session_id: str) -> SessionState | None:
+        """The state of the HTTP session `session_id` (Mcp-Session-Id), once it has asked
+        something, so requests answered outside the SDK follow tasks for it too."""
+        return self._sessions.get(session_id)
 
     async def _watch(self, state: SessionState) -> None:
         """Send notifications/tasks/status when a followed task's status or message changes,
@@ -338,6 +349,10 @@ class PerdureMcp:
         params = ctx.session.client_params
         name = params.clientInfo.name if params is not None else "client"
         state.asker = self.requestor(user, name)
+        headers = getattr(request, "headers", None)
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        if session_id:
+            self._sessions[session_id] = state
         return state.asker, state, ctx.session, ctx.request_id
 
     def requestor(self, user: object, client: str = "client") -> Requestor:

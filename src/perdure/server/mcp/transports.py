@@ -136,7 +136,8 @@ class Revisions:
     here by `Stateless`, by whichever process receives it; one naming another version
     outside `initialize` gets -32022 naming those served; everything else goes to the SDK's
     session manager as 2025-11-25, except a `tasks/get` of a live session, answered here as
-    plain JSON (the spec: a poll SHOULD NOT be upgraded to an SSE stream)."""
+    plain JSON (the spec: a poll SHOULD NOT be upgraded to an SSE stream) and followed for
+    that session as the SDK's handler would (status notifications, gates put to it)."""
 
     def __init__(self, mcp: PerdureMcp, manager: StreamableHTTPSessionManager) -> None:
         self.mcp = mcp
@@ -165,7 +166,7 @@ class Revisions:
             return
         session = headers.get(MCP_SESSION_ID_HEADER)
         if method == "tasks/get" and session is not None and self._live(session):
-            await self._get_task(scope, receive, send, message)
+            await self._get_task(scope, receive, send, message, session)
             return
         await self.manager.handle_request(scope, _replay(body, receive), send)
 
@@ -173,7 +174,7 @@ class Revisions:
         return session in getattr(self.manager, "_server_instances", {})
 
     async def _get_task(
-        self, scope: Scope, receive: Receive, send: Send, message: dict[str, Any]
+        self, scope: Scope, receive: Receive, send: Send, message: dict[str, Any], session: str
     ) -> None:
         params = message.get("params")
         task_id = params.get("taskId") if isinstance(params, dict) else None
@@ -183,6 +184,9 @@ class Revisions:
                                                message="tasks/get needs a taskId"))  # fmt: skip
             requestor = self.mcp.requestor(scope.get("user"))
             got = await translated(self.mcp.get_task(requestor, task_id))
+            state = self.mcp.session_state(session)  # known once it asked through the SDK
+            if state is not None:  # status notifications, and its gates put, for this session
+                state.watch(types.Task(**got.model_dump()))
             reply: dict[str, Any] = {
                 "jsonrpc": "2.0",
                 "id": message["id"],
