@@ -116,6 +116,9 @@ def test_bad_input_gets_one_clear_error(store: Store) -> None:
     error = wrong.json()["error"]
     assert error["code"] == -32022 and error["data"]["supported"][-1] == MODERN
     assert "2025-11-25" in error["message"] and MODERN in error["message"]
+    legacy = raw.post("server/discover", version="2025-11-25")  # a served revision: no -32022
+    assert legacy.status_code == 400 and "-32022" not in legacy.text, legacy.text
+    assert "session" in legacy.text.lower()  # the SDK's 2025-11-25 answer: initialize first
     task_id = raw.call("tools/call", {"name": "hold", "arguments": {}})["taskId"]
     for method, params in (
         ("tasks/get", {"taskId": task_id}),

@@ -78,11 +78,12 @@ def version_of(message: dict[str, Any], header: str | None) -> str | None:
     2025-11-25-style request, which the SDK answers)."""
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
-    if isinstance(meta, dict) and META_VERSION in meta:
-        return str(meta[META_VERSION])
-    if header == MODERN or message.get("method") == "server/discover":
-        return header or MODERN
-    return None
+    asked = str(meta[META_VERSION]) if isinstance(meta, dict) and META_VERSION in meta else None
+    if asked is None and (header == MODERN or message.get("method") == "server/discover"):
+        asked = header or MODERN
+    if asked in SUPPORTED_PROTOCOL_VERSIONS:
+        return None  # a handshake revision: the SDK's session answers
+    return asked
 
 
 def unsupported(request_id: Any, requested: str) -> dict[str, Any]:
