@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real MCP clients the conformance tests drive (tests/mcp): the official TypeScript SDK
+# The real MCP clients the conformance tests drive (tests/mcp_conformance): the official TypeScript SDK
 # (npm), FastMCP 3.x (protocol 2025-11-25) and FastMCP 4.x (2026-07-28, tasks extension),
 # each in a folder of its own under .mcp-clients/. Kept once installed (a stamp per client).
 set -euo pipefail
