@@ -11,6 +11,7 @@ import warnings
 from typing import Any
 
 import httpx
+import pytest
 from legacy import Session, answer_of
 from mcp import ClientSession
 from mcp import types as t
@@ -125,3 +126,29 @@ def test_a_client_that_only_polls_gets_the_gate_of_a_task_made_elsewhere(store: 
 
     assert asyncio.run(main()) == "ochre"
     assert asked == [f"Run {task_id} asks for an answer."]
+
+
+@pytest.mark.slow
+def test_a_blocked_tasks_result_stream_is_kept_alive(store: Store) -> None:
+    """While tasks/result blocks, its SSE stream carries keep-alive comments (every 15 s), so
+    neither a proxy nor the client's read timeout ends it; the result follows on it."""
+    server = store.serve()
+    token = store.token("a")
+    session = Session(server.url, token)
+    created = session.call("tools/call", {"name": "hold", "arguments": {}, "task": {}})
+    task_id = created["result"]["task"]["taskId"]
+    lines: list[str] = []
+    asking = session.body("tasks/result", {"taskId": task_id})
+    wait = httpx.Timeout(30, read=25)
+    with httpx.stream(
+        "POST", server.url, json=asking, headers=session.headers, timeout=wait
+    ) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            lines.append(line)
+            if line.startswith(": ping"):  # kept alive: now let the run end
+                send_event(store.db, task_id, "go", "alive")
+            if line.startswith("data:") and "alive" in line:
+                break
+    assert any(line.startswith(": ping") for line in lines)
+    assert '"structuredContent":{"result":"alive"}' in lines[-1].replace(" ", "")
