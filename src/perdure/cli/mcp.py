@@ -82,9 +82,12 @@ def mcp_cmd(
 
     A task-augmented tools/call starts a durable run whose id is the task id
     (tasks/get, tasks/result, tasks/list, tasks/cancel); a gate the run reaches
-    is put to the client as an elicitation. Tasks survive the server: reconnect
-    to any server on the same store. Over HTTP it answers only requests for its own
-    address or an --allowed-host name, and cuts slow clients off.
+    is put to the client as an elicitation. Over HTTP the same endpoint also serves
+    the stateless revision 2026-07-28 with the tasks extension (tasks/get,
+    tasks/update, tasks/cancel, subscriptions/listen), chosen per request. Tasks
+    survive the server: any server on the same store answers for them. Over HTTP it
+    answers only requests for its own address or an --allowed-host name, and cuts
+    slow clients off.
     """  # fmt: skip
     require_extra("mcp", "perdure mcp")
     from ..agent.loop import Agent
