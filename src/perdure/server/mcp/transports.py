@@ -19,13 +19,14 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from io import TextIOWrapper
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp.types as types
+from anyio.abc import TaskGroup
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
@@ -337,29 +338,81 @@ class _StdinLines:
     """Standard input as async lines read by the event loop, so SIGTERM can cancel the read
     (the SDK reads stdin on a thread, which nothing interrupts until a line arrives)."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, taken: Callable[[str], bool] | None = None
+    ) -> None:
         self.reader = reader
+        self.taken = taken  # answers a line itself (2026-07-28) instead of the SDK
 
     def __aiter__(self) -> _StdinLines:
         return self
 
     async def __anext__(self) -> str:
-        line = await self.reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                raise StopAsyncIteration
+            text = line.decode("utf-8", errors="replace")
+            if self.taken is None or not self.taken(text):
+                return text
 
 
-async def _stdin() -> anyio.AsyncFile[str] | None:
+class StdioStateless:
+    """The 2026-07-28 revision over stdio: a line whose request names it (or names a version not
+    served) is answered here, on its own task, and never reaches the SDK's session."""
+
+    def __init__(self, mcp: PerdureMcp, stdout: anyio.AsyncFile[str], group: TaskGroup) -> None:
+        self.mcp = mcp
+        self.stateless = Stateless(mcp)
+        self.stdout = stdout
+        self.group = group
+
+    def take(self, line: str) -> bool:
+        message = _message(line.encode())
+        method = message.get("method") if message is not None else None
+        if message is None or not isinstance(method, str) or "id" not in message:
+            return False
+        version = version_of(message, None)
+        if version is None or method == "initialize":
+            return False
+        self.group.start_soon(self._answer, message, version)
+        return True
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        await self.stdout.write(json.dumps(message) + "\n")
+
+    async def _answer(self, message: dict[str, Any], version: str) -> None:
+        if version != MODERN:
+            await self._write(unsupported(message["id"], version))
+            return
+        params = message.get("params")
+        rpc = Rpc(message["id"], str(message["method"]), params if isinstance(params, dict) else {})
+        info = rpc.meta.get("io.modelcontextprotocol/clientInfo")
+        name = str(info.get("name") or "client") if isinstance(info, dict) else "client"
+        requestor = self.mcp.requestor(None, name)
+        if rpc.method != "subscriptions/listen":
+            await self._write(await self.stateless.handle(rpc, requestor))
+            return
+        try:
+            async for note in self.stateless.listen(rpc, requestor):
+                await self._write(note)
+        except (McpError, Forbidden) as exc:
+            error = (exc.error.model_dump(mode="json", exclude_none=True)
+                     if isinstance(exc, McpError)
+                     else {"code": types.INVALID_REQUEST, "message": str(exc)})  # fmt: skip
+            await self._write({"jsonrpc": "2.0", "id": rpc.id, "error": error})
+
+
+async def _stdin(taken: Callable[[str], bool] | None = None) -> anyio.AsyncFile[str] | None:
     """Stdin as `_StdinLines` when it is a pipe (as MCP clients start servers), else None
-    (the SDK's own reader)."""
+    (the SDK's own reader, which serves 2025-11-25 only)."""
     reader = asyncio.StreamReader(limit=STDIN_LINE_LIMIT)
     loop = asyncio.get_running_loop()
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except (ValueError, OSError):  # a regular file or a closed stdin
         return None
-    return cast("anyio.AsyncFile[str]", _StdinLines(reader))
+    return cast("anyio.AsyncFile[str]", _StdinLines(reader, taken))
 
 
 async def serve_stdio(mcp: PerdureMcp, worker: WorkerOptions | None = None) -> None:
@@ -374,8 +427,12 @@ async def serve_stdio(mcp: PerdureMcp, worker: WorkerOptions | None = None) -> N
         with anyio.CancelScope() as scope:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, scope.cancel)
-            async with stdio_server(stdin=await _stdin(), stdout=stdout) as (read, write):
-                await mcp.server.run(read, write, mcp.server.create_initialization_options())
+            async with anyio.create_task_group() as group:
+                modern = StdioStateless(mcp, stdout, group)
+                stdin = await _stdin(modern.take)
+                async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
+                    await mcp.server.run(read, write, mcp.server.create_initialization_options())
+                group.cancel_scope.cancel()  # stdin ended: answers still pending are dropped
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
