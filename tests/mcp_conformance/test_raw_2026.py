@@ -135,4 +135,9 @@ def test_bad_input_gets_one_clear_error(store: Store) -> None:
     assert undeclared["code"] == -32021
     assert undeclared["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
     assert raw.error("resources/list")["code"] == -32601
+    reader = Raw(server.url, store.token("reader", ("read",)))
+    refused = reader.error("tools/call", {"name": "hold", "arguments": {}})
+    assert refused["code"] == -32600 and "'operate' scope" in refused["message"]
+    asked = reader.error("tasks/update", {"taskId": "mcp:x", "inputResponses": {}})
+    assert asked["code"] == -32600 and "'approve' scope" in asked["message"]
     assert raw.call("tasks/get", {"taskId": task_id})["status"] == "working"  # nothing lost
