@@ -34,8 +34,10 @@ import perdure
 from perdure.agent.loop import Agent
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
-from perdure.server.access import create_token
+from perdure.server.access import Principal, create_token
 from perdure.server.mcp import McpOptions, PerdureMcp, status_of, workflow_tools
+from perdure.server.mcp.server import LOCAL_SCOPES, Requestor
+from perdure.server.mcp.stateless import Rpc, Stateless
 from perdure.store.base import RunRow
 
 RELATED = "io.modelcontextprotocol/related-task"
@@ -107,7 +109,7 @@ async def connected(
     server = PerdureMcp(
         app,
         workflow_tools(app.workflows, **tool_options),
-        options or McpOptions(poll=0.1, result_wait=20),
+        options or McpOptions(poll=0.1),
     )
 
     async def on_message(message: Any) -> None:
@@ -222,9 +224,7 @@ def test_a_task_call_returns_at_once_and_tasks_result_is_the_workflow_result(
 
 def test_a_plain_call_waits_for_the_result_but_only_so_long(mcp_app: perdure.App) -> None:
     async def main() -> None:
-        async with connected(
-            mcp_app, options=McpOptions(poll=0.1, call_wait=0.5, result_wait=0.3)
-        ) as session:
+        async with connected(mcp_app, options=McpOptions(poll=0.1, call_wait=0.5)) as session:
             result = await session.call_tool("add", {"a": 1})
             assert result.isError is False and result.structuredContent == {"result": 3}
             pending = await session.call_tool("hold", {})
@@ -232,10 +232,16 @@ def test_a_plain_call_waits_for_the_result_but_only_so_long(mcp_app: perdure.App
             run_id = pending.structuredContent["run_id"]
             assert pending.structuredContent["status"] == "waiting"
             assert f"task {run_id}" in pending.content[0].text  # type: ignore[union-attr]
-            with pytest.raises(McpError) as still:  # tasks/result blocks, but only so long
-                await tasks(session).get_task_result(run_id, t.CallToolResult)
-            assert still.value.error.code == -32001 and "still waiting" in still.value.error.message
+            # tasks/result blocks until the task ends, however long (no -32001 after a wait)
+            pending_result = asyncio.create_task(
+                tasks(session).get_task_result(run_id, t.CallToolResult)
+            )
+            for _ in range(20):  # 20 rounds of the server's 0.1 s polls: still blocked
+                await asyncio.sleep(0.1)
+                assert not pending_result.done()
             await mcp_app.client.send_event(run_id, "go", "now")
+            later = await pending_result
+            assert later.structuredContent == {"result": "now"}
             later = await tasks(session).get_task_result(run_id, t.CallToolResult)
             assert later.structuredContent == {"result": "now"}
 
@@ -285,6 +291,19 @@ def test_tasks_list_pages_the_mcp_runs_newest_first(mcp_app: perdure.App) -> Non
             with pytest.raises(McpError) as bad:
                 await tasks(session).list_tasks("not-a-cursor")
             assert bad.value.error.code == t.INVALID_PARAMS
+            # what tasks/get answers, tasks/list lists: a run started elsewhere is neither
+            other = "not-from-mcp"
+            for ask in (
+                tasks(session).get_task(other),
+                tasks(session).cancel_task(other),
+                tasks(session).get_task_result(other, t.CallToolResult),
+            ):
+                with pytest.raises(McpError, match="Task not found: not-from-mcp"):
+                    await ask
+            listed = {x.taskId for x in first.tasks + second.tasks}
+            for task_id in ids:
+                assert (await tasks(session).get_task(task_id)).taskId in listed
+            assert (await mcp_app.client.get("not-from-mcp")).status == "pending"
 
     asyncio.run(main())
 
@@ -446,17 +465,19 @@ def test_a_gate_is_input_required_and_answered_through_elicitation(
         return t.ElicitResult(action="accept", content={"approve": True, "comment": "fine"})
 
     async def main() -> None:
-        async with connected(mcp_app, elicit=elicit) as session:
+        async with connected(mcp_app) as session:  # a client that cannot answer: it looks
             created = await tasks(session).call_tool_as_task("agent_helper", {"prompt": "pick"})
             task_id = created.task.taskId
             gated = await until(session, task_id, lambda x: x.status != "working")
             assert gated.status == "input_required" and gated.statusMessage == "Which colour?"
-            assert asked == []  # nothing is asked before the client calls tasks/result
+        async with connected(mcp_app, elicit=elicit) as session:
+            # the gate is put to the client on the session's stream once the watcher sees it
+            # (for clients that only poll), or on tasks/result's stream, once either way
             result = await tasks(session).get_task_result(task_id, t.CallToolResult)
             assert result.isError is False and result.structuredContent is not None
             assert result.structuredContent["status"] == "done"
             assert result.structuredContent["answer"] == "wrote blue"
-            assert asked[0].message == "Which colour?"
+            assert len(asked) == 2 and asked[0].message == "Which colour?"  # each gate once
             assert asked[1].message.startswith("Approve the call write_file(")
             assert "colour.txt" in asked[1].message
             assert all((p.model_dump(by_alias=True)["_meta"] or {}).get(RELATED)
@@ -713,7 +734,13 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     worker = start(folder, perdure_argv(db, "worker", "--poll", "0.1"), "worker.log")
     server = start(
         folder,
-        perdure_argv(db, "mcp", "--http", "--port", str(port), "--result-wait", "30"),
+        perdure_argv(
+            db,
+            "mcp",
+            "--http",
+            "--port",
+            str(port),
+        ),
         "http.log",
     )
     asked: list[str] = []
@@ -775,7 +802,13 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
         await close_quietly(first)
         server = start(
             folder,
-            perdure_argv(db, "mcp", "--http", "--port", str(port), "--result-wait", "30"),
+            perdure_argv(
+                db,
+                "mcp",
+                "--http",
+                "--port",
+                str(port),
+            ),
             "http.log",
         )
         wait_listening(port, server)
@@ -839,3 +872,79 @@ def test_a_task_call_with_a_progress_token_gets_the_runs_stream_as_progress(
 
 def progress(notes: list[Any]) -> list[t.ProgressNotificationParams]:
     return [n for n in notes if isinstance(n, t.ProgressNotificationParams)]
+
+
+# -- 2026-07-28: gates through tasks/update ---------------------------------------------------
+
+
+def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
+    mcp_app: perdure.App, tmp_path: Path
+) -> None:
+    """An agent's ask_human and approval gates, in the stateless revision: tasks/get shows each
+    as an input request, tasks/update answers it; two answers to one gate sent at once (as two
+    servers would) deliver one (the other is dropped by the store), audited as the client."""
+    make_agent(mcp_app, tmp_path, gated_script(tmp_path))
+    server = PerdureMcp(mcp_app, workflow_tools(mcp_app.workflows), McpOptions(poll=0.05))
+    modern = Stateless(server)
+    asker = Requestor(Principal("mcp:tester", LOCAL_SCOPES), "stdio")
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}}}}  # fmt: skip
+
+    async def rpc(method: str, **params: Any) -> dict[str, Any]:
+        answer = await modern.handle(Rpc(1, method, {**params, "_meta": meta}), asker)
+        assert "result" in answer, answer
+        return dict(answer["result"])
+
+    async def gate(task_id: str, seen: set[str]) -> tuple[str, dict[str, Any]]:
+        deadline = time.monotonic() + 20
+        while True:
+            task = await rpc("tasks/get", taskId=task_id)
+            fresh = {k: v for k, v in (task.get("inputRequests") or {}).items() if k not in seen}
+            if task["status"] == "input_required" and fresh:
+                [(key, request)] = fresh.items()
+                seen.add(key)
+                return key, request
+            assert time.monotonic() < deadline, task
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        running = mcp_app.worker(concurrency=4, poll=0.05)
+        runner = asyncio.create_task(running.run())
+        try:
+            created = await rpc("tools/call", name="agent_helper", arguments={"prompt": "pick"})
+            task_id = created["taskId"]
+            assert created["resultType"] == "task"
+            seen: set[str] = set()
+            key, question = await gate(task_id, seen)
+            assert question["params"]["message"] == "Which colour?"
+            reply = {key: {"action": "accept", "content": {"answer": "blue"}}}
+            update = Rpc(2, "tasks/update", {"taskId": task_id, "inputResponses": reply,
+                                              "_meta": meta})  # fmt: skip
+            both = await asyncio.gather(modern.handle(update, asker), modern.handle(update, asker))
+            assert {"resultType": "complete"} in [b.get("result") for b in both]
+            for late in (b for b in both if "error" in b):  # the run had moved on meanwhile
+                assert "is not waiting for input" in late["error"]["message"]
+            key, approval = await gate(task_id, seen)
+            assert approval["params"]["message"].startswith("Approve the call write_file(")
+            assert approval["params"]["requestedSchema"]["required"] == ["approve"]
+            await rpc("tasks/update", taskId=task_id, inputResponses={
+                key: {"action": "accept", "content": {"approve": True}}})  # fmt: skip
+            deadline = time.monotonic() + 20
+            while (task := await rpc("tasks/get", taskId=task_id))["status"] != "completed":
+                assert time.monotonic() < deadline, task
+                await asyncio.sleep(0.05)
+            assert task["result"]["structuredContent"]["answer"] == "wrote blue"
+            call_id = key.split(":")[1]
+            assert await mcp_app.store.next_event(task_id, f"approve:{call_id}") is None
+            question_call = next(iter(seen)).split(":")[1]
+            assert await mcp_app.store.next_event(task_id, f"human:{question_call}") is None
+            audit = await mcp_app.store.audit_log(target=f"run:{task_id}")
+            assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester")} <= {
+                (r.action, r.actor) for r in audit}  # fmt: skip
+        finally:
+            running.stop()
+            await runner
+
+    asyncio.run(main())
+    assert (tmp_path / "out" / "colour.txt").read_text() == "blue"

@@ -58,12 +58,6 @@ from .listening import listen_options
     show_default=True,
     help="Seconds a plain (not task) tools/call waits for its run's result.",
 )
-@click.option(
-    "--result-wait",
-    default=300.0,
-    show_default=True,
-    help="Seconds tasks/result blocks at most before asking the client to retry.",
-)
 @listen_options
 @click.pass_context
 def mcp_cmd(
@@ -79,7 +73,6 @@ def mcp_cmd(
     only: tuple[str, ...],
     builtin: bool,
     call_wait: float,
-    result_wait: float,
     allowed_hosts: tuple[str, ...],
     header_timeout: float,
     body_timeout: float,
@@ -89,9 +82,12 @@ def mcp_cmd(
 
     A task-augmented tools/call starts a durable run whose id is the task id
     (tasks/get, tasks/result, tasks/list, tasks/cancel); a gate the run reaches
-    is put to the client as an elicitation. Tasks survive the server: reconnect
-    to any server on the same store. Over HTTP it answers only requests for its own
-    address or an --allowed-host name, and cuts slow clients off.
+    is put to the client as an elicitation. Over HTTP the same endpoint also serves
+    the stateless revision 2026-07-28 with the tasks extension (tasks/get,
+    tasks/update, tasks/cancel, subscriptions/listen), chosen per request. Tasks
+    survive the server: any server on the same store answers for them. Over HTTP it
+    answers only requests for its own address or an --allowed-host name, and cuts
+    slow clients off.
     """  # fmt: skip
     require_extra("mcp", "perdure mcp")
     from ..agent.loop import Agent
@@ -115,7 +111,7 @@ def mcp_cmd(
     tools = workflow_tools(app.workflows, only=only, builtin=builtin, descriptions=descriptions)
     if not tools:
         raise ConfigError("no tools to serve: pass --app module:attribute and/or --agent SPEC")
-    options = McpOptions(call_wait=call_wait, result_wait=result_wait)
+    options = McpOptions(call_wait=call_wait)
     worker = WorkerOptions(concurrency=concurrency) if with_worker else None
     server = PerdureMcp(app, tools, options, http=over_http)
     names = ", ".join(sorted(tools))

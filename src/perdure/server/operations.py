@@ -521,28 +521,38 @@ async def gate_call(app: App, run_id: str, call_id: str) -> tuple[str, dict[str,
 
 
 async def decide(
-    app: App, who: Principal, run_id: str, call_id: str, approve: bool, comment: str = ""
+    app: App,
+    who: Principal,
+    run_id: str,
+    call_id: str,
+    approve: bool,
+    comment: str = "",
+    *,
+    key: str | None = None,
 ) -> None:
-    """Approve or deny a gated tool call (the run continues either way)."""
+    """Approve or deny a gated tool call (the run continues either way). With `key`, a second
+    decision under the same key is dropped by the store (two servers answering one gate)."""
     name = "gate.approve" if approve else "gate.deny"
     action = Action(name, f"run:{run_id}", "approve", {"call": call_id, "comment": comment})
 
     async def do() -> None:
         await _expect_gate(app, run_id, APPROVE_PREFIX + call_id)
         await app.client.send_event(
-            run_id, f"approve:{call_id}", {"approve": approve, "comment": comment}
+            run_id, f"approve:{call_id}", {"approve": approve, "comment": comment}, key=key
         )
 
     await perform(app, who, action, do)
 
 
-async def answer(app: App, who: Principal, run_id: str, call_id: str, text: str) -> None:
-    """Answer an agent's question (ask_human)."""
+async def answer(
+    app: App, who: Principal, run_id: str, call_id: str, text: str, *, key: str | None = None
+) -> None:
+    """Answer an agent's question (ask_human); `key` as for `decide`."""
     action = Action("gate.answer", f"run:{run_id}", "approve", {"call": call_id, "answer": text})
 
     async def do() -> None:
         await _expect_gate(app, run_id, QUESTION_PREFIX + call_id)
-        await app.client.send_event(run_id, f"human:{call_id}", text)
+        await app.client.send_event(run_id, f"human:{call_id}", text, key=key)
 
     await perform(app, who, action, do)
 

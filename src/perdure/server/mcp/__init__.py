@@ -1,4 +1,6 @@
-"""`perdure mcp`: workflows and agents as MCP tools that run as MCP tasks (spec 2025-11-25).
+"""`perdure mcp`: workflows and agents as MCP tools that run as MCP tasks: spec 2025-11-25
+(`server`) and, over HTTP on the same endpoint, 2026-07-28 with the tasks extension
+(`stateless`), chosen per request (`transports.Revisions`).
 
 Needs the `mcp` extra: `pip install 'perdure[mcp]'`. A task is a perdure run, so
 it survives the server: a client that reconnects to any server on the same store,
