@@ -2,7 +2,8 @@
 while the server is answering it, and right after its reply; then a fresh worker finishes.
 Every request the counting server billed is in `perdure usage`, line by line: settled calls
 with the very tokens billed, the calls cut off as "sent, outcome unknown" at an estimate no
-lower than what was billed."""
+lower than what was billed (a call cut off before its request left is such a call too: its
+outcome is unknown to the worker that reserved it)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
     tmp_path: Path, server: CountingServer
 ) -> None:
     """Four runs; worker 1 is killed as it starts, worker 2 while the server answers, worker 3
-    right after a reply reached it (before it could record it), worker 4 finishes. Served
-    requests == settled usage rows + calls recorded as cut off; each matches."""
+    right after a reply reached it (before it could record it), worker 4 finishes. Every
+    served request is a settled usage row or a call recorded as cut off; each matches."""
     spec = tmp_path / "billed.toml"
     spec.write_text(SPEC.format(base=server.origin))
     db = f"sqlite:///{tmp_path}/k.db"
@@ -118,17 +119,21 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
         held = app.sync(app.store.reservations("billed", 0.0), "reservations")
         billed = sorted(s.total for s in server.served)
         settled = sorted(u.input_tokens + u.output_tokens for u in usage)
-        assert len(billed) == len(settled) + len(held)
         assert len(held) >= 2 and all(r.state == "unknown" for r in held)  # cut off twice or more
         remaining = list(billed)
         for total in settled:  # each settled call is a billed request, to the token
             remaining.remove(total)
-        estimates = sorted(r.tokens for r in held)
-        assert all(e >= b for e, b in zip(estimates, sorted(remaining), strict=True))
+        # every billed call not settled is one recorded as cut off, at an estimate no lower
+        # than its bill; a call reserved and cut off before its request left is recorded so
+        # too (unknown means unknown), at most the 4 calls in flight of each of the 2 kills
+        # during calls (the kill after a reply cuts off the calls still in flight then)
+        assert len(remaining) <= len(held) <= len(remaining) + 4 * 2, (billed, settled, held)
+        estimates = sorted((r.tokens for r in held), reverse=True)[: len(remaining)]
+        assert all(e >= b for e, b in zip(estimates, sorted(remaining, reverse=True), strict=True))
         shown = CliRunner().invoke(cli, ["--db", db, "usage", "--by", "agent"])
         assert shown.exit_code == 0, shown.output
         [line] = [x for x in shown.output.splitlines() if "sent, outcome unknown" in x]
-        assert line.split()[-3:-1] == [str(len(held)), str(sum(estimates))]
+        assert line.split()[-3:-1] == [str(len(held)), str(sum(r.tokens for r in held))]
     finally:
         for proc in procs:
             if proc.poll() is None:
