@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     choice = server.base_url if server is not None else args.model
     print(f"{args.framework} refund agent, refund {args.refund}, model: {MODELS[args.model]}")
     print(f"store {url}; payments {payments.url}; mail {mail.url}\n")
-    built = refund_app.build(app, Shop(payments.url, mail.url), choice)
+    built = refund_app.build(app, Shop(payments.url, mail.url), choice, (args.framework,))
 
     worker = app.worker(perdure.WorkerOptions(poll=0.05, gc_every=None, concurrency=4))
     loop = asyncio.new_event_loop()
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         orders = [f"o{n:04d}" for n in range(1, args.orders + 1)]
         handles = [built.start(args.framework, args.refund, order) for order in orders]
-        for order, handle in zip(orders, handles, strict=True):
+        for handle in handles:
             try:
                 output: Any = handle.result(timeout=args.timeout)
             except perdure.PerdureError as exc:

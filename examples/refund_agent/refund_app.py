@@ -1,23 +1,15 @@
 """The refund agents of both frameworks, both refund variants, on one perdure App.
 
-`build()` is what the demo and the bench use; the module-level `app` is what a worker process
-runs (`perdure --app refund_app:app worker`), configured from the environment:
-
-- `PERDURE_DB`: the store (SQLite file or PostgreSQL URL);
-- `REFUND_PAYMENTS_URL`, `REFUND_MAIL_URL`: the stubs (refund_outside.py);
-- `REFUND_MODEL`: `function` (pydantic-ai's FunctionModel; pydantic-ai only), `local` (the
-  small llama.cpp model perdure ships), or the base URL of the scripted OpenAI-compatible
-  server (refund_model.py), e.g. `http://127.0.0.1:8100/v1`.
+`build(app, shop, model)` registers them; `model` is `function` (pydantic-ai's FunctionModel,
+pydantic-ai only), `local` (the small llama.cpp model perdure ships) or the base URL of the
+scripted OpenAI-compatible server (refund_model.py), e.g. `http://127.0.0.1:8100/v1`.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import refund_agents_sdk
-import refund_pydantic_ai
 from refund_model import ScriptedModelServer, function_model
 from refund_tools import Shop
 
@@ -32,10 +24,10 @@ def prompt(order: str) -> str:
     return f"Please refund order {order} in full and let the customer know."
 
 
-def models(choice: str) -> tuple[Any, Any]:
-    """(pydantic-ai model, Agents SDK model) for `choice` (see the module docstring)."""
+def model_for(framework: str, choice: str) -> Any:
+    """`framework`'s model for `choice` (see the module docstring); None: it has none."""
     if choice == "function":
-        return function_model(), None
+        return function_model() if framework == "pydantic-ai" else None
     if choice == "local":
         from perdure.agent.local_model import ensure_local_model
 
@@ -44,11 +36,21 @@ def models(choice: str) -> tuple[Any, Any]:
     elif choice.startswith("http"):
         base_url, name = choice, ScriptedModelServer.model
     else:
-        raise SystemExit(f"REFUND_MODEL={choice!r}: use function, local or a scripted server URL")
-    return (
-        refund_pydantic_ai.openai_model(base_url, name),
-        refund_agents_sdk.openai_model(base_url, name),
-    )
+        raise SystemExit(f"model {choice!r}: use function, local or a scripted server URL")
+    return framework_module(framework).openai_model(base_url, name)
+
+
+def framework_module(framework: str) -> Any:
+    """The agent module of `framework`, imported when first needed (each import is slow)."""
+    if framework == "pydantic-ai":
+        import refund_pydantic_ai
+
+        return refund_pydantic_ai
+    if framework == "agents-sdk":
+        import refund_agents_sdk
+
+        return refund_agents_sdk
+    raise SystemExit(f"unknown framework {framework!r}: use {' or '.join(FRAMEWORKS)}")
 
 
 @dataclass
@@ -73,25 +75,16 @@ class RefundApp:
         return self.app.start(durable, prompt(order), run_id=run_id)
 
 
-def build(app: perdure.App, shop: Shop, model: str) -> RefundApp:
-    """Register every refund agent on `app`, answering with the model `model`."""
-    pai_model, sdk_model = models(model)
+def build(app: perdure.App, shop: Shop, model: str,
+          frameworks: tuple[str, ...] = FRAMEWORKS) -> RefundApp:  # fmt: skip
+    """Register the refund agents of `frameworks` on `app`, answering with `model`."""
     built = RefundApp(app, shop)
-    for variant in VARIANTS:
-        built.workflows[("pydantic-ai", variant)] = refund_pydantic_ai.durable_agent(
-            app, shop, pai_model, refund=variant
-        )
-        if sdk_model is not None:
-            built.workflows[("agents-sdk", variant)] = refund_agents_sdk.durable_workflow(
-                app, shop, sdk_model, refund=variant
-            )
+    for framework in frameworks:
+        found = model_for(framework, model)
+        if found is None:
+            continue
+        module = framework_module(framework)
+        make = module.durable_agent if framework == "pydantic-ai" else module.durable_workflow
+        for variant in VARIANTS:
+            built.workflows[(framework, variant)] = make(app, shop, found, refund=variant)
     return built
-
-
-def _from_env() -> RefundApp:
-    shop = Shop(os.environ.get("REFUND_PAYMENTS_URL", ""), os.environ.get("REFUND_MAIL_URL", ""))
-    return build(perdure.App(), shop, os.environ.get("REFUND_MODEL", "function"))
-
-
-refunds = _from_env()
-app = refunds.app

@@ -16,8 +16,10 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from refund_outside import QuietServer
 
 ORDER = re.compile(r"\bo\d{4}\b")
 MARKER = re.compile(r"rq(\d+)")
@@ -119,8 +121,7 @@ class ScriptedModelServer:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )

@@ -30,14 +30,22 @@ class Probe:
     pid: int
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A threaded HTTP server that does not print the resets of clients killed mid-request."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 class Stub:
     """A threaded JSON-over-HTTP server on a free port of 127.0.0.1."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.probes: list[Probe] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
