@@ -67,10 +67,10 @@ class Options:
 
     conversations: int = 200
     workers: int = 2
-    concurrency: int = 4
+    concurrency: int = 8
     kill_every: tuple[float, float] = (0.5, 2.0)
     kills_wanted: int = 20
-    spread: float = 30.0  # seconds over which the conversations are released
+    backlog: int = 0  # conversations released and unsettled at most (0: 2 per worker slot)
     seed: int = 1
     timeout: float = 900.0
 
@@ -102,6 +102,10 @@ class Result:
     seconds: float = 0.0
     settled: bool = True
     notes: list[str] = field(default_factory=list)
+
+
+def backlog(options: Options) -> int:
+    return options.backlog or 2 * options.workers * options.concurrency
 
 
 def orders(count: int) -> list[str]:
@@ -208,15 +212,14 @@ def perdure_trial(framework: str, store_kind: str, options: Options, folder: Pat
         workers = Workers(perdure_worker_command(options.concurrency), env, EXAMPLE,
                           folder / "logs", options.workers)  # fmt: skip
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
-                      random.Random(options.seed))  # fmt: skip
-        release = [lambda o=o: built.start(framework, variants[o], o) for o in names]  # type: ignore[misc]
+                      backlog(options), random.Random(options.seed))  # fmt: skip
+        release = [lambda o=o: built.start(framework, variants[o], o) for o in names]
 
-        def settled() -> bool:
-            return all(s in SETTLED for s in client.statuses(ids).values())
+        def unsettled() -> int:  # a conversation not released yet has no status
+            return sum(s not in SETTLED and s is not None for s in client.statuses(ids).values())
 
         started = time.monotonic()
-        result.settled = chaos.run(release, options.spread, settled, lambda pid: None,
-                                   options.timeout)  # fmt: skip
+        result.settled = chaos.run(release, unsettled, lambda pid: None, options.timeout)
         statuses = client.statuses(ids)
         result.finished = sum(s == COMPLETED for s in statuses.values())
         result.parked = sum(s == NEEDS_ATTENTION for s in statuses.values())
@@ -325,11 +328,10 @@ def plain_trial(framework: str, options: Options, folder: Path) -> Result:
         workers = Workers(command, world.env(), EXAMPLE.parent.parent, folder / "logs",
                           options.workers)  # fmt: skip
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
-                      random.Random(options.seed))  # fmt: skip
+                      backlog(options), random.Random(options.seed))  # fmt: skip
         started = time.monotonic()
-        release = [lambda o=o: queue.put(o) for o in names]  # type: ignore[misc]
-        result.settled = chaos.run(release, options.spread, lambda: queue.left() == 0,
-                                   queue.requeue, options.timeout)  # fmt: skip
+        release = [lambda o=o: queue.put(o) for o in names]
+        result.settled = chaos.run(release, queue.left, queue.requeue, options.timeout)
         result.seconds = time.monotonic() - started
         result.finished = result.final_finished = queue.done()
         fill_kills(result, chaos, variants)
@@ -455,9 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--kills", type=int, default=25, help="kill -9s per trial (>= 20)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=4, help="per worker")
-    parser.add_argument("--spread", type=float, default=None,
-                        help="seconds over which conversations are released")  # fmt: skip
+    parser.add_argument("--concurrency", type=int, default=8, help="per worker")
+    parser.add_argument("--backlog", type=int, default=0,
+                        help="conversations in flight (default: 2 per worker slot)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="40 conversations, 6 kills")
     parser.add_argument("--frameworks", default=",".join(refund_app.FRAMEWORKS))
     parser.add_argument("--modes", default="perdure,plain")
@@ -471,9 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         plain_worker(args.plain_worker, Path(args.queue), args.concurrency)
         return 0
     conversations, kills = (40, 6) if args.quick else (args.conversations, args.kills)
-    spread = args.spread if args.spread is not None else 1.25 * kills
     options = Options(conversations, args.workers, args.concurrency, (0.5, 2.0), kills,
-                      spread, args.seed)  # fmt: skip
+                      args.backlog, args.seed)  # fmt: skip
     print(f"refund crash bench: {conversations} conversations (half refund keyed, half once), "
           f"{args.workers} workers x {args.concurrency}, a kill -9 every 0.5-2 s, "
           f"{kills} kills per trial; commit {commit()}, load {load()}", flush=True)  # fmt: skip

@@ -158,33 +158,40 @@ class Kill:
 
 @dataclass
 class Chaos:
-    """Releases conversations at a steady rate and kills a ready worker every `every`
-    seconds (uniform) until it made `kills_wanted` kills; the last conversation is held back
-    until then, so every trial has exactly that many kills, all while work remains."""
+    """Kills a ready worker every `every` seconds (uniform), `kills_wanted` times, while it
+    releases the conversations: enough to keep every worker slot busy (`backlog` released
+    and unsettled), and no faster than the kills go (kill k allows the first (k+1)/K of
+    them), so each kill lands on busy workers; the last waits for the last kill."""
 
     workers: Workers
     world: World
     every: tuple[float, float]
     kills_wanted: int
+    backlog: int
     rng: random.Random
     kills: list[Kill] = field(default_factory=list)
 
-    def run(self, release: list[Callable[[], None]], spread: float,
-            settled: Callable[[], bool], on_kill: Callable[[int], None],
-            timeout: float) -> bool:  # fmt: skip
-        """True if everything settled within `timeout` seconds."""
+    def run(self, release: list[Callable[[], None]], unsettled: Callable[[], int],
+            on_kill: Callable[[int], None], timeout: float) -> bool:  # fmt: skip
+        """Release, kill and wait; True if everything settled within `timeout` seconds."""
         start = time.monotonic()
         pending = list(release)
-        gap = spread / max(1, len(pending))
+        total = len(release)
         next_kill = start + self.rng.uniform(*self.every)
         next_check = start
         while True:
             now = time.monotonic()
-            due = int((now - start) / gap) + 1 if gap > 0 else len(pending)
-            released = len(release) - len(pending)
-            while pending and released < due and (len(pending) > 1 or self.enough()):
-                pending.pop(0)()
-                released += 1
+            if now >= next_check:
+                open_now = unsettled()
+                if not pending and open_now == 0:
+                    return True
+                allowed = -(-total * (len(self.kills) + 1) // self.kills_wanted)
+                while pending and open_now < self.backlog and total - len(pending) < allowed:
+                    if len(pending) == 1 and not self.enough():
+                        break
+                    pending.pop(0)()
+                    open_now += 1
+                next_check = now + 0.1
             if now >= next_kill and not self.enough():
                 ready = self.workers.ready()
                 if ready:
@@ -195,10 +202,6 @@ class Chaos:
                     self.kills.append(Kill(pid, now - start, cut))
                     on_kill(pid)
                     next_kill = time.monotonic() + self.rng.uniform(*self.every)
-            if not pending and now >= next_check:
-                if settled():
-                    return True
-                next_check = now + 0.25
             if now - start > timeout:
                 return False
             time.sleep(0.01)

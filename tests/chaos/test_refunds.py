@@ -42,7 +42,7 @@ def test_kill_9_every_second_or_so_duplicates_nothing_and_loses_nothing(
     unasked, and the only model calls sent again are ones a kill cut off."""
     options = refunds.Options(
         conversations=CONVERSATIONS, concurrency=CONCURRENCY, kills_wanted=KILLS,
-        spread=8.0, seed=chaos_seed, timeout=300.0,
+        seed=chaos_seed, timeout=300.0,
     )  # fmt: skip
     result = refunds.perdure_trial(framework, store, options, tmp_path)
     summary = refunds.report([result], options)
