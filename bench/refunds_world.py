@@ -185,7 +185,7 @@ class Chaos:
                 open_now = unsettled()
                 if not pending and open_now == 0:
                     return True
-                allowed = -(-total * (len(self.kills) + 1) // self.kills_wanted)
+                allowed = -(-total * (len(self.kills) + 1) // max(1, self.kills_wanted))
                 while pending and open_now < self.backlog and total - len(pending) < allowed:
                     if len(pending) == 1 and not self.enough():
                         break
