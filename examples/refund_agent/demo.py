@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 output = f"[{handle.status()}] {exc}"
             if isinstance(output, dict):  # PerdureAgent's raw result: output and messages
                 output = output["output"]
-            print(f"{handle.id}: {output}")
+            print(f"{handle.id}: {' '.join(str(output).split())}")  # one line
             for line in steps(app, handle.id):
                 print(f"    {line}")
     finally:

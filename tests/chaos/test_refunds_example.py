@@ -58,3 +58,23 @@ def test_the_demo_refunds_and_emails_each_order_once(
 def test_the_function_model_is_pydantic_ais_own() -> None:
     """Asking the Agents SDK for pydantic-ai's FunctionModel is one line and exit code 2."""
     assert demo().main(["--framework", "agents-sdk", "--model", "function"]) == 2
+
+
+LOCAL = [("pydantic-ai", "pydantic_ai:refunds"), ("agents-sdk", "agents.refunds")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "prefix"), LOCAL)
+def test_the_demo_runs_on_the_local_model(
+    framework: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the llama.cpp model perdure ships (no key), the same agent runs durably: a
+    conversation is answered and its first model request is a journaled keyed step. (What
+    a 135M model answers varies: neither its words nor its tool calls are asserted.)"""
+    argv = ["--framework", framework, "--model", "local", "--orders", "1",
+            "--db", f"sqlite:///{tmp_path}/refunds.db", "--timeout", "600"]  # fmt: skip
+    assert demo().main(argv) == 0
+    out = capsys.readouterr().out
+    assert "model: the small llama.cpp model perdure ships" in out, out
+    first = out.split("\nrefund-o0001: ", 1)[1].split("\n")[1]
+    assert first == f"    {prefix}.model (keyed)", out
