@@ -35,8 +35,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from .refunds_world import (
     EXAMPLE,
     Chaos,
@@ -174,12 +172,13 @@ def resolve_parked(client: perdure.App, world: World, framework: str, run_id: st
         return
     position, tool = stuck[-1].position, (stuck[-1].name or "").rsplit(".", 1)[-1]
     order = run_id.removeprefix("refund-")
+    # what GET /refunds?order= and GET /sent?order= answer, read in this process
     if tool == "issue_refund":
-        found = httpx.get(f"{world.payments.url}/refunds", params={"order": order}).json()
+        found = world.payments.route("GET", "/refunds", {"order": order}, {})
         text = json.dumps({"refund_id": found[0]["refund_id"], "amount": found[0]["amount"]}
                           if found else {})  # fmt: skip
     else:
-        found = httpx.get(f"{world.mail.url}/sent", params={"order": order}).json()
+        found = world.mail.route("GET", "/sent", {"order": order}, {})
         text = f"sent {found[0]['message_id']}" if found else ""
     try:
         if found:

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 import agents
-from agents import Agent, OpenAIChatCompletionsModel, function_tool
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
 from refund_model import PID_HEADER
 from refund_tools import Shop
@@ -64,9 +64,28 @@ def durable_workflow(app: perdure.App, shop: Shop, model: Any, *, refund: str) -
     return runner.workflow(refund_agent(shop, model, name=name))
 
 
-def openai_model(base_url: str, model: str) -> OpenAIChatCompletionsModel:
+class _CappedModel(OpenAIChatCompletionsModel):
+    """Chat completions with at most `max_tokens` per answer (unless the agent sets one)."""
+
+    def __init__(self, max_tokens: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_tokens = max_tokens
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, model_settings: ModelSettings, *args: Any,
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        capped = ModelSettings(max_tokens=self.max_tokens).resolve(model_settings)
+        return await super().get_response(system_instructions, input, capped, *args, **kwargs)
+
+
+def openai_model(
+    base_url: str, model: str, max_tokens: int | None = None
+) -> OpenAIChatCompletionsModel:
     """A chat-completions model on an OpenAI-compatible server that needs no key."""
     client = AsyncOpenAI(
         base_url=base_url, api_key="not-needed", default_headers={PID_HEADER: str(os.getpid())}
     )
+    if max_tokens:
+        return _CappedModel(max_tokens, model=model, openai_client=client)
     return OpenAIChatCompletionsModel(model=model, openai_client=client)

@@ -17,6 +17,7 @@ import perdure
 
 FRAMEWORKS = ("pydantic-ai", "agents-sdk")
 VARIANTS = ("keyed", "once")  # the effect issue_refund is declared with
+LOCAL_MAX_TOKENS = 160
 
 
 def prompt(order: str) -> str:
@@ -31,13 +32,11 @@ def model_for(framework: str, choice: str) -> Any:
     if choice == "local":
         from perdure.agent.local_model import ensure_local_model
 
-        lm = ensure_local_model()
-        base_url, name = lm.base_url, lm.model
-    elif choice.startswith("http"):
-        base_url, name = choice, ScriptedModelServer.model
-    else:
-        raise SystemExit(f"model {choice!r}: use function, local or a scripted server URL")
-    return framework_module(framework).openai_model(base_url, name)
+        lm = ensure_local_model()  # a small model on 2 cores: short answers, or minutes each
+        return framework_module(framework).openai_model(lm.base_url, lm.model, LOCAL_MAX_TOKENS)
+    if choice.startswith("http"):
+        return framework_module(framework).openai_model(choice, ScriptedModelServer.model)
+    raise SystemExit(f"model {choice!r}: use function, local or a scripted server URL")
 
 
 def framework_module(framework: str) -> Any:

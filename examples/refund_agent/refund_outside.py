@@ -12,6 +12,7 @@ can tell whether a kill landed inside a tool.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -31,12 +32,16 @@ class Probe:
 
 
 class QuietServer(ThreadingHTTPServer):
-    """A threaded HTTP server that does not print the resets of clients killed mid-request."""
+    """A threaded HTTP server that does not print the resets of clients killed mid-request,
+    with a listen backlog for many clients connecting at once (the default 5 overflows on a
+    loaded machine, and a connection dropped there reads as a server that hung up)."""
 
     daemon_threads = True
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        pass
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a reset is no news
+            super().handle_error(request, client_address)
 
 
 class Stub:

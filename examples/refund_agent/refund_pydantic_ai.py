@@ -13,6 +13,7 @@ from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
 from refund_model import PID_HEADER
 from refund_tools import Shop
 
@@ -59,9 +60,10 @@ def durable_agent(app: perdure.App, shop: Shop, model: Any, *, refund: str) -> P
     )
 
 
-def openai_model(base_url: str, model: str) -> OpenAIChatModel:
+def openai_model(base_url: str, model: str, max_tokens: int | None = None) -> OpenAIChatModel:
     """A chat-completions model on an OpenAI-compatible server that needs no key."""
     client = AsyncOpenAI(
         base_url=base_url, api_key="not-needed", default_headers={PID_HEADER: str(os.getpid())}
     )
-    return OpenAIChatModel(model, provider=OpenAIProvider(openai_client=client))
+    settings = ModelSettings(max_tokens=max_tokens) if max_tokens else None
+    return OpenAIChatModel(model, provider=OpenAIProvider(openai_client=client), settings=settings)

@@ -72,7 +72,7 @@ def test_the_demo_runs_on_the_local_model(
     conversation is answered and its first model request is a journaled keyed step. (What
     a 135M model answers varies: neither its words nor its tool calls are asserted.)"""
     argv = ["--framework", framework, "--model", "local", "--orders", "1",
-            "--db", f"sqlite:///{tmp_path}/refunds.db", "--timeout", "600"]  # fmt: skip
+            "--db", f"sqlite:///{tmp_path}/refunds.db", "--timeout", "240"]  # fmt: skip
     assert demo().main(argv) == 0
     out = capsys.readouterr().out
     assert "model: the small llama.cpp model perdure ships" in out, out
