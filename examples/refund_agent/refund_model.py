@@ -192,7 +192,11 @@ class ScriptedModelServer:
                 pass
 
             def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if len(raw) < length:  # the client was killed before it sent the request
+                    self.close_connection = True
+                    return
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     status, data = 404, {"error": {"message": f"no route {self.path}"}}
                 else:

@@ -100,7 +100,11 @@ class Stub:
                 pass
 
             def _answer(self, method: str) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if len(raw) < length:  # the client was killed mid-request: nothing was asked
+                    self.close_connection = True
+                    return
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 body = json.loads(raw) if raw else {}
