@@ -1,0 +1,84 @@
+"""The refund agent's three tools, written once for both frameworks: plain async functions
+that call the payments and mail stubs over HTTP and hold a little (so a kill can land
+inside them, before or after the effect).
+
+`issue_refund` sends perdure's idempotency key when it runs as a `keyed` step (the stub then
+applies a repeated call once); outside perdure, or as a `once` step, it sends none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from dataclasses import dataclass
+
+import httpx
+
+import perdure
+
+
+@dataclass(frozen=True)
+class Shop:
+    """Where the tools act, and how long each body holds (seconds, drawn uniformly;
+    half before the effect, half after)."""
+
+    payments_url: str
+    mail_url: str
+    hold: tuple[float, float] = (0.02, 0.1)
+
+    async def _probe(self, client: httpx.AsyncClient, url: str, tool: str, order: str,
+                     stage: str) -> None:  # fmt: skip
+        body = {"tool": tool, "order": order, "stage": stage, "pid": os.getpid()}
+        await client.post(f"{url}/probe", json=body)
+
+    async def _hold(self) -> None:
+        await asyncio.sleep(random.uniform(*self.hold) / 2)
+
+    async def lookup_order(self, order: str) -> str:
+        """Look an order up: its amount and the customer's e-mail address."""
+        async with httpx.AsyncClient(timeout=30) as client:
+            found = await client.get(f"{self.payments_url}/orders/{order}")
+            found.raise_for_status()
+        return json.dumps(found.json())
+
+    async def issue_refund(self, order: str, amount: float) -> str:
+        """Refund `amount` EUR of `order` to the customer."""
+        key = _idempotency_key()
+        headers = {"Idempotency-Key": key} if key else {}
+        async with httpx.AsyncClient(timeout=30) as client:
+            await self._probe(client, self.payments_url, "issue_refund", order, "begin")
+            await self._hold()
+            paid = await client.post(
+                f"{self.payments_url}/refunds",
+                json={"order": order, "amount": amount},
+                headers=headers,
+            )
+            paid.raise_for_status()
+            await self._hold()
+            await self._probe(client, self.payments_url, "issue_refund", order, "end")
+        refund = paid.json()
+        return json.dumps({"refund_id": refund["refund_id"], "amount": refund["amount"]})
+
+    async def send_email(self, to: str, order: str, body: str) -> str:
+        """Send the customer an e-mail about their order."""
+        async with httpx.AsyncClient(timeout=30) as client:
+            await self._probe(client, self.mail_url, "send_email", order, "begin")
+            await self._hold()
+            sent = await client.post(
+                f"{self.mail_url}/send", json={"to": to, "order": order, "body": body}
+            )
+            sent.raise_for_status()
+            await self._hold()
+            await self._probe(client, self.mail_url, "send_email", order, "end")
+        return f"sent {sent.json()['message_id']}"
+
+
+def _idempotency_key() -> str:
+    """perdure's stable key when the call is a `keyed` step (run id + position), else ''."""
+    try:
+        step = perdure.current_step()
+    except perdure.PerdureError:  # not inside a perdure step: the plain framework
+        return ""
+    return step.idempotency_key if step.effect == "keyed" else ""
