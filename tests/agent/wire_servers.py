@@ -22,6 +22,14 @@ INPUT_TOKENS = 21
 OUTPUT_TOKENS = 7
 
 
+class _Server(ThreadingHTTPServer):
+    """An HTTP server whose listen backlog holds a burst of connections (the default, 5,
+    refused some under load: "Server disconnected without sending a response")."""
+
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 @dataclass
 class Turn:
     """What the fake model says: text and/or tool calls as (id, name, arguments)."""
@@ -58,8 +66,7 @@ class WireServer:
         self.hung = 0  # requests hung so far
         self.key: str | None = None  # when set, any other key gets a 401
         self._released = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
