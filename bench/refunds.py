@@ -182,9 +182,7 @@ def resolve_parked(client: perdure.App, world: World, framework: str, run_id: st
         text = f"sent {found[0]['message_id']}" if found else ""
     try:
         if found:
-            # a PerdureAgent tool step's outcome is {"value": ...}; an Agents SDK tool's, the text
-            value: Any = {"value": text} if framework == "pydantic-ai" else text
-            client.resolve(run_id, position, value=value)
+            client.resolve(run_id, position, value=text)  # what the tool would have returned
             how["value"] += 1
         else:
             client.resolve(run_id, position, retry=True)

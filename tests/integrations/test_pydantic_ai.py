@@ -119,7 +119,7 @@ def test_model_response_is_not_requested_again_and_an_interrupted_once_tool_park
     assert script.calls == 1  # the recorded response was replayed, not requested
     assert refunds == []  # a once tool cut off is never re-run by itself
 
-    app.resolve(handle.id, 1, value={"value": "refunded 42 (by hand)"})
+    app.resolve(handle.id, 1, value="refunded 42 (by hand)")  # the tool's output, as it is
     TestWorker(app).run_until_idle()
     assert durable.result(handle).output == "done: refunded 42 (by hand)"
     assert script.calls == 2 and refunds == []

@@ -476,7 +476,7 @@ async def _call_tool(
     tool_args: dict[str, Any],
     ctx: RunContext[Any],
     tool: ToolsetTool[Any],
-) -> dict[str, Any]:
+) -> Any:  # typed loosely: an operator's resolution is the tool's own output, of any shape
     """One tool call; a `ModelRetry`, or a call deferred to a person, is an outcome too
     (replayed as the same retry or deferral)."""
     try:
@@ -496,6 +496,15 @@ async def _call_tool(
         ) from None
 
 
+_OUTCOMES = ({"value"}, {"retry"}, {"deferred", "metadata"})  # the shapes `_call_tool` journals
+
+
+def _wrapped(outcome: Any) -> bool:
+    """Is a tool step's value one `_call_tool` made, not the tool's output as an operator
+    gives it to `perdure resolve --value`?"""
+    return isinstance(outcome, dict) and set(outcome) in _OUTCOMES
+
+
 @dataclass
 class _PerdureToolset(WrapperToolset[Any]):
     """A leaf toolset whose every `call_tool()` is a perdure step with the tool's effect."""
@@ -510,6 +519,8 @@ class _PerdureToolset(WrapperToolset[Any]):
             fn = self.wrapped.tools[name].function
         step = self.durable.tool_step(name, fn, self.wrapped.id)
         outcome = await step(self.wrapped, name, tool_args, ctx, tool)
+        if not _wrapped(outcome):  # an operator resolved the step with the tool's output
+            return outcome
         if "retry" in outcome:
             raise ModelRetry(outcome["retry"])
         if outcome.get("deferred") == "approval":
