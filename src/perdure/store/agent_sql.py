@@ -346,62 +346,55 @@ def usage(conn: Db, agent: str | None, since: float) -> list[UsageRow]:
     return [UsageRow(*r) for r in rows]
 
 
+_LIMITS = "tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day"
+
+
+def _get_limits(conn: Db, table: str, key: str, name: str) -> tuple[Any, ...] | None:
+    """The row (key, then the four limits) of a budget table for `name`; None: no row."""
+    row = conn.execute(f"SELECT {key}, {_LIMITS} FROM {table} WHERE {key} = ?", (name,)).fetchone()
+    return tuple(row) if row else None
+
+
+def _put_limits(
+    conn: Db, table: str, key: str, limits: Budget | SharedBudget, name: str, now: float
+) -> None:
+    """Insert or replace the four limits of a budget table's row for `name`."""
+    conn.execute(
+        f"INSERT INTO {table} ({key}, {_LIMITS}, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+        f"ON CONFLICT ({key}) DO UPDATE SET "
+        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
+        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
+        "updated_at = excluded.updated_at",
+        (
+            name,
+            limits.tokens_per_hour,
+            limits.tokens_per_day,
+            limits.cost_per_hour,
+            limits.cost_per_day,
+            now,
+        ),
+    )
+    conn.notify()
+
+
 def get_budget(conn: Db, agent: str) -> Budget | None:
-    row = conn.execute(
-        "SELECT agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day "
-        "FROM agent_budgets WHERE agent = ?",
-        (agent,),
-    ).fetchone()
+    row = _get_limits(conn, "agent_budgets", "agent", agent)
     return Budget(*row) if row else None
 
 
 def put_budget(conn: Db, budget: Budget, now: float) -> None:
     check(budget.agent, "agent name")
-    conn.execute(
-        "INSERT INTO agent_budgets (agent, tokens_per_hour, tokens_per_day, cost_per_hour, "
-        "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent) DO UPDATE SET "
-        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
-        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
-        "updated_at = excluded.updated_at",
-        (
-            budget.agent,
-            budget.tokens_per_hour,
-            budget.tokens_per_day,
-            budget.cost_per_hour,
-            budget.cost_per_day,
-            now,
-        ),
-    )
-    conn.notify()
+    _put_limits(conn, "agent_budgets", "agent", budget, budget.agent, now)
 
 
 def get_shared_budget(conn: Db, name: str) -> SharedBudget | None:
-    row = conn.execute(
-        "SELECT name, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day "
-        "FROM budget_pools WHERE name = ?",
-        (name,),
-    ).fetchone()
+    row = _get_limits(conn, "budget_pools", "name", name)
     return SharedBudget(*row) if row else None
 
 
 def put_shared_budget(conn: Db, budget: SharedBudget, now: float) -> None:
     check(budget.name, "shared budget name")
-    conn.execute(
-        "INSERT INTO budget_pools (name, tokens_per_hour, tokens_per_day, cost_per_hour, "
-        "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
-        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
-        "updated_at = excluded.updated_at",
-        (
-            budget.name,
-            budget.tokens_per_hour,
-            budget.tokens_per_day,
-            budget.cost_per_hour,
-            budget.cost_per_day,
-            now,
-        ),
-    )
-    conn.notify()
+    _put_limits(conn, "budget_pools", "name", budget, budget.name, now)
 
 
 def clear_shared_budget(conn: Db, name: str) -> bool:
