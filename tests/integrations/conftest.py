@@ -1,13 +1,20 @@
-"""Fixtures of the integration tests: a fresh store of each kind for the kill tests."""
+"""Fixtures of the integration tests: a fresh store of each kind for the kill tests, the
+scripted OpenAI-compatible server, and a real worker on its own thread."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agents_support import wire_servers
+
+import perdure
 
 PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -24,3 +31,24 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield f"{PG_URL}?schema={schema}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/agent/wire_servers.py)."""
+    running = wire_servers().OpenAIServer().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
+    """A real worker on its own thread and loop, as `perdure worker` runs one."""
+    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
+    thread.start()
+    yield worker
+    loop.call_soon_threadsafe(worker.stop)
+    thread.join(20)
+    loop.close()

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents_support import wire_servers
 
 pytest.importorskip("agents")
 
@@ -45,13 +44,6 @@ class Payments:
         self.refunds: list[tuple[str, str]] = []  # (order, idempotency key)
         self.emails: list[str] = []
         self.die_after_refund = False  # the first refund dies after paying, as a kill -9 would
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
 
 
 def shop_agent(server: Any, payments: Payments) -> Agent[Any]:

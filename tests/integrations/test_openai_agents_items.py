@@ -5,15 +5,12 @@ replayed or recovered run does not stream a recorded item again."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import agents
 import pytest
 from agents import ItemHelpers
-from agents_support import wire_servers
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
@@ -21,26 +18,6 @@ from perdure.integrations.openai_agents import PerdureSession
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def seen(event: Any) -> tuple[Any, ...]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,23 +13,14 @@ from typing import Any
 import agents
 import pytest
 from agents.memory import SessionSettings
-from agents_support import wire_servers
+from crashes import app_module, kill_all, wait_for, worker_process
 from test_openai_agents import Payments, make_runner, shop_agent
-from test_openai_agents_mcp import _worker
-from test_pydantic_ai import _wait
 
 import perdure
 from perdure.integrations.openai_agents import PerdureSession
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -237,9 +227,6 @@ def test_bad_session_input_is_one_line(app: perdure.App, server: Any) -> None:
     assert items(app, "conv-b") == []
 
 
-HERE = Path(__file__).resolve().parent
-
-
 @pytest.mark.slow
 def test_a_worker_killed_mid_conversation_leaves_each_item_once(
     tmp_path: Path, store_url: str, server: Any
@@ -252,26 +239,22 @@ def test_a_worker_killed_mid_conversation_leaves_each_item_once(
     ledger.touch()
     env = {"AGENTS_LEDGER": str(ledger), "AGENTS_BASE_URL": server.origin + "/v1"}
     os.environ.update(env)  # the client's copy of the app builds the same agent
-    sys.path.insert(0, str(HERE))
-    try:
-        import agents_app
-    finally:
-        sys.path.remove(str(HERE))
+    agents_app = app_module("agents_app")
     client = perdure.App(store_url)
     workflow = agents_app.register_helpdesk(client)
     lines = lambda: ledger.read_text().split()  # noqa: E731
     server.reply(tool_calls=[("s1", "check_stock", {"item": "lamp"})])
     server.reply("3 lamps left.")
-    first = _worker(store_url, env, log)
+    first = worker_process("agents_app:app", store_url, env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         turn1 = client.start(workflow, "any lamps?", run_id="k-t1", session="conv-k")
-        _wait("the stock check to start", lambda: "stock-started" in lines(), log)
+        wait_for("the stock check to start", lambda: "stock-started" in lines(), log)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert kinds(items(client, "conv-k")) == ["user"]  # stored before the kill
         assert len(server.requests) == 1
-        second = _worker(store_url, env, log)
+        second = worker_process("agents_app:app", store_url, env, log)
         assert turn1.result(timeout=60) == "3 lamps left."
         assert lines() == ["stock-started", "stock-started", "stock-done"]
         assert len(server.requests) == 2  # the first call's recorded response was replayed
@@ -287,10 +270,7 @@ def test_a_worker_killed_mid_conversation_leaves_each_item_once(
         assert [m["content"] for m in sent if m["role"] == "tool"] == ["lamp: 3 left"]
         assert kinds(items(client, "conv-k")) == [*TURN_1, "user", "assistant"]
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        kill_all(first, second)
         client.close()
         for key in env:
             os.environ.pop(key, None)

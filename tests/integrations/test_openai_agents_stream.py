@@ -3,7 +3,6 @@ stream, needs_approval as perdure gates, budgets reserved before every model cal
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -42,26 +41,6 @@ class HeldServer(wire_servers().OpenAIServer):  # type: ignore[misc]
             if '"content": "' in event and '"content": ""' not in event and not self.held:
                 self.held = True
                 assert self.go.wait(20), "the reader never saw the first tokens"
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def test_run_streamed_gives_tokens_while_the_model_step_runs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,19 +22,6 @@ NAME = "pydantic_ai:writer"
 
 def no_request(messages: list[ModelMessage], info: AgentInfo) -> Any:
     raise AssertionError("a streaming run asks the model through request_stream only")
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop, as `perdure worker` runs one."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def test_tokens_reach_the_caller_while_the_model_step_runs(

@@ -1,0 +1,80 @@
+"""Crashes the integration tests stage: a worker that dies after a step's intent, the
+recovery that follows, and real `perdure worker` processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import perdure
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
+
+HERE = Path(__file__).resolve().parent
+
+
+def crash_after(app: perdure.App, step: str | None = None) -> TestWorker:
+    """A worker that dies (SimulatedCrash) after recording `step`'s intent (None: the
+    crash the test armed elsewhere); returned for its lease."""
+    dead = TestWorker(app)
+    if step is not None:
+        dead.crash_after_intent(step)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    return dead
+
+
+def recover(app: perdure.App, clock: TestClock, dead: TestWorker) -> None:
+    """Let the dead worker's lease lapse; a fresh worker recovers and runs what is left."""
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+
+
+def crash_and_recover(app: perdure.App, clock: TestClock, step: str) -> None:
+    """`crash_after(step)`, then `recover`."""
+    recover(app, clock, crash_after(app, step))
+
+
+def worker_process(
+    app_ref: str, url: str, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """A real `perdure worker` serving `app_ref` (a module of this folder) on `url`."""
+    full = {**os.environ, **env, "PERDURE_DB": url, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "perdure", "--app", app_ref, "worker", "--poll", "0.05"],
+            cwd=HERE, env=full, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def wait_for(what: str, until: Callable[[], bool], log: Path, timeout: float = 30.0) -> None:
+    """Poll `until` (a worker's log in the failure: what it did instead)."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
+def kill_all(*procs: subprocess.Popen[bytes] | None) -> None:
+    """Kill the worker processes still running."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def app_module(name: str) -> ModuleType:
+    """The app module `name` of this folder, as the worker processes import it."""
+    sys.path.insert(0, str(HERE))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(HERE))
