@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crashes import crash_after, crash_and_recover, recover
 
 pytest.importorskip("agents")
 
@@ -155,14 +156,10 @@ def test_recovery_never_requests_a_recorded_response_again(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     handle = app.start(workflow, "refund o42", run_id="r2")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     assert len(server.requests) == 2 and payments.refunds == []
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.result() == "Order o42 was refunded."
     assert len(server.requests) == 4  # only the two calls that had not been made
@@ -187,8 +184,7 @@ def test_a_refund_killed_after_paying_is_retried_with_the_same_key(
         dead.run_until_idle()
     assert len(server.requests) == 2 and len(payments.refunds) == 1
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.result() == "Order o42 was refunded."
     assert len(server.requests) == 4
@@ -206,14 +202,10 @@ def test_an_interrupted_once_tool_parks_the_run(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     handle = app.start(workflow, "refund o42", run_id="r3")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.send_email")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.send_email")
     assert len(server.requests) == 3
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.status() == "needs_attention"
     assert len(server.requests) == 3
@@ -450,12 +442,7 @@ def test_recovery_on_postgres(pg_url: str, server: Any) -> None:
         workflow = make_runner(app).workflow(shop_agent(server, payments))
         script(server)
         handle = app.start(workflow, "refund o42", run_id="r-pg")
-        dead = TestWorker(app)
-        dead.crash_after_intent("agents.refunds.tool.send_email")
-        with pytest.raises(SimulatedCrash):
-            dead.run_until_idle()
-        clock.advance(dead.lease + 1)
-        TestWorker(app).run_until_idle()
+        crash_and_recover(app, clock, "agents.refunds.tool.send_email")
         assert handle.status() == "needs_attention"
         assert len(server.requests) == 3 and payments.emails == []
         assert len(payments.refunds) == 1
@@ -525,12 +512,7 @@ def test_parallel_tool_calls_keep_their_positions_across_recovery(
     )
     server.reply("Done.")
     handle = app.start(workflow, "refund o42", run_id="r-par")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done."
     assert len(server.requests) == 2 and len(payments.refunds) == 1
     assert steps(app, "r-par") == [

@@ -9,13 +9,13 @@ from collections import Counter
 from typing import Any
 
 import agents
-import pytest
 from agents import ItemHelpers
+from crashes import crash_and_recover
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
 from perdure.integrations.openai_agents import PerdureSession
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
 
@@ -85,12 +85,7 @@ def test_a_recovered_run_streams_each_item_once(
     workflow = runner.workflow(shop_agent(server, payments))
     script(server)
     app.start(workflow, "refund o42", run_id="i-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert app.handle("i-crash").result() == "Order o42 was refunded."
 
     whole, _ = app.sync(drain(runner.stream("i-crash")), "test")

@@ -17,14 +17,14 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
-from crashes import app_module, kill_all, wait_for, worker_process
+from crashes import app_module, crash_after, crash_and_recover, kill_all, wait_for, worker_process
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
 from perdure.integrations.openai_agents import Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
 FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
@@ -56,12 +56,7 @@ def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
     server.reply(tool_calls=[("c2", "touch", {"path": str(target)})])
     server.reply("Added and touched.")
     handle = app.start(flow, "add, then touch", run_id="m-1")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.touch")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.touch")
     assert handle.status() == "needs_attention" and not target.exists()
     assert len(server.requests) == 2
     add_reply = server.requests[1].body["messages"][-1]
@@ -119,10 +114,7 @@ def _crash_in_refund(app: perdure.App, server: Any, run_id: str) -> None:
     workflow = make_runner(app).workflow(shop_agent(server, Payments()))
     script(server)
     app.start(workflow, "refund o42", run_id=run_id)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    crash_after(app, "agents.refunds.tool.issue_refund")
 
 
 def test_a_renamed_tool_is_a_non_determinism_error_at_the_first_request(
@@ -171,10 +163,7 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
 
     script(server)
     app.start(support, "refund o42", run_id="n-agent")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    crash_after(app, "agents.refunds.tool.issue_refund")
 
     fresh = perdure.App(app.url, clock=clock)
     try:

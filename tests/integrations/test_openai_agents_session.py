@@ -13,12 +13,20 @@ from typing import Any
 import agents
 import pytest
 from agents.memory import SessionSettings
-from crashes import app_module, kill_all, wait_for, worker_process
+from crashes import (
+    app_module,
+    crash_after,
+    crash_and_recover,
+    kill_all,
+    recover,
+    wait_for,
+    worker_process,
+)
 from test_openai_agents import Payments, make_runner, shop_agent
 
 import perdure
 from perdure.integrations.openai_agents import PerdureSession
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
 
@@ -128,13 +136,9 @@ def test_a_crash_after_the_items_were_written_adds_them_once(
 
     lookup_turn(server)
     handle = app.start(chat, "is o42 paid?", run_id="c1")
-    dead = TestWorker(app)
-    dead.crash_after_intent("notify")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "notify")
     assert kinds(items(app, "conv-c")) == TURN_1  # written, committed with their steps
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert handle.status() == "needs_attention"  # the once step, not the session
     app.resolve("c1", "notify", value="told")
     TestWorker(app).run_until_idle()
@@ -152,14 +156,10 @@ def test_a_crash_mid_conversation_resumes_with_the_items_once(
     server.reply(tool_calls=[("c2", "issue_refund", {"order": "o42"})])
     server.reply("Refunded.")
     handle = app.start(workflow, "refund o42", run_id="m1", session="conv-m")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     before = items(app, "conv-m")
     assert kinds(before)[:1] == ["user"]
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert handle.result() == "Refunded." and len(payments.refunds) == 1
     assert kinds(items(app, "conv-m")) == TURN_1
 
@@ -292,12 +292,7 @@ def test_parallel_tool_calls_with_a_session_recover_in_order(
     )
     server.reply("Done.")
     handle = app.start(workflow, "refund o42", run_id="p1", session="conv-par")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done." and len(payments.refunds) == 1
     found = items(app, "conv-par")
     assert kinds(found) == [

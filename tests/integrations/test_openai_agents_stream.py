@@ -14,6 +14,7 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents_support import wire_servers
+from crashes import crash_after, recover
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
@@ -22,7 +23,7 @@ from perdure.integrations.openai_agents import REJECTED, Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
 
@@ -88,13 +89,9 @@ def test_a_recovered_run_does_not_stream_a_recorded_call_again(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     app.start(workflow, "refund o42", run_id="a-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     assert len(server.requests) == 2
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     handle = app.handle("a-crash")
     assert handle.result() == "Order o42 was refunded." and len(server.requests) == 4
 

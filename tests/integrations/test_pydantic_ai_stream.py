@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from crashes import crash_after, recover
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, PartDeltaEvent, PartStartEvent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
@@ -99,13 +100,9 @@ def test_a_replayed_step_is_not_streamed_again_and_a_reader_resumes_at_its_offse
 
     durable = PerdureAgent(agent, app)
     handle = durable.start("refund 42", run_id="s-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent(f"{NAME}.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, f"{NAME}.tool.issue_refund")
     assert script.calls == 1
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert durable.result(handle).output == "refunded order 42"
     assert script.calls == 2 and refunds == ["42"]
 
@@ -179,8 +176,7 @@ def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
     dead = TestWorker(app)
     with pytest.raises(SimulatedCrash):
         dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert durable.result(handle).output == "Hello world" and len(calls) == 2
 
     markers = [c.kind for c in handle.stream() if c.kind != "chunk"]
