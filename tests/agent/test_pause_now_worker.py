@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
 
 HERE = Path(__file__).parent
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 SLOW = 60.0  # seconds the server takes over the first call: far beyond any abort
 BOUND = 20.0  # seconds the abort may take (a heartbeat is a second while busy)
 
@@ -39,19 +37,6 @@ def server() -> Iterator[CountingServer]:
     yield s
     s.hurry.set()
     s.stop()
-
-
-@pytest.fixture
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/n.db"
-        return
-    schema = f"t_pausenow_{uuid.uuid4().hex[:10]}"
-    yield f"{PG_URL}?schema={schema}"
-    import psycopg
-
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _api(app: perdure.App, path: str, body: dict[str, Any]) -> Any:
