@@ -16,19 +16,16 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_table_changes import _admin, wait_until, write_orders
+from test_table_changes import wait_until, write_orders
 
 pytestmark = pytest.mark.postgres
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "table_app.py"
-SERVER = os.environ.get("PERDURE_TEST_PG_SERVER", "postgresql://postgres@127.0.0.1:5432")
 INSERTS = 900
 WORKERS = 2
 
@@ -39,21 +36,6 @@ def load_app_module() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    import psycopg
-
-    name = f"tck_{uuid.uuid4().hex[:12]}"
-    _admin(f'CREATE DATABASE "{name}"')
-    url = f"{SERVER}/{name}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE orders (id SERIAL PRIMARY KEY, item TEXT NOT NULL, qty INT NOT NULL)"
-        )
-    yield url
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Workers:
