@@ -7,7 +7,6 @@ acknowledged."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import random
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
 
 HERE = Path(__file__).resolve().parent
@@ -43,11 +43,7 @@ SETTLE_SECONDS = 90.0
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_broker_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_broker_app", SCRIPT)
 
 
 class Broker:

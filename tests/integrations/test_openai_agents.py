@@ -94,6 +94,17 @@ def script(server: Any) -> None:
     server.reply("Order o42 was refunded.")
 
 
+def script_parallel(server: Any) -> None:
+    """Two model turns: a lookup and a refund called at once, then the answer."""
+    server.reply(
+        tool_calls=[
+            ("c1", "lookup_order", {"order": "o42"}),
+            ("c2", "issue_refund", {"order": "o42"}),
+        ]
+    )
+    server.reply("Done.")
+
+
 def steps(app: perdure.App, run_id: str) -> list[tuple[str, str]]:
     """(step name, effect) of each journaled step intent or read outcome, in order."""
     found: dict[int, tuple[str, str]] = {}
@@ -504,13 +515,7 @@ def test_parallel_tool_calls_keep_their_positions_across_recovery(
     in call order, so the replay after a crash in the second finds the first recorded."""
     payments = Payments()
     workflow = make_runner(app).workflow(shop_agent(server, payments))
-    server.reply(
-        tool_calls=[
-            ("c1", "lookup_order", {"order": "o42"}),
-            ("c2", "issue_refund", {"order": "o42"}),
-        ]
-    )
-    server.reply("Done.")
+    script_parallel(server)
     handle = app.start(workflow, "refund o42", run_id="r-par")
     crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done."

@@ -22,7 +22,7 @@ from crashes import (
     wait_for,
     worker_process,
 )
-from test_openai_agents import Payments, make_runner, shop_agent
+from test_openai_agents import Payments, make_runner, script_parallel, shop_agent
 
 import perdure
 from perdure.integrations.openai_agents import PerdureSession
@@ -284,13 +284,7 @@ def test_parallel_tool_calls_with_a_session_recover_in_order(
     the session holds the turn once, in the SDK's order."""
     payments = Payments()
     workflow = make_runner(app).workflow(shop_agent(server, payments))
-    server.reply(
-        tool_calls=[
-            ("c1", "lookup_order", {"order": "o42"}),
-            ("c2", "issue_refund", {"order": "o42"}),
-        ]
-    )
-    server.reply("Done.")
+    script_parallel(server)
     handle = app.start(workflow, "refund o42", run_id="p1", session="conv-par")
     crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done." and len(payments.refunds) == 1

@@ -10,7 +10,6 @@ the test resolves those as an operator would, from the ledger.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
 
 HERE = Path(__file__).resolve().parent
@@ -36,11 +36,7 @@ SETTLE_SECONDS = 60.0
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_inbox_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_inbox_app", SCRIPT)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -9,7 +9,6 @@ empty.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -22,6 +21,8 @@ from types import ModuleType
 import pytest
 from test_table_changes import wait_until, write_orders
 
+from module_files import load_file
+
 pytestmark = pytest.mark.postgres
 
 HERE = Path(__file__).resolve().parent
@@ -31,11 +32,7 @@ WORKERS = 2
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_table_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_table_app", SCRIPT)
 
 
 class Workers:
