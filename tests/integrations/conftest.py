@@ -4,9 +4,7 @@ scripted OpenAI-compatible server, and a real worker on its own thread."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,22 +13,14 @@ import pytest
 from agents_support import wire_servers
 
 import perdure
-
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+from fresh_stores import fresh_store_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL (dropped after)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/kill.db"
-        return
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_store_url(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
