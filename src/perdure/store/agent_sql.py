@@ -132,36 +132,32 @@ def record_usage(conn: Db, row: UsageRow) -> bool:
     return cur.rowcount == 1
 
 
-def pool_spent(conn: Db, pool: str, since: float) -> tuple[int, float]:
-    """Tokens and cost every agent sharing `pool` spent since `since`, held reservations
-    counted at their estimate."""
+def _spent_by(conn: Db, column: str, value: str, since: float) -> tuple[int, float]:
+    """Tokens and cost of the usage rows and held reservations whose `column` is `value`,
+    since `since`."""
     row = conn.execute(
         "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
-        "FROM agent_usage WHERE pool = ? AND at >= ?",
-        (pool, since),
+        f"FROM agent_usage WHERE {column} = ? AND at >= ?",
+        (value, since),
     ).fetchone()
     held = conn.execute(
         "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
-        "WHERE pool = ? AND at >= ?",
-        (pool, since),
+        f"WHERE {column} = ? AND at >= ?",
+        (value, since),
     ).fetchone()
     return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
+
+
+def pool_spent(conn: Db, pool: str, since: float) -> tuple[int, float]:
+    """Tokens and cost every agent sharing `pool` spent since `since`, held reservations
+    counted at their estimate."""
+    return _spent_by(conn, "pool", pool, since)
 
 
 def spent(conn: Db, agent: str, since: float) -> tuple[int, float]:
     """Tokens and cost an agent spent since `since`, counting held reservations (calls in
     flight, or cut off with their outcome unknown) at their estimate."""
-    row = conn.execute(
-        "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
-        "FROM agent_usage WHERE agent = ? AND at >= ?",
-        (agent, since),
-    ).fetchone()
-    held = conn.execute(
-        "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
-        "WHERE agent = ? AND at >= ?",
-        (agent, since),
-    ).fetchone()
-    return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
+    return _spent_by(conn, "agent", agent, since)
 
 
 def run_spent(conn: Db, run_id: str) -> tuple[int, float]:
