@@ -1,5 +1,4 @@
-"""Crashes the integration tests stage: a worker that dies after a step's intent, the
-recovery that follows, and real `perdure worker` processes killed with SIGKILL."""
+"""Real `perdure worker` processes of the integration tests' apps, killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -12,34 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
-import perdure
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
-
 HERE = Path(__file__).resolve().parent
-
-
-def crash_after(app: perdure.App, step: str | None = None) -> TestWorker:
-    """A worker that dies (SimulatedCrash) after recording `step`'s intent (None: the
-    crash the test armed elsewhere); returned for its lease."""
-    dead = TestWorker(app)
-    if step is not None:
-        dead.crash_after_intent(step)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    return dead
-
-
-def recover(app: perdure.App, clock: TestClock, dead: TestWorker) -> None:
-    """Let the dead worker's lease lapse; a fresh worker recovers and runs what is left."""
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
-
-
-def crash_and_recover(app: perdure.App, clock: TestClock, step: str) -> None:
-    """`crash_after(step)`, then `recover`."""
-    recover(app, clock, crash_after(app, step))
 
 
 def worker_process(

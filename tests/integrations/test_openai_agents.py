@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crashes import crash_after, crash_and_recover, recover
+
+from crash_steps import crash_after, crash_and_recover, recover
 
 pytest.importorskip("agents")
 

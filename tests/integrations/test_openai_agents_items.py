@@ -10,10 +10,10 @@ from typing import Any
 
 import agents
 from agents import ItemHelpers
-from crashes import crash_and_recover
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from crash_steps import crash_and_recover
 from perdure.integrations.openai_agents import PerdureSession
 from perdure.testing import TestClock, TestWorker
 

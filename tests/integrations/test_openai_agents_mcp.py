@@ -17,10 +17,11 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
-from crashes import app_module, crash_after, crash_and_recover, kill_all, wait_for, worker_process
+from crashes import app_module, kill_all, wait_for, worker_process
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from crash_steps import crash_after, crash_and_recover
 from perdure.integrations.openai_agents import Runner
 from perdure.server import operations
 from perdure.server.access import local_operator

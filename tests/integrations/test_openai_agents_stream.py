@@ -14,10 +14,10 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents_support import wire_servers
-from crashes import crash_after, recover
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from crash_steps import crash_after, recover
 from perdure.agent import budgets
 from perdure.integrations.openai_agents import REJECTED, Runner
 from perdure.server import operations

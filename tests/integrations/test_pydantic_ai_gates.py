@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crashes import crash_after, crash_and_recover
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from pydantic_ai import Agent, RunContext
@@ -25,6 +24,7 @@ from pydantic_ai.toolsets.external import TOOL_SCHEMA_VALIDATOR
 from pydantic_ai.usage import RequestUsage
 
 import perdure
+from crash_steps import crash_after, crash_and_recover
 from perdure.agent import budgets
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool

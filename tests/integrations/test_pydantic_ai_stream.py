@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from crashes import crash_after, recover
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, PartDeltaEvent, PartStartEvent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import perdure
+from crash_steps import crash_after, recover
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
