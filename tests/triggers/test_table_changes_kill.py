@@ -22,6 +22,7 @@ import pytest
 from test_table_changes import wait_until, write_orders
 
 from module_files import load_file
+from process_stops import stop_processes
 
 pytestmark = pytest.mark.postgres
 
@@ -64,14 +65,7 @@ class Workers:
         return [p for p in self.procs if p.poll() is None]
 
     def stop_all(self) -> None:
-        for proc in self.alive():
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs, grace=15)
 
     def text(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in self.logs.iterdir())
