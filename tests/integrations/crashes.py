@@ -6,8 +6,6 @@ import importlib
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -24,15 +22,6 @@ def worker_process(
             [sys.executable, "-m", "perdure", "--app", app_ref, "worker", "--poll", "0.05"],
             cwd=HERE, env=full, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-
-
-def wait_for(what: str, until: Callable[[], bool], log: Path, timeout: float = 30.0) -> None:
-    """Poll `until` (a worker's log in the failure: what it did instead)."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()}")
-        time.sleep(0.05)
 
 
 def kill_all(*procs: subprocess.Popen[bytes] | None) -> None:

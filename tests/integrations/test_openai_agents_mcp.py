@@ -17,7 +17,7 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
-from crashes import app_module, kill_all, wait_for, worker_process
+from crashes import app_module, kill_all, worker_process
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
@@ -26,6 +26,7 @@ from perdure.integrations.openai_agents import Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for
 
 agents.set_tracing_disabled(True)
 FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")

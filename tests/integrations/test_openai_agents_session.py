@@ -13,13 +13,14 @@ from typing import Any
 import agents
 import pytest
 from agents.memory import SessionSettings
-from crashes import app_module, kill_all, wait_for, worker_process
+from crashes import app_module, kill_all, worker_process
 from test_openai_agents import Payments, make_runner, script_parallel, shop_agent
 
 import perdure
 from crash_steps import crash_after, crash_and_recover, recover
 from perdure.integrations.openai_agents import PerdureSession
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for
 
 agents.set_tracing_disabled(True)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crashes import app_module, kill_all, wait_for, worker_process
+from crashes import app_module, kill_all, worker_process
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -23,6 +23,7 @@ import perdure
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from waits import wait_for
 
 NAME = "pydantic_ai:shop"
 
