@@ -6,9 +6,6 @@ command shows and changes it, and refuses bad input in one line."""
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,28 +19,6 @@ from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
 from perdure.store.agent_sql import SharedBudget
 from perdure.testing import TestClock, TestWorker
-
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def server() -> Iterator[CountingServer]:
-    s = CountingServer(latency=0.3).start()  # long enough for all first calls to overlap
-    yield s
-    s.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/s.db"
-        return
-    schema = f"t_shared_{uuid.uuid4().hex[:10]}"
-    yield f"{PG_URL}?schema={schema}"
-    import psycopg
-
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _agent(app: perdure.App, tmp_path: Path, server: CountingServer, name: str,

@@ -13,8 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ import perdure
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
+from waits import wait_for
 
 HERE = Path(__file__).parent
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 SLOW = 60.0  # seconds the server takes over the first call: far beyond any abort
 BOUND = 20.0  # seconds the abort may take (a heartbeat is a second while busy)
 
@@ -39,19 +38,6 @@ def server() -> Iterator[CountingServer]:
     yield s
     s.hurry.set()
     s.stop()
-
-
-@pytest.fixture
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/n.db"
-        return
-    schema = f"t_pausenow_{uuid.uuid4().hex[:10]}"
-    yield f"{PG_URL}?schema={schema}"
-    import psycopg
-
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _api(app: perdure.App, path: str, body: dict[str, Any]) -> Any:
@@ -70,14 +56,6 @@ def _api(app: perdure.App, path: str, body: dict[str, Any]) -> Any:
         answer = client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 200, answer.text
     return answer.json()
-
-
-def _wait(what: str, done: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -109,7 +87,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
     try:
         agent = Agent(app, load_spec(spec))
         handle = app.start(agent.workflow, {"prompt": "why?"}, run_id="n1")
-        _wait("the model call in flight", lambda: len(server.requests) == 1)
+        wait_for("the model call in flight", lambda: len(server.requests) == 1, timeout=60)
         target = ["--workflow", "agent:slow"] if scope == "workflow" else ["n1"]
         began = time.monotonic()
         if scope == "api":  # the HTTP API (and the dashboard's Pause now) call the same
@@ -123,7 +101,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
             journal = app.sync(app.store.journal("n1"), "journal")
             return any(e.kind == "step.stopped" for e in journal)
 
-        _wait("the call journaled aborted", aborted, timeout=BOUND)
+        wait_for("the call journaled aborted", aborted, timeout=BOUND)
         took = time.monotonic() - began
         assert took < BOUND
         assert server.served == []  # cut off before the server answered it
@@ -134,7 +112,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         assert held.state == "aborted"
         assert data["estimate"]["tokens"] == held.tokens and data["estimate"]["sent"] is True
         if scope != "workflow":
-            _wait("the run paused", lambda: app.get_run("n1").status == "paused")
+            wait_for("the run paused", lambda: app.get_run("n1").status == "paused", timeout=60)
         shown = runner.invoke(cli, ["--db", store_url, "show", "n1"])
         assert "status    paused" in shown.output, shown.output
         explained = runner.invoke(cli, ["--db", store_url, "explain", "n1"])
@@ -151,7 +129,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
             assert resumed.exit_code == 0, resumed.output
         assert handle.result(timeout=60)["status"] == "done"
         server.hurry.set()  # the aborted call's handler finishes (billed, its reply unread)
-        _wait("the aborted call billed", lambda: len(server.served) == 2)
+        wait_for("the aborted call billed", lambda: len(server.served) == 2, timeout=60)
         recorded = app.sync(app.store.usage("slow", 0.0), "usage")
         still = app.sync(app.store.reservations("slow", 0.0), "reservations")
         assert len(server.requests) == len(server.served) == len(recorded) + len(still) == 2

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ import perdure
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
+from waits import wait_for
 
 HERE = Path(__file__).parent
 LEASE = 2.0
@@ -58,14 +59,6 @@ def server() -> Iterator[CountingServer]:
     s.stop()
 
 
-def _wait(what: str, done: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 @pytest.mark.slow
 def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage(
     tmp_path: Path, server: CountingServer
@@ -98,17 +91,17 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
     try:
         agent = Agent(app, load_spec(spec))
         first = spawn()  # killed before any call: nothing sent, nothing to record
-        _wait("worker 1 ready", lambda: b"ready" in (tmp_path / "worker-0.log").read_bytes())
+        wait_for("worker 1 ready", lambda: b"ready" in (tmp_path / "worker-0.log").read_bytes())
         kill(first)
         handles = [app.start(agent.workflow, {"prompt": f"q{i}"}, run_id=f"k{i}") for i in range(4)]
         assert server.requests == []
         second = spawn()  # killed while the server is still answering its calls
-        _wait("calls in flight", lambda: len(server.requests) >= 2)
+        wait_for("calls in flight", lambda: len(server.requests) >= 2)
         kill(second)
         answered_before = len(server.requests)
         third = spawn()
         server.after_reply = lambda: os.kill(third.pid, signal.SIGKILL)  # at once after a reply
-        _wait("worker 3 killed after a reply", lambda: third.poll() is not None, timeout=60)
+        wait_for("worker 3 killed after a reply", lambda: third.poll() is not None, timeout=60)
         assert len(server.requests) > answered_before
         spawn()
         for h in handles:

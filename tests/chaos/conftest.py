@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import shutil
@@ -19,16 +18,14 @@ from typing import Any
 import pytest
 from private_pg import PrivateServer, wait_pg_up
 
+from module_files import load_file
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "chaos_app.py"
 
 
 def _load_chaos_app() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_chaos_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_chaos_app", SCRIPT)
 
 
 @pytest.fixture(scope="session")

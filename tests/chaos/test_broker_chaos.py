@@ -7,7 +7,6 @@ acknowledged."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import random
 import signal
@@ -23,11 +22,13 @@ from typing import Any
 
 import pytest
 
+from fresh_stores import fresh_store_url
+from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
+from process_stops import stop_processes
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "broker_app.py"
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 RABBIT_URL = os.environ.get("PERDURE_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
 REDIS_URL = os.environ.get("PERDURE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 NATS_URL = os.environ.get("PERDURE_TEST_NATS", "nats://127.0.0.1:4222")
@@ -43,11 +44,7 @@ SETTLE_SECONDS = 90.0
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_broker_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_broker_app", SCRIPT)
 
 
 class Broker:
@@ -263,15 +260,7 @@ class Workers:
         return revived
 
     def stop_all(self) -> None:
-        procs = [p for p in self.slots if p is not None and p.poll() is None]
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes([p for p in self.slots if p is not None and p.poll() is None], grace=20)
 
     def logs_count(self, text: str) -> int:
         return sum(p.read_text(errors="replace").count(text)
@@ -284,17 +273,13 @@ class Workers:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment naming the store: SQLite in the workdir, or a fresh PostgreSQL schema."""
     if request.param == "sqlite":
         yield {}
         return
-    import psycopg
-
-    schema = f"t_brokers_{uuid.uuid4().hex[:12]}"
-    yield {"BROKER_STORE_URL": f"{PG_URL}?schema={schema}"}
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_store_url("postgres", tmp_path) as url:
+        yield {"BROKER_STORE_URL": url}
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,22 +19,15 @@ import pytest
 import stream_app
 
 import perdure
+from fresh_stores import fresh_store_url
 
 HERE = Path(__file__).resolve().parent
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/stream.db"
-        return
-    import psycopg
-
-    schema = f"stream_{uuid.uuid4().hex[:10]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_store_url(request.param, tmp_path) as url:
+        yield url
 
 
 def worker(url: str, log: Path) -> subprocess.Popen[bytes]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import signal
 import socket
@@ -16,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
+from module_files import load_file
 from perdure.cli.main import cli
 from perdure.engine.worker import WorkerOptions, id_reusable, public_url
 from perdure.store.workers_sql import WorkerRow
@@ -61,11 +61,7 @@ def test_workers_report_host_pid_load_and_state(tmp_path: Path) -> None:
 def _shop_module() -> Any:
     """tests/chaos/shop.py (worker processes on the stop_app shop), loaded by path."""
     path = Path(__file__).resolve().parents[1] / "chaos" / "shop.py"
-    spec = importlib.util.spec_from_file_location("perdure_test_shop", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_test_shop", path)
 
 
 @pytest.fixture

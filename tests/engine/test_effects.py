@@ -12,24 +12,8 @@ from pathlib import Path
 import pytest
 
 import perdure
+from crash_steps import crash_after, recover
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
-
-
-def crash_at(app: perdure.App, step: str) -> TestWorker:
-    """Run with a crash injected after `step`'s intent; return the dead worker."""
-    dead = TestWorker(app)
-    dead.crash_after_intent(step)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    return dead
-
-
-def recover(app: perdure.App, clock: TestClock, dead: TestWorker) -> TestWorker:
-    """Let the dead worker's lease expire and run a fresh worker until idle."""
-    clock.advance(dead.lease + 1)
-    fresh = TestWorker(app)
-    fresh.run_until_idle()
-    return fresh
 
 
 def kinds(app: perdure.App, run_id: str, position: int) -> list[str]:
@@ -109,7 +93,7 @@ def test_idempotent_step_reruns_after_crash_injection(app: perdure.App, clock: T
         return write_file("hello")
 
     handle = app.start(wf)
-    dead = crash_at(app, "write_file")
+    dead = crash_after(app, "write_file")
     assert calls == []
     assert kinds(app, handle.id, 0) == ["step.intent"]
     recover(app, clock, dead)
@@ -134,7 +118,7 @@ def test_crash_injection_on_read_step_crashes(app: perdure.App, clock: TestClock
         return peek()
 
     handle = app.start(wf)
-    dead = crash_at(app, "peek")
+    dead = crash_after(app, "peek")
     assert calls == []
     recover(app, clock, dead)
     assert handle.result(timeout=5) == 1
@@ -183,7 +167,7 @@ def test_keyed_intent_records_key_seen_on_recovery(app: perdure.App, clock: Test
         return send()
 
     handle = app.start(wf)
-    dead = crash_at(app, "send")
+    dead = crash_after(app, "send")
     (intent,) = [e for e in app.journal(handle.id) if e.kind == "step.intent"]
     recorded = json.loads(intent.data or "{}")
     assert recorded["effect"] == "keyed"
@@ -275,7 +259,7 @@ def test_once_step_needs_attention_after_crash(app: perdure.App, clock: TestCloc
     """A once step that crashed after its intent is not re-run: the run needs attention."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    dead = crash_at(app, "pay")
+    dead = crash_after(app, "pay")
     recover(app, clock, dead)
     assert handle.status() == "needs_attention"
     assert calls == []
@@ -364,7 +348,7 @@ def test_resolve_with_value(app: perdure.App, clock: TestClock) -> None:
     """Resolving a stuck once step with a value continues the run as if the step returned it."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     assert app.resolve(handle.id, "pay", value="receipt by hand") == "pending"
     TestWorker(app).run_until_idle()
     assert handle.result(timeout=5) == "receipt by hand"
@@ -386,7 +370,7 @@ def test_resolve_value_decoded_as_step_type(app: perdure.App, clock: TestClock) 
         return when.isoformat()
 
     handle = app.start(wf)
-    recover(app, clock, crash_at(app, "book"))
+    recover(app, clock, crash_after(app, "book"))
     app.resolve(handle.id, "book", value="2026-05-06T07:08:09+00:00")
     TestWorker(app).run_until_idle()
     assert handle.result(timeout=5) == "2026-05-06T07:08:09+00:00"
@@ -397,7 +381,7 @@ def test_resolve_by_position(app: perdure.App, clock: TestClock) -> None:
     """A stuck step can be named by its journal position instead of its name."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     app.resolve(handle.id, 0, value="r0")
     TestWorker(app).run_until_idle()
     assert handle.result(timeout=5) == "r0"
@@ -407,7 +391,7 @@ def test_resolve_retry(app: perdure.App, clock: TestClock) -> None:
     """Resolving with retry=True executes the once step again, this time to completion."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     assert app.resolve(handle.id, "pay", retry=True) == "pending"
     TestWorker(app).run_until_idle()
     assert handle.result(timeout=5) == "receipt 10"
@@ -418,9 +402,9 @@ def test_resolve_retry_then_crash_again(app: perdure.App, clock: TestClock) -> N
     """A retried once step that crashes again needs attention again, and can then be settled."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     app.resolve(handle.id, "pay", retry=True)
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     assert handle.status() == "needs_attention"
     assert calls == []
     app.resolve(handle.id, "pay", value="second time lucky")
@@ -433,7 +417,7 @@ def test_resolve_fail(app: perdure.App, clock: TestClock) -> None:
     """Resolving with fail=True ends the run failed without executing the step."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     assert app.resolve(handle.id, "pay", fail=True) == "failed"
     assert handle.status() == "failed"
     with pytest.raises(perdure.RunFailed, match="pay"):
@@ -456,7 +440,7 @@ def test_resolve_unknown_step(app: perdure.App, clock: TestClock) -> None:
     """resolve() naming a step that is not stuck raises and lists the stuck one."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     with pytest.raises(perdure.PerdureError, match="pay"):
         app.resolve(handle.id, "notify", value="x")
     assert handle.status() == "needs_attention"
@@ -466,7 +450,7 @@ def test_resolve_needs_exactly_one_choice(app: perdure.App, clock: TestClock) ->
     """resolve() with both retry and fail is refused as a ConfigError."""
     calls: list[str] = []
     handle = app.start(_once_workflow(app, calls))
-    recover(app, clock, crash_at(app, "pay"))
+    recover(app, clock, crash_after(app, "pay"))
     with pytest.raises(perdure.ConfigError):
         app.resolve(handle.id, "pay", retry=True, fail=True)
 
@@ -486,7 +470,7 @@ def test_undeclared_effect_is_once(app: perdure.App, clock: TestClock) -> None:
 
     assert app.steps["plain"].effect == "once"
     handle = app.start(wf)
-    recover(app, clock, crash_at(app, "plain"))
+    recover(app, clock, crash_after(app, "plain"))
     assert handle.status() == "needs_attention"
     assert calls == []
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from step_loops import loop_workflow
 
 import perdure
 from perdure.engine import inline
@@ -59,11 +60,7 @@ def test_a_slow_inline_run_sends_the_step_back_to_the_pool(
             time.sleep(0.05)  # the first inline run: slow
         return i
 
-    @app.workflow
-    async def wf(n: int) -> int:
-        for i in range(n):
-            await work(i)
-        return n
+    wf = loop_workflow(app, work)
 
     handle = app.start(wf, inline.LEARN + 3)
     worker.run_until_idle()
@@ -84,11 +81,7 @@ def test_an_inline_run_that_raises_sends_the_step_back_to_the_pool(
             raise RuntimeError("needs a thread of its own")
         return i
 
-    @app.workflow
-    async def wf(n: int) -> int:
-        for i in range(n):
-            await work(i)
-        return n
+    wf = loop_workflow(app, work)
 
     handle = app.start(wf, inline.LEARN + 2)
     worker.run_until_idle()
@@ -105,11 +98,7 @@ def test_a_step_with_a_timeout_never_runs_inline(app: perdure.App, worker: TestW
         seen.append(threading.current_thread().name)
         return i
 
-    @app.workflow
-    async def wf(n: int) -> int:
-        for i in range(n):
-            await work(i)
-        return n
+    wf = loop_workflow(app, work)
 
     handle = app.start(wf, inline.LEARN + 3)
     worker.run_until_idle()

@@ -7,6 +7,8 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+from step_loops import counting_loop, one_after_another
+
 import perdure
 from perdure.engine.client import Client
 from perdure.store.base import RunRow
@@ -17,15 +19,7 @@ def test_result_reads_nothing_after_the_run_ended_here(db_url: str) -> None:
     app = perdure.App(db_url)
     log: list[str] = []
 
-    @app.step(effect="keyed")
-    def work(i: int) -> int:
-        return i
-
-    @app.workflow
-    async def wf(n: int) -> int:
-        for i in range(n):
-            await work(i)
-        return n
+    wf = counting_loop(app)
 
     async def main() -> list[Any]:
         worker = app.worker(concurrency=4, poll=0.01)
@@ -42,10 +36,7 @@ def test_result_reads_nothing_after_the_run_ended_here(db_url: str) -> None:
             ended(row)
 
         store.get_run, app.run_ended = counted_get, counted_end  # type: ignore[method-assign]
-        results = []
-        for i in range(5):
-            handle = await app.start_async(wf, 3, run_id=f"r{i}")
-            results.append(await handle.result_async(30))
+        results = await one_after_another(app, wf, 3)
         worker.stop()
         await asyncio.wait_for(task, 30)
         return results

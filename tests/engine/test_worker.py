@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from step_loops import counting_loop, one_after_another
 
 import perdure
 from perdure.store.base import Claim
@@ -483,15 +484,7 @@ def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
     end wakes no claim while the worker had slots left: one claim per run started."""
     app = perdure.App(db_url)
 
-    @app.step(effect="keyed")
-    def work(i: int) -> int:
-        return i
-
-    @app.workflow
-    async def wf(n: int) -> int:
-        for i in range(n):
-            await work(i)
-        return n
+    wf = counting_loop(app)
 
     claims: list[str] = []
 
@@ -507,10 +500,7 @@ def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
             return await claim(*args, **kwargs)
 
         store.claim = counted
-        results = []
-        for i in range(5):
-            handle = await app.start_async(wf, 2, run_id=f"r{i}")
-            results.append(await handle.result_async(30))
+        results = await one_after_another(app, wf, 2)
         worker.stop()
         await asyncio.wait_for(task, 30)
         return results

@@ -1,26 +1,44 @@
-"""Fixtures of the integration tests: a fresh store of each kind for the kill tests."""
+"""Fixtures of the integration tests: a fresh store of each kind for the kill tests, the
+scripted OpenAI-compatible server, and a real worker on its own thread."""
 
 from __future__ import annotations
 
-import os
-import uuid
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agents_support import wire_servers
 
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+import perdure
+from fresh_stores import fresh_store_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL (dropped after)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/kill.db"
-        return
-    import psycopg
+    with fresh_store_url(request.param, tmp_path) as url:
+        yield url
 
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/agent/wire_servers.py)."""
+    running = wire_servers().OpenAIServer().start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
+    """A real worker on its own thread and loop, as `perdure worker` runs one."""
+    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
+    thread.start()
+    yield worker
+    loop.call_soon_threadsafe(worker.stop)
+    thread.join(20)
+    loop.close()

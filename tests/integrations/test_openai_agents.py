@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents_support import wire_servers
+
+from crash_steps import crash_after, crash_and_recover, recover
 
 pytest.importorskip("agents")
 
@@ -45,13 +46,6 @@ class Payments:
         self.refunds: list[tuple[str, str]] = []  # (order, idempotency key)
         self.emails: list[str] = []
         self.die_after_refund = False  # the first refund dies after paying, as a kill -9 would
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
 
 
 def shop_agent(server: Any, payments: Payments) -> Agent[Any]:
@@ -99,6 +93,17 @@ def script(server: Any) -> None:
     server.reply(tool_calls=[("c2", "issue_refund", {"order": "o42"})])
     server.reply(tool_calls=[("c3", "send_email", {"order": "o42"})])
     server.reply("Order o42 was refunded.")
+
+
+def script_parallel(server: Any) -> None:
+    """Two model turns: a lookup and a refund called at once, then the answer."""
+    server.reply(
+        tool_calls=[
+            ("c1", "lookup_order", {"order": "o42"}),
+            ("c2", "issue_refund", {"order": "o42"}),
+        ]
+    )
+    server.reply("Done.")
 
 
 def steps(app: perdure.App, run_id: str) -> list[tuple[str, str]]:
@@ -163,14 +168,10 @@ def test_recovery_never_requests_a_recorded_response_again(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     handle = app.start(workflow, "refund o42", run_id="r2")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     assert len(server.requests) == 2 and payments.refunds == []
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.result() == "Order o42 was refunded."
     assert len(server.requests) == 4  # only the two calls that had not been made
@@ -195,8 +196,7 @@ def test_a_refund_killed_after_paying_is_retried_with_the_same_key(
         dead.run_until_idle()
     assert len(server.requests) == 2 and len(payments.refunds) == 1
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.result() == "Order o42 was refunded."
     assert len(server.requests) == 4
@@ -214,14 +214,10 @@ def test_an_interrupted_once_tool_parks_the_run(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     handle = app.start(workflow, "refund o42", run_id="r3")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.send_email")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.send_email")
     assert len(server.requests) == 3
 
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
 
     assert handle.status() == "needs_attention"
     assert len(server.requests) == 3
@@ -458,12 +454,7 @@ def test_recovery_on_postgres(pg_url: str, server: Any) -> None:
         workflow = make_runner(app).workflow(shop_agent(server, payments))
         script(server)
         handle = app.start(workflow, "refund o42", run_id="r-pg")
-        dead = TestWorker(app)
-        dead.crash_after_intent("agents.refunds.tool.send_email")
-        with pytest.raises(SimulatedCrash):
-            dead.run_until_idle()
-        clock.advance(dead.lease + 1)
-        TestWorker(app).run_until_idle()
+        crash_and_recover(app, clock, "agents.refunds.tool.send_email")
         assert handle.status() == "needs_attention"
         assert len(server.requests) == 3 and payments.emails == []
         assert len(payments.refunds) == 1
@@ -525,20 +516,9 @@ def test_parallel_tool_calls_keep_their_positions_across_recovery(
     in call order, so the replay after a crash in the second finds the first recorded."""
     payments = Payments()
     workflow = make_runner(app).workflow(shop_agent(server, payments))
-    server.reply(
-        tool_calls=[
-            ("c1", "lookup_order", {"order": "o42"}),
-            ("c2", "issue_refund", {"order": "o42"}),
-        ]
-    )
-    server.reply("Done.")
+    script_parallel(server)
     handle = app.start(workflow, "refund o42", run_id="r-par")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done."
     assert len(server.requests) == 2 and len(payments.refunds) == 1
     assert steps(app, "r-par") == [

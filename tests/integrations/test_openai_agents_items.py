@@ -5,42 +5,19 @@ replayed or recovered run does not stream a recorded item again."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import agents
-import pytest
 from agents import ItemHelpers
-from agents_support import wire_servers
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from crash_steps import crash_and_recover
 from perdure.integrations.openai_agents import PerdureSession
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def seen(event: Any) -> tuple[Any, ...]:
@@ -108,12 +85,7 @@ def test_a_recovered_run_streams_each_item_once(
     workflow = runner.workflow(shop_agent(server, payments))
     script(server)
     app.start(workflow, "refund o42", run_id="i-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert app.handle("i-crash").result() == "Order o42 was refunded."
 
     whole, _ = app.sync(drain(runner.stream("i-crash")), "test")

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,19 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
-from agents_support import wire_servers
+from crashes import app_module, kill_all, worker_process
 from test_openai_agents import Payments, make_runner, script, shop_agent
-from test_pydantic_ai import _wait
 
 import perdure
+from crash_steps import crash_after, crash_and_recover
 from perdure.integrations.openai_agents import Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
+from waits import wait_for
 
 agents.set_tracing_disabled(True)
 FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
 
 
 def mcp_agent(server: Any, **options: Any) -> Agent[Any]:
@@ -65,12 +58,7 @@ def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
     server.reply(tool_calls=[("c2", "touch", {"path": str(target)})])
     server.reply("Added and touched.")
     handle = app.start(flow, "add, then touch", run_id="m-1")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.touch")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.touch")
     assert handle.status() == "needs_attention" and not target.exists()
     assert len(server.requests) == 2
     add_reply = server.requests[1].body["messages"][-1]
@@ -128,10 +116,7 @@ def _crash_in_refund(app: perdure.App, server: Any, run_id: str) -> None:
     workflow = make_runner(app).workflow(shop_agent(server, Payments()))
     script(server)
     app.start(workflow, "refund o42", run_id=run_id)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    crash_after(app, "agents.refunds.tool.issue_refund")
 
 
 def test_a_renamed_tool_is_a_non_determinism_error_at_the_first_request(
@@ -180,10 +165,7 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
 
     script(server)
     app.start(support, "refund o42", run_id="n-agent")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    crash_after(app, "agents.refunds.tool.issue_refund")
 
     fresh = perdure.App(app.url, clock=clock)
     try:
@@ -203,19 +185,6 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
     assert "agents.refunds.model" in message and "agents.helpdesk.model" in message, message
 
 
-HERE = Path(__file__).resolve().parent
-
-
-def _worker(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    full = {**os.environ, **env, "PERDURE_DB": url, "PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "perdure", "--app", "agents_app:app", "worker", "--poll",
-             "0.05"],
-            cwd=HERE, env=full, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repeats(
     tmp_path: Path, store_url: str, server: Any
@@ -227,27 +196,23 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
     ledger.touch()
     env = {"AGENTS_LEDGER": str(ledger), "AGENTS_BASE_URL": server.origin + "/v1"}
     os.environ.update(env)  # the client's copy of the app builds the same agent
-    sys.path.insert(0, str(HERE))
-    try:
-        import agents_app
-    finally:
-        sys.path.remove(str(HERE))
+    agents_app = app_module("agents_app")
     client = perdure.App(store_url)
     workflow = agents_app.register(client)
     lines = lambda: ledger.read_text().split()  # noqa: E731
     server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
     server.reply(tool_calls=[("c2", "send_email", {"order": "o42"})])
     server.reply("Order o42 was refunded.")
-    first = _worker(store_url, env, log)
+    first = worker_process("agents_app:app", store_url, env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         handle = client.start(workflow, "refund o42", run_id="k-42", stream=True)
-        _wait("the e-mail to start", lambda: "email-started" in lines(), log)
+        wait_for("the e-mail to start", lambda: "email-started" in lines(), log)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert lines() == ["lookup", "email-started"] and len(server.requests) == 2
-        second = _worker(store_url, env, log)
-        _wait("needs_attention", lambda: handle.status() == "needs_attention", log)
+        second = worker_process("agents_app:app", store_url, env, log)
+        wait_for("needs_attention", lambda: handle.status() == "needs_attention", log)
         time.sleep(agents_app.HOLD + 0.5)  # a re-sent e-mail would have logged by now
         assert lines() == ["lookup", "email-started"] and len(server.requests) == 2
         client.resolve("k-42", "agents.refunds.tool.send_email", value="sent")
@@ -259,10 +224,7 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
         # none (killed inside it, then resolved by value, never run again)
         assert kinds == [model, ("attempt", "agents.refunds.tool.lookup_order"), model, model]
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        kill_all(first, second)
         client.close()
         for key in env:
             os.environ.pop(key, None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,23 +13,16 @@ from typing import Any
 import agents
 import pytest
 from agents.memory import SessionSettings
-from agents_support import wire_servers
-from test_openai_agents import Payments, make_runner, shop_agent
-from test_openai_agents_mcp import _worker
-from test_pydantic_ai import _wait
+from crashes import app_module, kill_all, worker_process
+from test_openai_agents import Payments, make_runner, script_parallel, shop_agent
 
 import perdure
+from crash_steps import crash_after, crash_and_recover, recover
 from perdure.integrations.openai_agents import PerdureSession
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
+from waits import wait_for
 
 agents.set_tracing_disabled(True)
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -138,13 +130,9 @@ def test_a_crash_after_the_items_were_written_adds_them_once(
 
     lookup_turn(server)
     handle = app.start(chat, "is o42 paid?", run_id="c1")
-    dead = TestWorker(app)
-    dead.crash_after_intent("notify")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "notify")
     assert kinds(items(app, "conv-c")) == TURN_1  # written, committed with their steps
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert handle.status() == "needs_attention"  # the once step, not the session
     app.resolve("c1", "notify", value="told")
     TestWorker(app).run_until_idle()
@@ -162,14 +150,10 @@ def test_a_crash_mid_conversation_resumes_with_the_items_once(
     server.reply(tool_calls=[("c2", "issue_refund", {"order": "o42"})])
     server.reply("Refunded.")
     handle = app.start(workflow, "refund o42", run_id="m1", session="conv-m")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     before = items(app, "conv-m")
     assert kinds(before)[:1] == ["user"]
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert handle.result() == "Refunded." and len(payments.refunds) == 1
     assert kinds(items(app, "conv-m")) == TURN_1
 
@@ -237,9 +221,6 @@ def test_bad_session_input_is_one_line(app: perdure.App, server: Any) -> None:
     assert items(app, "conv-b") == []
 
 
-HERE = Path(__file__).resolve().parent
-
-
 @pytest.mark.slow
 def test_a_worker_killed_mid_conversation_leaves_each_item_once(
     tmp_path: Path, store_url: str, server: Any
@@ -252,26 +233,22 @@ def test_a_worker_killed_mid_conversation_leaves_each_item_once(
     ledger.touch()
     env = {"AGENTS_LEDGER": str(ledger), "AGENTS_BASE_URL": server.origin + "/v1"}
     os.environ.update(env)  # the client's copy of the app builds the same agent
-    sys.path.insert(0, str(HERE))
-    try:
-        import agents_app
-    finally:
-        sys.path.remove(str(HERE))
+    agents_app = app_module("agents_app")
     client = perdure.App(store_url)
     workflow = agents_app.register_helpdesk(client)
     lines = lambda: ledger.read_text().split()  # noqa: E731
     server.reply(tool_calls=[("s1", "check_stock", {"item": "lamp"})])
     server.reply("3 lamps left.")
-    first = _worker(store_url, env, log)
+    first = worker_process("agents_app:app", store_url, env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         turn1 = client.start(workflow, "any lamps?", run_id="k-t1", session="conv-k")
-        _wait("the stock check to start", lambda: "stock-started" in lines(), log)
+        wait_for("the stock check to start", lambda: "stock-started" in lines(), log)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert kinds(items(client, "conv-k")) == ["user"]  # stored before the kill
         assert len(server.requests) == 1
-        second = _worker(store_url, env, log)
+        second = worker_process("agents_app:app", store_url, env, log)
         assert turn1.result(timeout=60) == "3 lamps left."
         assert lines() == ["stock-started", "stock-started", "stock-done"]
         assert len(server.requests) == 2  # the first call's recorded response was replayed
@@ -287,10 +264,7 @@ def test_a_worker_killed_mid_conversation_leaves_each_item_once(
         assert [m["content"] for m in sent if m["role"] == "tool"] == ["lamp: 3 left"]
         assert kinds(items(client, "conv-k")) == [*TURN_1, "user", "assistant"]
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        kill_all(first, second)
         client.close()
         for key in env:
             os.environ.pop(key, None)
@@ -304,20 +278,9 @@ def test_parallel_tool_calls_with_a_session_recover_in_order(
     the session holds the turn once, in the SDK's order."""
     payments = Payments()
     workflow = make_runner(app).workflow(shop_agent(server, payments))
-    server.reply(
-        tool_calls=[
-            ("c1", "lookup_order", {"order": "o42"}),
-            ("c2", "issue_refund", {"order": "o42"}),
-        ]
-    )
-    server.reply("Done.")
+    script_parallel(server)
     handle = app.start(workflow, "refund o42", run_id="p1", session="conv-par")
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert handle.result() == "Done." and len(payments.refunds) == 1
     found = items(app, "conv-par")
     assert kinds(found) == [

@@ -3,7 +3,6 @@ stream, needs_approval as perdure gates, budgets reserved before every model cal
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -15,15 +14,17 @@ import agents
 import pytest
 from agents import Agent, function_tool
 from agents_support import wire_servers
+from gate_checks import assert_decided_once
 from test_openai_agents import Payments, make_runner, script, shop_agent
 
 import perdure
+from crash_steps import crash_after, recover
 from perdure.agent import budgets
 from perdure.integrations.openai_agents import REJECTED, Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
 
@@ -42,26 +43,6 @@ class HeldServer(wire_servers().OpenAIServer):  # type: ignore[misc]
             if '"content": "' in event and '"content": ""' not in event and not self.held:
                 self.held = True
                 assert self.go.wait(20), "the reader never saw the first tokens"
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    running = wire_servers().OpenAIServer().start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def test_run_streamed_gives_tokens_while_the_model_step_runs(
@@ -109,13 +90,9 @@ def test_a_recovered_run_does_not_stream_a_recorded_call_again(
     workflow = make_runner(app).workflow(shop_agent(server, payments))
     script(server)
     app.start(workflow, "refund o42", run_id="a-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent("agents.refunds.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, "agents.refunds.tool.issue_refund")
     assert len(server.requests) == 2
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     handle = app.handle("a-crash")
     assert handle.result() == "Order o42 was refunded." and len(server.requests) == 4
 
@@ -186,13 +163,7 @@ def test_needs_approval_waits_at_a_gate_answered_once_and_audited(
     assert len(payments.refunds) == (1 if approve else 0)
     tool_reply = server.requests[2].body["messages"][-1]
     assert tool_reply["content"] == ("refunded o42" if approve else "checked")
-    with pytest.raises(perdure.PerdureError, match="not waiting at that gate"):
-        app.sync(operations.decide(app, who, "a-gate", "c2", True), "decide")
-    audit = app.sync(app.store.audit_log("run:a-gate"), "audit")
-    assert [(a.action, a.outcome) for a in reversed(audit)] == [
-        ("gate.approve" if approve else "gate.deny", "ok"),
-        ("gate.approve", "refused"),
-    ]
+    assert_decided_once(app, who, "a-gate", "c2", approve)
 
 
 def test_a_denied_call_without_a_comment_reads_the_sdks_rejection(

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crashes import app_module, kill_all, worker_process
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -25,9 +23,9 @@ import perdure
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from waits import wait_for
 
 NAME = "pydantic_ai:shop"
-HERE = Path(__file__).resolve().parent
 
 
 def steps_of(app: perdure.App, run_id: str) -> list[tuple[int, str]]:
@@ -353,23 +351,6 @@ def test_run_and_run_sync_wait_for_a_worker_and_return_the_output(app: perdure.A
     assert steps_of(app, second.run_id) == [(0, f"{NAME}.model")]
 
 
-def _worker(url: str, ledger: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PERDURE_DB": url, "PAI_LEDGER": str(ledger), "PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "perdure", "--app", "pai_app:app", "worker", "--poll", "0.05"],
-            cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
-def _wait(what: str, until: Callable[[], bool], log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()}")
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repeats(
     tmp_path: Path, store_url: str
@@ -377,26 +358,25 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
     """`kill -9` of a real `perdure worker` while the refund tool runs: a new worker finds the
     run, does not request the recorded model response again and does not re-run the refund;
     the run is in needs_attention, and resolved it finishes with one more model request."""
-    sys.path.insert(0, str(HERE))
-    try:
-        import pai_app
-    finally:
-        sys.path.remove(str(HERE))
+    pai_app = app_module("pai_app")
     url, ledger, log = store_url, tmp_path / "ledger", tmp_path / "log"
     ledger.touch()
+    env = {"PAI_LEDGER": str(ledger)}
     client = perdure.App(url)
     durable = pai_app.register(client)
     lines = lambda: ledger.read_text().split()  # noqa: E731
-    first = _worker(url, ledger, log)
+    first = worker_process("pai_app:app", url, env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         handle = durable.start("refund order 42", run_id="refund-42")
-        _wait("the refund to start", lambda: "refund-started" in lines(), log)
+        wait_for("the refund to start", lambda: "refund-started" in lines(), log)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert lines() == ["model", "refund-started"]  # killed inside the tool
-        second = _worker(url, ledger, log)
-        _wait("needs_attention", lambda: client.get_run(handle.id).status == "needs_attention", log)
+        second = worker_process("pai_app:app", url, env, log)
+        wait_for(
+            "needs_attention", lambda: client.get_run(handle.id).status == "needs_attention", log
+        )
         time.sleep(pai_app.HOLD + 0.5)  # a re-run refund would have logged by now
         assert lines() == ["model", "refund-started"]
         client.resolve(handle.id, 1, value={"value": "refunded 42 (checked by hand)"})
@@ -404,8 +384,5 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
         assert result.output == "done: refunded 42 (checked by hand)"
         assert lines() == ["model", "refund-started", "model"]
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        kill_all(first, second)
         client.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_checks import assert_decided_once
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from pydantic_ai import Agent, RunContext
@@ -24,13 +25,14 @@ from pydantic_ai.toolsets.external import TOOL_SCHEMA_VALIDATOR
 from pydantic_ai.usage import RequestUsage
 
 import perdure
+from crash_steps import crash_after, crash_and_recover
 from perdure.agent import budgets
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.server import operations
 from perdure.server.access import local_operator
 from perdure.store.agent_sql import Budget
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 NAME = "pydantic_ai:shop"
 FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
@@ -95,13 +97,7 @@ def test_a_tool_that_requires_approval_waits_at_a_gate_answered_once(
     assert output == ("done: refunded 42" if approve else "done: not this one")
     assert refunds == (["42"] if approve else [])
     assert script.requests == 2
-    with pytest.raises(perdure.PerdureError, match="not waiting at that gate"):
-        app.sync(operations.decide(app, who, "p-gate", "c1", True), "decide")
-    audit = app.sync(app.store.audit_log("run:p-gate"), "audit")
-    assert [(a.action, a.outcome) for a in reversed(audit)] == [
-        ("gate.approve" if approve else "gate.deny", "ok"),
-        ("gate.approve", "refused"),
-    ]
+    assert_decided_once(app, who, "p-gate", "c1", approve)
 
 
 def test_an_approval_survives_a_crash_after_it_was_given(
@@ -114,12 +110,7 @@ def test_an_approval_survives_a_crash_after_it_was_given(
     handle = durable.start("refund 42", run_id="p-gate-crash")
     worker.run_until_idle()
     app.send_event("p-gate-crash", "approve:c1", {"approve": True})
-    dead = TestWorker(app)
-    dead.crash_after_intent(f"{NAME}.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, f"{NAME}.tool.issue_refund")
     assert durable.result(handle).output == "done: refunded 42"
     assert refunds == ["42"] and script.requests == 2
 
@@ -247,12 +238,7 @@ def test_an_mcp_servers_tool_calls_are_steps_with_the_toolsets_effect(
         require_effects=True,
     )  # fmt: skip
     handle = durable.start("add then touch", run_id="p-mcp")
-    dead = TestWorker(app)
-    dead.crash_after_intent(f"{NAME}.tool.touch")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, f"{NAME}.tool.touch")
     assert handle.status() == "needs_attention" and not target.exists(), app.get_run(handle.id)
     assert app.steps[f"{NAME}.tool.add"].effect == "read"
     assert app.steps[f"{NAME}.tool.touch"].effect == "once"
@@ -313,10 +299,7 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
         return str((await durable.run("where?")).output)
 
     handle = app.start(support)
-    dead = TestWorker(app)
-    dead.crash_after_intent(f"{NAME}.tool.lookup_order")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, f"{NAME}.tool.lookup_order")
 
     fresh = perdure.App(app.url, clock=clock)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from pydantic_ai.messages import ModelMessage, PartDeltaEvent, PartStartEvent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import perdure
+from crash_steps import crash_after, recover
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
@@ -22,19 +23,6 @@ NAME = "pydantic_ai:writer"
 
 def no_request(messages: list[ModelMessage], info: AgentInfo) -> Any:
     raise AssertionError("a streaming run asks the model through request_stream only")
-
-
-@pytest.fixture
-def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
-    """A real worker on its own thread and loop, as `perdure worker` runs one."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
 
 
 def test_tokens_reach_the_caller_while_the_model_step_runs(
@@ -112,13 +100,9 @@ def test_a_replayed_step_is_not_streamed_again_and_a_reader_resumes_at_its_offse
 
     durable = PerdureAgent(agent, app)
     handle = durable.start("refund 42", run_id="s-crash", stream=True)
-    dead = TestWorker(app)
-    dead.crash_after_intent(f"{NAME}.tool.issue_refund")
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
+    dead = crash_after(app, f"{NAME}.tool.issue_refund")
     assert script.calls == 1
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert durable.result(handle).output == "refunded order 42"
     assert script.calls == 2 and refunds == ["42"]
 
@@ -192,8 +176,7 @@ def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
     dead = TestWorker(app)
     with pytest.raises(SimulatedCrash):
         dead.run_until_idle()
-    clock.advance(dead.lease + 1)
-    TestWorker(app).run_until_idle()
+    recover(app, clock, dead)
     assert durable.result(handle).output == "Hello world" and len(calls) == 2
 
     markers = [c.kind for c in handle.stream() if c.kind != "chunk"]

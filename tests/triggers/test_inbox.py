@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,27 +15,19 @@ from typing import Any
 import pytest
 
 import perdure
+from fresh_stores import fresh_store_url
 from perdure.errors import ConfigError
 from perdure.store.base import RunRow
 from perdure.testing import TestClock, TestWorker
 from perdure.triggers import inbox as inbox_module
 from perdure.triggers.inbox import Inbox
 
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A URL naming a fresh store of each kind (PostgreSQL: a schema of its own)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/inbox.db"
-        return
-    import psycopg
-
-    schema = f"t_inbox_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_store_url(request.param, tmp_path) as url:
+        yield url
 
 
 class Drop:

@@ -10,13 +10,11 @@ the test resolves those as an operator would, from the ledger.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,36 +23,30 @@ from typing import Any
 
 import pytest
 
+from fresh_stores import fresh_store_url
+from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
+from process_stops import stop_processes
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "inbox_app.py"
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 FILES = 1000
 WORKERS = 2
 SETTLE_SECONDS = 60.0
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_inbox_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("perdure_inbox_app", SCRIPT)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment naming the store: SQLite in the workdir, or a fresh PostgreSQL schema."""
     if request.param == "sqlite":
         yield {}
         return
-    import psycopg
-
-    schema = f"t_inbox_{uuid.uuid4().hex[:12]}"
-    yield {"INBOX_STORE_URL": f"{PG_URL}?schema={schema}"}
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with fresh_store_url("postgres", tmp_path) as url:
+        yield {"INBOX_STORE_URL": url}
 
 
 class Workers:
@@ -94,14 +86,7 @@ class Workers:
         return len(alive)
 
     def stop_all(self) -> None:
-        for proc in self.alive():
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs, grace=15)
 
     def logs(self) -> str:
         return "\n".join(

@@ -9,51 +9,31 @@ empty.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_table_changes import _admin, wait_until, write_orders
+from test_table_changes import wait_until, write_orders
+
+from module_files import load_file
+from process_stops import stop_processes
 
 pytestmark = pytest.mark.postgres
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "table_app.py"
-SERVER = os.environ.get("PERDURE_TEST_PG_SERVER", "postgresql://postgres@127.0.0.1:5432")
 INSERTS = 900
 WORKERS = 2
 
 
 def load_app_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("perdure_table_app", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    import psycopg
-
-    name = f"tck_{uuid.uuid4().hex[:12]}"
-    _admin(f'CREATE DATABASE "{name}"')
-    url = f"{SERVER}/{name}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE orders (id SERIAL PRIMARY KEY, item TEXT NOT NULL, qty INT NOT NULL)"
-        )
-    yield url
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return load_file("perdure_table_app", SCRIPT)
 
 
 class Workers:
@@ -85,14 +65,7 @@ class Workers:
         return [p for p in self.procs if p.poll() is None]
 
     def stop_all(self) -> None:
-        for proc in self.alive():
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs, grace=15)
 
     def text(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in self.logs.iterdir())

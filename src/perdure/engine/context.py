@@ -377,9 +377,10 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
-        append = self._take(entries, status=status, fields=fields, new_runs=new_runs,
-                            consume_event=consume_event, tx_body=tx_body,
-                            stop_if_requested=stop_if_requested)  # fmt: skip
+        append = self._take(entries, stop_if_requested=stop_if_requested)
+        append.status, append.new_runs = status, new_runs or []
+        append.fields.update(fields or {})
+        append.consume_event, append.tx_body = consume_event, tx_body
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -442,18 +443,9 @@ class RunContext:
             return result
         raise first
 
-    def _take(
-        self,
-        entries: tuple[Entry, ...],
-        *,
-        status: str | None = None,
-        fields: dict[str, Any] | None = None,
-        new_runs: list[NewRun] | None = None,
-        consume_event: int | None = None,
-        tx_body: Any = None,
-        stop_if_requested: bool = False,
-    ) -> Append:
-        """The Append carrying the buffer plus `entries`; the buffer is emptied meanwhile."""
+    def _take(self, entries: tuple[Entry, ...], *, stop_if_requested: bool = False) -> Append:
+        """The Append carrying the buffer plus `entries` (no status change: `write` sets what
+        else it carries); the buffer is emptied meanwhile."""
         phase = self.state.phase
         if phase is Phase.LOST:
             raise WorkerStopping()
@@ -469,12 +461,8 @@ class RunContext:
             run_id=self.run_id,
             epoch=self.epoch,
             entries=[*buffered, *entries],
-            status=status,
-            fields={"updated_at": self.now(), **(fields or {})},
-            new_runs=new_runs or [],
+            fields={"updated_at": self.now()},
             blobs=blobs,
-            consume_event=consume_event,
-            tx_body=tx_body,
             blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
             inline_ok=len(self.runtime.active) <= 1,

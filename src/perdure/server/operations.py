@@ -390,6 +390,23 @@ async def forget_dead_message(app: App, who: Principal, trigger: str, message_id
     await perform(app, who, action, do)
 
 
+def _budget_change(
+    target: str, changes: dict[str, Any], reset: bool
+) -> tuple[dict[str, Any], Action]:
+    """The limits `changes` gives (None: unchanged) and the audited action changing `target`."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
+    return given, Action("budget.set", target, "admin", detail)
+
+
+def _no_limit_given(what: str) -> PerdureError:
+    """The error for a budget change that names no limit and no reset."""
+    return PerdureError(
+        f"{what}: give a limit to change (--tokens-per-hour, --tokens-per-day, "
+        "--cost-per-hour, --cost-per-day) or --reset"
+    )
+
+
 async def set_budget(
     app: App, who: Principal, agent: str, changes: dict[str, Any], *, reset: bool = False
 ) -> int:
@@ -398,9 +415,7 @@ async def set_budget(
     fit and returns how many."""
     from ..agent import budgets  # the agent layer, only when a budget changes
 
-    given = {k: v for k, v in changes.items() if v is not None}
-    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
-    action = Action("budget.set", f"agent:{agent}", "admin", detail)
+    given, action = _budget_change(f"agent:{agent}", changes, reset)
 
     async def do() -> int:
         await app.open_store()
@@ -408,10 +423,7 @@ async def set_budget(
         if reset:
             return await budgets.set_budget(app, agent, None)
         if not given:
-            raise PerdureError(
-                f"budget {agent}: give a limit to change (--tokens-per-hour, --tokens-per-day, "
-                "--cost-per-hour, --cost-per-day) or --reset"
-            )
+            raise _no_limit_given(f"budget {agent}")
         stored = await app.store.get_budget(agent)
         return await budgets.set_budget(app, agent, budgets.merged(agent, stored, given))
 
@@ -426,9 +438,7 @@ async def set_shared_budget(
     of its agents that now fit and returns how many."""
     from ..agent import budgets
 
-    given = {k: v for k, v in changes.items() if v is not None}
-    detail: dict[str, Any] = {"reset": True} if reset else dict(given)
-    action = Action("budget.set", f"shared:{name}", "admin", detail)
+    given, action = _budget_change(f"shared:{name}", changes, reset)
 
     async def do() -> int:
         await app.open_store()
@@ -436,10 +446,7 @@ async def set_shared_budget(
         if reset:
             return await budgets.set_shared(app, name, None)
         if not given:
-            raise PerdureError(
-                f"budget --shared {name}: give a limit to change (--tokens-per-hour, "
-                "--tokens-per-day, --cost-per-hour, --cost-per-day) or --reset"
-            )
+            raise _no_limit_given(f"budget --shared {name}")
         stored = await app.store.get_shared_budget(name)
         return await budgets.set_shared(app, name, budgets.merged_shared(name, stored, given))
 

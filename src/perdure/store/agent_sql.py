@@ -132,36 +132,32 @@ def record_usage(conn: Db, row: UsageRow) -> bool:
     return cur.rowcount == 1
 
 
-def pool_spent(conn: Db, pool: str, since: float) -> tuple[int, float]:
-    """Tokens and cost every agent sharing `pool` spent since `since`, held reservations
-    counted at their estimate."""
+def _spent_by(conn: Db, column: str, value: str, since: float) -> tuple[int, float]:
+    """Tokens and cost of the usage rows and held reservations whose `column` is `value`,
+    since `since`."""
     row = conn.execute(
         "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
-        "FROM agent_usage WHERE pool = ? AND at >= ?",
-        (pool, since),
+        f"FROM agent_usage WHERE {column} = ? AND at >= ?",
+        (value, since),
     ).fetchone()
     held = conn.execute(
         "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
-        "WHERE pool = ? AND at >= ?",
-        (pool, since),
+        f"WHERE {column} = ? AND at >= ?",
+        (value, since),
     ).fetchone()
     return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
+
+
+def pool_spent(conn: Db, pool: str, since: float) -> tuple[int, float]:
+    """Tokens and cost every agent sharing `pool` spent since `since`, held reservations
+    counted at their estimate."""
+    return _spent_by(conn, "pool", pool, since)
 
 
 def spent(conn: Db, agent: str, since: float) -> tuple[int, float]:
     """Tokens and cost an agent spent since `since`, counting held reservations (calls in
     flight, or cut off with their outcome unknown) at their estimate."""
-    row = conn.execute(
-        "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost), 0) "
-        "FROM agent_usage WHERE agent = ? AND at >= ?",
-        (agent, since),
-    ).fetchone()
-    held = conn.execute(
-        "SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost), 0) FROM agent_reservations "
-        "WHERE agent = ? AND at >= ?",
-        (agent, since),
-    ).fetchone()
-    return int(row[0]) + int(held[0]), float(row[1]) + float(held[1])
+    return _spent_by(conn, "agent", agent, since)
 
 
 def run_spent(conn: Db, run_id: str) -> tuple[int, float]:
@@ -346,62 +342,55 @@ def usage(conn: Db, agent: str | None, since: float) -> list[UsageRow]:
     return [UsageRow(*r) for r in rows]
 
 
+_LIMITS = "tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day"
+
+
+def _get_limits(conn: Db, table: str, key: str, name: str) -> tuple[Any, ...] | None:
+    """The row (key, then the four limits) of a budget table for `name`; None: no row."""
+    row = conn.execute(f"SELECT {key}, {_LIMITS} FROM {table} WHERE {key} = ?", (name,)).fetchone()
+    return tuple(row) if row else None
+
+
+def _put_limits(
+    conn: Db, table: str, key: str, limits: Budget | SharedBudget, name: str, now: float
+) -> None:
+    """Insert or replace the four limits of a budget table's row for `name`."""
+    conn.execute(
+        f"INSERT INTO {table} ({key}, {_LIMITS}, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+        f"ON CONFLICT ({key}) DO UPDATE SET "
+        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
+        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
+        "updated_at = excluded.updated_at",
+        (
+            name,
+            limits.tokens_per_hour,
+            limits.tokens_per_day,
+            limits.cost_per_hour,
+            limits.cost_per_day,
+            now,
+        ),
+    )
+    conn.notify()
+
+
 def get_budget(conn: Db, agent: str) -> Budget | None:
-    row = conn.execute(
-        "SELECT agent, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day "
-        "FROM agent_budgets WHERE agent = ?",
-        (agent,),
-    ).fetchone()
+    row = _get_limits(conn, "agent_budgets", "agent", agent)
     return Budget(*row) if row else None
 
 
 def put_budget(conn: Db, budget: Budget, now: float) -> None:
     check(budget.agent, "agent name")
-    conn.execute(
-        "INSERT INTO agent_budgets (agent, tokens_per_hour, tokens_per_day, cost_per_hour, "
-        "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent) DO UPDATE SET "
-        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
-        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
-        "updated_at = excluded.updated_at",
-        (
-            budget.agent,
-            budget.tokens_per_hour,
-            budget.tokens_per_day,
-            budget.cost_per_hour,
-            budget.cost_per_day,
-            now,
-        ),
-    )
-    conn.notify()
+    _put_limits(conn, "agent_budgets", "agent", budget, budget.agent, now)
 
 
 def get_shared_budget(conn: Db, name: str) -> SharedBudget | None:
-    row = conn.execute(
-        "SELECT name, tokens_per_hour, tokens_per_day, cost_per_hour, cost_per_day "
-        "FROM budget_pools WHERE name = ?",
-        (name,),
-    ).fetchone()
+    row = _get_limits(conn, "budget_pools", "name", name)
     return SharedBudget(*row) if row else None
 
 
 def put_shared_budget(conn: Db, budget: SharedBudget, now: float) -> None:
     check(budget.name, "shared budget name")
-    conn.execute(
-        "INSERT INTO budget_pools (name, tokens_per_hour, tokens_per_day, cost_per_hour, "
-        "cost_per_day, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-        "tokens_per_hour = excluded.tokens_per_hour, tokens_per_day = excluded.tokens_per_day, "
-        "cost_per_hour = excluded.cost_per_hour, cost_per_day = excluded.cost_per_day, "
-        "updated_at = excluded.updated_at",
-        (
-            budget.name,
-            budget.tokens_per_hour,
-            budget.tokens_per_day,
-            budget.cost_per_hour,
-            budget.cost_per_day,
-            now,
-        ),
-    )
-    conn.notify()
+    _put_limits(conn, "budget_pools", "name", budget, budget.name, now)
 
 
 def clear_shared_budget(conn: Db, name: str) -> bool:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .ids import check_id
+from .targets import check_one_argument
 
 if TYPE_CHECKING:
     from ..engine.client import Client
@@ -54,16 +55,8 @@ class EventTriggers:
         """Map `event_type` to `workflow` (which takes the event's payload as its one argument)."""
         wf_name = workflow if isinstance(workflow, str) else workflow.name
         check_id(event_type, "event type")
-        definition = self.runtime.workflows.get(wf_name)
-        if definition is None:
-            raise ConfigError(f"event trigger for {event_type!r}: no workflow named {wf_name!r}")
-        try:
-            definition.signature.bind(None)
-        except TypeError:
-            raise ConfigError(
-                f"event trigger for {event_type!r}: workflow {wf_name!r} must take the event's "
-                "payload as its one argument"
-            ) from None
+        where = f"event trigger for {event_type!r}"
+        check_one_argument(self.runtime, wf_name, where, "the event's payload")
         trigger = EventTrigger(name or wf_name, event_type, wf_name)
         check_id(trigger.name, "trigger name")
         if trigger.name in self.known and self.known[trigger.name] != trigger:

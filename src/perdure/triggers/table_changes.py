@@ -40,6 +40,7 @@ from ..store.base import NewRun
 from ..store.blobs import inline_or_blob
 from ..store.changes_sql import OPS, ChangeRow, TableTrigger
 from .ids import check_id
+from .targets import check_one_argument
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
@@ -200,15 +201,7 @@ def add_table_change(
     unknown = [op for op in ops if op not in OPS]
     if not ops or unknown:
         raise ConfigError(f"{where}: on={on!r}; use some of {', '.join(OPS)}")
-    definition = runtime.workflows.get(wf_name)
-    if definition is None:
-        raise ConfigError(f"{where}: no workflow named {wf_name!r} is registered")
-    try:
-        definition.signature.bind(None)
-    except TypeError:
-        raise ConfigError(
-            f"{where}: workflow {wf_name!r} must take the change as its one argument"
-        ) from None
+    check_one_argument(runtime, wf_name, where, "the change")
     if any(service.name == f"table:{label}" for service in runtime.services):
         raise ConfigError(f"two table change triggers are named {label!r}; pass name=... to one")
     ops = sorted(set(ops), key=OPS.index)

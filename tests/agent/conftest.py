@@ -1,0 +1,26 @@
+"""Fixtures of the agent tests: a fresh store of each kind, and a counting model server slow
+enough that concurrent first calls overlap (files that want another latency define their own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wire_servers import CountingServer
+
+from fresh_stores import fresh_store_url
+
+
+@pytest.fixture
+def server() -> Iterator[CountingServer]:
+    s = CountingServer(latency=0.3).start()  # long enough for all first calls to overlap
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL (dropped after)."""
+    with fresh_store_url(request.param, tmp_path) as url:
+        yield url
