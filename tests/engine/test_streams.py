@@ -14,7 +14,7 @@ import pytest
 
 import perdure
 from perdure.engine import streams
-from perdure.testing import TestClock, TestWorker
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 
 def kinds(app: perdure.App, run_id: str) -> list[tuple[str, str, Any]]:
@@ -241,3 +241,49 @@ def test_perdure_tail_prints_the_stream(app: perdure.App, worker: TestWorker) ->
         "[retry: step ask at 2, attempt 2"
     )
     assert "dropped" in line(StreamChunk(3, "dropped", "", {"before": 5, "rows": 5}, 0.0))
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_what_a_step_streamed_is_kept_once_a_later_journal_write_lands(
+    app: perdure.App, worker: TestWorker, kind: str
+) -> None:
+    """A step's chunks are committed before the next journal write (here a `once` step's
+    intent), so a crash right after it (before the stream's timed flush or the run's end)
+    loses none of them, and recovery, replaying the recorded step, streams none again."""
+    sent: list[str] = []
+
+    @app.step(effect="keyed", name=f"talk_{kind}")
+    def talk() -> str:
+        perdure.stream.write("token-1 ")
+        perdure.stream.write("token-2")
+        return "said"
+
+    @app.step(effect="once", name=f"email_{kind}")
+    def email() -> str:
+        sent.append("mail")
+        return "sent"
+
+    if kind == "async":
+
+        @app.workflow(name="talks")
+        async def talks() -> str:
+            return await talk() + " " + await email()
+
+    else:
+
+        @app.workflow(name="talks")
+        def talks() -> str:  # type: ignore[misc]
+            return talk() + " " + email()
+
+    handle = app.start("talks")
+    worker.crash_after_intent(f"email_{kind}")
+    with pytest.raises(SimulatedCrash):
+        worker.run_until_idle()
+    rows = app.sync(app.store.read_stream(handle.id), "read")  # what the store holds now
+    chunks = [(c.kind, c.data) for c in map(streams.chunk_of, rows)]
+    assert chunks == [
+        ("attempt", {"step": f"talk_{kind}", "position": 0, "attempt": 1}),
+        ("chunk", "token-1 "),
+        ("chunk", "token-2"),
+    ]
+    assert sent == []

@@ -123,6 +123,9 @@ class RunContext:
         self.precious = False
         self._linger: asyncio.TimerHandle | None = None
         self.background: set[asyncio.Task[None]] = set()
+        # the run's stream writer (engine.streams), once something wrote to the stream: its
+        # rows are committed before any journal write, so no step's outcome outlives them
+        self.stream: Any = None
         self.diverged: NonDeterminismError | None = None
         self.blobs: list[Blob] = []
         # A sync workflow's thread buffers entries while the loop may flush: guard the swap.
@@ -377,6 +380,8 @@ class RunContext:
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction."""
+        if self.stream is not None and self.stream.rows:
+            await self.stream.settle()
         append = self._take(entries, stop_if_requested=stop_if_requested)
         append.status, append.new_runs = status, new_runs or []
         append.fields.update(fields or {})
@@ -396,6 +401,8 @@ class RunContext:
         append_now = getattr(self.store, "append_now", None)
         if append_now is None:
             return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
+        if self.stream is not None and self.stream.rows:
+            self.call(self.stream.settle())
         append = self._take(entries, stop_if_requested=stop_if_requested)
         try:
             result = append_now(append)

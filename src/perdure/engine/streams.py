@@ -131,6 +131,12 @@ class _Writer:
             self.flushing = None
             done.set_result(None)
 
+    async def settle(self) -> None:
+        """`flush`, a store that cannot take it now keeping the rows for later: before a
+        journal write, so what a step streamed is never lost once its outcome is kept."""
+        with contextlib.suppress(StoreError):
+            await self.flush()
+
 
 _writers: weakref.WeakKeyDictionary[RunContext, _Writer] = weakref.WeakKeyDictionary()
 _writers_lock = threading.Lock()
@@ -140,7 +146,7 @@ def _writer(ctx: RunContext) -> _Writer:
     with _writers_lock:
         found = _writers.get(ctx)
         if found is None:
-            found = _writers[ctx] = _Writer(ctx)
+            found = _writers[ctx] = ctx.stream = _Writer(ctx)
         return found
 
 
@@ -148,8 +154,7 @@ async def flush(ctx: RunContext) -> None:
     """Commit the run's buffered chunks now (before the run ends, so readers see them all)."""
     writer = _writers.get(ctx)
     if writer is not None:
-        with contextlib.suppress(StoreError):
-            await writer.flush()
+        await writer.settle()
 
 
 class Stream:
