@@ -301,12 +301,16 @@ def release(conn: Db, reservation: Reservation, state: str | None) -> None:
         )
 
 
+def _since(agent: str | None, since: float) -> tuple[str, tuple[object, ...]]:
+    """The WHERE clause and parameters of rows since `since`, of one agent or all."""
+    if agent is None:
+        return "at >= ?", (since,)
+    return "at >= ? AND agent = ?", (since, agent)
+
+
 def reservations(conn: Db, agent: str | None, since: float) -> list[Reservation]:
     """Reservations still held: calls in flight, cut off (unknown) or without usage."""
-    where, params = "at >= ?", [since]
-    if agent is not None:
-        where += " AND agent = ?"
-        params.append(agent)  # type: ignore[arg-type]
+    where, params = _since(agent, since)
     rows = conn.execute(
         "SELECT run_id, position, attempt, agent, tier, model, tokens, cost, state, at, pool "
         f"FROM agent_reservations WHERE {where} ORDER BY at, run_id, position, attempt",
@@ -330,10 +334,7 @@ def unpark(conn: Db, run_id: str) -> None:
 
 
 def usage(conn: Db, agent: str | None, since: float) -> list[UsageRow]:
-    where, params = "at >= ?", [since]
-    if agent is not None:
-        where += " AND agent = ?"
-        params.append(agent)  # type: ignore[arg-type]
+    where, params = _since(agent, since)
     rows = conn.execute(
         "SELECT run_id, position, agent, model, input_tokens, output_tokens, cost, at, pool "
         f"FROM agent_usage WHERE {where} ORDER BY at, run_id, position",
