@@ -133,6 +133,30 @@ def test_claim_filters_by_workflow_and_respects_timers(store: Store) -> None:
     assert [c.run.id for c in run(store.claim("w1", 500.0, 30.0, 10, ["wf"]))] == ["r1"]
 
 
+def _park(store: Store, run_id: str, epoch: int, wake_at: float) -> None:
+    fields = {"wake_at": wake_at, "lease_owner": None, "lease_until": None}
+    run(store.append(Append(run_id, epoch, [entry("sleep.until", 0, True)], status="sleeping",
+                            fields=fields)))  # fmt: skip
+
+
+def test_claim_order_spans_pending_expired_and_due_runs(store: Store) -> None:
+    """Pending runs, runs whose lease expired and sleepers now due are claimed together in
+    one order (priority, then due time); finished runs and sleepers not due never are."""
+    for run_id, priority in (("sleeper", 5), ("expired", 3), ("late", 9), ("done", 9)):
+        run(store.create_run(new(run_id, now=10.0, priority=priority)))
+    claims = {c.run.id: c.run for c in run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))}
+    _park(store, "sleeper", claims["sleeper"].lease_epoch, 150.0)
+    _park(store, "late", claims["late"].lease_epoch, 900.0)
+    run(store.append(Append("done", claims["done"].lease_epoch, [], status="completed")))
+    run(store.create_run(new("low", now=20.0)))
+    run(store.create_run(new("high", now=50.0, priority=7)))
+    order = []
+    while got := run(store.claim("w2", 200.0, 1000.0, 1, ["wf"])):
+        order += [c.run.id for c in got]
+    assert order == ["high", "sleeper", "expired", "low"]  # "expired": w1's lease ran out
+    assert [c.run.id for c in run(store.claim("w3", 901.0, 30.0, 10, ["wf"]))] == ["late"]
+
+
 def test_events_are_kept_in_order_and_wake_a_waiting_run(store: Store) -> None:
     """Events sent before a wait are kept in order; one sent to a waiting run makes it pending."""
     run(store.create_run(new("r1")))

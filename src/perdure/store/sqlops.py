@@ -57,13 +57,6 @@ _SETTABLE = frozenset(
         "updated_at",
     }
 )
-_RUNNABLE = (
-    "(status = 'pending'"
-    " OR (status IN ('running', 'cancelling') AND (lease_until IS NULL OR lease_until < ?))"
-    " OR (status IN ('sleeping', 'waiting') AND wake_at <= ?))"
-)
-
-
 _RUN_FIELDS = tuple(name.strip() for name in _RUN_COLUMNS.split(","))
 
 
@@ -263,6 +256,8 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     stamp = fields.pop("updated_at", None)
     if a.status is None and not fields:
         stamp = None
+    if conn.dialect == "sqlite":
+        return _fence_sqlite(conn, a, count, stamp)
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at), "
         "last_append = COALESCE(CAST(? AS TEXT), last_append) "
@@ -284,6 +279,40 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     return row[0], bool(row[1]), row[2], int(row[3]) - count
 
 
+def _fence_sqlite(
+    conn: Conn, a: Append, count: int, stamp: float | None
+) -> tuple[str, bool, str | None, int]:
+    """SQLite's fence: a read, then an UPDATE of only the columns that change.
+
+    The write lock is held from BEGIN IMMEDIATE, so reading first is as atomic as one
+    statement, and ~5x cheaper: SQLite's RETURNING materialises its rows, and naming an
+    indexed column in SET (updated_at, even set to itself) rewrites its index entries.
+    """
+    row = conn.execute(
+        "SELECT status, pause_requested, parent_id, next_seq, lease_epoch FROM runs WHERE id = ?",
+        (a.run_id,),
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(a.run_id)
+    status, pause_requested, parent_id, first, epoch = row
+    _check_fence(a, epoch, status, pause_requested)
+    sets, params = "next_seq = ?", [first + count]
+    if stamp is not None:
+        sets, params = sets + ", updated_at = ?", [*params, stamp]
+    if a.key is not None:
+        sets, params = sets + ", last_append = ?", [*params, a.key]
+    conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*params, a.run_id))
+    return status, bool(pause_requested), parent_id, int(first)
+
+
+def _check_fence(a: Append, epoch: int, status: str, pause_requested: int) -> None:
+    """Refuse `a` if its lease was lost, or if it stops at an operator's cancel or pause."""
+    if a.epoch is not None and epoch != a.epoch:
+        raise LeaseLost(a.run_id, a.epoch)
+    if a.stop_if_requested and (status == CANCELLING or pause_requested > 0):
+        raise OperatorRequest(cancel=status == CANCELLING, pause=bool(pause_requested))
+
+
 def _refuse(conn: Conn, a: Append) -> NoReturn:
     """Why the fence matched no row: no such run, a lost lease, or an operator request."""
     state = conn.execute(
@@ -291,8 +320,7 @@ def _refuse(conn: Conn, a: Append) -> NoReturn:
     ).fetchone()
     if state is None:
         raise RunNotFound(a.run_id)
-    if a.epoch is not None and state[0] != a.epoch:
-        raise LeaseLost(a.run_id, a.epoch)
+    _check_fence(a, state[0], state[1], state[2])
     raise OperatorRequest(cancel=state[1] == CANCELLING, pause=bool(state[2]))
 
 
@@ -530,19 +558,10 @@ def claim(
     if not workflows or _worker_paused(conn, owner):
         return []
     gate = _QueueGate(conn, now, queues, held or {})
-    runnable = _RUNNABLE
-    params: list[Any] = [now, now]
-    if own:
-        runnable = f"({_RUNNABLE} OR (status IN ('running', 'cancelling') AND lease_owner = ?))"
-        params.append(owner)
-    rows = conn.execute(
-        f"SELECT id, status, lease_owner, lease_until, queue, partition_key, started_at "
-        f"FROM runs WHERE {runnable} AND workflow IN ({_in(workflows)}) "
-        "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow') "
-        + (f"AND id NOT IN ({_in(executing)}) " if executing else "")
-        + f"ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?{conn.claim_lock}",
-        (*params, *workflows, *executing, limit if gate.open else limit * 4 + 16),
-    ).fetchall()
+    rows = _runnable(
+        conn, owner if own else None, now, workflows, executing,
+        limit if gate.open else limit * 4 + 16,
+    )  # fmt: skip
     admitted: list[Any] = []
     for row in rows:
         if len(admitted) == limit:
@@ -590,6 +609,58 @@ def claim(
             )
         )
     return claims
+
+
+_CANDIDATE = "id, status, lease_owner, lease_until, queue, partition_key, started_at"
+_DUE = "ORDER BY priority DESC, COALESCE(wake_at, created_at) LIMIT ?"
+
+
+def _runnable(
+    conn: Conn,
+    own: str | None,
+    now: float,
+    workflows: Sequence[str],
+    executing: Sequence[str],
+    limit: int,
+) -> list[Any]:
+    """The first `limit` runnable runs of `workflows` in claim order (`own`: the claimer
+    whose runs leased to it are runnable too); each row starts with `_CANDIDATE`.
+
+    On SQLite each way of being runnable is a statement of its own, so each is an index
+    range over live runs: one statement with OR can only scan the workflow's runs,
+    finished ones included, so a claim grew with the run history (0.36 ms at 2,000 runs;
+    the three as one UNION ALL cost 0.19 ms, the three apart 0.03). On PostgreSQL the
+    planner ORs the index ranges itself, and FOR UPDATE SKIP LOCKED (which UNION cannot
+    carry) lets concurrent claimers pass each other's rows.
+    """
+    expired = "lease_until IS NULL OR lease_until < ?" + (" OR lease_owner = ?" if own else "")
+    ways: list[tuple[str, list[Any]]] = [
+        ("status = 'pending'", []),
+        (f"status IN ('running', 'cancelling') AND ({expired})", [now, *([own] if own else [])]),
+        ("status IN ('sleeping', 'waiting') AND wake_at <= ?", [now]),
+    ]
+    where = (
+        f"workflow IN ({_in(workflows)}) "
+        "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow')"
+        + (f" AND id NOT IN ({_in(executing)})" if executing else "")
+    )
+    common = [*workflows, *executing]
+    if conn.dialect != "sqlite":
+        text = " OR ".join(f"({way})" for way, _ in ways)
+        return conn.execute(
+            f"SELECT {_CANDIDATE} FROM runs WHERE ({text}) AND {where} {_DUE}{conn.claim_lock}",
+            (*[p for _, ps in ways for p in ps], *common, limit),
+        ).fetchall()
+    rows: list[Any] = []
+    for way, params in ways:
+        rows += conn.execute(
+            f"SELECT {_CANDIDATE}, -priority, COALESCE(wake_at, created_at) FROM runs "
+            f"WHERE {way} AND {where} {_DUE}",
+            (*params, *common, limit),
+        ).fetchall()
+    if len(rows) > 1:
+        rows.sort(key=lambda row: (row[-2], row[-1]))
+    return rows[:limit]
 
 
 class _QueueGate:
