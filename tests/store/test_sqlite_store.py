@@ -465,3 +465,36 @@ def test_two_processes_writing_one_database_never_see_locked(db_path: Path) -> N
             await store.close()
 
     asyncio.run(check())
+
+
+def test_wal_checkpoints_run_on_their_own_thread(
+    call: Any, store: SQLiteStore, db_path: Path
+) -> None:
+    """Commits leave checkpoints to the checkpoint thread: the WAL is copied back into the
+    file every EVERY commits (not by a commit past SQLite's 1,000 pages), nothing is lost,
+    and stopping the store stops the thread."""
+    import sqlite3
+    import threading
+
+    from perdure.store import checkpoints
+
+    call(store.create_run(new_run("r")))
+    (claim,) = call(store.claim("w", 1.0, LEASE, 1, [WF]))
+    epoch = claim.run.lease_epoch
+    for position in range(checkpoints.EVERY * 3):
+        call(store.append(Append("r", epoch, [entry("step.intent", position)])))
+    assert store._checkpoints is not None
+    for _ in range(100):
+        if store._checkpoints.done >= 2:
+            break
+        threading.Event().wait(0.05)
+    assert store._checkpoints.done >= 2
+    assert "perdure-checkpoint" in {t.name for t in threading.enumerate()}
+    assert store._inline_db is not None
+    backstop = store._inline_db.raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert backstop == checkpoints.BACKSTOP
+    store.stop()
+    assert "perdure-checkpoint" not in {t.name for t in threading.enumerate()}
+    with sqlite3.connect(db_path) as conn:
+        written = conn.execute("SELECT COUNT(*) FROM journal WHERE run_id = 'r'").fetchone()[0]
+    assert written == checkpoints.EVERY * 3

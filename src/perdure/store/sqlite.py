@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
-from . import migrations
+from . import checkpoints, migrations
 from .batching import Op
 from .dialect import Db
 from .lockholder import HolderFile, holder_path, process_state, read_holder
@@ -89,6 +89,7 @@ class SQLiteStore(ThreadedStore):
         self.url = f"sqlite:///{path}"
         self._holder = None if path == ":memory:" else HolderFile(path)
         self._holder_conn: Any = None  # the connection whose transaction the record names
+        self._checkpoints = None if path == ":memory:" else checkpoints.Checkpointer(self._plain)
 
     thread_name = "perdure-sqlite"
     db_errors = (sqlite3.Error,)
@@ -140,8 +141,7 @@ class SQLiteStore(ThreadedStore):
             self._check_foreign(conn)  # before any pragma: a refused file stays byte-identical
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute("PRAGMA foreign_keys=OFF")
+            self._settings(conn)
         except sqlite3.OperationalError:
             conn.close()
             raise  # locked or busy: the caller retries
@@ -152,6 +152,18 @@ class SQLiteStore(ThreadedStore):
             conn.close()
             raise
         return conn
+
+    def _settings(self, conn: sqlite3.Connection) -> None:
+        """Per-connection settings: durability, no foreign keys, checkpoints left to the
+        checkpoint thread (checkpoints.py) up to its backstop."""
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        if self._checkpoints is not None:
+            conn.execute(f"PRAGMA wal_autocheckpoint={checkpoints.BACKSTOP}")
+
+    def _plain(self) -> sqlite3.Connection:
+        """A connection for the checkpoint thread: never waits for a lock."""
+        return sqlite3.connect(self.path, timeout=0, isolation_level=None)
 
     def _check_foreign(self, conn: sqlite3.Connection) -> None:
         """Refuse another program's database, or one written by a newer perdure, untouched."""
@@ -228,9 +240,13 @@ class SQLiteStore(ThreadedStore):
             self._holder_conn = None
             self._holder.free()  # before the lock is given up: the next holder writes next
         conn.execute(verb)
+        if verb == "COMMIT" and self._checkpoints is not None:
+            self._checkpoints.committed()
 
     def stop(self) -> None:
         super().stop()
+        if self._checkpoints is not None:
+            self._checkpoints.stop()
         if self._holder is not None:
             self._holder.close()
 
@@ -314,8 +330,7 @@ class SQLiteStore(ThreadedStore):
         conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         try:
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute("PRAGMA foreign_keys=OFF")
+            self._settings(conn)
         except sqlite3.OperationalError:  # locked right now: queue, try again next call
             conn.close()
             return None
