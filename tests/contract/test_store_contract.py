@@ -274,6 +274,8 @@ def test_transactional_body_commits_with_its_outcome_or_not_at_all(store: Store)
 
     probe = run(store.append(Append("r1", None, [entry("run.note")], tx_body=count)))
     assert probe.tx_data == "1"
+    run(store.append(Append("r1", epoch, [entry("step.intent", 2)])))
+    assert [e.seq for e in run(store.journal("r1"))] == [0, 1, 2]  # the failed body's seq is reused
 
 
 def test_blobs_round_trip(store: Store) -> None:

@@ -33,10 +33,15 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._finish = False  # the thread checkpointed: the next committer finishes it
         self.done = 0  # checkpoints run, for tests and benchmarks
 
-    def committed(self) -> None:
-        """A connection of this store committed (called on the committing thread)."""
+    def committed(self, conn: sqlite3.Connection) -> None:
+        """`conn` committed (called on the committing thread, outside a transaction)."""
+        if self._finish:
+            self._finish = False
+            with contextlib.suppress(sqlite3.Error):  # the next checkpoint tries again
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._commits += 1
         if self._commits < EVERY:
             return
@@ -73,6 +78,7 @@ class Checkpointer:
                     conn = conn or self._connect()
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.done += 1
+                    self._finish = True
                 except sqlite3.Error as exc:  # e.g. the file is gone: the backstop remains
                     log.debug("checkpoint failed: %s", exc)
                     if conn is not None:

@@ -241,7 +241,7 @@ class SQLiteStore(ThreadedStore):
             self._holder.free()  # before the lock is given up: the next holder writes next
         conn.execute(verb)
         if verb == "COMMIT" and self._checkpoints is not None:
-            self._checkpoints.committed()
+            self._checkpoints.committed(conn)
 
     def stop(self) -> None:
         super().stop()

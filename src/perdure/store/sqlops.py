@@ -246,7 +246,12 @@ def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> boo
     return False
 
 
-def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, str | None, int]:
+Fenced = tuple[str, bool, "str | None", int, dict[str, Any]]
+"""A fenced run: status, pause asked, parent, first reserved seq, and the run columns
+still to set with the write's own (SQLite: the seq reservation, in the one UPDATE)."""
+
+
+def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
     """Check the lease epoch and reserve journal seqs in one statement; the run's state.
 
     `updated_at` moves only with the status: an indexed column left alone lets
@@ -276,13 +281,12 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> tuple[str, bool, st
     ).fetchone()
     if row is None:
         _refuse(conn, a)
-    return row[0], bool(row[1]), row[2], int(row[3]) - count
+    return row[0], bool(row[1]), row[2], int(row[3]) - count, {}
 
 
-def _fence_sqlite(
-    conn: Conn, a: Append, count: int, stamp: float | None
-) -> tuple[str, bool, str | None, int]:
-    """SQLite's fence: a read, then an UPDATE of only the columns that change.
+def _fence_sqlite(conn: Conn, a: Append, count: int, stamp: float | None) -> Fenced:
+    """SQLite's fence: a read; the columns that change are set later, in the write's one
+    UPDATE of the run (none for a step's write with no status: only `next_seq`).
 
     The write lock is held from BEGIN IMMEDIATE, so reading first is as atomic as one
     statement, and ~5x cheaper: SQLite's RETURNING materialises its rows, and naming an
@@ -296,13 +300,12 @@ def _fence_sqlite(
         raise RunNotFound(a.run_id)
     status, pause_requested, parent_id, first, epoch = row
     _check_fence(a, epoch, status, pause_requested)
-    sets, params = "next_seq = ?", [first + count]
+    later: dict[str, Any] = {"next_seq": first + count}
     if stamp is not None:
-        sets, params = sets + ", updated_at = ?", [*params, stamp]
+        later["updated_at"] = stamp
     if a.key is not None:
-        sets, params = sets + ", last_append = ?", [*params, a.key]
-    conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*params, a.run_id))
-    return status, bool(pause_requested), parent_id, int(first)
+        later["last_append"] = a.key
+    return status, bool(pause_requested), parent_id, int(first), later
 
 
 def _check_fence(a: Append, epoch: int, status: str, pause_requested: int) -> None:
@@ -443,7 +446,7 @@ def append(conn: Conn, append: Append) -> AppendResult:
             raise result
         return result
     fields = dict(append.fields)
-    current, pause_requested, parent_id, first_seq = _fence(conn, append, fields)
+    current, pause_requested, parent_id, first_seq, later = _fence(conn, append, fields)
     if append.expect_status is not None and current not in append.expect_status:
         raise StoreError(
             f"run {append.run_id!r} is {current}; expected {' or '.join(append.expect_status)}"
@@ -471,7 +474,12 @@ def append(conn: Conn, append: Append) -> AppendResult:
             tx_error = exc
             entries = entries[:-1]
             status = None
-            conn.execute("UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (append.run_id,))
+            if "next_seq" in later:
+                later["next_seq"] -= 1
+            else:
+                conn.execute(
+                    "UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (append.run_id,)
+                )
         else:
             stored = tx_data
             if append.blob_threshold is not None:
@@ -492,8 +500,8 @@ def append(conn: Conn, append: Append) -> AppendResult:
             )
     for new in append.new_runs:
         create_run(conn, new)
-    sets: list[str] = []
-    params: list[Any] = []
+    sets = [f"{key} = ?" for key in later]
+    params: list[Any] = list(later.values())
     if status is not None:
         sets.append("status = ?")
         params.append(status)
@@ -555,7 +563,11 @@ def claim(
     runs hold no slot. Limited queues are locked first, so concurrent claimers on
     any host count the same running runs.
     """
-    if not workflows or _worker_paused(conn, owner):
+    if not workflows:
+        return []
+    stopped, paused = _pauses(conn, owner)
+    workflows = [name for name in workflows if name not in paused]
+    if stopped is not None or not workflows:
         return []
     gate = _QueueGate(conn, now, queues, held or {})
     rows = _runnable(
@@ -623,8 +635,8 @@ def _runnable(
     executing: Sequence[str],
     limit: int,
 ) -> list[Any]:
-    """The first `limit` runnable runs of `workflows` in claim order (`own`: the claimer
-    whose runs leased to it are runnable too); each row starts with `_CANDIDATE`.
+    """The first `limit` runnable runs of `workflows` (none paused) in claim order (`own`:
+    the claimer whose runs leased to it are runnable too); rows start with `_CANDIDATE`.
 
     On SQLite each way of being runnable is a statement of its own, so each is an index
     range over live runs: one statement with OR can only scan the workflow's runs,
@@ -639,10 +651,8 @@ def _runnable(
         (f"status IN ('running', 'cancelling') AND ({expired})", [now, *([own] if own else [])]),
         ("status IN ('sleeping', 'waiting') AND wake_at <= ?", [now]),
     ]
-    where = (
-        f"workflow IN ({_in(workflows)}) "
-        "AND workflow NOT IN (SELECT name FROM pauses WHERE scope = 'workflow')"
-        + (f" AND id NOT IN ({_in(executing)})" if executing else "")
+    where = f"workflow IN ({_in(workflows)})" + (
+        f" AND id NOT IN ({_in(executing)})" if executing else ""
     )
     common = [*workflows, *executing]
     if conn.dialect != "sqlite":
@@ -736,38 +746,34 @@ def heartbeat(
         ).fetchall()
         states.extend(LeaseState(r[0], r[1], bool(r[2]), abort=int(r[2]) == 2) for r in rows)
     if states:
-        stopped = _worker_pause(conn, owner)
-        rows = conn.execute("SELECT name, abort FROM pauses WHERE scope = 'workflow'").fetchall()
-        paused = {r[0]: bool(r[1]) for r in rows}
+        stopped, paused = _pauses(conn, owner)
         if stopped is not None or paused:
             ids = [s.run_id for s in states]
-            workflows = dict(
+            workflows: dict[str, str] = dict(
                 conn.execute(
                     f"SELECT id, workflow FROM runs WHERE id IN ({_in(ids)})", ids
                 ).fetchall()
             )
             for state in states:
-                workflow = workflows.get(state.run_id)
+                workflow = workflows.get(state.run_id, "")
                 state.hold = stopped is not None or workflow in paused
                 state.abort = state.abort or bool(stopped) or paused.get(workflow, False)
     return states
 
 
-def _worker_paused(conn: Conn, owner: str) -> bool:
-    """Is this worker paused, by its id or by its host?"""
-    return _worker_pause(conn, owner) is not None
-
-
-def _worker_pause(conn: Conn, owner: str) -> bool | None:
-    """How this worker is paused, by its id or by its host (ids are host:pid:random, or
-    chosen: then the worker registry knows the host): None: not; True: with `now`."""
+def _pauses(conn: Conn, owner: str) -> tuple[bool | None, dict[str, bool]]:
+    """In one read: how this worker is paused, by its id or by its host (ids are
+    host:pid:random, or chosen: then the worker registry knows the host; None: not, True:
+    with `now`), and the paused workflows (name: with `now`)."""
     host = owner.split(":", 1)[0]
-    row = conn.execute(
-        "SELECT MAX(abort) FROM pauses WHERE scope = 'worker' AND (name IN (?, ?) "
-        "OR name IN (SELECT host FROM workers WHERE id = ?))",
+    rows = conn.execute(
+        "SELECT scope, name, abort FROM pauses WHERE scope = 'workflow' OR (scope = 'worker' "
+        "AND (name IN (?, ?) OR name IN (SELECT host FROM workers WHERE id = ?)))",
         (owner, host, owner),
-    ).fetchone()
-    return None if row is None or row[0] is None else bool(row[0])
+    ).fetchall()
+    stopped = [bool(abort) for scope, _, abort in rows if scope == "worker"]
+    paused = {name: bool(abort) for scope, name, abort in rows if scope == "workflow"}
+    return (max(stopped) if stopped else None), paused
 
 
 def set_pause(
