@@ -6,7 +6,9 @@ path, one commit in ~45 then took up to 15 ms, ~60 us per commit on average. Her
 the store's connections checkpoint themselves only past BACKSTOP pages (this
 thread is behind, or gone), and a thread started at the first EVERY commits runs
 a PASSIVE checkpoint, which never waits for a lock nor blocks a writer, every
-EVERY commits.
+EVERY commits. Racing writers, it never finds the whole WAL copied, and SQLite
+restarts the WAL only then: so the first commit after it checkpoints once more
+itself (the few frames since), and the next writer starts the WAL over.
 """
 
 from __future__ import annotations
