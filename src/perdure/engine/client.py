@@ -200,22 +200,28 @@ class Client:
         elif not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"timeout={timeout!r}: give seconds greater than 0, or None")
         with waits.bounded(timeout):
-            run, created = await self._create(workflow, definition, encoded, run_id, deadline,
-                                              queue, priority, partition_key, origin)  # fmt: skip
+            run, created, taken = await self._create(workflow, definition, encoded, run_id,
+                                                     deadline, queue, priority, partition_key,
+                                                     origin)  # fmt: skip
         if not created and run.workflow != workflow:
             raise PerdureError(
                 f"run id {run.id!r} already names a run of workflow {run.workflow!r}, "
                 f"not {workflow!r}"
             )
-        self.runtime.notify()
+        if taken:
+            self.runtime.notify_change()  # a worker of this process runs it: nothing to claim
+        else:
+            self.runtime.notify()
         return run, created
 
     async def _create(
         self, workflow: str, definition: WorkflowDef, encoded: str, run_id: str | None,
         deadline: float | None, queue: str | None, priority: int, partition_key: str | None,
         origin: dict[str, Any] | None,
-    ) -> tuple[RunRow, bool]:  # fmt: skip
-        """Open the store and create the run (or find it): the store calls of a start."""
+    ) -> tuple[RunRow, bool, bool]:  # fmt: skip
+        """Open the store and create the run (or find it): the store calls of a start. Where
+        a worker of this process has a slot free on this loop and nothing else to run, the
+        run is created claimed by it (one transaction, no claim): the third value says so."""
         await self.runtime.open_store()
         text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
         now = self.runtime.clock.now()
@@ -235,7 +241,18 @@ class Client:
             new.entries.append(origin_entry(origin, now))
         if blob is not None:
             new.blobs.append(blob)
-        return await self.store.create_run(new)
+        taker = self.runtime.taker(workflow, new.queue, partition_key)
+        if taker is None:
+            return (*await self.store.create_run(new), False)
+        new.lease = taker.lease_from(now)
+        try:
+            run, created = await self.store.create_run(new)
+        except BaseException:
+            await taker.adopt(None, False, unsure=True)
+            raise
+        taken = created and run.lease_owner == new.lease[0]
+        await taker.adopt(run if taken else None, not new.entries)
+        return run, created, taken
 
     async def latest(self, run_id: str) -> RunRow:
         """The run, or the last run of its lineage if it continued as a new one."""

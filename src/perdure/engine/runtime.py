@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Taker(Protocol):
+    """A worker of this process that takes runs as they are created (worker.py)."""
+
+    def reserve(self, workflow: str, queue: str, partition_key: str | None) -> bool: ...
+    def lease_from(self, now: float) -> tuple[str, float]: ...
+    async def adopt(
+        self, run: RunRow | None, empty_journal: bool, unsure: bool = False
+    ) -> None: ...
+
+
 ENDED_KEPT = 256  # rows of ended runs kept for result() waiters
 ENDED_TEXT = 4096  # characters of result and error beyond which such a row is not kept
 
@@ -71,6 +83,7 @@ class Runtime:
         self.active: dict[str, RunContext] = {}
         # the last rows of runs that ended in this process, as written: result() reads no more
         self.ended: OrderedDict[str, RunRow] = OrderedDict()
+        self.takers: list[Taker] = []  # claiming workers of this process
         self._portal = Portal()
         self._work = Signal()
         self._change = Signal()
@@ -151,6 +164,16 @@ class Runtime:
         self.ended.move_to_end(row.id)
         while len(self.ended) > ENDED_KEPT:
             self.ended.popitem(last=False)
+
+    def taker(self, workflow: str, queue: str, partition_key: str | None) -> Taker | None:
+        """A worker of this process that promised a slot to a run being created (so it is
+        created claimed by it, with no claim), or None: the run is created pending."""
+        return next((t for t in self.takers if t.reserve(workflow, queue, partition_key)), None)
+
+    def work_signals(self) -> int:
+        """How many times new work was signalled so far (a worker that found nothing
+        runnable after the N-th knows nothing new until the N+1-th)."""
+        return self._work.fired
 
     def listen_work(self) -> None:
         self._work.listen()

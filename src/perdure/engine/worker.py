@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
 from ..errors import ConfigError, PerdureError, StoreError
-from ..store.base import CANCELLING, Claim
+from ..store.base import CANCELLING, Claim, RunRow
 from . import aborts, observers
 from .client import Client
 from .clock import MAX_SKEW, Clock, SystemClock, follow_server
@@ -148,6 +148,11 @@ class Worker:
         self.crash_after_intent: frozenset[str] = frozenset()
         self.crashed: BaseException | None = None
         self.claim_unsure = False  # the last claim failed: it may have taken runs unseen
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop it claims on
+        self.reserved = 0  # slots promised to runs being created claimed by it (`reserve`)
+        # (work signals, loop time): its last claim left slots free, so nothing was
+        # runnable for it then; true until new work is signalled or that time (a timer)
+        self.drained: tuple[int, float] | None = None
         self.peers: PeerWatch | None = None  # set at start: the watch for dead workers
         if isinstance(self.clock, SystemClock):
             self.inline_sleep = self.options.inline_sleep
@@ -186,7 +191,9 @@ class Worker:
         for service in self.runtime.services:
             stoppable.append(asyncio.create_task(supervise(service, self), name=service.name))
         stop_wait = asyncio.create_task(self.stopping.wait())
+        self.loop = asyncio.get_running_loop()
         self._announce()
+        self.runtime.takers.append(self)
         loops = [*stoppable, *lasting]
         try:
             done, _ = await asyncio.wait([*loops, stop_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -194,6 +201,7 @@ class Worker:
                 if task is not stop_wait and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
+            self.runtime.takers.remove(self)
             if not self.stopping.is_set():  # a loop failed: stop as if signalled
                 self.stop()
             # a claim in flight must finish, or its runs would wait out their leases; they
@@ -345,12 +353,12 @@ class Worker:
         """Claim as many runnable runs as there are free slots and start them."""
         return (await self._claim())[0]
 
-    async def _claim(self) -> tuple[int, bool]:
-        """Claim and start runs; also say whether the claim filled every free slot (if not,
-        nothing more is runnable now: another claim at once would come back empty)."""
-        free = self.options.concurrency - len(self.tasks)
+    async def _claim(self) -> tuple[int, bool | None]:
+        """Claim and start runs; also say whether runnable runs were left behind (then
+        claim again at once), or None if it did not look (no free slot, or stopping)."""
+        free = self.options.concurrency - len(self.tasks) - self.reserved
         if free <= 0 or self.stopping.is_set():
-            return 0, False
+            return 0, None
         held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
         claims = await self.runtime.store.claim(
             self.id,
@@ -366,7 +374,7 @@ class Worker:
         self.claim_unsure = False
         for claim in claims:
             self._start(claim)
-        return len(claims), len(claims) >= free
+        return len(claims), len(claims) >= free and getattr(claims, "more", True)
 
     def _start(self, claim: Claim) -> None:
         run_id = claim.run.id
@@ -401,8 +409,8 @@ class Worker:
             self._die(error)
         elif error is not None:
             log.error("run %s: engine error", run_id, exc_info=error)
-        if full or self.runtime.queues:  # a slot of the worker, or of a queue, came free
-            self.runtime.notify()
+        if (full and not self.nothing_runnable()) or self.runtime.queues:
+            self.runtime.notify()  # a slot of the worker, or of a queue, came free
 
     def _die(self, error: BaseException) -> None:
         """Crash injection: stop at once, writing nothing more and releasing no lease."""
@@ -418,11 +426,15 @@ class Worker:
         backoff = 0.05
         while not self.stopping.is_set():
             try:
-                _, filled = await self._claim()
-                if filled:  # there may be more: claim again (after the started runs began)
+                signals = self.runtime.work_signals()  # before the claim looks
+                _, more = await self._claim()
+                if more:  # there may be more: claim again (after the started runs began)
+                    self.drained = None
                     await asyncio.sleep(0)
                     continue
-                wait = await self._idle_wait()
+                wait = await self._idle_wait(looked=more is not None)
+                if more is not None:  # it looked and left nothing runnable behind
+                    self.drained = (signals, asyncio.get_running_loop().time() + wait)
                 backoff = 0.05
             except StoreError as exc:  # e.g. the database restarts: keep trying, slower
                 self.claim_unsure = True  # it may have landed, its answer lost
@@ -432,14 +444,71 @@ class Worker:
                 wait, backoff = backoff, min(backoff * 2, 2.0)
             await self.runtime.wait_work(wait)
 
-    async def _idle_wait(self) -> float:
+    async def _idle_wait(self, looked: bool = False) -> float:
+        """How long to wait for new work: the poll interval, or less if a timer is due
+        sooner (also when full, if the claim just looked: it bounds `drained`)."""
         wait = self.options.poll
-        if len(self.tasks) >= self.options.concurrency:
+        if len(self.tasks) >= self.options.concurrency and not looked:
             return wait  # full: a finishing run wakes the loop; no timer matters until then
         wake = await self.runtime.store.next_wake(list(self.runtime.workflows))
         if wake is not None:
             wait = min(wait, max(0.0, wake - self.clock.now()) + 0.001)
         return wait
+
+    # -- runs created claimed --------------------------------------------------------
+
+    def reserve(self, workflow: str, queue: str, partition_key: str | None) -> bool:
+        """Promise a slot to a run this process is creating on this worker's loop, so it is
+        created claimed by this worker: one transaction, no claim, no wake-up.
+
+        Only with a slot free and nothing else runnable as far as this worker knows (its
+        last claim found no more, and no work was signalled since), so such a run never
+        passes one waiting; and only for a queue with no limits and no partition key,
+        which a claim must count.
+        """
+        if (
+            self.stopping.is_set()
+            or self.claim_unsure
+            or partition_key is not None
+            or queue in self.runtime.queues
+            or workflow not in self.runtime.workflows
+            or len(self.tasks) + self.reserved >= self.options.concurrency
+            or not self.nothing_runnable()
+        ):
+            return False
+        self.reserved += 1
+        return True
+
+    def lease_from(self, now: float) -> tuple[str, float]:
+        return self.id, now + self.options.lease
+
+    async def adopt(self, run: RunRow | None, empty_journal: bool, unsure: bool = False) -> None:
+        """Settle a `reserve`: `run` was created claimed by this worker, or (None) it was
+        not; `unsure`: the create failed and may have landed, so the next claim takes up a
+        run leased to this worker that it does not execute, at once."""
+        self.reserved -= 1
+        if run is None:
+            if unsure:
+                self.claim_unsure = True
+                self.runtime.notify()
+            return
+        if self.stopping.is_set():  # it stopped meanwhile: hand the run back at once
+            with contextlib.suppress(StoreError):
+                await self.runtime.store.release(self.id, [run.id])
+            self.runtime.notify()
+            return
+        self._start(Claim(run=run, recovered_from=None, empty_journal=empty_journal))
+
+    def nothing_runnable(self) -> bool:
+        """True while this worker knows nothing is runnable for it but what it runs: its
+        last claim left none behind, no work was signalled since and no timer is due."""
+        drained, loop = self.drained, self.loop
+        if drained is None or loop is None or drained[0] != self.runtime.work_signals():
+            return False
+        try:
+            return asyncio.get_running_loop() is loop and loop.time() < drained[1]
+        except RuntimeError:  # not on a loop: not this worker's
+            return False
 
     # -- leases ----------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ position, lease fencing, status written in the same transaction as its entry).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -111,6 +111,9 @@ class NewRun:
     partition_key: str | None = None
     entries: list[Entry] = field(default_factory=list)
     blobs: list[Blob] = field(default_factory=list)
+    # (worker, lease_until): created claimed by that worker of the creating process, in
+    # the same transaction, unless the worker or the workflow is paused (engine/worker.py)
+    lease: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +197,16 @@ class Claim:
     run: RunRow
     recovered_from: str | None  # previous lease owner if this is a takeover
     empty_journal: bool = False  # nothing recorded yet: the worker need not read the journal
+
+
+class Claims(list[Claim]):
+    """The runs one claim took, and whether it left runnable runs it was not allowed to
+    take (`more`; unknown counts as more): a worker with none left knows there is nothing
+    more to run until new work is signalled or a timer is due."""
+
+    def __init__(self, claims: Iterable[Claim] = (), more: bool = True) -> None:
+        super().__init__(claims)
+        self.more = more
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .base import (
         Append,
         AppendResult,
-        Claim,
+        Claims,
         Entry,
         EventRow,
         GcBatch,
@@ -102,7 +102,7 @@ class Leases(Protocol):
         held: Mapping[str, int] | None = None,
         executing: Sequence[str] = (),
         own: bool = False,
-    ) -> list[Claim]: ...
+    ) -> Claims: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float
     ) -> list[LeaseState]: ...

@@ -25,6 +25,7 @@ from .base import (
     AppendResult,
     Blob,
     Claim,
+    Claims,
     Entry,
     EventRow,
     LeaseState,
@@ -197,15 +198,23 @@ def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
 
 
 def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
+    """Create the run, or find it (False: it existed). With `new.lease`, created claimed by
+    that worker (epoch 1, as a first claim leaves it) unless it or the workflow is paused."""
     check_run_id(new.id), check(new.queue, "queue name")  # every run enters here
+    owner, until = new.lease if new.lease is not None else (None, None)
+    if owner is not None:
+        stopped, paused = _pauses(conn, owner)
+        if stopped is not None or new.workflow in paused:
+            owner = until = None  # pending: claimed once the pause is lifted
     cur = conn.execute(
         "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
-        "updated_at, deadline_at, queue, priority, partition_key) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+        "updated_at, deadline_at, queue, priority, partition_key, lease_owner, lease_until, "
+        "lease_epoch, started_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
         (
             new.id,
             new.workflow,
-            PENDING,
+            PENDING if owner is None else RUNNING,
             new.input,
             new.code_version,
             new.parent_id,
@@ -215,10 +224,14 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
             new.queue,
             new.priority,
             new.partition_key,
+            owner,
+            until,
+            0 if owner is None else 1,
+            None if owner is None else new.now,
         ),
     )
     created = cur.rowcount == 1
-    if created:
+    if created and owner is None:  # a run created claimed is nobody else's work
         conn.notify()
     if created and new.entries:
         conn.execute("UPDATE runs SET next_seq = ? WHERE id = ?", (len(new.entries), new.id))
@@ -550,8 +563,9 @@ def claim(
     held: Mapping[str, int] | None = None,
     executing: Sequence[str] = (),
     own: bool = False,
-) -> list[Claim]:
-    """Claim up to `limit` runnable runs, highest priority first, within the queues' limits.
+) -> Claims:
+    """Claim up to `limit` runnable runs, highest priority first, within the queues' limits;
+    also say whether runnable runs were left behind (`Claims.more`).
 
     `executing`: runs the claimer still executes, never claimed again by it even once
     their lease has expired (it may be waiting for the store to come back to record an
@@ -564,24 +578,24 @@ def claim(
     any host count the same running runs.
     """
     if not workflows:
-        return []
+        return Claims(more=False)
     stopped, paused = _pauses(conn, owner)
     workflows = [name for name in workflows if name not in paused]
     if stopped is not None or not workflows:
-        return []
+        return Claims(more=False)
     gate = _QueueGate(conn, now, queues, held or {})
-    rows = _runnable(
-        conn, owner if own else None, now, workflows, executing,
-        limit if gate.open else limit * 4 + 16,
-    )  # fmt: skip
+    fetch = limit + 1 if gate.open else limit * 4 + 16  # one more: are any left behind?
+    rows = _runnable(conn, owner if own else None, now, workflows, executing, fetch)
     admitted: list[Any] = []
+    more = len(rows) == fetch and not gate.open  # gated: candidates past the fetch unknown
     for row in rows:
-        if len(admitted) == limit:
-            break
         if gate.admit(row[4], row[5], row[6] is None):
+            if len(admitted) == limit:
+                more = True
+                break
             admitted.append(row)
     if not admitted:
-        return []
+        return Claims(more=False)
     # one UPDATE for all of them (SET expressions read the row as it was before)
     ids = [row[0] for row in admitted]
     updated = {
@@ -597,7 +611,7 @@ def claim(
             (owner, now + lease_seconds, owner if own else "", now, now, *ids),
         ).fetchall()
     }
-    claims: list[Claim] = []
+    claims = Claims(more=more)
     for run_id, status, previous, lease_until, *_ in admitted:
         row = updated[run_id]
         run = _run(row[:-1])

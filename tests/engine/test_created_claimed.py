@@ -1,0 +1,165 @@
+"""Runs started beside an idle worker of the same process are created claimed by it: one
+transaction, no claim. Never past a runnable run, a pause, a queue limit or a partition."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import perdure
+
+
+@asynccontextmanager
+async def running(app: perdure.App, concurrency: int = 2) -> AsyncIterator[perdure.Worker]:
+    """A worker on this loop, once its first claim found nothing to run."""
+    worker = app.worker(concurrency=concurrency, lease=30.0, poll=0.5)
+    task = asyncio.create_task(worker.run())
+    await async_wait(worker.nothing_runnable)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def async_wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    limit = loop.time() + timeout
+    while not condition():
+        assert loop.time() < limit, "the expected state was not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def _app(db_url: str) -> perdure.App:
+    app = perdure.App(db_url)
+
+    @app.step(name="add", effect="keyed")
+    def add(i: int) -> int:
+        return i + 1
+
+    @app.workflow(name="job")
+    async def job(i: int) -> int:
+        return await add(i)
+
+    return app
+
+
+def test_a_run_started_beside_an_idle_worker_is_created_claimed(db_url: str) -> None:
+    """The run row is created running under the worker's lease (epoch 1, as a first claim
+    leaves it) and already executing when start returns: no claim was made for it."""
+    app = _app(db_url)
+
+    async def main() -> None:
+        async with running(app) as worker:
+            claims = []
+            claim = app.store.claim
+            app.store.claim = lambda *a, **k: claims.append(a) or claim(*a, **k)  # type: ignore[method-assign]
+            handle = await app.start_async("job", 1, run_id="r1")
+            row = await app.store.get_run("r1")
+            assert row is not None and row.status == "running"
+            assert (row.lease_owner, row.lease_epoch, row.recoveries) == (worker.id, 1, 0)
+            assert row.started_at is not None
+            assert "r1" in worker.tasks
+            assert await handle.result_async(10) == 2
+            assert claims == [] and worker.claimed == 1  # taken without a claim
+
+    asyncio.run(main())
+    assert [e.kind for e in app.journal("r1") if e.kind.startswith("run.recovered")] == []
+    app.close()
+
+
+def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(db_url: str) -> None:
+    """A run of a paused workflow, of a queue with limits or with a partition key is
+    created pending and claimed as usual (the claim counts what these need)."""
+    app = _app(db_url)
+    app.queue("narrow", concurrency=1)
+
+    @app.workflow(name="other")
+    async def other() -> int:
+        return 2
+
+    async def main() -> None:
+        async with running(app) as worker:
+            await app.client.set_pause("workflow", "other", True)
+            await async_wait(worker.nothing_runnable)  # it claimed again after the pause
+            leases = []
+            create = app.store.create_run
+            app.store.create_run = lambda new: leases.append(new.lease) or create(new)  # type: ignore[method-assign]
+            await app.start_async("other", run_id="paused")
+            assert leases[0] is not None and leases[0][0] == worker.id  # offered: the store refused
+            for run_id, options in (("queued", {"queue": "narrow"}),
+                                    ("keyed", {"partition_key": "k"})):  # fmt: skip
+                await app.start_async("job", 1, run_id=run_id, **options)  # type: ignore[arg-type]
+                row = await app.store.get_run(run_id)
+                assert row is not None and row.status == "pending" and row.lease_epoch == 0
+            for run_id in ("queued", "keyed"):
+                assert await app.handle(run_id).result_async(10) == 2
+            row = await app.store.get_run("paused")
+            assert row is not None and row.status == "pending" and row.lease_owner is None
+            await app.client.set_pause("workflow", "other", False)
+            assert await app.handle("paused").result_async(10) == 2
+            assert worker.claimed == 3
+
+    asyncio.run(main())
+    app.close()
+
+
+def test_a_new_run_never_passes_one_waiting_for_a_slot(db_url: str) -> None:
+    """With the worker full, a started run waits pending; one started once the slot is free
+    does not go first: the worker's knowledge that nothing else is runnable went with the
+    first start, so the second is created pending too and the claim keeps their order."""
+    app = perdure.App(db_url)
+    gate = threading.Event()
+    order: list[str] = []
+
+    @app.step(name="hold", effect="read")
+    def hold(tag: str) -> str:
+        if tag == "first":
+            gate.wait(10)
+        order.append(tag)
+        return tag
+
+    @app.workflow(name="job")
+    async def job(tag: str) -> str:
+        return await hold(tag)
+
+    async def main() -> None:
+        async with running(app, concurrency=1):
+            await app.start_async("job", "first", run_id="first")
+            await app.start_async("job", "waiting", run_id="waiting")
+            row = await app.store.get_run("waiting")
+            assert row is not None and row.status == "pending"
+            gate.set()
+            await app.handle("first").result_async(10)
+            await app.start_async("job", "later", run_id="later")
+            for run_id in ("waiting", "later"):
+                await app.handle(run_id).result_async(10)
+
+    asyncio.run(main())
+    assert order == ["first", "waiting", "later"]
+    app.close()
+
+
+def test_runs_started_from_another_thread_are_claimed(db_url: str) -> None:
+    """Only a start on the worker's own loop is created claimed: the sync facade, on its
+    own loop, creates the run pending and the worker claims it."""
+    app = _app(db_url)
+    ready = threading.Event()
+    done = threading.Event()
+
+    async def serve() -> None:
+        async with running(app) as worker:
+            ready.set()
+            await async_wait(done.is_set, 30)
+            assert worker.claimed == 1
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),))
+    thread.start()
+    assert ready.wait(10)
+    handle = app.start("job", 4, run_id="from-thread")
+    assert handle.result(timeout=10) == 5
+    done.set()
+    thread.join(30)
+    app.close()
