@@ -77,11 +77,16 @@ def child_command(module: str, config: Config) -> list[str]:
     return [PYTHON, "-m", module, "--child", json.dumps(config)]
 
 
-def run_child(module: str, config: Config, *, timeout: float = 120.0) -> Config:
-    """Run `module --child config` in a fresh interpreter; its last stdout line is JSON."""
+def run_child(
+    module: str, config: Config, *, timeout: float = 120.0, src: str | None = None
+) -> Config:
+    """Run `module --child config` in a fresh interpreter; its last stdout line is JSON.
+    `src`: import perdure from that source folder instead (a before/after)."""
+    env = None if src is None else {**os.environ, "PYTHONPATH": src}
     proc = subprocess.run(
-        child_command(module, config), capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
+        child_command(module, config), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env=env,
+    )  # fmt: skip
     return _result(proc)
 
 

@@ -21,19 +21,15 @@ main's src/) in the same rounds, for a before/after; `--rounds N` (default 3).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 from .common import (
-    ROOT,
     Config,
     Floor,
     Table,
-    child_command,
     child_main,
     fmt,
     median,
@@ -131,17 +127,7 @@ def _measure(cfg: Config, src: str | None = None) -> Config:
 
 
 def _child(cfg: Config, src: str | None) -> Config:
-    if src is None:
-        return run_child(MODULE, cfg)
-    env = {**os.environ, "PYTHONPATH": src}
-    proc = subprocess.run(
-        child_command(MODULE, cfg), capture_output=True, text=True, timeout=300, cwd=ROOT, env=env
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"bench child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    result: Config = json.loads(lines[-1])
-    return result
+    return run_child(MODULE, cfg, timeout=300, src=src)
 
 
 # (row label, floor config, perdure config, what the row shows)

@@ -157,6 +157,18 @@ def test_claim_order_spans_pending_expired_and_due_runs(store: Store) -> None:
     assert [c.run.id for c in run(store.claim("w3", 901.0, 30.0, 10, ["wf"]))] == ["late"]
 
 
+def test_a_claim_says_whether_it_left_runnable_runs_behind(store: Store) -> None:
+    """`more` is true when runnable runs were left for want of slots, false when the claim
+    took every one (an idle worker then knows there is nothing else to run)."""
+    for run_id in ("a", "b"):
+        run(store.create_run(new(run_id)))
+    first = run(store.claim("w", 100.0, 30.0, 1, ["wf"]))
+    assert len(first) == 1 and first.more
+    second = run(store.claim("w", 100.0, 30.0, 1, ["wf"]))
+    assert len(second) == 1 and not second.more
+    assert not run(store.claim("w", 100.0, 30.0, 5, ["wf"])).more
+
+
 def test_events_are_kept_in_order_and_wake_a_waiting_run(store: Store) -> None:
     """Events sent before a wait are kept in order; one sent to a waiting run makes it pending."""
     run(store.create_run(new("r1")))
