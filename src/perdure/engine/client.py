@@ -47,6 +47,7 @@ from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
 if TYPE_CHECKING:
+    from ..store.roles import Runs
     from .retention import GcReport
     from .runtime import Runtime
 
@@ -85,7 +86,7 @@ def continued_as(run: RunRow) -> str | None:
     return None
 
 
-async def last_of_lineage(store: Store, run: RunRow) -> RunRow:
+async def last_of_lineage(store: Runs, run: RunRow) -> RunRow:
     """Follow `continued_as` links from `run` to the lineage's latest run."""
     for _ in range(MAX_LINEAGE_HOPS):
         nxt = continued_as(run)
@@ -98,13 +99,13 @@ async def last_of_lineage(store: Store, run: RunRow) -> RunRow:
     raise PerdureError(f"run {run.id!r}: its continue_as_new lineage does not end")
 
 
-async def unblob_text(store: Store, text: str | None) -> str | None:
+async def unblob_text(store: Runs, text: str | None) -> str | None:
     """Follow a blob reference, if `text` is one."""
     key = blob_ref(text)
     return await store.get_blob(key) if key else text
 
 
-async def run_outcome_json(store: Store, run: RunRow) -> str:
+async def run_outcome_json(store: Runs, run: RunRow) -> str:
     """A finished run's status, result and error as one JSON object (for parents)."""
     result = await unblob_text(store, run.result)
     error = loads(run.error)

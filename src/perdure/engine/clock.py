@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..store.base import Store
+    from ..store.roles import Leases
 
 MAX_SKEW = 1.0  # seconds between this host's clock and the store server's worth a warning
 
@@ -33,7 +33,7 @@ class SystemClock:
         return time.time() + self.offset
 
 
-async def follow_server(clock: Clock, store: Store) -> float | None:
+async def follow_server(clock: Clock, store: Leases) -> float | None:
     """Set a SystemClock to `store`'s server time; the offset found (server minus this
     host), or None when the store has no clock of its own (SQLite: one host) or the
     clock is driven (tests). The best of three round trips, halved, is the estimate."""

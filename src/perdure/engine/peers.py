@@ -21,11 +21,15 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..store.base import Store
+    from ..store.roles import Leases, Runs, Workers
     from ..store.workers_sql import WorkerRow
+
+    class _Releasing(Runs, Workers, Leases, Protocol):
+        """What handing back dead workers' runs takes: runs, the registry, releases."""
+
 
 log = logging.getLogger("perdure.worker")
 RUNNING = ("running", "cancelling")
@@ -119,7 +123,7 @@ def where_of(
     return registry.get(owner) if registry is not None else None
 
 
-async def release_dead_peers(store: Store, me: str, now: float) -> int:
+async def release_dead_peers(store: _Releasing, me: str, now: float) -> int:
     """Hand back every live lease held by a dead worker of this host; how many runs.
 
     The thorough pass (every lease it finds): owners the registry knows are judged by
@@ -158,7 +162,7 @@ class PeerWatch:
     """One worker's watch over the registry: every PEERS_EVERY seconds, the workers whose
     process is gone (this host) or whose session ended (PostgreSQL) lose their leases."""
 
-    def __init__(self, store: Store, me: str, *, sessions: bool) -> None:
+    def __init__(self, store: Workers, me: str, *, sessions: bool) -> None:
         self.store = store
         self.me = me
         self.sessions = sessions  # the store proves sessions (PostgreSQL)
@@ -204,7 +208,7 @@ class PeerWatch:
         return released
 
 
-async def how_lost(store: Store, owner: str | None, now: float, silent_after: float) -> str:
+async def how_lost(store: Workers, owner: str | None, now: float, silent_after: float) -> str:
     """How the previous holder of a run left it, as far as this host can tell: its
     process is gone (died), it stopped, or it is alive yet lost its lease (cut off from
     the store, or frozen, for longer than the lease); for another host, whether it still
