@@ -1,5 +1,6 @@
 """Runs started beside an idle worker of the same process are created claimed by it: one
-transaction, no claim. Never past a runnable run, a pause, a queue limit or a partition."""
+transaction, no claim. Never past a runnable run, a pause, a queue limit or a partition.
+On SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ async def async_wait(condition: Callable[[], bool], timeout: float = 10.0) -> No
         await asyncio.sleep(0.005)
 
 
-def _app(db_url: str) -> perdure.App:
-    app = perdure.App(db_url)
+def _app(store_url: str) -> perdure.App:
+    app = perdure.App(store_url)
 
     @app.step(name="add", effect="keyed")
     def add(i: int) -> int:
@@ -46,10 +47,10 @@ def _app(db_url: str) -> perdure.App:
     return app
 
 
-def test_a_run_started_beside_an_idle_worker_is_created_claimed(db_url: str) -> None:
+def test_a_run_started_beside_an_idle_worker_is_created_claimed(store_url: str) -> None:
     """The run row is created running under the worker's lease (epoch 1, as a first claim
     leaves it) and already executing when start returns: no claim was made for it."""
-    app = _app(db_url)
+    app = _app(store_url)
 
     async def main() -> None:
         async with running(app) as worker:
@@ -70,10 +71,10 @@ def test_a_run_started_beside_an_idle_worker_is_created_claimed(db_url: str) -> 
     app.close()
 
 
-def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(db_url: str) -> None:
+def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(store_url: str) -> None:
     """A run of a paused workflow, of a queue with limits or with a partition key is
     created pending and claimed as usual (the claim counts what these need)."""
-    app = _app(db_url)
+    app = _app(store_url)
     app.queue("narrow", concurrency=1)
 
     @app.workflow(name="other")
@@ -106,11 +107,11 @@ def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(db_ur
     app.close()
 
 
-def test_a_new_run_never_passes_one_waiting_for_a_slot(db_url: str) -> None:
+def test_a_new_run_never_passes_one_waiting_for_a_slot(store_url: str) -> None:
     """With the worker full, a started run waits pending; one started once the slot is free
     does not go first: the worker's knowledge that nothing else is runnable went with the
     first start, so the second is created pending too and the claim keeps their order."""
-    app = perdure.App(db_url)
+    app = perdure.App(store_url)
     gate = threading.Event()
     order: list[str] = []
 
@@ -142,10 +143,10 @@ def test_a_new_run_never_passes_one_waiting_for_a_slot(db_url: str) -> None:
     app.close()
 
 
-def test_runs_started_from_another_thread_are_claimed(db_url: str) -> None:
+def test_runs_started_from_another_thread_are_claimed(store_url: str) -> None:
     """Only a start on the worker's own loop is created claimed: the sync facade, on its
     own loop, creates the run pending and the worker claims it."""
-    app = _app(db_url)
+    app = _app(store_url)
     ready = threading.Event()
     done = threading.Event()
 
