@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import logging
+import os
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,6 +57,18 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.worker")
+# names of this process's writes (Append.key): unique per process without a random draw
+# (a getrandom call) per write, drawn again in a forked child; a retried write keeps its name
+_WRITES_OF = secrets.token_hex(8) + ":"
+_WRITES = itertools.count()
+
+
+def _forked() -> None:
+    global _WRITES_OF
+    _WRITES_OF = secrets.token_hex(8) + ":"
+
+
+os.register_at_fork(after_in_child=_forked)
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "perdure_run", default=None
@@ -473,7 +487,7 @@ class RunContext:
             blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
             inline_ok=len(self.runtime.active) <= 1,
-            key=uuid.uuid4().hex,
+            key=f"{_WRITES_OF}{next(_WRITES):x}",
         )
 
     def _refused(self, request: OperatorRequest, append: Append, added: int) -> None:

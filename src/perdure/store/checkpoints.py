@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 log = logging.getLogger("perdure.store")
 
-EVERY = 100  # commits between checkpoints (a run's commit dirties ~3-8 pages)
+EVERY = 400  # commits between checkpoints (a run's commit dirties ~3-8 pages)
 BACKSTOP = 10_000  # WAL pages past which a committing connection checkpoints itself
 
 
