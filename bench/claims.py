@@ -12,11 +12,10 @@ export of an older main's src/) in the same rounds; `--rounds N` (default 3).
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 
-from .common import Config, Table, child_main, fmt, median, run_child, scratch
+from .common import Config, Table, child_main, fmt, median, run_child, scratch, store_args
 
 MODULE = "bench.claims"
 HISTORY = (0, 10_000, 100_000)
@@ -95,17 +94,17 @@ def _measure(cfg: Config, src: str | None) -> Config:
         return run_child(MODULE, {**cfg, "schema": schema}, timeout=300, src=src)
 
 
-def figure(stores: tuple[str, ...], before: str | None) -> Table:
+def figure(stores: tuple[str, ...], before: str | None, rounds: int = ROUNDS) -> Table:
     sides: list[tuple[str, str | None]] = [("perdure", None)]
     if before:
         sides.append(("before", before))
     headers = ["store", "finished runs"]
     for side, _ in sides:
         headers += [f"idle poll us ({side})", f"claim of one us ({side})"]
-    table = Table(title=f"Claim cost by history (median of {ROUNDS} rounds)", headers=headers)
+    table = Table(title=f"Claim cost by history (median of {rounds} rounds)", headers=headers)
     plan = [(store, n) for store in stores for n in HISTORY]
     trials: dict[tuple[str, int, str], list[Config]] = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for store, n in plan:
             for side, src in sides:
                 got = _measure({"store": store, "finished": n}, src)
@@ -124,15 +123,5 @@ def figure(stores: tuple[str, ...], before: str | None) -> Table:
     return table
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
-    before = args[args.index("--before") + 1] if "--before" in args else None
-    if "--rounds" in args:
-        global ROUNDS
-        ROUNDS = int(args[args.index("--rounds") + 1])
-    print(figure(stores, os.path.abspath(before) if before else None).render(), flush=True)
-
-
 if __name__ == "__main__":
-    child_main(main, child)
+    child_main(lambda: print(figure(*store_args(sys.argv[1:], ROUNDS)).render(), flush=True), child)

@@ -139,6 +139,16 @@ def _result(proc: subprocess.CompletedProcess[str]) -> Config:
     return result
 
 
+def store_args(args: Sequence[str], rounds: int) -> tuple[tuple[str, ...], str | None, int]:
+    """The side-by-side benches' arguments: `--sqlite` / `--pg` (default both stores),
+    `--before DIR` (another perdure source folder measured in the same rounds), `--rounds N`."""
+    stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
+    before = os.path.abspath(args[args.index("--before") + 1]) if "--before" in args else None
+    if "--rounds" in args:
+        rounds = int(args[args.index("--rounds") + 1])
+    return stores, before, rounds
+
+
 def child_main(main: Callable[[], None], child: Callable[[Config], Config]) -> None:
     """`python -m bench.X` runs the figure; `--child JSON` runs one measurement and prints JSON."""
     if len(sys.argv) == 3 and sys.argv[1] == "--child":

@@ -35,6 +35,7 @@ from .common import (
     median,
     run_child,
     scratch,
+    store_args,
 )
 
 MODULE = "bench.core_path"
@@ -177,12 +178,14 @@ def _share(got: dict[str, float], side: str, what: str) -> str:
     return f"{ratio:.2f}x" if what == "step_us" else f"{ratio:.0%}"
 
 
-def figure(stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None) -> Table:
+def figure(
+    stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None, rounds: int = ROUNDS
+) -> Table:
     """The table; `before`: a perdure source folder (e.g. main's src/) measured in the same
     interleaved rounds, shown in its own columns."""
     extra = ["before", "before/floor"] if before else []
     table = Table(
-        title=f"Core path vs the floor (median of {ROUNDS} interleaved rounds, fresh process each)",
+        title=f"Core path vs the floor (median of {rounds} interleaved rounds, fresh process each)",
         headers=["figure", "floor", "perdure", "perdure/floor", *extra, "CPU ms/run: floor",
                  "perdure", *(["before"] if before else [])],
     )  # fmt: skip
@@ -191,7 +194,7 @@ def figure(stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None
     if before:
         sides.append(("before", before))
     trials: dict[tuple[int, str], list[Config]] = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for i, (_label, floor_cfg, perdure_cfg, _what) in enumerate(plan):
             for side, src in sides:
                 cfg = floor_cfg if side == "floor" else perdure_cfg
@@ -218,15 +221,5 @@ def figure(stores: tuple[str, ...] = ("sqlite", "pg"), before: str | None = None
     return table
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    stores = ("sqlite",) if "--sqlite" in args else ("pg",) if "--pg" in args else ("sqlite", "pg")
-    before = args[args.index("--before") + 1] if "--before" in args else None
-    if "--rounds" in args:
-        global ROUNDS
-        ROUNDS = int(args[args.index("--rounds") + 1])
-    print(figure(stores, before).render(), flush=True)
-
-
 if __name__ == "__main__":
-    child_main(main, child)
+    child_main(lambda: print(figure(*store_args(sys.argv[1:], ROUNDS)).render(), flush=True), child)
