@@ -8,6 +8,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import perdure
 
@@ -54,9 +55,15 @@ def test_a_run_started_beside_an_idle_worker_is_created_claimed(store_url: str) 
 
     async def main() -> None:
         async with running(app) as worker:
-            claims = []
-            claim = app.store.claim
-            app.store.claim = lambda *a, **k: claims.append(a) or claim(*a, **k)  # type: ignore[method-assign]
+            taken: list[str] = []  # runs any claim took (PostgreSQL's NOTIFY of a run's
+            claim = app.store.claim  # end wakes claims that find nothing)
+
+            async def claiming(*args: Any, **kwargs: Any) -> Any:
+                claims = await claim(*args, **kwargs)
+                taken.extend(c.run.id for c in claims)
+                return claims
+
+            app.store.claim = claiming  # type: ignore[method-assign]
             handle = await app.start_async("job", 1, run_id="r1")
             row = await app.store.get_run("r1")
             assert row is not None and row.status == "running"
@@ -64,7 +71,7 @@ def test_a_run_started_beside_an_idle_worker_is_created_claimed(store_url: str) 
             assert row.started_at is not None
             assert "r1" in worker.tasks
             assert await handle.result_async(10) == 2
-            assert claims == [] and worker.claimed == 1  # taken without a claim
+            assert taken == [] and worker.claimed == 1  # taken without a claim
 
     asyncio.run(main())
     assert [e.kind for e in app.journal("r1") if e.kind.startswith("run.recovered")] == []

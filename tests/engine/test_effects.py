@@ -270,6 +270,45 @@ def test_once_step_needs_attention_after_crash(app: perdure.App, clock: TestCloc
     assert calls == []
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_once_body_never_starts_once_the_lease_may_have_ended(
+    app: perdure.App, clock: TestClock, sync: bool
+) -> None:
+    """A once intent acknowledged after the worker's lease ran out (its answer held up, as
+    in a partition; here the clock moves on inside the step before) must not start its
+    body: another worker may have the run by now. Its recovery then parks the run."""
+    calls: list[str] = []
+    worker = TestWorker(app)
+
+    @app.step(name="slow", effect="keyed")
+    def slow() -> None:
+        clock.advance(worker.lease + 1)  # the lease ends while the worker waits
+
+    @app.step(name="pay", effect="once")
+    def pay() -> None:
+        calls.append("paid")
+
+    if sync:
+
+        @app.workflow(name="w")
+        def w_sync() -> None:
+            slow()
+            pay()
+
+    else:
+
+        @app.workflow(name="w")
+        async def w_async() -> None:
+            await slow()
+            await pay()
+
+    handle = app.start("w")
+    worker.run_until_idle()  # it claims the run again once the lease lapsed: it parks it
+    assert calls == []  # the intent is journaled, the body never started
+    assert kinds(app, handle.id, 1) == ["step.intent", "step.needs_attention"]
+    assert handle.status() == "needs_attention"
+
+
 def test_once_step_mid_effect_crash_never_repeats(app: perdure.App, clock: TestClock) -> None:
     """A once step that did its effect and then crashed is never executed a second time."""
     body = CrashOnce()

@@ -512,3 +512,40 @@ def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
     finally:
         app.close()
     assert claims == []
+
+
+def test_heartbeats_keep_a_long_run_able_to_start_once_steps(db_url: str) -> None:
+    """A run that outlives its first lease many times over still starts its once steps:
+    each heartbeat the store accepts extends the lease the worker can show."""
+    app = perdure.App(db_url)
+    paid: list[str] = []
+
+    @app.step(name="work", effect="keyed")
+    async def work() -> None:
+        await asyncio.sleep(2.0)  # three leases of 0.6 s
+
+    @app.step(name="pay", effect="once")
+    def pay() -> None:
+        paid.append("paid")
+
+    @app.workflow(name="long")
+    async def long() -> str:
+        await work()
+        await pay()
+        return "done"
+
+    async def main() -> str:
+        worker = app.worker(concurrency=1, lease=0.6, poll=0.05, gc_every=None)
+        task = asyncio.create_task(worker.run())
+        try:
+            handle = await app.start_async(long)
+            return str(await handle.result_async(20))
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+
+    try:
+        assert asyncio.run(main()) == "done"
+    finally:
+        app.close()
+    assert paid == ["paid"]

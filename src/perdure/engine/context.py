@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import itertools
 import logging
+import math
 import os
 import secrets
 import threading
@@ -153,6 +154,10 @@ class RunContext:
         self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
+        # the lease this worker can show for the run (engine time: the lease_until it last
+        # had the store accept, by claim or heartbeat), less a margin kept for clock error
+        self.held_until = run.lease_until if run.lease_until is not None else math.inf
+        self.lease_margin = 0.0
 
     # -- positions and recorded entries ----------------------------------------------
 
@@ -238,6 +243,25 @@ class RunContext:
         with self._state_lock:
             self.state = RunState(pause=run.pause_requested, hold=self.state.hold)
         self._cancel_sent = False
+        self.held_until = run.lease_until if run.lease_until is not None else math.inf
+
+    def lease_holds(self) -> bool:
+        """Whether the lease this worker last had accepted still runs (with its margin): a
+        `once` body starts only then, since after it another worker may take the run over."""
+        return self.clock.now() < self.held_until - self.lease_margin
+
+    def lease_ran_out(self, step: str) -> WorkerStopping:
+        """A `once` step's intent was acknowledged after the lease could have ended (its
+        answer was held up, e.g. by a partition): its body must not start, since the run may
+        be another worker's by now. Recovery parks it, as for any intent without outcome."""
+        self.update(phase=Phase.LOST)
+        observers.lease_lost(self.run_id, self.worker_id, "expired before a once body")
+        log.warning(
+            "worker %s: run %s: the lease may have ended before step %r could start (its "
+            "intent was acknowledged %.1fs past it); not starting it",
+            self.worker_id, self.run_id, step, self.clock.now() - self.held_until,
+        )  # fmt: skip
+        return WorkerStopping()
 
     def reopen(self) -> None:
         """The runner writes the run's end after a parking write (a failure, a cancel)."""

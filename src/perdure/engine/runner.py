@@ -108,6 +108,7 @@ async def execute(
     stopping: asyncio.Event | None = None,
     crash_after_intent: frozenset[str] = frozenset(),
     max_recoveries: int | None = None,
+    lease: float | None = None,
 ) -> None:
     """Drive one claimed run until it finishes or parks; never raises for run-level failures.
 
@@ -146,6 +147,8 @@ async def execute(
         log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
         return
     ctx.crash_after_intent = crash_after_intent
+    # a once body starts only with a quarter of the lease left: heartbeats come every third
+    ctx.lease_margin = lease / 4 if lease else 0.0
     ctx.update(hold=stopping is not None and stopping.is_set())  # claimed as it stopped
     await _drive(ctx, definition, start, claim, executor, contexts)
 

@@ -334,6 +334,8 @@ def _attempt_here(call: StepCall) -> Any:
     intent = _open(call)
     if _must_commit(call, intent):
         ctx.write_now(*([intent] if intent else []), stop_if_requested=intent is not None)
+    if intent is not None and not ctx.lease_holds():
+        raise ctx.lease_ran_out(call.step.name)
     if _may_not_start(call):
         ctx.call(_not_started(call))
     started = _body_started(call)
@@ -366,6 +368,8 @@ async def _attempt(call: StepCall) -> Any:
     intent = _open(call)
     if _must_commit(call, intent):
         await ctx.write(*([intent] if intent else []), stop_if_requested=intent is not None)
+    if intent is not None and not ctx.lease_holds():
+        raise ctx.lease_ran_out(call.step.name)
     if _may_not_start(call):
         await _not_started(call)
     started = _body_started(call)

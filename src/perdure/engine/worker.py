@@ -359,6 +359,7 @@ class Worker:
         free = self.options.concurrency - len(self.tasks) - self.reserved
         if free <= 0 or self.stopping.is_set():
             return 0, None
+        self.drained = None  # while it looks, a start must not take a slot it counts
         held = collections.Counter(ctx.run.queue for ctx in self.contexts.values())
         claims = await self.runtime.store.claim(
             self.id,
@@ -394,6 +395,7 @@ class Worker:
                 stopping=self.stopping,
                 crash_after_intent=self.crash_after_intent,
                 max_recoveries=self.options.max_recoveries,
+                lease=self.options.lease,
             ),
             name=f"perdure-run-{run_id}",
         )
@@ -429,12 +431,14 @@ class Worker:
                 signals = self.runtime.work_signals()  # before the claim looks
                 _, more = await self._claim()
                 if more:  # there may be more: claim again (after the started runs began)
-                    self.drained = None
                     await asyncio.sleep(0)
                     continue
                 wait = await self._idle_wait(looked=more is not None)
                 if more is not None:  # it looked and left nothing runnable behind
-                    self.drained = (signals, asyncio.get_running_loop().time() + wait)
+                    # past a due timer it is not; past the poll, a moment more, so a start
+                    # as the next poll's claim begins finds the knowledge still good
+                    grace = 0.05 if wait >= self.options.poll else 0.0
+                    self.drained = (signals, asyncio.get_running_loop().time() + wait + grace)
                 backoff = 0.05
             except StoreError as exc:  # e.g. the database restarts: keep trying, slower
                 self.claim_unsure = True  # it may have landed, its answer lost
@@ -516,9 +520,8 @@ class Worker:
         held = list(self.tasks)
         if not held:
             return
-        states = await self.runtime.store.heartbeat(
-            self.id, held, self.clock.now() + self.options.lease
-        )
+        until = self.clock.now() + self.options.lease
+        states = await self.runtime.store.heartbeat(self.id, held, until)
         alive = {s.run_id: s for s in states}
         for run_id in held:
             ctx = self.contexts.get(run_id)
@@ -532,6 +535,7 @@ class Worker:
                 ctx.update(phase=Phase.LOST)
                 task.cancel()
                 continue
+            ctx.held_until = max(ctx.held_until, until)
             ctx.update(pause=state.pause_requested, hold=state.hold or None)
             aborts.request(ctx, state.abort)  # pause --now: cut off its abortable calls
             if state.status == CANCELLING:
