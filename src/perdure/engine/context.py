@@ -248,6 +248,8 @@ class RunContext:
     def lease_holds(self) -> bool:
         """Whether the lease this worker last had accepted still runs (with its margin): a
         `once` body starts only then, since after it another worker may take the run over."""
+        if self.state.phase is Phase.LOST:  # e.g. a heartbeat found the run taken over
+            return False
         return self.clock.now() < self.held_until - self.lease_margin
 
     def lease_ran_out(self, step: str) -> WorkerStopping:
