@@ -115,3 +115,50 @@ def test_store_works_without_session_state(pg_url: str) -> None:
         assert count == (8,)
     finally:
         app.close()
+
+
+def test_a_run_ending_elsewhere_wakes_its_waiters_not_idle_workers(pg_url: str) -> None:
+    """A run's end is told to other processes as such: their result waiters wake, their
+    idle workers do not claim (it freed nothing a claim counts)."""
+    idle_app = perdure.App(pg_url)
+    busy_app = perdure.App(pg_url)
+    for app in (idle_app, busy_app):
+
+        @app.workflow(name="nap")
+        async def nap() -> str:
+            await asyncio.sleep(0.5)
+            return "rested"
+
+    claims: list[int] = []
+    claim = idle_app.store.claim
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        claims.append(1)
+        return await claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    idle_app.store.claim = counted  # type: ignore[method-assign]
+
+    async def main() -> None:
+        idle = idle_app.worker(concurrency=2, poll=60.0)
+        busy = busy_app.worker(concurrency=2, poll=60.0)
+        tasks = [asyncio.create_task(w.run()) for w in (idle, busy)]
+        try:
+            while not (idle.nothing_runnable() and busy.nothing_runnable()):
+                await asyncio.sleep(0.01)
+            before = len(claims)
+            handle = await busy_app.start_async("nap")  # created claimed by `busy`: no NOTIFY
+            waiter = await idle_app.client.get(handle.id)
+            assert waiter.lease_owner == busy.id
+            assert await idle_app.handle(handle.id).result_async(timeout=10) == "rested"
+            await asyncio.sleep(0.3)
+            assert len(claims) == before  # the end woke the waiter, not the idle worker
+        finally:
+            for w in (idle, busy):
+                w.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        idle_app.close()
+        busy_app.close()

@@ -126,7 +126,7 @@ class Runtime:
             await store.open()
             subscribe = getattr(store, "subscribe", None)
             if subscribe is not None:  # other processes' new work wakes this one's workers
-                subscribe(self.notify)
+                subscribe(self.notify, self._ended_elsewhere)
             await _first_clock(self.clock, store)
             self._opened = True
 
@@ -154,6 +154,14 @@ class Runtime:
         self._change.fire()
         for listener in self.on_notify:
             listener()
+
+    def _ended_elsewhere(self) -> None:
+        """Another process ended a run: its waiters here read it; workers claim only if a
+        queue with limits may have a slot free (a run's end frees nothing else they count)."""
+        if self.queues:
+            self.notify()
+        else:
+            self.notify_change()
 
     def run_ended(self, row: RunRow) -> None:
         """A run ended in this process (`row`: as its ending write left it): its waiters find

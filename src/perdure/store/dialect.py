@@ -41,8 +41,9 @@ class Db:
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         self.raw.executemany(self.sql(text), rows)
 
-    def notify(self) -> None:
-        """Tell other processes, when this transaction commits, that work may be runnable."""
+    def notify(self, ended: bool = False) -> None:
+        """Tell other processes, when this transaction commits, that work may be runnable
+        (`ended`: only that a run ended, freeing nothing a claim counts)."""
 
     def user_scope(self) -> None:
         """Before a transactional step's body: let its unqualified names mean the app's tables."""
@@ -50,6 +51,8 @@ class Db:
     def lock_queue(self, name: str) -> None:
         """Serialise claims that count a limited queue (SQLite's BEGIN IMMEDIATE already does)."""
 
+
+ENDED = "ended"  # the payload of a notification that a run ended and nothing else
 
 _TABLES = re.compile(
     r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses|agent_usage|"
@@ -93,8 +96,8 @@ class PostgresDb(Db):
         with self.raw.cursor() as cur:
             cur.executemany(self.sql(text), list(rows))
 
-    def notify(self) -> None:
-        self.raw.execute("SELECT pg_notify(%s, '')", (self.channel,))
+    def notify(self, ended: bool = False) -> None:
+        self.raw.execute("SELECT pg_notify(%s, %s)", (self.channel, ENDED if ended else ""))
 
     def lock_queue(self, name: str) -> None:
         key = f"perdure-queue:{self.schema}:{name}"

@@ -28,7 +28,7 @@ from ..extras import require_extra
 from . import changes_sql, migrations
 from .batching import Op
 from .changes_sql import TableTrigger
-from .dialect import Db, PostgresDb
+from .dialect import ENDED, Db, PostgresDb
 from .pg_session import SessionLock
 from .threaded import ThreadedStore
 from .workers_sql import WorkerRow, sessions_gone
@@ -307,7 +307,7 @@ class PostgresStore(ThreadedStore):
                         if note.channel == self.changes_channel:
                             self._changed(note.payload)
                         else:
-                            self._heard()
+                            self._heard(ended=note.payload == ENDED)
                 conn.execute("UNLISTEN *")  # back to the pool as it came
             except (psycopg.Error, ConfigError, StoreUnavailable):
                 select.select([wake], [], [], delay)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from ..errors import LeaseLost, RunNotFound, StoreError
 from .base import (
@@ -259,9 +259,16 @@ def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> boo
     return False
 
 
-Fenced = tuple[str, bool, "str | None", int, dict[str, Any]]
-"""A fenced run: status, pause asked, parent, first reserved seq, and the run columns
-still to set with the write's own (SQLite: the seq reservation, in the one UPDATE)."""
+class Fenced(NamedTuple):
+    """A fenced run's state, and the run columns still to set with the write's own (SQLite:
+    the seq reservation, in the one UPDATE)."""
+
+    status: str
+    pause_requested: bool
+    parent_id: str | None
+    first_seq: int
+    later: dict[str, Any]
+    partition_key: str | None
 
 
 def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
@@ -281,7 +288,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
         "last_append = COALESCE(CAST(? AS TEXT), last_append) "
         "WHERE id = ? AND (CAST(? AS INTEGER) IS NULL OR lease_epoch = ?) "
         "AND NOT (CAST(? AS INTEGER) = 1 AND (status = 'cancelling' OR pause_requested > 0)) "
-        "RETURNING status, pause_requested, parent_id, next_seq",
+        "RETURNING status, pause_requested, parent_id, next_seq, partition_key",
         (
             count,
             stamp,
@@ -294,7 +301,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
     ).fetchone()
     if row is None:
         _refuse(conn, a)
-    return row[0], bool(row[1]), row[2], int(row[3]) - count, {}
+    return Fenced(row[0], bool(row[1]), row[2], int(row[3]) - count, {}, row[4])
 
 
 def _fence_sqlite(conn: Conn, a: Append, count: int, stamp: float | None) -> Fenced:
@@ -306,19 +313,20 @@ def _fence_sqlite(conn: Conn, a: Append, count: int, stamp: float | None) -> Fen
     indexed column in SET (updated_at, even set to itself) rewrites its index entries.
     """
     row = conn.execute(
-        "SELECT status, pause_requested, parent_id, next_seq, lease_epoch FROM runs WHERE id = ?",
+        "SELECT status, pause_requested, parent_id, next_seq, lease_epoch, partition_key "
+        "FROM runs WHERE id = ?",
         (a.run_id,),
     ).fetchone()
     if row is None:
         raise RunNotFound(a.run_id)
-    status, pause_requested, parent_id, first, epoch = row
+    status, pause_requested, parent_id, first, epoch, partition_key = row
     _check_fence(a, epoch, status, pause_requested)
     later: dict[str, Any] = {"next_seq": first + count}
     if stamp is not None:
         later["updated_at"] = stamp
     if a.key is not None:
         later["last_append"] = a.key
-    return status, bool(pause_requested), parent_id, int(first), later
+    return Fenced(status, bool(pause_requested), parent_id, int(first), later, partition_key)
 
 
 def _check_fence(a: Append, epoch: int, status: str, pause_requested: int) -> None:
@@ -459,7 +467,7 @@ def append(conn: Conn, append: Append) -> AppendResult:
             raise result
         return result
     fields = dict(append.fields)
-    current, pause_requested, parent_id, first_seq, later = _fence(conn, append, fields)
+    current, pause_requested, parent_id, first_seq, later, partition = _fence(conn, append, fields)
     if append.expect_status is not None and current not in append.expect_status:
         raise StoreError(
             f"run {append.run_id!r} is {current}; expected {' or '.join(append.expect_status)}"
@@ -528,8 +536,10 @@ def append(conn: Conn, append: Append) -> AppendResult:
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", params)
     if status in TERMINAL and parent_id:
         _wake_parent(conn, append.run_id, parent_id)
-    if status == PENDING or status in TERMINAL:
-        conn.notify()  # a worker may claim it, or a waiter may read its result
+    if status == PENDING or (status in TERMINAL and (parent_id or partition)):
+        conn.notify()  # a worker may claim it (a parent woke, or a partition came free)
+    elif status in TERMINAL:
+        conn.notify(ended=True)  # its result's waiters read it; nothing new to claim
     final_status = status if status is not None else current
     return AppendResult(
         status=final_status,
