@@ -3,6 +3,7 @@ or killed as the test likes (never the machine's server, which other suites use)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,7 +11,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from netns import Hosts, missing
 
 
 def _pg_bin(name: str) -> str | None:
@@ -159,3 +164,25 @@ def restart_postgres(server: PrivateServer) -> float:
     server.restart()
     wait_pg_up(server.url, 60)
     return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def served_hosts(count: int, log_to: Path | None = None) -> Iterator[tuple[Hosts, PrivateServer]]:
+    """`count` network namespaces, then a private server listening on their links' host
+    ends (its log copied to `log_to` at the end); a machine that cannot make them fails."""
+    why = missing()
+    if why is not None:
+        pytest.fail(why)  # the fault suites run in CI as root: a machine without this fails
+    hosts = Hosts(count)
+    server = PrivateServer(listen=tuple(h.server for h in hosts.hosts), trust=hosts.network)
+    try:
+        hosts.create()
+        server.init()
+        server.start()
+        wait_pg_up(server.url, 60)
+        yield hosts, server
+    finally:
+        if log_to is not None and server.log.exists():
+            log_to.write_bytes(server.log.read_bytes())
+        server.destroy()
+        hosts.destroy()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from netns import Hosts, missing
-from private_pg import PrivateServer, wait_pg_up
+from netns import Hosts
+from private_pg import PrivateServer, served_hosts
 
 LEASE = 2.0
 APP = textwrap.dedent(
@@ -51,20 +51,8 @@ APP = textwrap.dedent(
 
 @pytest.fixture
 def host_and_server() -> Iterator[tuple[Hosts, PrivateServer]]:
-    why = missing()
-    if why is not None:
-        pytest.fail(why)  # the fault suites run in CI as root: a machine without this fails
-    hosts = Hosts(1)
-    server = PrivateServer(listen=(hosts.hosts[0].server,), trust=hosts.network)
-    try:
-        hosts.create()
-        server.init()
-        server.start()
-        wait_pg_up(server.url, 60)
-        yield hosts, server
-    finally:
-        server.destroy()
-        hosts.destroy()
+    with served_hosts(1) as made:
+        yield made
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:

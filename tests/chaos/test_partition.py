@@ -19,8 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from netns import KINDS, Host, Hosts, missing
-from private_pg import PrivateServer, wait_pg_up
+from netns import KINDS, Host, Hosts
+from private_pg import PrivateServer, served_hosts
 from test_chaos import Chaos, verify
 from test_chaos_postgres import through_outage
 
@@ -38,22 +38,8 @@ STALL_SECONDS = 90.0
 @pytest.fixture
 def hosts_and_server(tmp_path: Path) -> Iterator[tuple[Hosts, PrivateServer]]:
     """The namespaces, then a server listening on their links' host ends."""
-    why = missing()
-    if why is not None:
-        pytest.fail(why)  # the fault suites run in CI as root: a machine without this fails
-    hosts = Hosts(WORKERS)
-    server = PrivateServer(listen=tuple(h.server for h in hosts.hosts), trust=hosts.network)
-    try:
-        hosts.create()
-        server.init()
-        server.start()
-        wait_pg_up(server.url, 60)
-        yield hosts, server
-    finally:
-        if server.log.exists():
-            (tmp_path / "postgresql.log").write_bytes(server.log.read_bytes())
-        server.destroy()
-        hosts.destroy()
+    with served_hosts(WORKERS, tmp_path / "postgresql.log") as made:
+        yield made
 
 
 def cut(hosts: Hosts, host: Host, kind: str, seconds: float, rng: random.Random) -> None:
