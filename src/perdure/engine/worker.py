@@ -150,8 +150,8 @@ class Worker:
         self.claim_unsure = False  # the last claim failed: it may have taken runs unseen
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it claims on
         self.reserved = 0  # slots promised to runs being created claimed by it (`reserve`)
-        # (work signals, loop time): its last claim left slots free, so nothing was
-        # runnable for it then; true until new work is signalled or that time (a timer)
+        # (work signals, loop time): its last claim looked and left no runnable run
+        # behind; it holds until new work is signalled or that time (a timer, a poll)
         self.drained: tuple[int, float] | None = None
         self.peers: PeerWatch | None = None  # set at start: the watch for dead workers
         if isinstance(self.clock, SystemClock):
