@@ -15,7 +15,16 @@ import asyncio
 import sys
 import time
 
-from .common import Config, Table, child_main, fmt, median, run_child, scratch, store_args
+from .common import (
+    Config,
+    Table,
+    child_main,
+    fmt,
+    median,
+    run_child_on_store,
+    scratch,
+    store_args,
+)
 
 MODULE = "bench.claims"
 HISTORY = (0, 10_000, 100_000)
@@ -85,15 +94,6 @@ async def _measure_child(cfg: Config) -> Config:
     return {"idle_us": idle / CLAIMS * 1e6, "take_us": taking / CLAIMS * 1e6}
 
 
-def _measure(cfg: Config, src: str | None) -> Config:
-    if cfg["store"] != "pg":
-        return run_child(MODULE, cfg, timeout=300, src=src)
-    from .pg_common import fresh_schema
-
-    with fresh_schema("claims") as schema:
-        return run_child(MODULE, {**cfg, "schema": schema}, timeout=300, src=src)
-
-
 def figure(stores: tuple[str, ...], before: str | None, rounds: int = ROUNDS) -> Table:
     sides: list[tuple[str, str | None]] = [("perdure", None)]
     if before:
@@ -107,7 +107,8 @@ def figure(stores: tuple[str, ...], before: str | None, rounds: int = ROUNDS) ->
     for _ in range(rounds):
         for store, n in plan:
             for side, src in sides:
-                got = _measure({"store": store, "finished": n}, src)
+                got = run_child_on_store(MODULE, {"store": store, "finished": n}, "claims",
+                                         src=src)  # fmt: skip
                 trials.setdefault((store, n, side), []).append(got)
     for store, n in plan:
         cells = ["SQLite" if store == "sqlite" else "PostgreSQL", f"{n:,}"]

@@ -139,6 +139,19 @@ def _result(proc: subprocess.CompletedProcess[str]) -> Config:
     return result
 
 
+def run_child_on_store(
+    module: str, config: Config, tag: str, *, timeout: float = 300.0, src: str | None = None
+) -> Config:
+    """`run_child` on a fresh store of `config["store"]`: a PostgreSQL child is given a
+    fresh schema (`config["schema"]`), dropped afterwards; SQLite children make their file."""
+    if config["store"] != "pg":
+        return run_child(module, config, timeout=timeout, src=src)
+    from .pg_common import fresh_schema
+
+    with fresh_schema(tag) as schema:
+        return run_child(module, {**config, "schema": schema}, timeout=timeout, src=src)
+
+
 def store_args(args: Sequence[str], rounds: int) -> tuple[tuple[str, ...], str | None, int]:
     """The side-by-side benches' arguments: `--sqlite` / `--pg` (default both stores),
     `--before DIR` (another perdure source folder measured in the same rounds), `--rounds N`."""

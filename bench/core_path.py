@@ -33,7 +33,7 @@ from .common import (
     child_main,
     fmt,
     median,
-    run_child,
+    run_child_on_store,
     scratch,
     store_args,
 )
@@ -117,20 +117,6 @@ async def _perdure(cfg: Config) -> Config:
 # -- parent side -----------------------------------------------------------------------
 
 
-def _measure(cfg: Config, src: str | None = None) -> Config:
-    """One child; `src`: import perdure from that source folder instead (a before/after)."""
-    if cfg["store"] != "pg":
-        return _child(cfg, src)
-    from .pg_common import fresh_schema
-
-    with fresh_schema("core") as schema:
-        return _child({**cfg, "schema": schema}, src)
-
-
-def _child(cfg: Config, src: str | None) -> Config:
-    return run_child(MODULE, cfg, timeout=300, src=src)
-
-
 # (row label, floor config, perdure config, what the row shows)
 Row = tuple[str, Config, Config, str]
 
@@ -198,7 +184,8 @@ def figure(
         for i, (_label, floor_cfg, perdure_cfg, _what) in enumerate(plan):
             for side, src in sides:
                 cfg = floor_cfg if side == "floor" else perdure_cfg
-                trials.setdefault((i, side), []).append(_measure(cfg, src))
+                got = run_child_on_store(MODULE, cfg, "core", src=src)
+                trials.setdefault((i, side), []).append(got)
     for i, (label, _f, _p, what) in enumerate(plan):
         got = {side: median([_value(t, what) for t in trials[(i, side)]]) for side, _ in sides}
         cpu = {side: median([_value(t, "cpu") for t in trials[(i, side)]]) for side, _ in sides}
