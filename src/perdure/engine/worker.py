@@ -375,7 +375,7 @@ class Worker:
         self.claim_unsure = False
         for claim in claims:
             self._start(claim)
-        return len(claims), len(claims) >= free and getattr(claims, "more", True)
+        return len(claims), len(claims) >= free and claims.more
 
     def _start(self, claim: Claim) -> None:
         run_id = claim.run.id
