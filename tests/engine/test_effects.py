@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
@@ -381,6 +382,40 @@ def test_once_outcome_survives_crash_in_workflow_code(app: perdure.App, clock: T
     recover(app, clock, dead)
     assert calls == ["pay"]
     assert handle.status() == "completed"
+
+
+def test_later_once_outcome_survives_crash_in_workflow_code(
+    app: perdure.App, clock: TestClock
+) -> None:
+    """The linger timer armed by one once outcome is not reset by the next step's write: it
+    fires early for the second outcome, arms itself again, and still commits that one."""
+    calls: list[str] = []
+    crashed: list[bool] = []
+
+    @app.step(name="pay")
+    async def pay(n: int) -> str:
+        calls.append(f"pay {n}")
+        if n == 2:  # holds the loop past the first outcome's timer, which then fires late
+            time.sleep(0.01)
+        return f"paid {n}"
+
+    @app.workflow
+    async def wf() -> str:
+        first = await pay(1)
+        second = await pay(2)  # its intent's write took the first outcome; its own waits
+        if not crashed:
+            crashed.append(True)
+            await asyncio.sleep(0.05)
+            raise SimulatedCrash("killed in workflow code")
+        return f"{first}, {second}"
+
+    handle = app.start(wf)
+    dead = TestWorker(app)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    recover(app, clock, dead)
+    assert calls == ["pay 1", "pay 2"]
+    assert handle.result(timeout=5) == "paid 1, paid 2"
 
 
 def test_resolve_with_value(app: perdure.App, clock: TestClock) -> None:

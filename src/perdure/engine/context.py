@@ -136,6 +136,7 @@ class RunContext:
         self.position = 0
         self.buffer: list[Entry] = []
         self.precious = False
+        self._precious_at = 0.0  # loop.time() when the precious entry was buffered
         self._linger: asyncio.TimerHandle | None = None
         self.background: set[asyncio.Task[None]] = set()
         # the run's stream writer (engine.streams), once something wrote to the stream: its
@@ -384,7 +385,8 @@ class RunContext:
             arm = precious and not self.precious
             if arm:
                 self.precious = True
-        if arm:
+                self._precious_at = self.loop.time()
+        if arm and self._linger is None:
             if threading.get_ident() == self.loop_thread:
                 self._arm_linger()
             else:
@@ -392,15 +394,21 @@ class RunContext:
 
     def _arm_linger(self) -> None:
         if self.precious and self._linger is None:
-            self._linger = self.loop.call_later(LINGER, self._linger_flush)
+            self._linger = self.loop.call_at(self._precious_at + LINGER, self._linger_flush)
 
     def _linger_flush(self) -> None:
-        """No write came within LINGER of a once outcome: commit it on its own."""
+        """No write came within LINGER of a once outcome: commit it on its own. The timer is
+        not cancelled by writes (one per step cost more than the step's SQL): it is armed
+        again for an outcome buffered since, or dropped if nothing precious waits."""
         self._linger = None
-        if self.precious and self.state.phase is Phase.RUNNING:
-            task = self.loop.create_task(self._quiet_flush())
-            self.background.add(task)
-            task.add_done_callback(self.background.discard)
+        if not self.precious or self.state.phase is not Phase.RUNNING:
+            return
+        if self.loop.time() < self._precious_at + LINGER:
+            self._arm_linger()
+            return
+        task = self.loop.create_task(self._quiet_flush())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     async def _quiet_flush(self) -> None:
         with contextlib.suppress(WorkerStopping, RunSuspended, ReplayEnd):
@@ -426,9 +434,6 @@ class RunContext:
         append.status, append.new_runs = status, new_runs or []
         append.fields.update(fields or {})
         append.consume_event, append.tx_body = consume_event, tx_body
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
         try:
             result = await self.store.append(append)
         except WRITE_FAILURES as exc:

@@ -152,6 +152,15 @@ def read_holder(path: str, older_than: float = 0.0) -> Holder | None:
         os.close(fd)
 
 
+def _tail(what: str, runs: tuple[str, ...], step: str | None) -> str:
+    """The record's fields after `since`: what is written, of which runs, by which step."""
+    names = list(dict.fromkeys(runs))
+    shown = json.dumps([r[:100] for r in names[:_MOST_RUNS]]) if names else "[]"
+    more = max(0, len(names) - _MOST_RUNS)
+    named = "null" if step is None else json.dumps(step[:100])
+    return f'"what":"{what}","runs":{shown},"more":{more},"step":{named}}}'
+
+
 class HolderFile:
     """This process's writer of the side file: `hold` after taking the lock, `free` before
     giving it up. Cheap (one pwrite each); a file that cannot be written is given up on."""
@@ -163,6 +172,8 @@ class HolderFile:
         self._held = False
         self._me = (os.getpid(), socket.gethostname(), start_ticks(os.getpid()))
         self._prefix = self._record_prefix()
+        self._said: tuple[str, tuple[str, ...], str | None] | None = None
+        self._tail = ""
 
     def hold(self, what: str, runs: Iterable[str] = (), step: str | None = None) -> None:
         if self._me[0] != os.getpid():  # forked: this is another process now
@@ -171,15 +182,11 @@ class HolderFile:
         fd = self._open()
         if fd is None:
             return
-        names = list(dict.fromkeys(runs))
-        shown = json.dumps([r[:100] for r in names[:_MOST_RUNS]]) if names else "[]"
-        more = max(0, len(names) - _MOST_RUNS)
-        named = "null" if step is None else json.dumps(step[:100])
+        said = (what, tuple(runs), step)
+        if said != self._said:  # a worker's writes are mostly of the run it wrote last
+            self._said, self._tail = said, _tail(*said)
         # formatted by hand: this runs in every write transaction, json.dumps of it is slower
-        data = (
-            f'{self._prefix},"since":{time.time():.3f},"what":"{what}","runs":{shown},'
-            f'"more":{more},"step":{named}}}'
-        ).encode()
+        data = f'{self._prefix},"since":{time.time():.3f},{self._tail}'.encode()
         self._write(fd, data[:RECORD_SIZE].ljust(RECORD_SIZE))
         self._held = True
 
