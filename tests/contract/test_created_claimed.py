@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import perdure
+from perdure.store.base import NewRun, Store
 
 
 @asynccontextmanager
@@ -171,3 +172,45 @@ def test_runs_started_from_another_thread_are_claimed(store_url: str) -> None:
     done.set()
     thread.join(30)
     app.close()
+
+
+def test_the_store_creates_claimed_unless_the_worker_or_workflow_is_paused(store: Store) -> None:
+    """`create_run` with a lease, on its own: claimed (running, epoch 1, started), or pending
+    with no lease when the worker is paused by id or by host, or its workflow is; a second
+    create of the same id finds the first and changes nothing."""
+    owner = "host-a:123:abc"
+
+    def new(run_id: str, workflow: str = "job") -> NewRun:
+        return NewRun(id=run_id, workflow=workflow, input='{"args":[1],"kwargs":{}}',
+                      code_version="v", now=100.0, lease=(owner, 130.0))  # fmt: skip
+
+    async def main() -> None:
+        row, created = await store.create_run(new("free"))
+        assert created and (row.status, row.lease_owner, row.lease_until) == (
+            "running",
+            owner,
+            130.0,
+        )
+        assert (row.lease_epoch, row.started_at) == (1, 100.0)
+        again, created = await store.create_run(new("free"))
+        assert not created and again == row
+        pauses = [
+            ("worker", owner, "by-id", "job"),
+            ("worker", "host-a", "by-host", "job"),
+            ("workflow", "other", "by-workflow", "other"),
+        ]
+        for scope, name, run_id, workflow in pauses:
+            await store.set_pause(scope, name, True, 100.0)
+            row, created = await store.create_run(new(run_id, workflow))
+            assert created and (row.status, row.lease_owner, row.lease_until) == (
+                "pending",
+                None,
+                None,
+            ), (scope, name)
+            assert (row.lease_epoch, row.started_at) == (0, None)
+            await store.set_pause(scope, name, False, 100.0)
+        plain = NewRun(id="unleased", workflow="job", input="{}", code_version="v", now=1.0)
+        row, created = await store.create_run(plain)
+        assert created and (row.status, row.lease_owner, row.lease_epoch) == ("pending", None, 0)
+
+    asyncio.run(main())

@@ -28,6 +28,7 @@ class Db:
     dialect = "sqlite"
     claim_lock = ""  # appended to the claim SELECT: PostgreSQL skips rows other workers lock
     fused_append = False  # a plain append as one data-modifying CTE (PostgreSQL)
+    channel = ""  # the NOTIFY channel (PostgreSQL)
 
     def __init__(self, conn: Any) -> None:
         self.raw = conn  # handed to transactional steps as `current_step().db`
@@ -44,6 +45,11 @@ class Db:
     def notify(self, ended: bool = False) -> None:
         """Tell other processes, when this transaction commits, that work may be runnable
         (`ended`: only that a run ended, freeing nothing a claim counts)."""
+
+    def notifying(self, ended: bool = False) -> tuple[str, tuple[str, ...]]:
+        """`notify` as a RETURNING clause of an UPDATE of one row, saving its own statement
+        (a round trip on PostgreSQL); with its parameters. Empty where notify is a no-op."""
+        return "", ()
 
     def user_scope(self) -> None:
         """Before a transactional step's body: let its unqualified names mean the app's tables."""
@@ -98,6 +104,9 @@ class PostgresDb(Db):
 
     def notify(self, ended: bool = False) -> None:
         self.raw.execute("SELECT pg_notify(%s, %s)", (self.channel, ENDED if ended else ""))
+
+    def notifying(self, ended: bool = False) -> tuple[str, tuple[str, ...]]:
+        return " RETURNING pg_notify(?, ?)", (self.channel, ENDED if ended else "")
 
     def lock_queue(self, name: str) -> None:
         key = f"perdure-queue:{self.schema}:{name}"

@@ -48,7 +48,7 @@ class Operation(Generic[P, T]):
     """A store method made from a SQL function `fn(db, *args)`: whether it writes, whether
     it may run on the caller's thread, and whether its one argument is an `Append`."""
 
-    __slots__ = ("fn", "inline", "journal", "name", "write")
+    __slots__ = ("fn", "fuses", "inline", "journal", "name", "write")
 
     def __init__(
         self,
@@ -57,11 +57,13 @@ class Operation(Generic[P, T]):
         write: bool,
         inline: bool | None = None,
         journal: bool = False,
+        fuses: Callable[..., bool] | None = None,
     ) -> None:
         self.fn = fn
         self.write = write
         self.inline = (not write) if inline is None else inline
         self.journal = journal
+        self.fuses = fuses  # given the arguments: one statement (own transaction) on a fusing store
         self.name = fn.__name__
 
     def __set_name__(self, owner: type[Any], name: str) -> None:
@@ -121,6 +123,17 @@ def _method(store: Performer, spec: Operation[Any, Any], *, blocking: bool) -> A
             return await perform(op, append.inline_ok)
 
         return journal
+    alone = spec.fuses if fuses else None
+    if alone is not None:  # e.g. a plain create_run on PostgreSQL: no BEGIN, no COMMIT
+        if blocking:
+            return lambda *args, **kwargs: perform_now(
+                Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), inline
+            )
+
+        async def fusing(*args: Any, **kwargs: Any) -> Any:
+            return await perform(Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), inline)
+
+        return fusing
     if blocking:
         return lambda *args, **kwargs: perform_now(Op(fn, args, kwargs, write), inline)
 
@@ -145,9 +158,15 @@ def reads(fn: Callable[Concatenate[Db, P], T]) -> Operation[P, T]:
     return Operation(fn, write=False)
 
 
-def writes(fn: Callable[Concatenate[Db, P], T], *, inline: bool = False) -> Operation[P, T]:
-    """A write: queued to share a commit, or (`inline`) run by a caller alone."""
-    return Operation(fn, write=True, inline=inline)
+def writes(
+    fn: Callable[Concatenate[Db, P], T],
+    *,
+    inline: bool = False,
+    fuses: Callable[..., bool] | None = None,
+) -> Operation[P, T]:
+    """A write: queued to share a commit, or (`inline`) run by a caller alone; `fuses`: for
+    which arguments it is one statement, its own transaction alone on a fusing store."""
+    return Operation(fn, write=True, inline=inline, fuses=fuses)
 
 
 def journal_writes(fn: Callable[[Db, Append], T]) -> Operation[[Append], T]:
@@ -161,7 +180,7 @@ def journal_writes(fn: Callable[[Db, Append], T]) -> Operation[[Append], T]:
 class RunMethods:
     """roles.Runs: runs, their journals, events, blobs and retention."""
 
-    create_run = writes(sqlops.create_run, inline=True)
+    create_run = writes(sqlops.create_run, inline=True, fuses=sqlops.plain_create)
     get_run = reads(sqlops.get_run)
     list_runs = reads(sqlops.list_runs)
     count_runs = reads(sqlops.count_runs)

@@ -35,7 +35,7 @@ from .base import (
     RunRow,
 )
 from .blobs import blob_ref, inline_or_blob
-from .dialect import Db
+from .dialect import ENDED, Db
 from .names import check, check_run_id
 
 Conn = Db
@@ -201,6 +201,8 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     """Create the run, or find it (False: it existed). With `new.lease`, created claimed by
     that worker (epoch 1, as a first claim leaves it) unless it or the workflow is paused."""
     check_run_id(new.id), check(new.queue, "queue name")  # every run enters here
+    if plain_create(new) and conn.fused_append:
+        return _create_fused(conn, new)
     owner, until = new.lease if new.lease is not None else (None, None)
     if owner is not None:
         stopped, paused = _pauses(conn, owner)
@@ -240,6 +242,47 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     if created and new.entries:
         _insert_entries(conn, new.id, new.entries, None, 0)
     return _must_get(conn, new.id), created
+
+
+def plain_create(new: NewRun) -> bool:
+    """A run created with no journal entries or blobs: one statement where the store fuses."""
+    return not new.entries and not new.blobs
+
+
+_HELD = "CASE WHEN p.held THEN NULL ELSE CAST(? AS {}) END"
+
+
+def _create_fused(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
+    """PostgreSQL: `create_run` as one statement (the pause read, the INSERT and its NOTIFY),
+    so a start on its own is one round trip in autocommit, not BEGIN, read, insert, COMMIT."""
+    owner, until = new.lease if new.lease is not None else (None, None)
+    host = owner.split(":", 1)[0] if owner is not None else None
+    row = conn.execute(
+        "WITH p AS (SELECT CAST(? AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM pauses WHERE "
+        "(scope = 'workflow' AND name = ?) OR (scope = 'worker' AND (name IN (?, ?) "
+        "OR name IN (SELECT host FROM workers WHERE id = ?)))) AS held), "
+        "ins AS (INSERT INTO runs (id, workflow, status, input, code_version, parent_id, "
+        "created_at, updated_at, deadline_at, queue, priority, partition_key, lease_owner, "
+        "lease_until, lease_epoch, started_at) SELECT CAST(? AS TEXT), CAST(? AS TEXT), "
+        "CASE WHEN p.held THEN 'pending' ELSE 'running' END, CAST(? AS TEXT), CAST(? AS TEXT), "
+        "CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION), "
+        "CAST(? AS DOUBLE PRECISION), CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS TEXT), "
+        f"{_HELD.format('TEXT')}, {_HELD.format('DOUBLE PRECISION')}, "
+        "CASE WHEN p.held THEN 0 ELSE 1 END, "
+        f"{_HELD.format('DOUBLE PRECISION')} FROM p "
+        f"ON CONFLICT (id) DO NOTHING RETURNING {_RUN_COLUMNS}) "
+        f"SELECT {_RUN_COLUMNS}, CASE WHEN status = 'pending' THEN pg_notify(?, '') END FROM ins",
+        (
+            owner, new.workflow, owner, host, owner,
+            new.id, new.workflow, new.input, new.code_version, new.parent_id, new.now, new.now,
+            new.deadline_at, new.queue, new.priority, new.partition_key,
+            owner, until, new.now,
+            conn.channel,
+        ),
+    ).fetchone()  # fmt: skip
+    if row is None:  # it existed
+        return _must_get(conn, new.id), False
+    return _run(row[:-1]), True
 
 
 def _wake_condition_met(conn: Conn, run_id: str, waiting_for: str | None) -> bool:
@@ -531,15 +574,21 @@ def append(conn: Conn, append: Append) -> AppendResult:
             raise StoreError(f"run field {key!r} cannot be set")
         sets.append(f"{key} = ?")
         params.append(value)
+    # a worker may claim it (a parent woke, or a partition came free); else, for an end,
+    # its result's waiters read it and there is nothing new to claim
+    work = status == PENDING or (status in TERMINAL and bool(parent_id or partition))
+    notice = "" if work else ENDED if status in TERMINAL else None
     if sets:
         params.append(append.run_id)
-        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", params)
+        told, told_params = ("", ()) if notice is None else conn.notifying(notice == ENDED)
+        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?{told}",
+                     [*params, *told_params])  # fmt: skip
+        if told:
+            notice = None  # sent with the UPDATE (the fence found the run: it updates one row)
     if status in TERMINAL and parent_id:
         _wake_parent(conn, append.run_id, parent_id)
-    if status == PENDING or (status in TERMINAL and (parent_id or partition)):
-        conn.notify()  # a worker may claim it (a parent woke, or a partition came free)
-    elif status in TERMINAL:
-        conn.notify(ended=True)  # its result's waiters read it; nothing new to claim
+    if notice is not None:
+        conn.notify(ended=notice == ENDED)
     final_status = status if status is not None else current
     return AppendResult(
         status=final_status,
