@@ -145,10 +145,7 @@ def test_keyed_step_reruns_with_same_key(app: perdure.App, clock: TestClock) -> 
         return str(charge("card"))
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert handle.result(timeout=5) == "did card"
     assert body.effects == ["card", "card"]
     assert body.keys == [f"{handle.id}:1", f"{handle.id}:1"]
@@ -321,10 +318,7 @@ def test_once_step_mid_effect_crash_never_repeats(app: perdure.App, clock: TestC
         return str(pay("x"))
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert handle.status() == "needs_attention"
     assert body.effects == ["x"]
 
@@ -346,10 +340,7 @@ def test_once_outcome_survives_crash_in_later_step(app: perdure.App, clock: Test
         return f"{pay()} {look('x')}"
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert calls == ["pay"]
     assert handle.status() == "completed"
     assert handle.result(timeout=5) == "paid did x"
@@ -376,10 +367,7 @@ def test_once_outcome_survives_crash_in_workflow_code(app: perdure.App, clock: T
         return receipt
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert calls == ["pay"]
     assert handle.status() == "completed"
 
@@ -410,10 +398,7 @@ def test_later_once_outcome_survives_crash_in_workflow_code(
         return f"{first}, {second}"
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert calls == ["pay 1", "pay 2"]
     assert handle.result(timeout=5) == "paid 1, paid 2"
 
@@ -784,10 +769,7 @@ def test_failed_once_outcome_is_committed_before_the_next_step(
         return str(after_decline("x"))
 
     handle = app.start(wf)
-    dead = TestWorker(app)
-    with pytest.raises(SimulatedCrash):
-        dead.run_until_idle()
-    recover(app, clock, dead)
+    recover(app, clock, crash_after(app))
     assert handle.status() == "completed"
     assert calls == ["pay"]
     assert body.effects == ["x", "x"]
