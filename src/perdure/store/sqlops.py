@@ -197,6 +197,12 @@ def _insert_blobs(conn: Conn, blobs: Sequence[Blob]) -> None:
         )
 
 
+_NEW_RUN_COLUMNS = (
+    "id, workflow, status, input, code_version, parent_id, created_at, updated_at, deadline_at, "
+    "queue, priority, partition_key, lease_owner, lease_until, lease_epoch, started_at"
+)  # what a new run's INSERT sets (create_run and its one-statement form)
+
+
 def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     """Create the run, or find it (False: it existed). With `new.lease`, created claimed by
     that worker (epoch 1, as a first claim leaves it) unless it or the workflow is paused."""
@@ -209,9 +215,7 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         if stopped is not None or new.workflow in paused:
             owner = until = None  # pending: claimed once the pause is lifted
     cur = conn.execute(
-        "INSERT INTO runs (id, workflow, status, input, code_version, parent_id, created_at, "
-        "updated_at, deadline_at, queue, priority, partition_key, lease_owner, lease_until, "
-        "lease_epoch, started_at) "
+        f"INSERT INTO runs ({_NEW_RUN_COLUMNS}) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
         (
             new.id,
@@ -256,14 +260,10 @@ def _create_fused(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
     """PostgreSQL: `create_run` as one statement (the pause read, the INSERT and its NOTIFY),
     so a start on its own is one round trip in autocommit, not BEGIN, read, insert, COMMIT."""
     owner, until = new.lease if new.lease is not None else (None, None)
-    host = owner.split(":", 1)[0] if owner is not None else None
     row = conn.execute(
         "WITH p AS (SELECT CAST(? AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM pauses WHERE "
-        "(scope = 'workflow' AND name = ?) OR (scope = 'worker' AND (name IN (?, ?) "
-        "OR name IN (SELECT host FROM workers WHERE id = ?)))) AS held), "
-        "ins AS (INSERT INTO runs (id, workflow, status, input, code_version, parent_id, "
-        "created_at, updated_at, deadline_at, queue, priority, partition_key, lease_owner, "
-        "lease_until, lease_epoch, started_at) SELECT CAST(? AS TEXT), CAST(? AS TEXT), "
+        f"(scope = 'workflow' AND name = ?) OR {_WORKER_PAUSED}) AS held), "
+        f"ins AS (INSERT INTO runs ({_NEW_RUN_COLUMNS}) SELECT CAST(? AS TEXT), CAST(? AS TEXT), "
         "CASE WHEN p.held THEN 'pending' ELSE 'running' END, CAST(? AS TEXT), CAST(? AS TEXT), "
         "CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION), "
         "CAST(? AS DOUBLE PRECISION), CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS TEXT), "
@@ -273,7 +273,7 @@ def _create_fused(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         f"ON CONFLICT (id) DO NOTHING RETURNING {_RUN_COLUMNS}) "
         f"SELECT {_RUN_COLUMNS}, CASE WHEN status = 'pending' THEN pg_notify(?, '') END FROM ins",
         (
-            owner, new.workflow, owner, host, owner,
+            owner, new.workflow, *_worker_names(owner or ""),  # no owner: held, unread
             new.id, new.workflow, new.input, new.code_version, new.parent_id, new.now, new.now,
             new.deadline_at, new.queue, new.priority, new.partition_key,
             owner, until, new.now,
@@ -834,15 +834,25 @@ def heartbeat(
     return states
 
 
+# a `pauses` row that pauses a worker: by its id or its host (ids are host:pid:random, or
+# chosen: then the worker registry knows the host); parameters from `_worker_names`
+_WORKER_PAUSED = (
+    "(scope = 'worker' AND (name IN (?, ?) OR name IN (SELECT host FROM workers WHERE id = ?)))"
+)
+
+
+def _worker_names(owner: str) -> tuple[str, str, str]:
+    """`_WORKER_PAUSED`'s parameters for worker `owner`."""
+    return owner, owner.split(":", 1)[0], owner
+
+
 def _pauses(conn: Conn, owner: str) -> tuple[bool | None, dict[str, bool]]:
     """In one read: how this worker is paused, by its id or by its host (ids are
     host:pid:random, or chosen: then the worker registry knows the host; None: not, True:
     with `now`), and the paused workflows (name: with `now`)."""
-    host = owner.split(":", 1)[0]
     rows = conn.execute(
-        "SELECT scope, name, abort FROM pauses WHERE scope = 'workflow' OR (scope = 'worker' "
-        "AND (name IN (?, ?) OR name IN (SELECT host FROM workers WHERE id = ?)))",
-        (owner, host, owner),
+        f"SELECT scope, name, abort FROM pauses WHERE scope = 'workflow' OR {_WORKER_PAUSED}",
+        _worker_names(owner),
     ).fetchall()
     stopped = [bool(abort) for scope, _, abort in rows if scope == "worker"]
     paused = {name: bool(abort) for scope, name, abort in rows if scope == "workflow"}
