@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import perdure
-from perdure.store.base import NewRun, Store
+from perdure.store.base import Entry, NewRun, Store
 
 
 @asynccontextmanager
@@ -212,5 +212,50 @@ def test_the_store_creates_claimed_unless_the_worker_or_workflow_is_paused(store
         plain = NewRun(id="unleased", workflow="job", input="{}", code_version="v", now=1.0)
         row, created = await store.create_run(plain)
         assert created and (row.status, row.lease_owner, row.lease_epoch) == ("pending", None, 0)
+
+    asyncio.run(main())
+
+
+def test_the_row_a_create_returns_is_the_row_the_store_holds(store: Store) -> None:
+    """`create_run` answers with the row it created without reading it back (SQLite), so
+    that row must be what a read finds, field for field, for every kind of new run."""
+    variants = [
+        NewRun(id="bare", workflow="job", input="{}", code_version="", now=1.5),
+        NewRun(
+            id="full",
+            workflow="job",
+            input='{"args":[2]}',
+            code_version="v7",
+            now=2.25,
+            parent_id="bare",
+            deadline_at=99.125,
+            queue="slow",
+            priority=-3,
+            partition_key="customer-9",
+        ),
+        NewRun(
+            id="claimed",
+            workflow="job",
+            input="{}",
+            code_version="v",
+            now=3.0,
+            lease=("host-b:9:x", 33.5),
+            priority=4,
+        ),
+        NewRun(
+            id="seeded",
+            workflow="job",
+            input="{}",
+            code_version="v",
+            now=4.0,
+            entries=[Entry(kind="run.origin", data='{"event":"x"}', at=4.0)],
+        ),
+    ]
+
+    async def main() -> None:
+        for new in variants:
+            row, created = await store.create_run(new)
+            assert created, new.id
+            assert row == await store.get_run(new.id), new.id
 
     asyncio.run(main())

@@ -346,7 +346,7 @@ class Client:
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.005
         seen = self.runtime.changes()  # a change signalled before this read is not news
-        run = await self.get(run_id)
+        run = self._held_here(run_id) or await self.get(run_id)
         while True:
             if run.status in TERMINAL:
                 run = await last_of_lineage(self.store, run)
@@ -372,11 +372,24 @@ class Client:
     def _known(self, run: RunRow) -> RunRow | None:
         """The run's row as this process knows it without a store read: its end if it ended
         here since `run` was read, or `run` itself while a worker here still executes it
-        (its end will be known here); None: read it."""
+        under a live lease (its end will be known here); None: read it."""
         ended = self.runtime.ended.get(run.id)
         if ended is not None and ended.updated_at >= run.updated_at:
             return ended
-        return run if run.id in self.runtime.active else None
+        return run if self._held_here(run.id) else None
+
+    def _held_here(self, run_id: str) -> RunRow | None:
+        """The row, as claimed, of a run a worker of this process executes under a lease
+        that still runs; None otherwise (a worker whose lease lapsed may have lost the run
+        to another process: read it then)."""
+        claimed = self.runtime.claimed.get(run_id)
+        if claimed is None:
+            return None
+        ctx = self.runtime.active.get(run_id)
+        if ctx is not None:
+            return claimed if ctx.lease_holds() else None
+        until = claimed.lease_until
+        return claimed if until is not None and self.runtime.clock.now() < until else None
 
     async def send_event(
         self, run_id: str, name: str, payload: Any = None, *, key: str | None = None

@@ -84,6 +84,9 @@ class Runtime:
         self.active: dict[str, RunContext] = {}
         # the last rows of runs that ended in this process, as written: result() reads no more
         self.ended: OrderedDict[str, RunRow] = OrderedDict()
+        # the rows, as claimed, of runs a worker of this process executes (from the moment it
+        # took the run to its task's end): their end is known here, result() need not read
+        self.claimed: dict[str, RunRow] = {}
         self.takers: list[Taker] = []  # claiming workers of this process
         self._portal = Portal()
         self._work = Signal()

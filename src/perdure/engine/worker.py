@@ -400,11 +400,14 @@ class Worker:
             name=f"perdure-run-{run_id}",
         )
         self.tasks[run_id] = task
-        task.add_done_callback(functools.partial(self._done, run_id))
+        self.runtime.claimed[run_id] = claim.run
+        task.add_done_callback(functools.partial(self._done, run_id, claim.run))
 
-    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+    def _done(self, run_id: str, row: RunRow, task: asyncio.Task[None]) -> None:
         full = len(self.tasks) >= self.options.concurrency
         self.tasks.pop(run_id, None)
+        if self.runtime.claimed.get(run_id) is row:  # not a later claim of it in this process
+            del self.runtime.claimed[run_id]
         self.finished += 1
         error = None if task.cancelled() else task.exception()
         if isinstance(error, SimulatedCrash):

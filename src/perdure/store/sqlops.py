@@ -214,38 +214,62 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         stopped, paused = _pauses(conn, owner)
         if stopped is not None or new.workflow in paused:
             owner = until = None  # pending: claimed once the pause is lifted
+    row = _created_row(new, owner, until)
     cur = conn.execute(
         f"INSERT INTO runs ({_NEW_RUN_COLUMNS}) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
         (
-            new.id,
-            new.workflow,
-            PENDING if owner is None else RUNNING,
-            new.input,
-            new.code_version,
-            new.parent_id,
-            new.now,
-            new.now,
-            new.deadline_at,
-            new.queue,
-            new.priority,
-            new.partition_key,
-            owner,
-            until,
-            0 if owner is None else 1,
-            None if owner is None else new.now,
+            row.id,
+            row.workflow,
+            row.status,
+            row.input,
+            row.code_version,
+            row.parent_id,
+            row.created_at,
+            row.updated_at,
+            row.deadline_at,
+            row.queue,
+            row.priority,
+            row.partition_key,
+            row.lease_owner,
+            row.lease_until,
+            row.lease_epoch,
+            row.started_at,
         ),
     )
-    created = cur.rowcount == 1
-    if created and owner is None:  # a run created claimed is nobody else's work
+    if cur.rowcount != 1:
+        return _must_get(conn, new.id), False
+    if owner is None:  # a run created claimed is nobody else's work
         conn.notify()
-    if created and new.entries:
+    if new.entries:
         conn.execute("UPDATE runs SET next_seq = ? WHERE id = ?", (len(new.entries), new.id))
-    if created:
-        _insert_blobs(conn, new.blobs)
-    if created and new.entries:
+    _insert_blobs(conn, new.blobs)
+    if new.entries:
         _insert_entries(conn, new.id, new.entries, None, 0)
-    return _must_get(conn, new.id), created
+    return row, True
+
+
+def _created_row(new: NewRun, owner: str | None, until: float | None) -> RunRow:
+    """The row `create_run` inserts, as a read of it would return it (no read needed: a
+    contract test holds the two equal); claimed by `owner` unless it is None."""
+    return RunRow(
+        id=new.id,
+        workflow=new.workflow,
+        status=PENDING if owner is None else RUNNING,
+        input=new.input,
+        code_version=new.code_version,
+        parent_id=new.parent_id,
+        created_at=new.now,
+        updated_at=new.now,
+        deadline_at=new.deadline_at,
+        lease_owner=owner,
+        lease_until=until,
+        lease_epoch=0 if owner is None else 1,
+        queue=new.queue,
+        priority=new.priority,
+        partition_key=new.partition_key,
+        started_at=None if owner is None else new.now,
+    )
 
 
 def plain_create(new: NewRun) -> bool:
