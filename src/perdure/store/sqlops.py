@@ -528,7 +528,9 @@ def append(conn: Conn, append: Append) -> AppendResult:
         landed = _landed(conn, append)
         if landed is not None:
             return landed
-    if conn.fused_append and plain_append(append):
+    if plain_append(append):
+        if not conn.fused_append:
+            return _append_entries(conn, append)
         [result] = append_plain(conn, [append])
         if isinstance(result, Exception):
             raise result
@@ -621,6 +623,25 @@ def append(conn: Conn, append: Append) -> AppendResult:
         tx_data=tx_data,
         tx_error=tx_error,
     )
+
+
+def _append_entries(conn: Conn, a: Append) -> AppendResult:
+    """SQLite's plain append (a step's write: entries only), the most common write: the
+    fence read, the inserts, one UPDATE of the seq reservation and the write's name."""
+    row = conn.execute(
+        "SELECT status, pause_requested, next_seq, lease_epoch FROM runs WHERE id = ?",
+        (a.run_id,),
+    ).fetchone()
+    if row is None:
+        raise RunNotFound(a.run_id)
+    status, pause_requested, first, epoch = row
+    _check_fence(a, epoch, status, pause_requested)
+    _insert_entries(conn, a.run_id, a.entries, a.epoch, first)
+    conn.execute(
+        "UPDATE runs SET next_seq = ?, last_append = COALESCE(?, last_append) WHERE id = ?",
+        (first + len(a.entries), a.key, a.run_id),
+    )
+    return AppendResult(status, status == CANCELLING, bool(pause_requested))
 
 
 def _wake_parent(conn: Conn, run_id: str, parent_id: str | None = None) -> None:
