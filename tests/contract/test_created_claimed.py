@@ -259,3 +259,29 @@ def test_the_row_a_create_returns_is_the_row_the_store_holds(store: Store) -> No
             assert row == await store.get_run(new.id), new.id
 
     asyncio.run(main())
+
+
+def test_runs_started_one_after_another_are_all_created_claimed(store_url: str) -> None:
+    """Each run started right after the previous one's result() finds the worker's slot free:
+    the waiter woken by a run's end runs before the worker's task callback that frees the
+    slot, so a slot counts free once its task returned. No run needs a claim."""
+    app = _app(store_url)
+
+    async def main() -> None:
+        async with running(app, concurrency=1):
+            taken: list[str] = []
+            claim = app.store.claim
+
+            async def claiming(*args: Any, **kwargs: Any) -> Any:
+                claims = await claim(*args, **kwargs)
+                taken.extend(c.run.id for c in claims)
+                return claims
+
+            app.store.claim = claiming  # type: ignore[method-assign]
+            for i in range(20):
+                handle = await app.start_async("job", i, run_id=f"next-{i}")
+                assert await handle.result_async(10) == i + 1
+            assert taken == []
+
+    asyncio.run(main())
+    app.close()

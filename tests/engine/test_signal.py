@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from perdure.engine.signal import Signal
 
@@ -38,6 +39,40 @@ def test_a_wait_without_since_is_woken_by_an_earlier_fire() -> None:
         signal.listen()
         signal.fire()
         loop = asyncio.get_running_loop()
+        began = loop.time()
+        await signal.wait(30.0)
+        return loop.time() - began
+
+    assert asyncio.run(main()) < 30.0
+
+
+def test_waits_that_time_out_leave_no_waiter_behind() -> None:
+    """A process idle for days waits again and again with a timeout and nothing fires: each
+    wait's future goes with it (no list that grows), and a later fire still wakes a wait."""
+
+    async def main() -> tuple[int, float]:
+        signal = Signal()
+        flag = signal.listen()
+        for _ in range(50):
+            await signal.wait(0.0)
+        left = len(flag.waiters)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, signal.fire)
+        began = loop.time()
+        await signal.wait(30.0)
+        return left, loop.time() - began
+
+    left, woken = asyncio.run(main())
+    assert left == 0
+    assert woken < 30.0
+
+
+def test_a_fire_from_another_thread_wakes_the_loop() -> None:
+    async def main() -> float:
+        signal = Signal()
+        signal.listen()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, lambda: threading.Thread(target=signal.fire).start())
         began = loop.time()
         await signal.wait(30.0)
         return loop.time() - began

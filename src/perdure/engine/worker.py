@@ -405,7 +405,8 @@ class Worker:
 
     def _done(self, run_id: str, row: RunRow, task: asyncio.Task[None]) -> None:
         full = len(self.tasks) >= self.options.concurrency
-        self.tasks.pop(run_id, None)
+        if self.tasks.get(run_id) is task:  # not a later task of the same run
+            del self.tasks[run_id]
         if self.runtime.claimed.get(run_id) is row:  # not a later claim of it in this process
             del self.runtime.claimed[run_id]
         self.finished += 1
@@ -479,12 +480,21 @@ class Worker:
             or partition_key is not None
             or queue in self.runtime.queues
             or workflow not in self.runtime.workflows
-            or len(self.tasks) + self.reserved >= self.options.concurrency
+            or self._executing() + self.reserved >= self.options.concurrency
             or not self.nothing_runnable()
         ):
             return False
         self.reserved += 1
         return True
+
+    def _executing(self) -> int:
+        """Runs this worker executes. A task that returned counts no more even before its
+        done callback ran: a result() waiter woken by the run's end runs first, and its next
+        start must find the slot free."""
+        count = len(self.tasks)
+        if count + self.reserved >= self.options.concurrency:
+            count = sum(1 for task in self.tasks.values() if not task.done())
+        return count
 
     def lease_from(self, now: float) -> tuple[str, float]:
         return self.id, now + self.options.lease
