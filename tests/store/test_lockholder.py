@@ -8,7 +8,11 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from perdure.store.lockholder import (
     RECORD_SIZE,
@@ -42,6 +46,34 @@ def test_the_record_names_the_holder_until_it_is_freed(tmp_path: Path) -> None:
     holder.free()
     assert read_holder(holder_path(db)) is None
     holder.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    runs=st.lists(st.text(min_size=1, max_size=200), max_size=5),
+    step=st.none() | st.text(max_size=200),
+)
+@example(runs=["\U0001f600" * 100 + str(i) for i in range(4)], step='"\\' * 60)
+def test_any_run_ids_and_step_name_read_back_as_written(runs: list[str], step: str | None) -> None:
+    """Run ids and step names may hold quotes, backslashes and any Unicode (an emoji is 12
+    bytes escaped): the record, formatted by hand, still fits and reads back: the first
+    three distinct ids and the step, each cut to a prefix of at least 10 characters."""
+    db = os.path.join(tempfile.mkdtemp(), "s.db")
+    holder = HolderFile(db)
+    holder.hold("write", runs, step)
+    found = read_holder(holder_path(db))
+    holder.close()
+    assert found is not None
+    distinct = list(dict.fromkeys(runs))[:3]
+    assert len(found.runs) == len(distinct)
+    assert found.more_runs == max(0, len(dict.fromkeys(runs)) - 3)
+    for shown, run in zip(found.runs, distinct, strict=True):
+        assert run.startswith(shown) and len(shown) >= min(10, len(run))
+    if step is None:
+        assert found.step is None
+    else:
+        assert found.step is not None and step.startswith(found.step)
+        assert len(found.step) >= min(10, len(step))
 
 
 def test_a_record_of_a_gone_or_reused_pid_is_not_believed(tmp_path: Path) -> None:

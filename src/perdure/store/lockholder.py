@@ -25,6 +25,8 @@ log = logging.getLogger("perdure.store")
 RECORD_SIZE = 1024  # one pwrite both writes and blanks it (names and ids are cut to fit)
 _BLANK = b" " * RECORD_SIZE
 _MOST_RUNS = 3  # runs named in a record; more are counted
+_quoted = json.encoder.encode_basestring_ascii  # a JSON string literal, as json.dumps writes it
+_TAIL_ROOM = RECORD_SIZE - 400  # what the pid, host and times leave of a record (hosts <= 255)
 
 
 def holder_path(db_path: str) -> str:
@@ -152,13 +154,17 @@ def read_holder(path: str, older_than: float = 0.0) -> Holder | None:
         os.close(fd)
 
 
-def _tail(what: str, runs: tuple[str, ...], step: str | None) -> str:
-    """The record's fields after `since`: what is written, of which runs, by which step."""
+def _tail(what: str, runs: tuple[str, ...], step: str | None, cut: int = 100) -> str:
+    """The record's fields after `since`: what is written, of which runs, by which step;
+    names cut to `cut` characters, shorter still if escaped they would not fit the record."""
     names = list(dict.fromkeys(runs))
-    shown = json.dumps([r[:100] for r in names[:_MOST_RUNS]]) if names else "[]"
+    shown = ",".join(_quoted(r[:cut]) for r in names[:_MOST_RUNS])  # json.dumps: 4x slower
     more = max(0, len(names) - _MOST_RUNS)
-    named = "null" if step is None else json.dumps(step[:100])
-    return f'"what":"{what}","runs":{shown},"more":{more},"step":{named}}}'
+    named = "null" if step is None else _quoted(step[:cut])
+    tail = f'"what":"{what}","runs":[{shown}],"more":{more},"step":{named}}}'
+    if len(tail) > _TAIL_ROOM and cut > 10:  # e.g. ids of emoji, 12 bytes each escaped
+        return _tail(what, runs, step, 10)
+    return tail
 
 
 class HolderFile:
