@@ -78,3 +78,19 @@ def test_a_fire_from_another_thread_wakes_the_loop() -> None:
         return loop.time() - began
 
     assert asyncio.run(main()) < 30.0
+
+
+def test_a_wait_that_finds_a_fire_still_gives_the_loop_a_turn() -> None:
+    """A loop like a worker's (claim, wait, claim) whose waits always find a fire must not
+    starve the event loop: a callback scheduled before the wait runs before it returns."""
+
+    async def main() -> bool:
+        signal = Signal()
+        signal.listen()
+        ran: list[bool] = []
+        asyncio.get_running_loop().call_soon(ran.append, True)
+        signal.fire()
+        await signal.wait(30.0)
+        return bool(ran)
+
+    assert asyncio.run(main())

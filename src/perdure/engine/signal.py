@@ -77,7 +77,9 @@ class Signal:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while True:
-            if not flag.raised:
+            if flag.raised:  # fired since: still give the loop a turn, as any wait does (a
+                await asyncio.sleep(0)  # caller looping on a signal must not starve it)
+            else:
                 waiter: asyncio.Future[None] = loop.create_future()
                 flag.waiters.append(waiter)
                 timer = loop.call_at(end, _wake, waiter)
