@@ -3,13 +3,18 @@ and goes back to the step pool for good when it is slow or raises there."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from step_loops import loop_workflow
 
 import perdure
+import perdure.testing
 from perdure.engine import inline
 from perdure.testing import TestWorker
 
@@ -104,3 +109,100 @@ def test_a_step_with_a_timeout_never_runs_inline(app: perdure.App, worker: TestW
     worker.run_until_idle()
     assert handle.result(timeout=5) == inline.LEARN + 3
     assert all(on_pool(seen))
+
+
+def _journal_shape(app: perdure.App, run_id: str) -> list[tuple[Any, ...]]:
+    """The journal without what differs from run to run (times, the body's ms, workers),
+    by position: gathered steps may interleave in either order, each position's own
+    entries keep theirs."""
+    shape = []
+    for e in app.journal(run_id):
+        data = json.loads(e.data) if e.data else None
+        if isinstance(data, dict):
+            data.pop("ms", None)
+            if isinstance(data.get("error"), dict):
+                data["error"] = {k: data["error"][k] for k in ("type", "message")}
+            data.pop("retry_at", None)
+        shape.append((e.kind, e.name, e.position, e.attempt, e.final, data))
+    return sorted(shape, key=lambda entry: -1 if entry[2] is None else entry[2])
+
+
+def _mixed(app: perdure.App) -> Any:
+    """A workflow that meets every way a short `def` step of an async workflow can go."""
+    flaky_calls: list[int] = []
+
+    @app.step(effect="keyed", retry=perdure.Retry(max_attempts=3, initial=0.0, jitter=0.0))
+    def flaky(i: int) -> int:
+        flaky_calls.append(i)
+        if flaky_calls.count(i) < 2:
+            raise ConnectionError(f"try {i} again")
+        return i * 10
+
+    @app.step(effect="idempotent", retry=perdure.Retry(max_attempts=1))
+    def broken(i: int) -> int:
+        raise ValueError(f"bad {i}")
+
+    @app.step(effect="read")
+    def look(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    @app.step(effect="keyed")
+    def not_an_int(i: int) -> int:
+        return {"not": "an int"}  # type: ignore[return-value]
+
+    @app.step(effect="keyed")
+    def shape(i: int) -> list[int]:
+        return [i, i]
+
+    @app.workflow(name="mixed")
+    async def mixed(n: int) -> list[Any]:
+        out: list[Any] = []
+        for i in range(n):
+            out.append(await flaky(i))
+            out.append(await look(i))
+            try:
+                await broken(i)
+            except perdure.StepError as exc:
+                out.append(exc.error_type)
+            out.append(await shape(i))
+        out.append(list(await asyncio.gather(look(n), shape(n))))
+        await perdure.sleep(3600)  # parked: the rest is a replay from the top
+        try:
+            await not_an_int(n)
+        except perdure.PerdureError as exc:
+            out.append(type(exc).__name__)
+        return out
+
+    return mixed
+
+
+def test_the_at_once_path_journals_what_run_step_journals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every body inline from its first call (LEARN 0: steps run at once, no coroutine
+    chain) and with none ever inline (run_step for all), the same workflow returns the same
+    result and leaves the same journal: retries, a failure caught by the workflow, reads,
+    gathered steps, a replay from the top in another process after a sleep, and a return
+    value that does not fit its hint."""
+    results: dict[int, Any] = {}
+    journals: dict[int, Any] = {}
+    for learn in (0, 10_000):
+        monkeypatch.setattr(inline, "LEARN", learn)
+        url, clock = f"sqlite:///{tmp_path}/learn-{learn}.db", perdure.testing.TestClock(1e9)
+        first = perdure.App(url, clock=clock)
+        handle = first.start(_mixed(first), 3, run_id="mixed")
+        TestWorker(first).run_until_idle()
+        assert handle.status() == "sleeping"
+        first.close()
+        again = perdure.App(url, clock=clock)  # a new process: nothing kept in memory
+        _mixed(again)
+        clock.advance(7200.0)
+        TestWorker(again).run_until_idle()
+        results[learn] = again.get_run("mixed").status, again.handle("mixed").result(timeout=5)
+        journals[learn] = _journal_shape(again, "mixed")
+        again.close()
+    assert results[0] == results[10_000]
+    assert journals[0] == journals[10_000]
+    status, value = results[0]
+    assert status == "completed"
+    assert value[:4] == [0, {"i": 0}, "ValueError", [0, 0]] and value[-1] == "PayloadError"

@@ -24,6 +24,7 @@ import contextvars
 import functools
 import json
 import traceback
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -112,7 +113,7 @@ class Step(Generic[P, R]):
         call = StepCall(ctx, self.definition, ctx.next_position(), args, kwargs)
         if ctx.sync_mode:
             return _on_thread(call)
-        return ctx.call(run_step(call), track=True)
+        return _on_loop(call)
 
 
 def _on_thread(call: StepCall) -> Any:
@@ -127,6 +128,39 @@ def _on_thread(call: StepCall) -> Any:
         if not entries and _here_ok(call):
             return _attempt_here(call)
     return ctx.call(run_step(call), track=True)
+
+
+def _on_loop(call: StepCall) -> Coroutine[Any, Any, Any]:
+    """An async workflow's step, as the coroutine it awaits. A recorded outcome, and a fresh
+    first attempt of a short `def` body with nothing to commit before it (not `once`), are
+    done at once: no chain of coroutines (run_step, checkpoint, _attempt, _execute) around
+    a body that never waits. Anything else goes through `run_step`."""
+    ctx = call.ctx
+    if ctx.state.phase is not Phase.CHECKING:
+        entries = ctx.recorded(call.pos, "step", call.step.name)
+        final = ctx.final(entries)
+        if final is not None:
+            return _replay(call, final)
+        if not entries and _now_ok(call):
+            return _attempt_now(call)
+    return ctx.call(run_step(call), track=True)  # type: ignore[no-any-return]
+
+
+def _now_ok(call: StepCall) -> bool:
+    """A fresh step an async workflow may run at once: plain (`_here_ok`), its body shown to
+    be short (engine/inline.py), and nothing to commit or refuse before the body starts."""
+    step = call.step
+    return (
+        step.effect != "once"
+        and step.pace.inline
+        and not call.ctx.precious
+        and not _may_not_start(call)
+        and _here_ok(call)
+    )
+
+
+async def _replay(call: StepCall, final: Entry) -> Any:
+    return _replayed(call, final)
 
 
 def _here_ok(call: StepCall) -> bool:
@@ -375,24 +409,61 @@ async def _attempt(call: StepCall) -> Any:
     started = _body_started(call)
     try:
         data = to_json(await _execute(call), f"{call.where} result")
-    except (RunSuspended, asyncio.CancelledError) as stop:
-        ctx.executing.pop(call.pos, None)
-        observers.step_finished(ctx, call.info, started, stop)
-        raise
-    except aborts.CallAborted as aborted:  # pause --now: journaled, then recovered by effect
-        ctx.executing.pop(call.pos, None)
-        observers.step_finished(ctx, call.info, started, aborted)
-        await ctx.write(aborts.stopped_entry(ctx, call.info, aborted))
-        return await run_step(StepCall(ctx, call.step, call.pos, call.args, call.kwargs))
     except BaseException as exc:
         ctx.executing.pop(call.pos, None)  # the caller records the failure before any await
-        if not isinstance(exc, Exception):
-            raise
-        observers.step_finished(ctx, call.info, started, exc)
-        return exc
+        return await _cut_off(call, exc, started)
     if _close(call, data, started) or ctx.needs_flush():
         await ctx.flush()
     return from_json(data, call.step.return_hint, call.where)
+
+
+def _attempt_now(call: StepCall) -> Coroutine[Any, Any, Any]:
+    """A first attempt run at once (see `_on_loop`): its intent buffered, its body run
+    inline; the coroutine returned gives its value, or settles what it raised (a retry, a
+    failure), or commits first if the outcome must be (a slow body, a full buffer)."""
+    ctx = call.ctx
+    _open(call)
+    started = _body_started(call)
+    token = _step_info.set(call.info)
+    try:
+        value = call.step.pace.run_inline(call.step.fn, *call.args, **call.kwargs)
+        data = to_json(value, f"{call.where} result")
+    except BaseException as exc:
+        ctx.executing.pop(call.pos, None)  # as in _attempt: no longer executing, at once
+        return ctx.call(_settle_cut_off(call, exc, started), track=True)  # type: ignore[no-any-return]
+    finally:
+        _step_info.reset(token)
+    if _close(call, data, started) or ctx.needs_flush():
+        return ctx.call(_flushed(call, data), track=True)  # type: ignore[no-any-return]
+    return _returned(call, data)
+
+
+async def _returned(call: StepCall, data: Any) -> Any:
+    return from_json(data, call.step.return_hint, call.where)
+
+
+async def _flushed(call: StepCall, data: Any) -> Any:
+    await call.ctx.flush()
+    return from_json(data, call.step.return_hint, call.where)
+
+
+async def _settle_cut_off(call: StepCall, exc: BaseException, started: float) -> Any:
+    return await _settle(call, await _cut_off(call, exc, started))
+
+
+async def _cut_off(call: StepCall, exc: BaseException, started: float) -> Any:
+    """A body ended by `exc` (no longer counted as executing): a suspension, a cancellation
+    or anything not an Exception unwinds; an operator's abort (pause --now) is journaled and
+    the step recovered by its effect; an Exception is given back for `_settle`."""
+    ctx = call.ctx
+    if isinstance(exc, (Exception, RunSuspended, asyncio.CancelledError, aborts.CallAborted)):
+        observers.step_finished(ctx, call.info, started, exc)
+    if isinstance(exc, aborts.CallAborted):
+        await ctx.write(aborts.stopped_entry(ctx, call.info, exc))
+        return await run_step(StepCall(ctx, call.step, call.pos, call.args, call.kwargs))
+    if not isinstance(exc, Exception):
+        raise exc
+    return exc
 
 
 async def _withdraw(call: StepCall) -> None:
