@@ -119,15 +119,12 @@ class Step(Generic[P, R]):
 def _on_thread(call: StepCall) -> Any:
     """A sync workflow's step: a recorded outcome and a fresh plain first attempt need no
     trip through the event loop; anything else (a retry, a recovery, a wait) takes it."""
-    ctx = call.ctx
-    if ctx.state.phase is not Phase.CHECKING:
-        entries = ctx.recorded(call.pos, "step", call.step.name)
-        final = ctx.final(entries)
-        if final is not None:
-            return _replayed(call, final)
-        if not entries and _here_ok(call):
-            return _attempt_here(call)
-    return ctx.call(run_step(call), track=True)
+    final, fresh = _recorded(call)
+    if final is not None:
+        return _replayed(call, final)
+    if fresh and _here_ok(call):
+        return _attempt_here(call)
+    return call.ctx.call(run_step(call), track=True)
 
 
 def _on_loop(call: StepCall) -> Coroutine[Any, Any, Any]:
@@ -135,15 +132,22 @@ def _on_loop(call: StepCall) -> Coroutine[Any, Any, Any]:
     first attempt of a short `def` body with nothing to commit before it (not `once`), are
     done at once: no chain of coroutines (run_step, checkpoint, _attempt, _execute) around
     a body that never waits. Anything else goes through `run_step`."""
+    final, fresh = _recorded(call)
+    if final is not None:
+        return _replay(call, final)
+    if fresh and _now_ok(call):
+        return _attempt_now(call)
+    return call.ctx.call(run_step(call), track=True)  # type: ignore[no-any-return]
+
+
+def _recorded(call: StepCall) -> tuple[Entry | None, bool]:
+    """The step's recorded outcome (None if it has none), and whether nothing at all is
+    recorded at its position; (None, False) in a replay check, which run_step does."""
     ctx = call.ctx
-    if ctx.state.phase is not Phase.CHECKING:
-        entries = ctx.recorded(call.pos, "step", call.step.name)
-        final = ctx.final(entries)
-        if final is not None:
-            return _replay(call, final)
-        if not entries and _now_ok(call):
-            return _attempt_now(call)
-    return ctx.call(run_step(call), track=True)  # type: ignore[no-any-return]
+    if ctx.state.phase is Phase.CHECKING:
+        return None, False
+    entries = ctx.recorded(call.pos, "step", call.step.name)
+    return ctx.final(entries), not entries
 
 
 def _now_ok(call: StepCall) -> bool:
