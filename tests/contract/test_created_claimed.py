@@ -93,16 +93,26 @@ def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(store
         async with running(app) as worker:
             await app.client.set_pause("workflow", "other", True)
             await async_wait(worker.nothing_runnable)  # it claimed again after the pause
-            leases = []
+            leases: list[Any] = []
+            created: dict[str, Any] = {}  # the row each create wrote, as it answered
             create = app.store.create_run
-            app.store.create_run = lambda new: leases.append(new.lease) or create(new)  # type: ignore[method-assign]
+
+            async def creating(new: NewRun) -> Any:
+                leases.append(new.lease)
+                row, made = await create(new)
+                created[new.id] = row
+                return row, made
+
+            app.store.create_run = creating  # type: ignore[method-assign]
             await app.start_async("other", run_id="paused")
             assert leases[0] is not None and leases[0][0] == worker.id  # offered: the store refused
             for run_id, options in (("queued", {"queue": "narrow"}),
                                     ("keyed", {"partition_key": "k"})):  # fmt: skip
                 await app.start_async("job", 1, run_id=run_id, **options)  # type: ignore[arg-type]
-                row = await app.store.get_run(run_id)
-                assert row is not None and row.status == "pending" and row.lease_epoch == 0
+                # created pending, no lease offered (a read now may find the worker's claim)
+                assert leases[-1] is None
+                row = created[run_id]
+                assert row.status == "pending" and row.lease_epoch == 0
             for run_id in ("queued", "keyed"):
                 assert await app.handle(run_id).result_async(10) == 2
             row = await app.store.get_run("paused")
