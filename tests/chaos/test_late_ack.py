@@ -1,7 +1,8 @@
 """A once intent whose acknowledgement a partition holds up past the lease: the worker
 never runs the body when the answer finally comes (another worker has parked the run
 by then), made for real: the worker in a network namespace, its server's answers
-dropped (iptables) after the intent reached the server, then healed."""
+dropped (iptables) while the server holds the intent (a trigger sleeps in its insert),
+then healed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from netns import Hosts
 from private_pg import PrivateServer, served_hosts
 
 LEASE = 2.0
+HOLD = 2.0  # seconds the server holds pay's intent before committing it
 APP = textwrap.dedent(
     """
     import os, time
@@ -53,6 +55,30 @@ APP = textwrap.dedent(
 def host_and_server() -> Iterator[tuple[Hosts, PrivateServer]]:
     with served_hosts(1) as made:
         yield made
+
+
+def hold_the_intent(url: str, schema: str) -> None:
+    """Make the server hold the insert of pay's intent for HOLD seconds before it commits."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE FUNCTION "{schema}".hold_pay() RETURNS trigger LANGUAGE plpgsql AS $$ '
+            "BEGIN IF NEW.kind = 'step.intent' AND NEW.name = 'pay' THEN "
+            f"PERFORM pg_sleep({HOLD}); END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            f'CREATE TRIGGER hold_pay BEFORE INSERT ON "{schema}".journal '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".hold_pay()'
+        )
+
+
+def intent_held(url: str) -> bool:
+    """A session of the server sleeps in hold_pay: pay's intent reached it, uncommitted."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return bool(row and row[0])
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -112,8 +138,13 @@ def test_a_once_intent_acknowledged_after_the_lease_never_runs_its_body(
         finally:
             sys.path.remove(str(tmp_path))
         wait_for((tmp_path / "waiting").exists, 60, "A to run the first step")
+        hold_the_intent(server.url, schema)
+        (tmp_path / "go").write_text("")  # A writes pay's intent; the server holds it
+        wait_for(lambda: intent_held(server.url), 30, "the server to hold pay's intent")
+        # cut now, while the intent is at the server: it lands, its answer is lost. (Cut
+        # before the write, a statement of A's own loops sent in the same instant could
+        # take both its connections' answers with it, and the intent would never be sent.)
         hosts.partition(host, "server cannot answer")
-        (tmp_path / "go").write_text("")  # A writes pay's intent: it lands, its answer is lost
         wait_for(lambda: ("step.intent", "pay") in journal(), 30, "pay's intent to land")
         spawn("b", outside, [])  # B takes the run over once A's lease has run out
         wait_for(lambda: status() == "needs_attention", 60, "B to park the run")
