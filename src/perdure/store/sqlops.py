@@ -201,6 +201,7 @@ _NEW_RUN_COLUMNS = (
     "id, workflow, status, input, code_version, parent_id, created_at, updated_at, deadline_at, "
     "queue, priority, partition_key, lease_owner, lease_until, lease_epoch, started_at"
 )  # what a new run's INSERT sets (create_run and its one-statement form)
+_NEW_RUN_FIELDS = tuple(name.strip() for name in _NEW_RUN_COLUMNS.split(","))  # RunRow's names
 
 
 def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
@@ -216,26 +217,9 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
             owner = until = None  # pending: claimed once the pause is lifted
     row = _created_row(new, owner, until)
     cur = conn.execute(
-        f"INSERT INTO runs ({_NEW_RUN_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-        (
-            row.id,
-            row.workflow,
-            row.status,
-            row.input,
-            row.code_version,
-            row.parent_id,
-            row.created_at,
-            row.updated_at,
-            row.deadline_at,
-            row.queue,
-            row.priority,
-            row.partition_key,
-            row.lease_owner,
-            row.lease_until,
-            row.lease_epoch,
-            row.started_at,
-        ),
+        f"INSERT INTO runs ({_NEW_RUN_COLUMNS}) VALUES ({_in(_NEW_RUN_FIELDS)}) "
+        "ON CONFLICT(id) DO NOTHING",
+        tuple(getattr(row, name) for name in _NEW_RUN_FIELDS),
     )
     if cur.rowcount != 1:
         return _must_get(conn, new.id), False
