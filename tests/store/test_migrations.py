@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 import perdure
 from perdure.store import SQLiteStore, access_sql
-from perdure.store.base import GcRule, NewRun
+from perdure.store.base import Append, Entry, GcRule, NewRun
 from perdure.store.migrations import LATEST, MIGRATIONS
 
 
@@ -37,6 +38,26 @@ def set_version(path: Path, version: int) -> None:
     conn = sqlite3.connect(path)
     try:
         conn.execute("UPDATE perdure_meta SET value=? WHERE key='schema_version'", (str(version),))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def older_store(path: Path, version: int, *rows: str) -> None:
+    """A SQLite store file as perdure at schema `version` left it, with `rows` inserted."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
+        for script in MIGRATIONS[:version]:
+            for statement in script.split(";"):
+                text = statement.strip()
+                if text.startswith("/*sqlite*/"):
+                    text = text[len("/*sqlite*/") :]
+                if text and not text.startswith("/*postgres*/"):
+                    conn.execute(text)
+        conn.execute("INSERT INTO perdure_meta VALUES ('schema_version', ?)", (str(version),))
+        for row in rows:
+            conn.execute(row)
         conn.commit()
     finally:
         conn.close()
@@ -80,24 +101,9 @@ def test_reopening_keeps_data_and_version(db_path: Path) -> None:
 def test_audit_records_of_an_older_store_read_as_ok_after_the_upgrade(db_path: Path) -> None:
     """A version-7 store's audit records (all of actions that succeeded) gain outcome `ok` and
     no reason when version 8 adds those columns."""
-    conn = sqlite3.connect(db_path)
-    try:
-        conn.execute("CREATE TABLE perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
-        for script in MIGRATIONS[:7]:
-            for statement in script.split(";"):
-                text = statement.strip()
-                if text.startswith("/*sqlite*/"):
-                    text = text[len("/*sqlite*/") :]
-                if text and not text.startswith("/*postgres*/"):
-                    conn.execute(text)
-        conn.execute("INSERT INTO perdure_meta VALUES ('schema_version', '7')")
-        conn.execute(
-            "INSERT INTO audit_log (at, actor, action, target, detail) "
-            "VALUES (1.0, 'admin:cli', 'token.create', 'token:t1', '{}')"
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    older_store(db_path, 7,
+                "INSERT INTO audit_log (at, actor, action, target, detail) "
+                "VALUES (1.0, 'admin:cli', 'token.create', 'token:t1', '{}')")  # fmt: skip
     store = SQLiteStore(str(db_path))
     store.start()
     try:
@@ -245,3 +251,29 @@ def test_a_version_1_store_upgrades_in_place_and_gc_works(db_path: Path, call: A
         assert call(store.get_run("live")) is not None
     finally:
         store.stop()
+
+
+def test_a_journal_written_before_version_20_goes_on_after_the_upgrade(db_path: Path) -> None:
+    """Before version 20 SQLite kept a run's next seq and last write's key on its row; after
+    it, a write goes on at the seq after the journal's last, and a write that landed
+    before the upgrade is still recognised when sent again."""
+    at = "'step.outcome', 's', NULL, 0, 1, 1.0, 1, 'w1'"
+    older_store(db_path, 19,
+                "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, "
+                "lease_owner, lease_until, lease_epoch, next_seq, last_append) VALUES "
+                "('r1', 'wf', 'running', '{}', 0, 0, 'w1', 1e12, 1, 2, 'k-old')",
+                f"INSERT INTO journal VALUES ('r1', 0, 0, {at})",
+                f"INSERT INTO journal VALUES ('r1', 1, 1, {at})")  # fmt: skip
+    store = SQLiteStore(str(db_path))
+    store.start()
+    try:
+        old = [Entry(kind="step.outcome", position=1, final=True, at=1.0)]
+        again = asyncio.run(store.append(Append("r1", 1, old, key="k-old", retry=True)))
+        new = [Entry(kind="step.outcome", position=2, final=True, at=2.0)]
+        asyncio.run(store.append(Append("r1", 1, new, key="k-new")))
+        journal = asyncio.run(store.journal("r1"))
+    finally:
+        store.stop()
+    assert again.status == "running"
+    assert [(e.seq, e.position) for e in journal] == [(0, 0), (1, 1), (2, 2)]
+    assert meta_version(db_path) == str(LATEST)

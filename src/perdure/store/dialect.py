@@ -28,6 +28,10 @@ class Db:
     dialect = "sqlite"
     claim_lock = ""  # appended to the claim SELECT: PostgreSQL skips rows other workers lock
     fused_append = False  # a plain append as one data-modifying CTE (PostgreSQL)
+    # Where a run's next journal seq and its last write's key are kept: on the run row
+    # (PostgreSQL: the fence's UPDATE locks that row anyway), or (SQLite) read from the
+    # journal itself, so a step's write changes no page of the runs table.
+    tail_on_run = False
     channel = ""  # the NOTIFY channel (PostgreSQL)
 
     def __init__(self, conn: Any) -> None:
@@ -88,6 +92,7 @@ class PostgresDb(Db):
     dialect = "postgres"
     claim_lock = " FOR UPDATE SKIP LOCKED"
     fused_append = True
+    tail_on_run = True
 
     def __init__(self, conn: Any, schema: str = "perdure") -> None:
         super().__init__(conn)

@@ -364,6 +364,13 @@ MIGRATIONS: list[str] = [
     /*sqlite*/DROP INDEX runs_by_parent;
     /*sqlite*/CREATE INDEX runs_by_parent ON runs (parent_id) WHERE parent_id IS NOT NULL
     """,
+    # 20 (SQLite): a write's key on its last journal entry. SQLite reads a run's next seq
+    # from the journal (MAX(seq) under the write lock) and keeps a write's key there, so
+    # a step's write changes no page of the runs table (runs.next_seq and last_append
+    # then move only on PostgreSQL, and last_append for writes with no entries).
+    """
+    /*sqlite*/ALTER TABLE journal ADD COLUMN write_key TEXT
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

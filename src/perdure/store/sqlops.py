@@ -137,14 +137,35 @@ def journal(conn: Conn, run_id: str, after: int = -1, limit: int = -1) -> list[E
     return [Entry(r[2], r[3], r[1], r[4], r[5], r[6] == 1, r[7], r[0], r[8], r[9]) for r in rows]
 
 
+def next_seq(conn: Conn) -> str:
+    """SQL for the next journal seq of the run `runs` names in the statement (see
+    `Db.tail_on_run`): its reservation on the row, or one past the journal's last entry."""
+    if conn.tail_on_run:
+        return "runs.next_seq"
+    return "(SELECT COALESCE(MAX(j.seq) + 1, 0) FROM journal AS j WHERE j.run_id = runs.id)"
+
+
 def _allocate(conn: Conn, run_id: str, count: int) -> int:
     """Reserve `count` journal sequence numbers for a run; return the first."""
-    row = conn.execute(
-        "UPDATE runs SET next_seq = next_seq + ? WHERE id = ? RETURNING next_seq", (count, run_id)
-    ).fetchone()
+    if not conn.tail_on_run:  # under SQLite's write lock: nobody else appends meanwhile
+        row = conn.execute(f"SELECT {next_seq(conn)} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        count = 0
+    else:
+        row = conn.execute(
+            "UPDATE runs SET next_seq = next_seq + ? WHERE id = ? RETURNING next_seq",
+            (count, run_id),
+        ).fetchone()
     if row is None:
         raise RunNotFound(run_id)
     return int(row[0]) - count
+
+
+_ENTRY_COLUMNS = "run_id, seq, position, kind, name, data, attempt, final, at, epoch, worker"
+_ENTRY_VALUES = _in(_ENTRY_COLUMNS.split(","))
+_INSERT_ENTRIES = f"INSERT INTO journal ({_ENTRY_COLUMNS}) VALUES ({_ENTRY_VALUES})"
+_INSERT_KEYED_ENTRIES = (  # SQLite: the last entry of a write names it (see _landed)
+    f"INSERT INTO journal ({_ENTRY_COLUMNS}, write_key) VALUES ({_ENTRY_VALUES}, ?)"
+)
 
 
 def _insert_entries(
@@ -153,10 +174,12 @@ def _insert_entries(
     entries: Sequence[Entry],
     epoch: int | None,
     first_seq: int | None = None,
+    key: str | None = None,
 ) -> None:
-    """Append entries at the next sequence numbers (gap-free: seq is reserved on the run row)."""
+    """Append entries at the next sequence numbers (gap-free: see `next_seq`); on SQLite
+    the last one keeps the write's `key` (see `_landed`)."""
     seq = (_allocate(conn, run_id, len(entries)) if first_seq is None else first_seq) - 1
-    params = []
+    params: list[tuple[Any, ...]] = []
     for e in entries:
         seq += 1
         params.append(
@@ -174,12 +197,12 @@ def _insert_entries(
                 e.worker,
             )
         )
+    text = _INSERT_ENTRIES
+    if not conn.tail_on_run and params:
+        text = _INSERT_KEYED_ENTRIES
+        params = [*((*row, None) for row in params[:-1]), (*params[-1], key)]
     try:
-        conn.executemany(
-            "INSERT INTO journal (run_id, seq, position, kind, name, data, attempt, final, at, "
-            "epoch, worker) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            params,
-        )
+        conn.executemany(text, params)
     except conn.integrity_errors as exc:
         raise StoreError(
             f"run {run_id!r}: journal position already has an outcome ({exc})"
@@ -225,7 +248,7 @@ def create_run(conn: Conn, new: NewRun) -> tuple[RunRow, bool]:
         return _must_get(conn, new.id), False
     if owner is None:  # a run created claimed is nobody else's work
         conn.notify()
-    if new.entries:
+    if new.entries and conn.tail_on_run:
         conn.execute("UPDATE runs SET next_seq = ? WHERE id = ?", (len(new.entries), new.id))
     _insert_blobs(conn, new.blobs)
     if new.entries:
@@ -333,7 +356,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
     if a.status is None and not fields:
         stamp = None
     if conn.dialect == "sqlite":
-        return _fence_sqlite(conn, a, count, stamp)
+        return _fence_sqlite(conn, a, stamp)
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at), "
         "last_append = COALESCE(CAST(? AS TEXT), last_append) "
@@ -355,28 +378,26 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
     return Fenced(row[0], bool(row[1]), row[2], int(row[3]) - count, {}, row[4])
 
 
-def _fence_sqlite(conn: Conn, a: Append, count: int, stamp: float | None) -> Fenced:
+def _fence_sqlite(conn: Conn, a: Append, stamp: float | None) -> Fenced:
     """SQLite's fence: a read; the columns that change are set later, in the write's one
-    UPDATE of the run (none for a step's write with no status: only `next_seq`).
+    UPDATE of the run (none for a write with no status: its seqs and key are the journal's).
 
     The write lock is held from BEGIN IMMEDIATE, so reading first is as atomic as one
     statement, and ~5x cheaper: SQLite's RETURNING materialises its rows, and naming an
     indexed column in SET (updated_at, even set to itself) rewrites its index entries.
     """
     row = conn.execute(
-        "SELECT status, pause_requested, parent_id, next_seq, lease_epoch, partition_key "
-        "FROM runs WHERE id = ?",
+        f"SELECT status, pause_requested, parent_id, {next_seq(conn)}, lease_epoch, "
+        "partition_key FROM runs WHERE id = ?",
         (a.run_id,),
     ).fetchone()
     if row is None:
         raise RunNotFound(a.run_id)
     status, pause_requested, parent_id, first, epoch, partition_key = row
     _check_fence(a, epoch, status, pause_requested)
-    later: dict[str, Any] = {"next_seq": first + count}
+    later: dict[str, Any] = {}
     if stamp is not None:
         later["updated_at"] = stamp
-    if a.key is not None:
-        later["last_append"] = a.key
     return Fenced(status, bool(pause_requested), parent_id, int(first), later, partition_key)
 
 
@@ -480,12 +501,15 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
 
 
 def _landed(conn: Conn, a: Append) -> AppendResult | None:
-    """A retried write whose first try landed (its key is the run's last): what it found
-    then, as far as the run still says (a transactional body's result from its entry)."""
+    """A retried write whose first try landed (its key is the run's last, or on SQLite on
+    an entry of its journal): what it found then, as far as the run still says (a
+    transactional body's result from its entry)."""
     row = conn.execute(
         "SELECT last_append, status, pause_requested FROM runs WHERE id = ?", (a.run_id,)
     ).fetchone()
-    if row is None or row[0] != a.key:
+    if row is None:
+        return None
+    if row[0] != a.key and (conn.tail_on_run or not _keyed_entry(conn, a)):
         return None
     tx_data = None
     if a.tx_body is not None and a.entries:
@@ -507,18 +531,28 @@ def _landed(conn: Conn, a: Append) -> AppendResult | None:
     )
 
 
+def _keyed_entry(conn: Conn, a: Append) -> bool:
+    """SQLite: an entry of the run's journal carries `a.key` (a scan of one run's journal
+    from its end, done only for a write sent again after a lost connection)."""
+    found = conn.execute(
+        "SELECT 1 FROM journal WHERE run_id = ? AND write_key = ? ORDER BY seq DESC LIMIT 1",
+        (a.run_id, a.key),
+    ).fetchone()
+    return found is not None
+
+
 def append(conn: Conn, append: Append) -> AppendResult:
     if append.retry and append.key is not None:
         landed = _landed(conn, append)
         if landed is not None:
             return landed
-    if plain_append(append):
-        if not conn.fused_append:
-            return _append_entries(conn, append)
+    if plain_append(append) and conn.fused_append:
         [result] = append_plain(conn, [append])
         if isinstance(result, Exception):
             raise result
         return result
+    if plain_append(append) and not conn.tail_on_run:
+        return _append_entries(conn, append)
     fields = dict(append.fields)
     current, pause_requested, parent_id, first_seq, later, partition = _fence(conn, append, fields)
     if append.expect_status is not None and current not in append.expect_status:
@@ -548,9 +582,7 @@ def append(conn: Conn, append: Append) -> AppendResult:
             tx_error = exc
             entries = entries[:-1]
             status = None
-            if "next_seq" in later:
-                later["next_seq"] -= 1
-            else:
+            if conn.tail_on_run:  # give back the seq its entry reserved
                 conn.execute(
                     "UPDATE runs SET next_seq = next_seq - 1 WHERE id = ?", (append.run_id,)
                 )
@@ -562,7 +594,9 @@ def append(conn: Conn, append: Append) -> AppendResult:
             entries[-1].data = stored
         conn.execute("RELEASE tx_body")
     if entries:
-        _insert_entries(conn, append.run_id, entries, append.epoch, first_seq)
+        _insert_entries(conn, append.run_id, entries, append.epoch, first_seq, append.key)
+    elif append.key is not None and not conn.tail_on_run:
+        later["last_append"] = append.key  # no entry to carry it
     if append.consume_event is not None:
         cur = conn.execute(
             "UPDATE events SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL",
@@ -611,20 +645,17 @@ def append(conn: Conn, append: Append) -> AppendResult:
 
 def _append_entries(conn: Conn, a: Append) -> AppendResult:
     """SQLite's plain append (a step's write: entries only), the most common write: the
-    fence read, the inserts, one UPDATE of the seq reservation and the write's name."""
+    fence read (which finds the next seq) and the inserts, the last naming the write. The
+    run's row is not written: a step's commit changes the journal's pages only."""
     row = conn.execute(
-        "SELECT status, pause_requested, next_seq, lease_epoch FROM runs WHERE id = ?",
+        f"SELECT status, pause_requested, {next_seq(conn)}, lease_epoch FROM runs WHERE id = ?",
         (a.run_id,),
     ).fetchone()
     if row is None:
         raise RunNotFound(a.run_id)
     status, pause_requested, first, epoch = row
     _check_fence(a, epoch, status, pause_requested)
-    _insert_entries(conn, a.run_id, a.entries, a.epoch, first)
-    conn.execute(
-        "UPDATE runs SET next_seq = ?, last_append = COALESCE(?, last_append) WHERE id = ?",
-        (first + len(a.entries), a.key, a.run_id),
-    )
+    _insert_entries(conn, a.run_id, a.entries, a.epoch, first, a.key)
     return AppendResult(status, status == CANCELLING, bool(pause_requested))
 
 
@@ -695,7 +726,7 @@ def claim(
             "('running', 'cancelling') AND COALESCE(lease_owner, '') <> ? THEN 1 ELSE 0 END, "
             "updated_at = ?, "
             f"started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
-            f"RETURNING {_RUN_COLUMNS}, next_seq",
+            f"RETURNING {_RUN_COLUMNS}, {next_seq(conn)}",
             (owner, now + lease_seconds, owner if own else "", now, now, *ids),
         ).fetchall()
     }
