@@ -76,8 +76,9 @@ def test_every_mix_of_writes_keeps_one_gap_free_journal(
             epoch, expected = taken.run.lease_epoch, expected + 1  # + its run.recovered
             continue
         result = run(store.append(write))
+        assert (result.tx_error is not None) == (kind == "tx_fail")
         expected += n - (kind == "tx_fail")
-        if write.key is not None and result.tx_error is None:
+        if write.key is not None:  # a failed body's write lands too (all but its outcome)
             landed.append(write)
     journal = run(store.journal(run_id))
     assert [e.seq for e in journal] == list(range(expected))
