@@ -147,19 +147,18 @@ def next_seq(conn: Conn) -> str:
 
 def _allocate(conn: Conn, run_id: str, count: int) -> int:
     """Reserve `count` journal sequence numbers for a run; return the first."""
-    if not conn.tail_on_run:  # under SQLite's write lock: nobody else appends meanwhile
-        row = conn.execute(f"SELECT {next_seq(conn)} FROM runs WHERE id = ?", (run_id,)).fetchone()
-        count = 0
-    else:
-        row = conn.execute(
-            "UPDATE runs SET next_seq = next_seq + ? WHERE id = ? RETURNING next_seq",
-            (count, run_id),
-        ).fetchone()
+    params: tuple[Any, ...]
+    if conn.tail_on_run:  # the row names the seq after the reserved ones
+        text, params, reserved = _RESERVE_SEQS, (count, run_id), count
+    else:  # SQLite: its write lock keeps every other writer out until this one commits
+        text, params, reserved = f"SELECT {next_seq(conn)} FROM runs WHERE id = ?", (run_id,), 0
+    row = conn.execute(text, params).fetchone()
     if row is None:
         raise RunNotFound(run_id)
-    return int(row[0]) - count
+    return int(row[0]) - reserved
 
 
+_RESERVE_SEQS = "UPDATE runs SET next_seq = next_seq + ? WHERE id = ? RETURNING next_seq"
 _ENTRY_COLUMNS = "run_id, seq, position, kind, name, data, attempt, final, at, epoch, worker"
 _ENTRY_VALUES = _in(_ENTRY_COLUMNS.split(","))
 _INSERT_ENTRIES = f"INSERT INTO journal ({_ENTRY_COLUMNS}) VALUES ({_ENTRY_VALUES})"
@@ -179,6 +178,8 @@ def _insert_entries(
     """Append entries at the next sequence numbers (gap-free: see `next_seq`); on SQLite
     the last one keeps the write's `key` (see `_landed`)."""
     seq = (_allocate(conn, run_id, len(entries)) if first_seq is None else first_seq) - 1
+    keyed = not conn.tail_on_run
+    text, unkeyed = (_INSERT_KEYED_ENTRIES, (None,)) if keyed else (_INSERT_ENTRIES, ())
     params: list[tuple[Any, ...]] = []
     for e in entries:
         seq += 1
@@ -195,12 +196,11 @@ def _insert_entries(
                 e.at,
                 epoch if epoch is not None else e.epoch,
                 e.worker,
+                *unkeyed,
             )
         )
-    text = _INSERT_ENTRIES
-    if not conn.tail_on_run and params:
-        text = _INSERT_KEYED_ENTRIES
-        params = [*((*row, None) for row in params[:-1]), (*params[-1], key)]
+    if keyed and params:
+        params[-1] = (*params[-1][:-1], key)
     try:
         conn.executemany(text, params)
     except conn.integrity_errors as exc:
@@ -355,7 +355,7 @@ def _fence(conn: Conn, a: Append, fields: dict[str, Any]) -> Fenced:
     stamp = fields.pop("updated_at", None)
     if a.status is None and not fields:
         stamp = None
-    if conn.dialect == "sqlite":
+    if not conn.tail_on_run:
         return _fence_sqlite(conn, a, stamp)
     row = conn.execute(
         "UPDATE runs SET next_seq = next_seq + ?, updated_at = COALESCE(?, updated_at), "
@@ -546,12 +546,13 @@ def append(conn: Conn, append: Append) -> AppendResult:
         landed = _landed(conn, append)
         if landed is not None:
             return landed
-    if plain_append(append) and conn.fused_append:
+    plain = plain_append(append)
+    if plain and conn.fused_append:
         [result] = append_plain(conn, [append])
         if isinstance(result, Exception):
             raise result
         return result
-    if plain_append(append) and not conn.tail_on_run:
+    if plain and not conn.tail_on_run:
         return _append_entries(conn, append)
     fields = dict(append.fields)
     current, pause_requested, parent_id, first_seq, later, partition = _fence(conn, append, fields)
