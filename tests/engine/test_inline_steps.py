@@ -15,7 +15,7 @@ from step_loops import loop_workflow
 
 import perdure
 import perdure.testing
-from perdure.engine import inline
+from perdure.engine import inline, steps
 from perdure.testing import TestWorker
 
 
@@ -138,6 +138,17 @@ def _mixed(app: perdure.App) -> Any:
             raise ConnectionError(f"try {i} again")
         return i * 10
 
+    charged: list[int] = []
+
+    @app.step(
+        effect="once", name="charge", retry=perdure.Retry(max_attempts=2, initial=0.0, jitter=0.0)
+    )
+    def charge(i: int) -> int:
+        charged.append(i)
+        if charged.count(i) < 2:
+            raise ConnectionError(f"card {i} declined, try again")
+        return i + 100
+
     @app.step(effect="idempotent", retry=perdure.Retry(max_attempts=1))
     def broken(i: int) -> int:
         raise ValueError(f"bad {i}")
@@ -165,6 +176,7 @@ def _mixed(app: perdure.App) -> Any:
             except perdure.StepError as exc:
                 out.append(exc.error_type)
             out.append(await shape(i))
+            out.append(await charge(i))
         out.append(list(await asyncio.gather(look(n), shape(n))))
         await perdure.sleep(3600)  # parked: the rest is a replay from the top
         try:
@@ -205,4 +217,51 @@ def test_the_at_once_path_journals_what_run_step_journals(
     assert journals[0] == journals[10_000]
     status, value = results[0]
     assert status == "completed"
-    assert value[:4] == [0, {"i": 0}, "ValueError", [0, 0]] and value[-1] == "PayloadError"
+    assert value[:5] == [0, {"i": 0}, "ValueError", [0, 0], 100] and value[-1] == "PayloadError"
+    once = [e[0] for e in journals[0] if e[1] == "charge" and e[2] == 4]
+    assert once == ["step.intent", "step.attempt_failed", "step.intent", "step.outcome"]
+
+
+def test_a_once_step_waits_its_turn_when_the_store_thread_is_busy(
+    app: perdure.App, worker: TestWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `once` intent is committed on the loop's thread only while the store thread is
+    idle. Busy with another call, the intent is queued behind it instead: the body still
+    runs once, after its intent is on disk, and the journal holds one intent and one
+    outcome, as when the step can be done at once."""
+    monkeypatch.setattr(inline, "LEARN", 0)
+    gate = threading.Event()
+    ran: list[tuple[int, bool]] = []
+    at_once: list[bool] = []
+    once_now = steps._once_now
+
+    def spy(call: Any) -> Any:
+        done = once_now(call)
+        at_once.append(done is not None)
+        return done
+
+    monkeypatch.setattr(steps, "_once_now", spy)
+
+    @app.step(effect="keyed")
+    def occupy() -> None:  # holds the store thread until the gate opens
+        app.store.submit(lambda db: gate.wait(10), write=False)  # type: ignore[attr-defined]
+        threading.Timer(0.2, gate.set).start()
+
+    @app.step(effect="once", name="charge")
+    def charge(i: int) -> int:
+        ran.append((i, gate.is_set()))
+        return i * 2
+
+    @app.workflow(name="busy")
+    async def busy() -> int:
+        await occupy()
+        return await charge(1) + await charge(2)
+
+    handle = app.start(busy, run_id="busy")
+    worker.run_until_idle()
+    assert handle.result(timeout=10) == 6
+    assert at_once == [False, True]  # queued behind the store thread's call, then at once
+    assert ran == [(1, True), (2, True)]
+    kinds = [(e.kind, e.position) for e in app.journal("busy") if e.name == "charge"]
+    assert kinds == [("step.intent", 1), ("step.outcome", 1), ("step.intent", 2),
+                     ("step.outcome", 2)]  # fmt: skip

@@ -455,6 +455,43 @@ class RunContext:
             result = self.call(self._not_landed(append, len(entries), exc))
         return self._applied(result, append)
 
+    def write_here(
+        self, *entries: Entry, stop_if_requested: bool = False
+    ) -> AppendResult | Coroutine[Any, Any, AppendResult] | None:
+        """`write` without awaiting, from the loop of a run alone in its worker, when the
+        store can commit it on this thread now: its result. None if it cannot: nothing was
+        taken and `entries` are forgotten (make them again for `write`). A coroutine if
+        the write did not land: awaited, it lands it once the store is back, or unwinds."""
+        append_here = getattr(self.store, "append_here", None)
+        if (
+            append_here is None
+            or len(self.runtime.active) > 1
+            or (self.stream is not None and self.stream.rows)
+        ):
+            self._forget(entries)
+            return None
+        precious = self.precious
+        append = self._take(entries, stop_if_requested=stop_if_requested)
+        try:
+            result = append_here(append)
+        except WRITE_FAILURES as exc:
+            return self._landing(append, len(entries), exc)
+        if result is None:  # the store thread is busy: the buffer back as it was
+            self._give_back(append, len(entries))
+            self.precious = self.precious or precious
+            self._forget(entries)
+            return None
+        return self._applied(result, append)
+
+    def _forget(self, entries: tuple[Entry, ...]) -> None:
+        """Entries made but never written, as if never made (a replay must not find them)."""
+        for entry in entries:
+            if entry.position is not None:
+                self.by_position[entry.position].remove(entry)
+
+    async def _landing(self, append: Append, added: int, exc: Exception) -> AppendResult:
+        return self._applied(await self._not_landed(append, added, exc), append)
+
     async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
         """A write met `exc`: land it once the store is back, or unwind (an operator's
         request, a lost lease, a store gone for good). `added`: the entries the caller gave,
@@ -523,10 +560,15 @@ class RunContext:
 
     def _refused(self, request: OperatorRequest, append: Append, added: int) -> None:
         """Nothing was written: put the buffer back and take note of the operator's request."""
+        self._give_back(append, added)
+        self.update(cancel=request.cancel or None, pause=request.pause or None)
+
+    def _give_back(self, append: Append, added: int) -> None:
+        """`append` was not written: its buffered entries (all but the last `added`) and
+        blobs go back before anything buffered since."""
         with self.buffer_lock:
             self.buffer = append.entries[: len(append.entries) - added] + self.buffer
             self.blobs = append.blobs + self.blobs
-        self.update(cancel=request.cancel or None, pause=request.pause or None)
 
     def _lost(self, append: Append) -> WorkerStopping:
         self.update(phase=Phase.LOST)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ParkRun, PayloadError, RunSuspended, StepError, StepTimeout, WorkerStopping
-from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
+from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, AppendResult, Entry
 from . import aborts, effects, observers
 from .codec import dumps_plain, from_json, to_json
 from .context import SLOW_STEP, RunContext, SimulatedCrash, StepInfo, current, monotonic
@@ -137,6 +137,10 @@ def _on_loop(call: StepCall) -> Coroutine[Any, Any, Any]:
         return _replay(call, final)
     if fresh and _now_ok(call):
         return _attempt_now(call)
+    if fresh and _once_now_ok(call):
+        now = _once_now(call)
+        if now is not None:
+            return now
     return call.ctx.call(run_step(call), track=True)  # type: ignore[no-any-return]
 
 
@@ -158,6 +162,17 @@ def _now_ok(call: StepCall) -> bool:
         step.effect != "once"
         and step.pace.inline
         and not call.ctx.precious
+        and not _may_not_start(call)
+        and _here_ok(call)
+    )
+
+
+def _once_now_ok(call: StepCall) -> bool:
+    """A fresh `once` step an async workflow may run at once if the store commits its intent
+    on the loop's thread: plain, its body shown to be short, nothing asked of the run."""
+    return (
+        call.step.effect == "once"
+        and call.step.pace.inline
         and not _may_not_start(call)
         and _here_ok(call)
     )
@@ -406,7 +421,14 @@ async def _attempt(call: StepCall) -> Any:
     intent = _open(call)
     if _must_commit(call, intent):
         await ctx.write(*([intent] if intent else []), stop_if_requested=intent is not None)
-    if intent is not None and not ctx.lease_holds():
+    return await _after_write(call, intent is not None)
+
+
+async def _after_write(call: StepCall, intent: bool) -> Any:
+    """The attempt once what must precede its body is committed (`intent`: a once step's
+    intent was): its body, if it may start, and its outcome buffered."""
+    ctx = call.ctx
+    if intent and not ctx.lease_holds():
         raise ctx.lease_ran_out(call.step.name)
     if _may_not_start(call):
         await _not_started(call)
@@ -425,8 +447,38 @@ def _attempt_now(call: StepCall) -> Coroutine[Any, Any, Any]:
     """A first attempt run at once (see `_on_loop`): its intent buffered, its body run
     inline; the coroutine returned gives its value, or settles what it raised (a retry, a
     failure), or commits first if the outcome must be (a slow body, a full buffer)."""
-    ctx = call.ctx
     _open(call)
+    return _body_now(call)
+
+
+def _once_now(call: StepCall) -> Coroutine[Any, Any, Any] | None:
+    """A `once` first attempt run at once (see `_on_loop`): its intent committed on the
+    loop's thread, then its body run inline; None (nothing done) if the store could not
+    commit it here, e.g. its thread is busy with another write."""
+    ctx = call.ctx
+    intent = _open(call)
+    assert intent is not None  # a once step's intent is committed, never buffered
+    wrote = ctx.write_here(intent, stop_if_requested=True)
+    if wrote is None:
+        return None
+    if not isinstance(wrote, AppendResult):  # not landed: land it, or unwind, then go on
+        return ctx.call(_landed_first(call, wrote), track=True)  # type: ignore[no-any-return]
+    if not ctx.lease_holds():
+        raise ctx.lease_ran_out(call.step.name)
+    if _may_not_start(call):  # e.g. the write found the worker stopping
+        return ctx.call(_not_started(call))  # type: ignore[no-any-return]
+    return _body_now(call)
+
+
+async def _landed_first(call: StepCall, landing: Coroutine[Any, Any, AppendResult]) -> Any:
+    await landing
+    return await _settle(call, await _after_write(call, True))
+
+
+def _body_now(call: StepCall) -> Coroutine[Any, Any, Any]:
+    """The body of a first attempt run inline, what must precede it done: the coroutine
+    returned gives its value, or settles what it raised, or commits first if it must."""
+    ctx = call.ctx
     started = _body_started(call)
     token = _step_info.set(call.info)
     try:

@@ -42,6 +42,7 @@ class Performer(Protocol):
 
     async def perform(self, op: Op, inline: bool) -> Any: ...
     def perform_now(self, op: Op, inline: bool) -> Any: ...
+    def perform_here(self, op: Op) -> Any: ...
 
 
 class Operation(Generic[P, T]):
@@ -86,6 +87,7 @@ class Blocking(Generic[P, T]):
     (e.g. a sync workflow's thread, which has no event loop)."""
 
     __slots__ = ("name", "operation")
+    here = False  # Here: only if the store thread is idle, else None at once
 
     def __init__(self, operation: Operation[P, T]) -> None:
         self.operation = operation
@@ -101,14 +103,40 @@ class Blocking(Generic[P, T]):
     def __get__(self, store: Performer | None, owner: type[Any]) -> Any:
         if store is None:
             return self
-        return _bound(store, self, _method(store, self.operation, blocking=True))
+        method = _method(store, self.operation, blocking=True, here=self.here)
+        return _bound(store, self, method)
 
 
-def _method(store: Performer, spec: Operation[Any, Any], *, blocking: bool) -> Any:
-    """The method a store gets for `spec`: awaited, or (`blocking`) blocking its thread.
-    Written out per kind, since every store call runs it: one call to the store, no more."""
+class Here(Blocking[P, T]):
+    """The same journal write on the caller's thread if the store thread is idle (an event
+    loop may then skip awaiting it), else None at once, and nothing was done."""
+
+    __slots__ = ()
+    here = True
+
+    @overload  # type: ignore[override]
+    def __get__(self, store: None, owner: type[Any]) -> Here[P, T]: ...
+    @overload
+    def __get__(self, store: Performer, owner: type[Any]) -> Callable[P, T | None]: ...
+    def __get__(self, store: Performer | None, owner: type[Any]) -> Any:
+        return super().__get__(store, owner)
+
+
+def _method(
+    store: Performer, spec: Operation[Any, Any], *, blocking: bool, here: bool = False
+) -> Any:
+    """The method a store gets for `spec`: awaited, or (`blocking`) blocking its thread, or
+    (`here`) on its thread only if the store thread is idle. Written out per kind, since
+    every store call runs it: one call to the store, no more."""
     fn, write, inline, fuses = spec.fn, spec.write, spec.inline, store.fused_appends
     perform, perform_now = store.perform, store.perform_now
+    if spec.journal and here:
+        perform_here = store.perform_here
+
+        def here_journal(append: Append) -> Any:
+            return perform_here(Op(fn, (append,), {}, True, append, fuses and plain_append(append)))
+
+        return here_journal
     if spec.journal and blocking:
 
         def blocking_journal(append: Append) -> Any:
@@ -187,6 +215,7 @@ class RunMethods:
     journal = reads(sqlops.journal)
     append = journal_writes(sqlops.append)
     append_now = Blocking(append)
+    append_here = Here(append)
     send_event = writes(sqlops.send_event)
     next_event = reads(sqlops.next_event)
     cancel = writes(sqlops.cancel_tree)

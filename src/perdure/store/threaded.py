@@ -345,6 +345,15 @@ class ThreadedStore(
         self._enqueue(op)
         return op.future.result()
 
+    def perform_here(self, op: Op) -> Any:
+        """`op` on this thread if the store thread is idle, else None at once (nothing done):
+        an event loop alone writes without awaiting, or awaits `perform` instead."""
+        if self._thread is None or not self._inline(op):
+            return None
+        if op.error is not None:
+            raise op.error
+        return op.value
+
     def submit(
         self, fn: Callable[[Db], T], *, write: bool, append: Append | None = None
     ) -> concurrent.futures.Future[T]:
