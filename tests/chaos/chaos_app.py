@@ -48,6 +48,7 @@ STEP_EFFECTS = {
     "keyed_step": "keyed",
     "tx_step": "transactional",
     "once_step": "once",
+    "quick_once": "once",
     "zombie_prep": "transactional",
     "zombie_block": "idempotent",
     "zombie_hold": "read",
@@ -194,6 +195,16 @@ def service_call(workdir: Path, key: str, run_id: str, pos: int) -> str:
         conn.close()
 
 
+def _called_from(function: str) -> bool:
+    """Whether the calling step body runs under a call of the engine's `function`."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 def _pause(low: float, high: float) -> None:
     time.sleep(random.uniform(low, high))
 
@@ -252,6 +263,18 @@ def build_app(workdir: Path) -> perdure.App:
         ledger_write(workdir, "once")  # the effect that must never happen twice
         _pause(0.0, 0.06)
         return once_value(info.run_id, info.position)
+
+    @app.step(name="quick_once", effect="once")
+    def quick_once(i: int) -> str:
+        """A once body short enough to run inline: a run alone in its worker commits its
+        intent on the loop's thread and runs it right after (steps.py `_once_now`)."""
+        ledger_write(workdir, "once", at_once=_called_from("_once_now"))
+        info = perdure.current_step()
+        return once_value(info.run_id, info.position)
+
+    @app.workflow(name="charges")
+    async def charges(n: int) -> list[str]:
+        return [await quick_once(i) for i in range(n)]
 
     @app.workflow(name="chaos")
     def chaos(n: int, sleeps: list[float], fail: bool) -> dict[str, Any]:
