@@ -283,9 +283,11 @@ def test_cancel_from_another_process_stops_before_the_next_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A cancel from another process while a step runs ends the run before the next once step."""
-    # A slow first step would flush and so learn of the request by chance (e.g. on a busy
-    # machine); the guarantee must not depend on that, so that path is switched off here.
-    monkeypatch.setattr(perdure.engine.steps, "SLOW_STEP", 3600.0)
+    # A flush (after a slow first step, or by the linger timer) would learn of the request by
+    # chance (e.g. on a busy machine); the guarantee must not depend on that, so those paths
+    # are switched off here.
+    monkeypatch.setattr(perdure.engine.steps, "LINGER", 3600.0)
+    monkeypatch.setattr(perdure.engine.context, "LINGER", 3600.0)
     seen: list[str] = []
     operator = perdure.App(db_url, clock=clock)
     try:
@@ -466,9 +468,11 @@ def test_pause_from_another_process_stops_before_the_next_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A pause from another process while a step runs parks the run before the next once step."""
-    # A slow first step would flush and so learn of the request by chance (e.g. on a busy
-    # machine); the guarantee must not depend on that, so that path is switched off here.
-    monkeypatch.setattr(perdure.engine.steps, "SLOW_STEP", 3600.0)
+    # A flush (after a slow first step, or by the linger timer) would learn of the request by
+    # chance (e.g. on a busy machine); the guarantee must not depend on that, so those paths
+    # are switched off here.
+    monkeypatch.setattr(perdure.engine.steps, "LINGER", 3600.0)
+    monkeypatch.setattr(perdure.engine.context, "LINGER", 3600.0)
     seen: list[str] = []
     operator = perdure.App(db_url, clock=clock)
     try:

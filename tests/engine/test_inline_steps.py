@@ -15,7 +15,7 @@ from step_loops import loop_workflow
 
 import perdure
 import perdure.testing
-from perdure.engine import inline, steps
+from perdure.engine import inline
 from perdure.testing import TestWorker
 
 
@@ -188,11 +188,11 @@ def _mixed(app: perdure.App) -> Any:
     return mixed
 
 
-def test_the_at_once_path_journals_what_run_step_journals(
+def test_inline_bodies_journal_what_pooled_bodies_journal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With every body inline from its first call (LEARN 0: steps run at once, no coroutine
-    chain) and with none ever inline (run_step for all), the same workflow returns the same
+    """With every body inline from its first call (LEARN 0: bodies on the loop) and with none
+    ever inline (every body on the step pool), the same workflow returns the same
     result and leaves the same journal: retries, a failure caught by the workflow, reads,
     gathered steps, a replay from the top in another process after a sleep, and a return
     value that does not fit its hint."""
@@ -228,19 +228,10 @@ def test_a_once_step_waits_its_turn_when_the_store_thread_is_busy(
     """A `once` intent is committed on the loop's thread only while the store thread is
     idle. Busy with another call, the intent is queued behind it instead: the body still
     runs once, after its intent is on disk, and the journal holds one intent and one
-    outcome, as when the step can be done at once."""
+    outcome, as when the store can commit it at once."""
     monkeypatch.setattr(inline, "LEARN", 0)
     gate = threading.Event()
     ran: list[tuple[int, bool]] = []
-    at_once: list[bool] = []
-    once_now = steps._once_now
-
-    def spy(call: Any) -> Any:
-        done = once_now(call)
-        at_once.append(done is not None)
-        return done
-
-    monkeypatch.setattr(steps, "_once_now", spy)
 
     @app.step(effect="keyed")
     def occupy() -> None:  # holds the store thread until the gate opens
@@ -260,8 +251,7 @@ def test_a_once_step_waits_its_turn_when_the_store_thread_is_busy(
     handle = app.start(busy, run_id="busy")
     worker.run_until_idle()
     assert handle.result(timeout=10) == 6
-    assert at_once == [False, True]  # queued behind the store thread's call, then at once
-    assert ran == [(1, True), (2, True)]
+    assert ran == [(1, True), (2, True)]  # the first intent waited for the store thread
     kinds = [(e.kind, e.position) for e in app.journal("busy") if e.name == "charge"]
     assert kinds == [("step.intent", 1), ("step.outcome", 1), ("step.intent", 2),
                      ("step.outcome", 2)]  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from perdure.store.methods import Blocking, Operation
+from perdure.store.methods import Operation
 from perdure.store.postgres import PostgresStore
 from perdure.store.roles import ROLES, Store
 from perdure.store.sqlite import SQLiteStore
@@ -64,8 +64,6 @@ def test_the_tables_hold_nothing_outside_a_role() -> None:
         for name, member in vars(klass).items():
             if isinstance(member, Operation):
                 assert name in roles, f"{klass.__name__}.{name} is in no role of roles.py"
-            if isinstance(member, Blocking):
-                assert member.operation.name in roles, name
 
 
 def test_store_is_every_role() -> None:

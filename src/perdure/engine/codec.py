@@ -13,7 +13,6 @@ import enum
 import json
 import math
 import uuid
-from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -72,29 +71,28 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _encoder() -> Callable[[Any], str]:
-    """Compact JSON text (no NaN, non-ASCII kept) by one encoder made once: JSONEncoder.encode
-    makes a new one per call, a third of the cost of a step's small payloads. It has no
-    circular check; the values are `to_json`'s fresh trees or perdure's own."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # an interpreter without the C accelerator
-        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-    encode = make(None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False,
-                  False)  # fmt: skip
-    return lambda value: "".join(encode(value, 0))
-
-
-_encode = _encoder()
+# Compact JSON text (no NaN, non-ASCII kept) by one encoder made once: JSONEncoder.encode
+# makes a new one per call, a third of the cost of a step's small payloads. It has no
+# circular check; the values are `to_json`'s fresh trees or perdure's own.
+_c_make = getattr(json.encoder, "c_make_encoder", None)
+_iterencode = (
+    _c_make(None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _c_make is not None
+    else None  # an interpreter without the C accelerator
+)
+_fallback = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def dumps(value: Any, where: str) -> str:
     """`value` as compact JSON text (see `to_json`)."""
-    return _encode(to_json(value, where))
+    return dumps_plain(to_json(value, where))
 
 
 def dumps_plain(value: JSON) -> str:
     """Compact JSON text of a value that is already plain JSON (skips the `to_json` walk)."""
-    return _encode(value)
+    if _iterencode is None:
+        return _fallback(value)
+    return "".join(_iterencode(value, 0))
 
 
 def loads(text: str | None) -> JSON:

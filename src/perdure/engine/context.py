@@ -3,15 +3,19 @@
 Writes are split by what a crash may lose. A *critical* write (the intent of a
 `once` step, a suspension, a consumed event, the end of the run) is committed
 before the workflow goes on. Other entries (outcomes, values, intents of
-re-runnable steps) wait in a buffer and are committed, in order, with the next
-critical write, after a slow step, or when the buffer grows: so the durable
-journal is always a prefix of the one the workflow saw, and a crash can only
-lose entries whose recovery is to run again.
+re-runnable steps) wait in a buffer, so that many steps share one commit, but
+never long: the buffer is committed with the next critical write, after a step
+whose body took longer than LINGER, once its oldest entry is LINGER old (a timer
+commits it if the workflow goes quiet meanwhile), and when it grows past
+BUFFER_LIMIT. So the durable journal is always a prefix of the one the workflow
+saw, and a crash can only lose entries whose recovery is to run again: the step
+that was executing, and fast steps that ended less than LINGER before it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import itertools
@@ -21,7 +25,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +40,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import (
+    RUNNING,
     TERMINAL,
     Append,
     AppendResult,
@@ -77,8 +82,8 @@ _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
 
 BUFFER_LIMIT = 64  # buffered entries before a flush is forced
 RETRY_FIRST, RETRY_MOST = 0.05, 2.0  # seconds between tries of a write while the store is away
-LINGER = 0.005  # seconds a once step's outcome may wait for the next write before its own
-SLOW_STEP = 0.05  # seconds: a step slower than this has its outcome committed at once
+LINGER = 0.005  # seconds a buffered entry may wait to share a commit, and the step length
+# past which a step's outcome is committed before the workflow goes on
 WRITE_FAILURES = (StoreUnavailable, OperatorRequest, LeaseLost)  # a write that did not land
 
 
@@ -96,12 +101,8 @@ class StepInfo:
     position: int
     attempt: int
     effect: str
+    idempotency_key: str  # stable across retries and recovery: the run id and the position
     db: Any = None  # the store's connection, for transactional steps
-
-    @property
-    def idempotency_key(self) -> str:
-        """Stable across retries and recovery: the run id and the step's position."""
-        return f"{self.run_id}:{self.position}"
 
 
 class RunContext:
@@ -135,9 +136,10 @@ class RunContext:
         self.origin = origin_of(entries)  # what started the run ({}: a client call)
         self.position = 0
         self.buffer: list[Entry] = []
-        self.precious = False
-        self._precious_at = 0.0  # loop.time() when the precious entry was buffered
+        self.buffered_at = 0.0  # time.monotonic() when the oldest buffered entry came
+        self.precious = False  # a buffered entry must be committed before the next step body
         self._linger: asyncio.TimerHandle | None = None
+        self._arming = False  # a sync workflow's thread asked the loop to arm the timer
         self.background: set[asyncio.Task[None]] = set()
         # the run's stream writer (engine.streams), once something wrote to the stream: its
         # rows are committed before any journal write, so no step's outcome outlives them
@@ -152,7 +154,10 @@ class RunContext:
         self._cancel_sent = False  # the running task was cancelled (once is enough)
         self.task: asyncio.Task[Any] | None = None
         self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
-        self.inflight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
+        # the step calls of an async workflow under way (the task of each), and who waits
+        # for them to end (a sibling parking the run: settle_inflight)
+        self.inflight: dict[object, asyncio.Task[Any] | None] = {}
+        self._settling: list[asyncio.Future[None]] = []
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
         # the lease this worker can show for the run (engine time: the lease_until it last
@@ -209,7 +214,8 @@ class RunContext:
 
         A divergence is sticky: code that caught NonDeterminismError gets it again.
         """
-        if self.state.stopped:
+        phase = self.state.phase
+        if phase is Phase.LOST or phase is Phase.ENDED:  # RunState.stopped, without a call
             raise WorkerStopping()
         if self.diverged is not None:
             raise self.diverged
@@ -335,7 +341,7 @@ class RunContext:
         deadline = self.run.deadline_at
         if deadline is not None and self.now() >= deadline:
             raise DeadlineExceeded(f"run {self.run_id!r} passed its deadline")
-        if self.needs_flush():
+        if self.overdue():
             await self.flush()
 
     # -- writes ------------------------------------------------------------------------
@@ -358,7 +364,7 @@ class RunContext:
             if data_json is not None
             else (None if data is None else dumps(data, where or f"{kind} {name}"))
         )
-        if text is not None:
+        if text is not None and len(text) > self.runtime.blob_threshold:
             text, blob = inline_or_blob(text, self.runtime.blob_threshold)
             if blob is not None:
                 with self.buffer_lock:
@@ -370,7 +376,7 @@ class RunContext:
             data=text,
             attempt=attempt,
             final=final,
-            at=self.now(),
+            at=self.clock.now(),
             worker=self.worker_id,
         )
         if position is not None:
@@ -378,32 +384,36 @@ class RunContext:
         return entry
 
     def buffer_entry(self, entry: Entry, *, precious: bool = False) -> None:
-        """Queue a re-creatable entry; `precious` ones (a once step's outcome) are committed
-        before the next step executes, since losing them would park the run."""
+        """Queue a re-creatable entry, committed within LINGER (see the module docstring);
+        `precious` ones (a once step's outcome) also before the next step body starts,
+        since losing them would park the run."""
         with self.buffer_lock:
+            if not self.buffer:
+                self.buffered_at = time.monotonic()
             self.buffer.append(entry)
-            arm = precious and not self.precious
-            if arm:
+            if precious:
                 self.precious = True
-                self._precious_at = self.loop.time()
-        if arm and self._linger is None:
+        if self._linger is None and not self._arming:
             if threading.get_ident() == self.loop_thread:
                 self._arm_linger()
-            else:
+            else:  # a sync workflow's thread: the loop arms it
+                self._arming = True
                 self.loop.call_soon_threadsafe(self._arm_linger)
 
     def _arm_linger(self) -> None:
-        if self.precious and self._linger is None:
-            self._linger = self.loop.call_at(self._precious_at + LINGER, self._linger_flush)
+        self._arming = False
+        if self.buffer and self._linger is None:
+            due = self.buffered_at + LINGER - time.monotonic()
+            self._linger = self.loop.call_later(max(due, 0.0), self._linger_flush)
 
     def _linger_flush(self) -> None:
-        """No write came within LINGER of a once outcome: commit it on its own. The timer is
-        not cancelled by writes (one per step cost more than the step's SQL): it is armed
-        again for an outcome buffered since, or dropped if nothing precious waits."""
+        """No write came within LINGER of the oldest buffered entry: commit the buffer on
+        its own. The timer is not cancelled by writes (one per step cost more than the
+        step's SQL): it is armed again for an entry buffered since, or dropped."""
         self._linger = None
-        if not self.precious or self.state.phase is not Phase.RUNNING:
+        if not self.buffer or self.state.phase is not Phase.RUNNING:
             return
-        if self.loop.time() < self._precious_at + LINGER:
+        if time.monotonic() < self.buffered_at + LINGER:
             self._arm_linger()
             return
         task = self.loop.create_task(self._quiet_flush())
@@ -414,8 +424,12 @@ class RunContext:
         with contextlib.suppress(WorkerStopping, RunSuspended, ReplayEnd):
             await self.flush()  # if the run is stopping anyway, recovery reads the journal
 
-    def needs_flush(self) -> bool:
-        return len(self.buffer) >= BUFFER_LIMIT
+    def overdue(self) -> bool:
+        """The buffer is to be committed now: it grew past BUFFER_LIMIT, or its oldest entry
+        waited LINGER (a workflow that never leaves the loop would starve the timer)."""
+        return bool(self.buffer) and (
+            len(self.buffer) >= BUFFER_LIMIT or time.monotonic() - self.buffered_at > LINGER
+        )
 
     async def write(
         self,
@@ -427,70 +441,27 @@ class RunContext:
         tx_body: Any = None,
         stop_if_requested: bool = False,
     ) -> AppendResult:
-        """Commit buffered entries plus `entries` (and a status change) in one transaction."""
+        """Commit buffered entries plus `entries` (and a status change) in one transaction:
+        the one way a run's journal is written. The store commits it on the calling thread
+        when it can, else on its own thread, shared with other runs' writes."""
         if self.stream is not None and self.stream.rows:
             await self.stream.settle()
         append = self._take(entries, stop_if_requested=stop_if_requested)
         append.status, append.new_runs = status, new_runs or []
-        append.fields.update(fields or {})
+        if fields:
+            append.fields.update(fields)
         append.consume_event, append.tx_body = consume_event, tx_body
         try:
             result = await self.store.append(append)
         except WRITE_FAILURES as exc:
             result = await self._not_landed(append, len(entries), exc)
-        return self._applied(result, append)
-
-    def write_now(self, *entries: Entry, stop_if_requested: bool = False) -> AppendResult:
-        """`write` from a sync workflow's thread: on this thread if the store can, else (and
-        for what follows a write that did not land) through the loop."""
-        append_now = getattr(self.store, "append_now", None)
-        if append_now is None:
-            return self.call(self.write(*entries, stop_if_requested=stop_if_requested))  # type: ignore[no-any-return]
-        if self.stream is not None and self.stream.rows:
-            self.call(self.stream.settle())
-        append = self._take(entries, stop_if_requested=stop_if_requested)
-        try:
-            result = append_now(append)
-        except WRITE_FAILURES as exc:
-            result = self.call(self._not_landed(append, len(entries), exc))
-        return self._applied(result, append)
-
-    def write_here(
-        self, *entries: Entry, stop_if_requested: bool = False
-    ) -> AppendResult | Coroutine[Any, Any, AppendResult] | None:
-        """`write` without awaiting, from the loop of a run alone in its worker, when the
-        store can commit it on this thread now: its result. None if it cannot: nothing was
-        taken and `entries` are forgotten (make them again for `write`). A coroutine if
-        the write did not land: awaited, it lands it once the store is back, or unwinds."""
-        append_here = getattr(self.store, "append_here", None)
         if (
-            append_here is None
-            or len(self.runtime.active) > 1
-            or (self.stream is not None and self.stream.rows)
+            result.status == RUNNING
+            and not result.cancel_requested
+            and result.pause_requested == self.state.pause
         ):
-            self._forget(entries)
-            return None
-        precious = self.precious
-        append = self._take(entries, stop_if_requested=stop_if_requested)
-        try:
-            result = append_here(append)
-        except WRITE_FAILURES as exc:
-            return self._landing(append, len(entries), exc)
-        if result is None:  # the store thread is busy: the buffer back as it was
-            self._give_back(append, len(entries))
-            self.precious = self.precious or precious
-            self._forget(entries)
-            return None
+            return result  # the common answer: the run goes on as it was
         return self._applied(result, append)
-
-    def _forget(self, entries: tuple[Entry, ...]) -> None:
-        """Entries made but never written, as if never made (a replay must not find them)."""
-        for entry in entries:
-            if entry.position is not None:
-                self.by_position[entry.position].remove(entry)
-
-    async def _landing(self, append: Append, added: int, exc: Exception) -> AppendResult:
-        return self._applied(await self._not_landed(append, added, exc), append)
 
     async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
         """A write met `exc`: land it once the store is back, or unwind (an operator's
@@ -516,6 +487,7 @@ class RunContext:
         or this execution is given up (the worker's grace ended). A live worker thus
         records the outcome it holds instead of leaving it to recovery."""
         again = replace(append, retry=True)
+        await to_loop()
         began, delay = time.monotonic(), RETRY_FIRST
         log.warning("worker %s: run %s: store unavailable while recording %d entr(ies) (%s); "
                     "holding them until it is back", self.worker_id, self.run_id,
@@ -547,10 +519,10 @@ class RunContext:
             blobs, self.blobs = self.blobs, []
             self.precious = False
         return Append(
-            run_id=self.run_id,
+            run_id=self.run.id,
             epoch=self.epoch,
             entries=[*buffered, *entries],
-            fields={"updated_at": self.now()},
+            fields={"updated_at": self.clock.now()},
             blobs=blobs,
             blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
@@ -567,7 +539,10 @@ class RunContext:
         """`append` was not written: its buffered entries (all but the last `added`) and
         blobs go back before anything buffered since."""
         with self.buffer_lock:
-            self.buffer = append.entries[: len(append.entries) - added] + self.buffer
+            back = append.entries[: len(append.entries) - added]
+            if back and not self.buffer:
+                self.buffered_at = time.monotonic()
+            self.buffer = back + self.buffer
             self.blobs = append.blobs + self.blobs
 
     def _lost(self, append: Append) -> WorkerStopping:
@@ -600,6 +575,7 @@ class RunContext:
             except StoreUnavailable as exc:
                 if self.state.stopped:
                     raise self._unreachable(exc) from None
+                await to_loop()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MOST)
 
@@ -628,6 +604,7 @@ class RunContext:
         """Commit a parked state, hand the lease back, and return the signal to unwind with.
         Two sibling steps may park the run at once (two calls aborted by `pause --now`): the
         first waits for the other, which parks it; the first then only adds its entries."""
+        await to_loop()
         me = asyncio.current_task()
         if me is not None:
             self.suspending.add(me)
@@ -663,33 +640,28 @@ class RunContext:
     async def settle_inflight(self) -> None:
         """Let sibling steps started with asyncio.gather record their outcomes first."""
         me = asyncio.current_task()
-        pending = [f for f, task in self.inflight.items()
-                   if task is not me and task not in self.suspending and not f.done()]  # fmt: skip
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        while any(t is not me and t not in self.suspending for t in self.inflight.values()):
+            waiter: asyncio.Future[None] = self.loop.create_future()
+            self._settling.append(waiter)
+            await waiter
+
+    def left(self, call: object) -> None:
+        """A step call of this run is over: whoever waits for the steps in flight looks again."""
+        del self.inflight[call]
+        if self._settling:
+            waiters, self._settling = self._settling, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # -- running coroutines from sync workflows --------------------------------------
 
-    def call(self, coro: Coroutine[Any, Any, T], *, track: bool = False) -> Any:
-        """Await `coro` in async workflows; block on it from a sync workflow's thread.
-
-        `track` marks a step execution, which a sibling's suspension waits for.
-        """
-        if track:
-            coro = self._tracked(coro)
+    def call(self, coro: Coroutine[Any, Any, T]) -> Any:
+        """Await `coro` in async workflows; from a sync workflow's thread, block on it while
+        the event loop runs it."""
         if not self.sync_mode:
             return coro
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result()
-
-    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
-        done: asyncio.Future[None] = self.loop.create_future()
-        self.inflight[done] = asyncio.current_task()
-        try:
-            return await coro
-        finally:
-            self.inflight.pop(done, None)
-            done.set_result(None)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 class SimulatedCrash(BaseException):
@@ -734,5 +706,70 @@ def deactivate(token: contextvars.Token[RunContext | None]) -> None:
     _current.reset(token)
 
 
-def monotonic() -> float:
-    return time.monotonic()
+class _ToLoop:
+    """See `to_loop`."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        if asyncio._get_running_loop() is None:
+            yield  # a bare yield: `drive` hands the rest to the event loop
+
+
+_TO_LOOP = _ToLoop()
+
+
+def to_loop() -> _ToLoop:
+    """Awaited before what needs the event loop (a timer, a task, the step pool): from a
+    sync workflow's own thread the rest of the coroutine then runs on the loop (`drive`);
+    on the loop it does nothing."""
+    return _TO_LOOP
+
+
+def drive(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Run `coro` on this thread (a sync workflow's own) as far as it goes without the event
+    loop: a store operation queued behind others blocks the thread (it yields a
+    `concurrent.futures.Future`: store/threaded.py); anything else it waits for (`to_loop`, a
+    loop's future) hands the rest to `loop`, and the thread waits for it to end."""
+    try:
+        yielded = coro.send(None)
+        while isinstance(yielded, concurrent.futures.Future):
+            concurrent.futures.wait((yielded,))
+            yielded = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return asyncio.run_coroutine_threadsafe(_rest(coro, yielded), loop).result()
+
+
+async def _rest(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
+    value: T = await _Resumed(coro, yielded)
+    return value
+
+
+class _Resumed:
+    """A coroutine begun on another thread, going on inside the task that awaits this: what
+    it yields goes to the task, what the task sends or throws goes back to it."""
+
+    __slots__ = ("coro", "yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self.coro, self.yielded = coro, yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, yielded = self.coro, self.yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as done:
+                return done.value

@@ -24,14 +24,12 @@ SLOW = 0.002  # seconds: an inline run longer than this sends the step back to t
 @dataclass(slots=True)
 class Pace:
     """What this process has seen of one step's body (updated from pool threads too; a
-    lost increment only delays the switch)."""
+    lost increment only delays the switch). The step route reads `inline` and runs the
+    body on the loop when it is set, timing it there (engine/steps.py)."""
 
     short_runs: int = 0  # pool runs in a row under SHORT
+    inline: bool = False  # runs on the event loop from now on
     pooled: bool = False  # sent back to the pool for good
-
-    @property
-    def inline(self) -> bool:
-        return self.short_runs >= LEARN and not self.pooled
 
     def timed(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn` on a pool thread, counting how long it took."""
@@ -39,18 +37,11 @@ class Pace:
         value = fn(*args, **kwargs)
         if time.perf_counter() - started < SHORT:
             self.short_runs += 1
+            self.inline = self.short_runs >= LEARN and not self.pooled
         else:
             self.short_runs = 0
         return value
 
-    def run_inline(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """Run `fn` on the calling (loop) thread; slow or failing, it goes back to the pool."""
-        started = time.perf_counter()
-        try:
-            value = fn(*args, **kwargs)
-        except BaseException:
-            self.pooled = True
-            raise
-        if time.perf_counter() - started > SLOW:
-            self.pooled = True
-        return value
+    def to_pool(self) -> None:
+        """An inline run was slow, or raised: the body goes back to the pool for good."""
+        self.pooled, self.inline = True, False

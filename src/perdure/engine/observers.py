@@ -79,29 +79,29 @@ class Observer:
     def lease_lost(self, run_id: str, worker: str, how: str) -> None: ...
 
 
-_observers: tuple[Observer, ...] = ()
+watching: tuple[Observer, ...] = ()
 
 
 def install(observer: Observer) -> None:
     """Add an observer for this process (once; installing it again does nothing)."""
-    global _observers
-    if observer not in _observers:
-        _observers = (*_observers, observer)
+    global watching
+    if observer not in watching:
+        watching = (*watching, observer)
 
 
 def uninstall(observer: Observer) -> None:
-    global _observers
-    _observers = tuple(o for o in _observers if o is not observer)
+    global watching
+    watching = tuple(o for o in watching if o is not observer)
 
 
 def installed() -> tuple[Observer, ...]:
-    return _observers
+    return watching
 
 
 def emit(method: str, *args: Any) -> None:
     """Call `method(*args)` on every installed observer that has it (layers above the
     engine report their events this way); one that raises is logged and skipped."""
-    for observer in _observers:
+    for observer in watching:
         handler = getattr(observer, method, None)
         if handler is None:
             continue
@@ -121,20 +121,20 @@ def _run(ctx: RunContext, **more: Any) -> RunEvent:
 
 def run_started(ctx: RunContext, recovered_from: str | None) -> float:
     """A worker starts executing a claimed run; returns the start time for `run_finished`."""
-    if _observers:
+    if watching:
         emit("run_started", _run(ctx, recovered_from=recovered_from))
     return time.monotonic()
 
 
 def run_finished(ctx: RunContext, outcome: str, started: float) -> None:
-    if _observers:
+    if watching:
         if ctx.state.phase is Phase.LOST and outcome in ("stopped", "crashed"):
             outcome = "lost"
         emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
 
 
 def run_recovered(run_id: str, worker: str, previous: str) -> None:
-    if _observers:
+    if watching:
         emit("run_recovered", run_id, worker, previous)
 
 
@@ -148,7 +148,7 @@ def _step(
 
 
 def step_started(ctx: RunContext, info: StepInfo) -> None:
-    if _observers:
+    if watching:
         emit("step_started", _step(ctx, info.name, info.position, info.attempt, info.effect))
 
 
@@ -156,7 +156,7 @@ def step_finished(
     ctx: RunContext, info: StepInfo, started: float, error: BaseException | None = None
 ) -> None:
     """An attempt ended: `error` is what it raised (None: it returned)."""
-    if _observers:
+    if watching:
         event = _step(
             ctx, info.name, info.position, info.attempt, info.effect,
             outcome="ok" if error is None else "error",
@@ -169,7 +169,7 @@ def step_finished(
 def step_retry(
     ctx: RunContext, step: StepDef, pos: int, attempt: int, delay: float, error: BaseException
 ) -> None:
-    if _observers:
+    if watching:
         event = _step(
             ctx, step.name, pos, attempt, step.effect, outcome="error", delay=delay,
             error=type(error).__name__,
@@ -178,12 +178,12 @@ def step_retry(
 
 
 def step_recovered(ctx: RunContext, step: StepDef, pos: int, attempt: int, action: str) -> None:
-    if _observers:
+    if watching:
         emit("step_recovered", _step(ctx, step.name, pos, attempt, step.effect, action=action))
 
 
 def lease_lost(run_id: str, worker: str, how: str) -> None:
-    if _observers:
+    if watching:
         emit("lease_lost", run_id, worker, how)
 
 

@@ -34,17 +34,19 @@ class StepDef:
     commit: bool = False  # commit the outcome before the workflow goes on (see App.step)
     is_async: bool = field(init=False)
     return_hint: Any = field(init=False)
+    # its outcome is committed before the next step runs: a `once` step's (losing it would
+    # park the run), or a `commit=True` step's (re-running it is costly)
+    precious: bool = field(init=False)
+    where: str = field(init=False)  # how errors name it: "step 'name'"
+    result_where: str = field(init=False)
     pace: Pace = field(init=False, default_factory=Pace, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.return_hint = _hints(self.fn).get("return")
-
-    @property
-    def precious(self) -> bool:
-        """Its outcome is committed before the next step runs: a `once` step's (losing it
-        would park the run), or a `commit=True` step's (re-running it is costly)."""
-        return self.effect == "once" or self.commit
+        self.precious = self.effect == "once" or self.commit
+        self.where = f"step {self.name!r}"
+        self.result_where = f"{self.where} result"
 
     @property
     def recovery(self) -> str:

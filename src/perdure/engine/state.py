@@ -26,11 +26,6 @@ class RunState:
     hold: bool = False  # its workflow or worker was paused, or the worker stops: hand it back
 
     @property
-    def quiet(self) -> bool:
-        """Running, and nothing asked of it: a step may start without a look at the loop."""
-        return self.phase is Phase.RUNNING and not (self.cancel or self.pause or self.hold)
-
-    @property
     def stopped(self) -> bool:
         """Lost or ended: the workflow's code must unwind at its next step boundary."""
         return self.phase is Phase.LOST or self.phase is Phase.ENDED

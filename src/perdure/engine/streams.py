@@ -27,7 +27,7 @@ from ..errors import PayloadError, PerdureError, StoreError
 from ..store.base import FINISHED
 from ..store.stream_sql import ATTEMPT, CHUNK, StreamRow
 from .codec import dumps
-from .context import RunContext, current
+from .context import RunContext, current, to_loop
 from .steps import current_step
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ class _Writer:
     async def flush(self) -> None:
         """Commit what is buffered (one store write); a failed write keeps the chunks for the
         next flush, so an outage delays them but loses none while the run lives."""
+        await to_loop()  # a sync workflow's thread (a step's write) hands it to the loop
         while self.flushing is not None:
             await self.flushing
         with self.lock:

@@ -173,7 +173,8 @@ def commit(store: Database, db: Db, ops: list[Op], answers: Answers, *, wait: bo
     """
     fuse = store.fused_appends
     if fuse and (ops[0].fused if len(ops) == 1 else len(_fusable(ops)) == len(ops)):
-        ops = _awaited(ops)
+        if len(ops) > 1 or ops[0].bound is not None:
+            ops = _awaited(ops)
         if not ops or _one_statement(store, db, ops, answers):
             return True
         fuse = False  # a unique violation failed the statement: each alone, to see whose
@@ -186,7 +187,8 @@ def commit(store: Database, db: Db, ops: list[Op], answers: Answers, *, wait: bo
             for op in ops:
                 answers.give(op, None, exc)
             return True
-        ops = _awaited(ops)  # after the wait for the lock: their callers may have left
+        if len(ops) > 1 or ops[0].bound is not None:  # most calls: one op, no bound
+            ops = _awaited(ops)  # after the wait for the lock: their callers may have left
         if not ops:
             store._finish(conn, "ROLLBACK")
             return True
@@ -222,8 +224,6 @@ def error(store: Database, db: Db, exc: BaseException) -> BaseException:
 
 def _awaited(ops: list[Op]) -> list[Op]:
     """The ops whose callers still wait for them, claimed: they begin now."""
-    if len(ops) == 1 and ops[0].bound is None:  # a caller alone with no bound: most calls
-        return ops
     return [op for op in ops if op.bound is None or op.claim()]
 
 

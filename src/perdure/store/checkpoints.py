@@ -30,24 +30,27 @@ class Checkpointer:
 
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
         self._connect = connect
-        self._commits = 0  # since the last wake-up; racy increments only delay one a little
+        # commits since the last wake-up, counted by the store (racy increments only delay
+        # one a little)
+        self.commits = 0
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._finish = False  # the thread checkpointed: the next committer finishes it
+        self.catch_up = False  # the thread checkpointed: the next committer finishes it
         self.done = 0  # checkpoints run, for tests and benchmarks
 
     def committed(self, conn: sqlite3.Connection) -> None:
-        """`conn` committed (called on the committing thread, outside a transaction)."""
-        if self._finish:
-            self._finish = False
+        """`conn` committed (called on the committing thread, outside a transaction) and
+        `commits` reached EVERY or `catch_up` is set: the store counts its commits in
+        `commits` itself, so most commits make no call here."""
+        if self.catch_up:
+            self.catch_up = False
             with contextlib.suppress(sqlite3.Error):  # the next checkpoint tries again
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self._commits += 1
-        if self._commits < EVERY:
+        if self.commits < EVERY:
             return
-        self._commits = 0
+        self.commits = 0
         with self._lock:
             if self._stopping:
                 return
@@ -80,7 +83,7 @@ class Checkpointer:
                     conn = conn or self._connect()
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.done += 1
-                    self._finish = True
+                    self.catch_up = True
                 except sqlite3.Error as exc:  # e.g. the file is gone: the backstop remains
                     log.debug("checkpoint failed: %s", exc)
                     if conn is not None:

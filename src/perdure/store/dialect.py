@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -36,15 +36,12 @@ class Db:
 
     def __init__(self, conn: Any) -> None:
         self.raw = conn  # handed to transactional steps as `current_step().db`
+        # SQLite runs the store's SQL as written: its connection's own methods, no call between
+        self.execute: Callable[..., Cursor] = conn.execute
+        self.executemany: Callable[[str, Iterable[Sequence[Any]]], Any] = conn.executemany
 
     def sql(self, text: str) -> str:
         return text
-
-    def execute(self, text: str, params: Sequence[Any] = ()) -> Cursor:
-        return self.raw.execute(self.sql(text), params)  # type: ignore[no-any-return]
-
-    def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
-        self.raw.executemany(self.sql(text), rows)
 
     def notify(self, ended: bool = False) -> None:
         """Tell other processes, when this transaction commits, that work may be runnable
@@ -95,15 +92,20 @@ class PostgresDb(Db):
     tail_on_run = True
 
     def __init__(self, conn: Any, schema: str = "perdure") -> None:
-        super().__init__(conn)
+        self.raw = conn
         self.schema = schema
         self.channel = f"perdure_{schema}"
         self.integrity_errors = _pg_integrity_errors()
+        self.execute = self._execute
+        self.executemany = self._executemany
 
     def sql(self, text: str) -> str:
         return _pyformat(text, self.schema)
 
-    def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+    def _execute(self, text: str, params: Sequence[Any] = ()) -> Cursor:
+        return self.raw.execute(self.sql(text), params)  # type: ignore[no-any-return]
+
+    def _executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.raw.cursor() as cur:
             cur.executemany(self.sql(text), list(rows))
 

@@ -185,7 +185,7 @@ class HolderFile:
         if self._me[0] != os.getpid():  # forked: this is another process now
             self._me = (os.getpid(), socket.gethostname(), start_ticks(os.getpid()))
             self._prefix = self._record_prefix()
-        fd = self._open()
+        fd = self._fd if self._fd is not None else self._open()
         if fd is None:
             return
         said = (what, tuple(runs), step)
@@ -193,13 +193,21 @@ class HolderFile:
             self._said, self._tail = said, _tail(*said)
         # formatted by hand: this runs in every write transaction, json.dumps of it is slower
         data = f'{self._prefix},"since":{time.time():.3f},{self._tail}'.encode()
-        self._write(fd, data[:RECORD_SIZE].ljust(RECORD_SIZE))
+        try:
+            os.pwrite(fd, data[:RECORD_SIZE].ljust(RECORD_SIZE), 0)
+        except OSError as exc:
+            self._give_up(fd, exc)
+            return
         self._held = True
 
     def free(self) -> None:
-        if self._held and self._fd is not None:
+        fd = self._fd
+        if self._held and fd is not None:
             self._held = False
-            self._write(self._fd, _BLANK)
+            try:
+                os.pwrite(fd, _BLANK, 0)
+            except OSError as exc:
+                self._give_up(fd, exc)
 
     def close(self) -> None:
         self.free()
@@ -209,7 +217,7 @@ class HolderFile:
             self._fd = None
 
     def _open(self) -> int | None:
-        if self._fd is None and not self._broken:
+        if not self._broken:
             try:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
@@ -221,12 +229,10 @@ class HolderFile:
         pid, host, started = self._me
         return f'{{"pid":{pid},"host":{json.dumps(host)},"started":{json.dumps(started)}'
 
-    def _write(self, fd: int, data: bytes) -> None:
-        try:
-            os.pwrite(fd, data, 0)
-        except OSError as exc:
-            self._broken = True
-            log.info("store %s: cannot record the write lock's holder: %s", self.path, exc)
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            self._fd = None
+    def _give_up(self, fd: int, exc: OSError) -> None:
+        """The record cannot be written: stop trying (the lock's holder stays unnamed)."""
+        self._broken = True
+        log.info("store %s: cannot record the write lock's holder: %s", self.path, exc)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        self._fd = None

@@ -36,13 +36,11 @@ T = TypeVar("T")
 
 
 class Performer(Protocol):
-    """A store that performs ops: awaited, or blocking the calling thread."""
+    """A store that performs ops."""
 
     fused_appends: bool
 
     async def perform(self, op: Op, inline: bool) -> Any: ...
-    def perform_now(self, op: Op, inline: bool) -> Any: ...
-    def perform_here(self, op: Op) -> Any: ...
 
 
 class Operation(Generic[P, T]):
@@ -79,71 +77,14 @@ class Operation(Generic[P, T]):
     def __get__(self, store: Performer | None, owner: type[Any]) -> Any:
         if store is None:
             return self
-        return _bound(store, self, _method(store, self, blocking=False))
+        return _bound(store, self, _method(store, self))
 
 
-class Blocking(Generic[P, T]):
-    """The same operation called from a plain thread, which it blocks until the answer
-    (e.g. a sync workflow's thread, which has no event loop)."""
-
-    __slots__ = ("name", "operation")
-    here = False  # Here: only if the store thread is idle, else None at once
-
-    def __init__(self, operation: Operation[P, T]) -> None:
-        self.operation = operation
-        self.name = operation.name
-
-    def __set_name__(self, owner: type[Any], name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, store: None, owner: type[Any]) -> Blocking[P, T]: ...
-    @overload
-    def __get__(self, store: Performer, owner: type[Any]) -> Callable[P, T]: ...
-    def __get__(self, store: Performer | None, owner: type[Any]) -> Any:
-        if store is None:
-            return self
-        method = _method(store, self.operation, blocking=True, here=self.here)
-        return _bound(store, self, method)
-
-
-class Here(Blocking[P, T]):
-    """The same journal write on the caller's thread if the store thread is idle (an event
-    loop may then skip awaiting it), else None at once, and nothing was done."""
-
-    __slots__ = ()
-    here = True
-
-    @overload  # type: ignore[override]
-    def __get__(self, store: None, owner: type[Any]) -> Here[P, T]: ...
-    @overload
-    def __get__(self, store: Performer, owner: type[Any]) -> Callable[P, T | None]: ...
-    def __get__(self, store: Performer | None, owner: type[Any]) -> Any:
-        return super().__get__(store, owner)
-
-
-def _method(
-    store: Performer, spec: Operation[Any, Any], *, blocking: bool, here: bool = False
-) -> Any:
-    """The method a store gets for `spec`: awaited, or (`blocking`) blocking its thread, or
-    (`here`) on its thread only if the store thread is idle. Written out per kind, since
-    every store call runs it: one call to the store, no more."""
+def _method(store: Performer, spec: Operation[Any, Any]) -> Any:
+    """The method a store gets for `spec`. Written out per kind, since every store call
+    runs it: one call to the store, no more."""
     fn, write, inline, fuses = spec.fn, spec.write, spec.inline, store.fused_appends
-    perform, perform_now = store.perform, store.perform_now
-    if spec.journal and here:
-        perform_here = store.perform_here
-
-        def here_journal(append: Append) -> Any:
-            return perform_here(Op(fn, (append,), {}, True, append, fuses and plain_append(append)))
-
-        return here_journal
-    if spec.journal and blocking:
-
-        def blocking_journal(append: Append) -> Any:
-            op = Op(fn, (append,), {}, True, append, fuses and plain_append(append))
-            return perform_now(op, append.inline_ok)
-
-        return blocking_journal
+    perform = store.perform
     if spec.journal:
 
         async def journal(append: Append) -> Any:
@@ -153,17 +94,11 @@ def _method(
         return journal
     alone = spec.fuses if fuses else None
     if alone is not None:  # e.g. a plain create_run on PostgreSQL: no BEGIN, no COMMIT
-        if blocking:
-            return lambda *args, **kwargs: perform_now(
-                Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), inline
-            )
 
         async def fusing(*args: Any, **kwargs: Any) -> Any:
             return await perform(Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), inline)
 
         return fusing
-    if blocking:
-        return lambda *args, **kwargs: perform_now(Op(fn, args, kwargs, write), inline)
 
     async def method(*args: Any, **kwargs: Any) -> Any:
         return await perform(Op(fn, args, kwargs, write), inline)
@@ -171,11 +106,11 @@ def _method(
     return method
 
 
-def _bound(store: Performer, spec: Operation[Any, Any] | Blocking[Any, Any], method: Any) -> Any:
+def _bound(store: Performer, spec: Operation[Any, Any], method: Any) -> Any:
     """`method`, named as the store's; kept on the store, so later calls find it at once,
     unless a subclass overrides the name (then the override is what the name means)."""
     method.__name__ = method.__qualname__ = spec.name
-    method.__doc__ = (spec.operation if isinstance(spec, Blocking) else spec).fn.__doc__
+    method.__doc__ = spec.fn.__doc__
     if getattr(type(store), spec.name, None) is spec:
         vars(store)[spec.name] = method
     return method
@@ -214,8 +149,6 @@ class RunMethods:
     count_runs = reads(sqlops.count_runs)
     journal = reads(sqlops.journal)
     append = journal_writes(sqlops.append)
-    append_now = Blocking(append)
-    append_here = Here(append)
     send_event = writes(sqlops.send_event)
     next_event = reads(sqlops.next_event)
     cancel = writes(sqlops.cancel_tree)

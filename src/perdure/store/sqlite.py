@@ -240,8 +240,11 @@ class SQLiteStore(ThreadedStore):
             self._holder_conn = None
             self._holder.free()  # before the lock is given up: the next holder writes next
         conn.execute(verb)
-        if verb == "COMMIT" and self._checkpoints is not None:
-            self._checkpoints.committed(conn)
+        checkpointer = self._checkpoints
+        if verb == "COMMIT" and checkpointer is not None:
+            checkpointer.commits += 1
+            if checkpointer.commits >= checkpoints.EVERY or checkpointer.catch_up:
+                checkpointer.committed(conn)
 
     def stop(self) -> None:
         super().stop()

@@ -137,12 +137,13 @@ def journal(conn: Conn, run_id: str, after: int = -1, limit: int = -1) -> list[E
     return [Entry(r[2], r[3], r[1], r[4], r[5], r[6] == 1, r[7], r[0], r[8], r[9]) for r in rows]
 
 
+_NEXT_IN_JOURNAL = "(SELECT COALESCE(MAX(j.seq) + 1, 0) FROM journal AS j WHERE j.run_id = runs.id)"
+
+
 def next_seq(conn: Conn) -> str:
     """SQL for the next journal seq of the run `runs` names in the statement (see
     `Db.tail_on_run`): its reservation on the row, or one past the journal's last entry."""
-    if conn.tail_on_run:
-        return "runs.next_seq"
-    return "(SELECT COALESCE(MAX(j.seq) + 1, 0) FROM journal AS j WHERE j.run_id = runs.id)"
+    return "runs.next_seq" if conn.tail_on_run else _NEXT_IN_JOURNAL
 
 
 def _allocate(conn: Conn, run_id: str, count: int) -> int:
@@ -420,12 +421,15 @@ def _refuse(conn: Conn, a: Append) -> NoReturn:
     raise OperatorRequest(cancel=state[1] == CANCELLING, pause=bool(state[2]))
 
 
+_STAMP = frozenset({"updated_at"})
+
+
 def plain_append(a: Append) -> bool:
     """Entries only (no status, fields, runs, blobs, event or body): the common step write."""
     return (
         bool(a.entries)
         and a.status is None
-        and all(key == "updated_at" for key in a.fields)  # not stamped without a status
+        and a.fields.keys() <= _STAMP  # not stamped without a status
         and not a.new_runs
         and not a.blobs
         and a.consume_event is None
@@ -644,14 +648,16 @@ def append(conn: Conn, append: Append) -> AppendResult:
     )
 
 
+_TAIL_FENCE = (
+    f"SELECT status, pause_requested, {_NEXT_IN_JOURNAL}, lease_epoch FROM runs WHERE id = ?"
+)
+
+
 def _append_entries(conn: Conn, a: Append) -> AppendResult:
     """SQLite's plain append (a step's write: entries only), the most common write: the
     fence read (which finds the next seq) and the inserts, the last naming the write. The
     run's row is not written: a step's commit changes the journal's pages only."""
-    row = conn.execute(
-        f"SELECT status, pause_requested, {next_seq(conn)}, lease_epoch FROM runs WHERE id = ?",
-        (a.run_id,),
-    ).fetchone()
+    row = conn.execute(_TAIL_FENCE, (a.run_id,)).fetchone()
     if row is None:
         raise RunNotFound(a.run_id)
     status, pause_requested, first, epoch = row

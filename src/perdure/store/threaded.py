@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
@@ -312,14 +312,33 @@ class ThreadedStore(
 
     async def perform(self, op: Op, inline: bool) -> Any:
         """Await `op`: on this thread if `inline` and the store thread is idle (one caller
-        alone saves two thread hand-offs and shares no commit), else on the store thread."""
+        alone saves two thread hand-offs and shares no commit), else on the store thread.
+        A caller with no event loop (a sync workflow's thread, driven by engine/context.py
+        `drive`) is blocked until the answer instead of awaiting it."""
         if self._thread is None:
             self.start()
-        if inline and self._inline(op):
-            if op.error is not None:
-                raise op.error
-            return op.value
-        loop = asyncio.get_running_loop()
+        # Run `op` on this thread if nothing is queued or running (no commit to share, no
+        # order to keep): its answer is then `op.value`/`op.error`; a busy store thread, a
+        # database busy elsewhere or no second connection queues it instead.
+        if (
+            inline
+            and self._migrated
+            and self._completed == self._enqueued
+            and self._inline_lock.acquire(blocking=False)
+        ):
+            try:
+                done = self._inline(op)
+            finally:
+                self._inline_lock.release()
+            if done:
+                if op.error is not None:
+                    raise op.error
+                return op.value
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            op.future = concurrent.futures.Future()
+            self._enqueue(op)
+            return await _Blocked(op.future)
         op.loop, op.waiter, op.bound = loop, loop.create_future(), waits.current()
         self._enqueue(op)
         if op.bound is None:
@@ -332,27 +351,6 @@ class ThreadedStore(
             raise
         finally:
             timer.cancel()
-
-    def perform_now(self, op: Op, inline: bool) -> Any:
-        """`op` from a plain thread, blocking it: inline if the store thread is idle."""
-        if self._thread is None:
-            self.start()
-        if inline and self._inline(op):
-            if op.error is not None:
-                raise op.error
-            return op.value
-        op.future = concurrent.futures.Future()
-        self._enqueue(op)
-        return op.future.result()
-
-    def perform_here(self, op: Op) -> Any:
-        """`op` on this thread if the store thread is idle, else None at once (nothing done):
-        an event loop alone writes without awaiting, or awaits `perform` instead."""
-        if self._thread is None or not self._inline(op):
-            return None
-        if op.error is not None:
-            raise op.error
-        return op.value
 
     def submit(
         self, fn: Callable[[Db], T], *, write: bool, append: Append | None = None
@@ -377,33 +375,24 @@ class ThreadedStore(
             op.waiter.set_exception(self._wait_error(bound.seconds))
 
     def _inline(self, op: Op) -> bool:
-        """Run `op` on the caller's thread if nothing is queued or running; True once it is
-        answered (`op.result()`), False to queue it (busy, or no second connection)."""
-        if (
-            not self._migrated
-            or self._completed != self._enqueued
-            or not self._inline_lock.acquire(blocking=False)
-        ):
-            return False
-        try:
-            db = self._inline_db
-            if db is None:
-                conn = self._inline_connect()
-                if conn is None:
-                    return False
-                db = self._inline_db = self._db(conn)
-            answers = self._inline_answers
-            if op.write:
-                done = commit(self, db, [op], answers, wait=False)
-            else:
-                done = read(self, db, op, answers, wait=False)
-            if done and isinstance(op.error, StoreUnavailable):  # lost: a fresh one next time
-                self._inline_db = None
-                with contextlib.suppress(Exception):
-                    self._disconnect(db.raw)
-            return done
-        finally:
-            self._inline_lock.release()
+        """`op` on the caller's second connection (the inline lock held); False if it could
+        not begin (the database is busy elsewhere, or there is no second connection)."""
+        db = self._inline_db
+        if db is None:
+            conn = self._inline_connect()
+            if conn is None:
+                return False
+            db = self._inline_db = self._db(conn)
+        answers = self._inline_answers
+        if op.write:
+            done = commit(self, db, [op], answers, wait=False)
+        else:
+            done = read(self, db, op, answers, wait=False)
+        if done and isinstance(op.error, StoreUnavailable):  # lost: a fresh one next time
+            self._inline_db = None
+            with contextlib.suppress(Exception):
+                self._disconnect(db.raw)
+        return done
 
     # -- what only some databases have ------------------------------------------------
 
@@ -435,6 +424,20 @@ class ThreadedStore(
             return None
         op = Op(_clock, (), {}, write=False)
         return float(await self.perform(op, True))
+
+
+class _Blocked:
+    """An op's answer for a caller with no event loop: the future is yielded up to the
+    driver of the coroutine, which blocks its thread until it is done."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self.future = future
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        yield self.future
+        return self.future.result()
 
 
 def _clock(db: Db) -> Any:
