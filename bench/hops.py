@@ -2,8 +2,9 @@
 
 One run's plain step writes (intent and outcome, fenced by its epoch), one at a
 time, on each path a write can take: on the caller's thread (`inline`, a run
-alone in its process), through the store thread (`queued`), and the blocking
-call a sync workflow's thread makes (`append_now`). A profiler counts, per
+alone in its process), through the store thread (`queued`), and from a sync
+workflow's thread, which drives the same `store.append` coroutine itself and
+blocks while the write is queued (`sync thread`). A profiler counts, per
 write, the Python function calls made in the store's machinery (how a write
 travels: threaded, batching, methods and the two stores' hooks), in the store
 package (its SQL modules too) and in all (asyncio, queue, threading and the
@@ -34,6 +35,7 @@ from .common import ROOT, Table
 WRITES = 50  # counted writes per path
 TIMED = 1000  # timed writes per path (no profiler)
 ROUNDS = 3
+PATHS = ("inline", "queued", "sync thread")
 
 
 # the store's machinery (how a write travels), as opposed to the SQL it runs
@@ -55,6 +57,7 @@ def _profile(counts: Counter[str]) -> Any:
 
 
 async def _count(url: str) -> dict[str, Any]:
+    from perdure.engine.context import drive
     from perdure.store import open_store
     from perdure.store.base import Append, Entry, NewRun
 
@@ -74,22 +77,27 @@ async def _count(url: str) -> dict[str, Any]:
             ]
             return Append("r", epoch, entries, inline_ok=inline)
 
+        loop = asyncio.get_running_loop()
+
+        def from_thread(append: Append) -> Any:  # as a sync workflow's thread writes
+            return drive(store.append(append), loop)
+
         out: dict[str, Any] = {}
-        for path in ("inline", "queued", "append_now"):
+        for path in PATHS:
             for _ in range(5):  # warm-up: connections opened, statements prepared
-                if path == "append_now":
-                    await asyncio.to_thread(store.append_now, write(True))
+                if path == "sync thread":
+                    await asyncio.to_thread(from_thread, write(True))
                 else:
                     await store.append(write(path == "inline"))
             counts: Counter[str] = Counter()
             hook = _profile(counts)
-            if path == "append_now":
+            if path == "sync thread":
 
                 def many(hook: Any = hook) -> None:
                     sys.setprofile(hook)
                     try:
                         for _ in range(WRITES):
-                            store.append_now(write(True))
+                            from_thread(write(True))
                     finally:
                         sys.setprofile(None)
 
@@ -107,11 +115,11 @@ async def _count(url: str) -> dict[str, Any]:
                 store.submit(lambda c: sys.setprofile(None), write=False).result()
             threading.setprofile(None)
             wall, cpu = time.perf_counter(), time.process_time()
-            if path == "append_now":
+            if path == "sync thread":
 
                 def timed() -> None:
                     for _ in range(TIMED):
-                        store.append_now(write(True))
+                        from_thread(write(True))
 
                 await asyncio.to_thread(timed)
             else:
@@ -177,7 +185,7 @@ def main(args: list[str]) -> None:
 
                     with fresh_schema("hops") as schema:
                         got[side].append(_measure(app_url(schema), src))
-            for path in ("inline", "queued", "append_now"):
+            for path in PATHS:
                 cells = []
                 for side, _ in sides:
                     first = got[side][0][path]

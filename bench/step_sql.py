@@ -9,8 +9,8 @@ fresh SQLite file (WAL, `synchronous=NORMAL`: no fsync, so the figure is CPU):
   step's outcome and this step's intent, fenced by the run's lease epoch), COMMIT, on a
   plain connection to a perdure store;
 - perdure SQL, intent only: the same with one row (what one row per step would cost);
-- store path: `store.append_here` of the same write, as a run alone in its worker
-  commits it (the store's transaction, its write-lock record and checkpoint count).
+- store path: `store.append` of the same write, as a run alone in its worker commits it
+  on its own thread (the store's transaction, its write-lock record and checkpoint count).
 
 Rounds interleave the ways; medians. `python -m bench.step_sql`; `--rounds N` (default 5).
 """
@@ -36,7 +36,7 @@ WAYS = {
     "floor": "floor: one INSERT + COMMIT",
     "sql": "perdure SQL: outcome + intent, fenced",
     "sql_one": "perdure SQL: intent only, fenced",
-    "store": "store path: append_here (outcome + intent)",
+    "store": "store path: append on the caller's thread (outcome + intent)",
 }
 RUN = "bench-run"
 
@@ -94,8 +94,13 @@ async def _perdure(way: str, path: str) -> Config:
     if way == "store":
 
         def commit(i: int) -> None:
-            if store.append_here(write(i)) is None:
-                raise RuntimeError("the store thread was busy: nothing else should use it")
+            writing = store.append(write(i))
+            try:
+                writing.send(None)  # done at once: committed on this thread
+            except StopIteration:
+                return
+            writing.close()
+            raise RuntimeError("the store thread was busy: nothing else should use it")
 
         result = _timed(commit, lambda: None)
         await store.close()

@@ -26,6 +26,7 @@ import os
 import random
 import sqlite3
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -195,14 +196,9 @@ def service_call(workdir: Path, key: str, run_id: str, pos: int) -> str:
         conn.close()
 
 
-def _called_from(function: str) -> bool:
-    """Whether the calling step body runs under a call of the engine's `function`."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == function:
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
+def _on_step_pool() -> bool:
+    """Whether the calling step body runs on the step pool (not inline on the event loop)."""
+    return threading.current_thread().name.startswith("perdure-step")
 
 
 def _pause(low: float, high: float) -> None:
@@ -267,8 +263,8 @@ def build_app(workdir: Path) -> perdure.App:
     @app.step(name="quick_once", effect="once")
     def quick_once(i: int) -> str:
         """A once body short enough to run inline: a run alone in its worker commits its
-        intent on the loop's thread and runs it right after (steps.py `_once_now`)."""
-        ledger_write(workdir, "once", at_once=_called_from("_once_now"))
+        intent on the loop's thread and runs it right after, on the loop too (no pool)."""
+        ledger_write(workdir, "once", at_once=not _on_step_pool())
         info = perdure.current_step()
         return once_value(info.run_id, info.position)
 

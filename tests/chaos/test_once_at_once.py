@@ -1,5 +1,6 @@
 """kill -9 in `once` steps taken at once: a run alone in its worker commits each intent on
-the loop's thread and runs the short body right after, with no await in between."""
+the loop's thread and runs the short body right after, on the loop too, with no await in
+between."""
 
 from __future__ import annotations
 
