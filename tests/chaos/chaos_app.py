@@ -50,6 +50,7 @@ STEP_EFFECTS = {
     "tx_step": "transactional",
     "once_step": "once",
     "quick_once": "once",
+    "slow_keyed": "keyed",
     "zombie_prep": "transactional",
     "zombie_block": "idempotent",
     "zombie_hold": "read",
@@ -267,6 +268,20 @@ def build_app(workdir: Path) -> perdure.App:
         ledger_write(workdir, "once", at_once=not _on_step_pool())
         info = perdure.current_step()
         return once_value(info.run_id, info.position)
+
+    @app.step(name="slow_keyed", effect="keyed")
+    def slow_keyed(i: int) -> int:
+        """Long enough (past the engine's linger) that its outcome is committed before the
+        workflow goes on: a kill re-runs the one executing, never an earlier one."""
+        ledger_write(workdir, "keyed")
+        time.sleep(0.02)
+        return i
+
+    @app.workflow(name="slow_keys")
+    async def slow_keys(n: int) -> int:
+        for i in range(n):
+            await slow_keyed(i)
+        return n
 
     @app.workflow(name="charges")
     async def charges(n: int) -> list[str]:
