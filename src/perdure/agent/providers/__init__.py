@@ -1,1 +1,1 @@
-"""Model providers, one class each (base.Provider): scripted, local, openai, anthropic (registry)."""
+"""Model providers, one class each (base.Provider), listed by name in registry.PROVIDERS."""

@@ -155,6 +155,8 @@ class Provider:
 
 
 class Closing(Protocol):
+    """An SDK client: closed when its event loop's provider is closed."""
+
     async def close(self) -> None: ...
 
 
@@ -289,9 +291,10 @@ class SdkProvider(Provider, Generic[Client]):
         if not model:
             raise ModelError(f"{self.name}: no model named (pass model= or set it in the request)")
         sdk: Any = importlib.import_module(self.sdk)
+        client = self._client()
         try:
-            return await self._ask(self._client(), model, request)
-        except getattr(sdk, self.sdk_error) as exc:
+            return await self._ask(client, model, request)
+        except getattr(sdk, self.sdk_error) as exc:  # the SDK's root error, by its name
             raise self._translate(exc, sdk) from exc
 
     async def aclose(self) -> None:
