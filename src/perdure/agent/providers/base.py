@@ -111,6 +111,8 @@ class Provider:
         sdk: the module of that extra it imports.
         needs_model: a spec's tier must name the model.
         choices: the `--model` values (`perdure run/agent/validate`) it serves.
+
+    No price: a provider's varies by model, so a tier's price is the spec's.
     """
 
     name: str  # (not a ClassVar: ModelProvider's `name` is an instance's)
