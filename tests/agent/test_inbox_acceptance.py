@@ -10,8 +10,7 @@ import pytest
 
 import perdure
 from perdure.agent.loop import Agent
-from perdure.agent.models import extractive_summary
-from perdure.agent.providers.scripted import ScriptedModel
+from perdure.agent.providers.scripted import ScriptedModel, extractive_summary
 from perdure.agent.spec import load_spec
 from perdure.errors import RunFailed
 from perdure.testing import TestWorker

@@ -16,8 +16,14 @@ from wire_servers import INPUT_TOKENS, OUTPUT_TOKENS, AnthropicServer, OpenAISer
 
 from perdure.agent.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from perdure.agent.providers.anthropic import AnthropicModel
-from perdure.agent.providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
-from perdure.agent.providers.openai import OpenAIModel, retry_after_seconds
+from perdure.agent.providers.base import (
+    ModelAuthError,
+    ModelError,
+    ModelProvider,
+    ModelRetryable,
+    retry_after_seconds,
+)
+from perdure.agent.providers.openai import OpenAIModel
 from perdure.agent.providers.registry import make_provider
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.errors import ConfigError

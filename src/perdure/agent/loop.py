@@ -40,6 +40,7 @@ from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from .grounding import check as check_grounding
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
+from .providers.registry import provider_class
 from .spec import AgentSpec, check_grants, deadline_seconds
 from .tools.base import Memory, Tool
 from .tools.boundary import Boundary
@@ -184,8 +185,8 @@ class Agent:
         variable to fix and the command that continues the run."""
         model = self.spec.tier(tier)
         what = f"model tier {tier!r} ({model.provider}:{model.model or model.script or '-'})"
-        default = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-        var = model.api_key_env or default.get(model.provider, "the spec's api_key_env")
+        default = provider_class(model.provider).api_key_env
+        var = model.api_key_env or default or "the spec's api_key_env"
         resume = f"`perdure resume {current_step().run_id}`"
         if exc.status == 403:
             return (f"{what}: permission denied ({exc.detail}); give the key in {var} access "

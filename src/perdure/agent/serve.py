@@ -6,19 +6,24 @@ trigger (inbox, schedule, event or webhook) and works its runs until stopped.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .loop import Agent
-from .spec import AgentSpec, ModelSpec
+from .providers.base import Provider
+from .providers.registry import PROVIDERS, provider_class
+from .spec import AgentSpec
 
 if TYPE_CHECKING:
     from ..app import App
 
-MODEL_CHOICES = ("spec", "local", "local-large", "scripted", "openai", "anthropic")
-# --model choice -> the known local model serving it (local_model.KNOWN_MODELS)
-LOCAL_MODELS = {"local": "SmolLM2-135M-Instruct", "local-large": "Qwen2.5-Coder-1.5B-Instruct"}
+
+def model_choices() -> tuple[str, ...]:
+    """`spec` and every registered provider's `--model` choices, in the registry's order."""
+    return ("spec", *(choice for name in PROVIDERS for choice in provider_class(name).choices))
+
+
+MODEL_CHOICES = model_choices()  # for the CLI's options
 
 
 def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
@@ -27,37 +32,24 @@ def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
     `scripted` is the deterministic extractive summariser; `local` and `local-large` are
     SmolLM2-135M and Qwen2.5-Coder-1.5B on llama.cpp (docs/local-models.md); `openai`
     and `anthropic` take the model from OPENAI_MODEL / ANTHROPIC_MODEL (and keys and
-    base URLs from their SDKs' usual variables).
+    base URLs from their SDKs' usual variables). Each provider's `for_choice` says how.
     """
     if choice == "spec":
         return spec
-    if choice not in MODEL_CHOICES:
-        raise ConfigError(f"--model {choice!r}: use one of {', '.join(MODEL_CHOICES)}")
+    chooser = _chooser(choice)
+    if chooser is None:
+        raise ConfigError(f"--model {choice!r}: use one of {', '.join(model_choices())}")
     tier = spec.routing.default
-    current = spec.models[tier]
-    if choice == "scripted":
-        model = ModelSpec(provider="scripted", script="builtin:extractive",
-                          context_tokens=current.context_tokens)  # fmt: skip
-    elif choice in LOCAL_MODELS:  # a local tier keeps its sampling settings (temperature, stop)
-        base = current if current.provider == "local" else ModelSpec(provider="local")
-        model = base.model_copy(update={
-            "model": LOCAL_MODELS[choice], "context_tokens": min(current.context_tokens, 2048),
-            "max_tokens": current.max_tokens or 120,
-        })  # fmt: skip
-    elif choice == "openai":
-        model = ModelSpec(provider="openai", model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-                          base_url=os.environ.get("OPENAI_BASE_URL"),
-                          context_tokens=current.context_tokens, max_tokens=current.max_tokens,
-                          price=current.price)  # fmt: skip
-    else:
-        model = ModelSpec(provider="anthropic",
-                          model=os.environ.get("ANTHROPIC_MODEL", "claude-3-5-haiku-latest"),
-                          base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-                          context_tokens=current.context_tokens, max_tokens=current.max_tokens,
-                          price=current.price)  # fmt: skip
+    model = chooser.for_choice(choice, spec.models[tier])
     changed = spec.model_copy(update={"models": {**spec.models, tier: model}})
     changed.folder = spec.folder
     return changed
+
+
+def _chooser(choice: str) -> type[Provider] | None:
+    """The provider offering `--model CHOICE`, if one does."""
+    found = (provider_class(name) for name in PROVIDERS)
+    return next((provider for provider in found if choice in provider.choices), None)
 
 
 def attach_trigger(app: App, agent: Agent) -> str:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..errors import ConfigError
+from .providers.registry import PROVIDERS, provider_class
 
-Provider = Literal["scripted", "local", "openai", "anthropic"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 
 
@@ -39,7 +40,7 @@ class Price(_Strict):
 class ModelSpec(_Strict):
     """One model tier: who serves it and what it costs."""
 
-    provider: Provider
+    provider: str  # a name of providers.registry.PROVIDERS
     model: str = ""
     base_url: str | None = None
     api_key_env: str | None = None  # the variable holding the key (never the key itself)
@@ -49,12 +50,22 @@ class ModelSpec(_Strict):
     stop: list[str] = []  # sequences that end an answer (e.g. "\n\n": one paragraph)
     stream: bool = False
     # seconds the server may stay silent (a whole reply unless streamed) / to connect;
-    # None: the provider's default (models.TIMEOUTS, CONNECT_TIMEOUT)
+    # None: the provider's default (its class's default_timeout, CONNECT_TIMEOUT)
     timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
     connect_timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
     price: Price = Price()
     script: str | None = None  # scripted: a JSON/JSONL file of responses
     latency: float = Field(0.0, ge=0, le=60)  # scripted: seconds per answer, like a real model
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _registered(cls, value: Any) -> Any:
+        """A registered provider's name, refused in the words pydantic uses for a Literal."""
+        if isinstance(value, str) and value in PROVIDERS:
+            return value
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": _either(PROVIDERS)}
+        )
 
 
 class Routing(_Strict):
@@ -209,6 +220,12 @@ class AgentSpec(_Strict):
         return self.models[name]
 
 
+def _either(names: Iterable[str], quote: bool = True) -> str:
+    """'a', 'b' or 'c' (or a, b or c)."""
+    shown = [repr(n) if quote else n for n in names]
+    return " or ".join(filter(None, (", ".join(shown[:-1]), shown[-1]))) if shown else ""
+
+
 def duration(text: str) -> float:
     """Seconds in "90s", "30m", "2h", "1d"."""
     match = _DURATION.match(text)
@@ -292,13 +309,15 @@ def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
         builtin = (model.script or "").startswith("builtin:")
         if model.script is not None and not builtin and not spec.path(model.script).is_file():
             raise fail(("models", name, "script"), f"no file {model.script!r}")
-        if model.provider == "scripted":
+        provider = provider_class(model.provider)
+        if provider.default_timeout is None:
+            networked = [p for p in PROVIDERS if provider_class(p).default_timeout is not None]
             for field_name in ("timeout", "connect_timeout"):
                 if getattr(model, field_name) is not None:
                     raise fail(("models", name, field_name),
-                               "a scripted tier makes no network call; set it on openai, "
-                               "anthropic or local tiers")  # fmt: skip
-        if model.provider in ("openai", "anthropic") and not model.model:
+                               f"a {model.provider} tier makes no network call; set it on "
+                               f"{_either(networked, quote=False)} tiers")  # fmt: skip
+        if provider.needs_model and not model.model:
             raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
     costed = [k for k in ("cost_per_hour", "cost_per_day") if getattr(spec.budget, k)]
     costed += ["max_cost"] if spec.limits.max_cost is not None else []

@@ -1,1 +1,1 @@
-"""Model providers: scripted (deterministic), openai (any compatible server), anthropic."""
+"""Model providers, one class each (base.Provider), listed by name in registry.PROVIDERS."""

@@ -12,24 +12,11 @@ overloaded and connection errors become `ModelRetryable`, 401/403
 
 from __future__ import annotations
 
-import asyncio
-import os
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...errors import PerdureError
-from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from .base import ModelAuthError, ModelError, ModelRetryable, stream_out
-from .openai import (
-    CONNECT_TIMEOUT,
-    one_line,
-    resolve_key,
-    retry_after_seconds,
-    server_message,
-    timed_out,
-)
+from .base import CONNECT_TIMEOUT, ModelError, SdkProvider, stream_out
 
 if TYPE_CHECKING:
     import anthropic
@@ -41,10 +28,19 @@ ANTHROPIC_URL = "https://api.anthropic.com"
 RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
-class AnthropicModel:
+class AnthropicModel(SdkProvider["anthropic.AsyncAnthropic"]):
     """Claude models through the Messages API, with tool use."""
 
     name = "anthropic"
+    api_key_env = "ANTHROPIC_API_KEY"
+    default_timeout = 120.0  # Anthropic's larger replies come within two minutes
+    sdk = "anthropic"
+    sdk_error = "AnthropicError"
+    service_url = ANTHROPIC_URL
+    base_url_env = "ANTHROPIC_BASE_URL"
+    model_env = "ANTHROPIC_MODEL"
+    default_model = "claude-3-5-haiku-latest"
+    choices = ("anthropic",)
 
     def __init__(
         self,
@@ -52,86 +48,38 @@ class AnthropicModel:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        api_key_env: str = "ANTHROPIC_API_KEY",
+        api_key_env: str | None = None,
         stream: bool = False,
         max_tokens: int = 1024,
-        timeout: float = 120.0,
+        timeout: float | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """Args:
-            model: the model asked when a request names none.
-            base_url: else ANTHROPIC_BASE_URL, else Anthropic's.
-            api_key: else the variable `api_key_env`; unneeded with a base URL.
-            api_key_env: the variable holding the key, named when the server refuses it.
-            stream: ask for a streamed reply and assemble it (same ModelResponse).
             max_tokens: the reply limit when a request sets none (the API requires one).
-            timeout: seconds the server may stay silent: to answer a call (the whole reply
-                when not streamed) or between two streamed chunks.
-            connect_timeout: seconds to open the connection (a down host fails fast).
-            env: where the settings are read (default: the process environment).
 
-        Raises:
-            ConfigError: the anthropic SDK is missing, or no key is set for Anthropic itself.
+        The other arguments are `SdkProvider`'s: the base URL else ANTHROPIC_BASE_URL, the
+        key else ANTHROPIC_API_KEY.
         """
-        require_extra("models", "the anthropic model provider", "anthropic")  # now, not at a call
-        env = os.environ if env is None else env
-        self.model = model
-        self.base_url = (base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL).rstrip("/")
-        self._key, self._key_source = resolve_key(
-            api_key,
-            api_key_env,
-            env,
-            local=self.base_url != ANTHROPIC_URL,
-            url_env="ANTHROPIC_BASE_URL",
-        )
-        self.stream = stream
+        super().__init__(
+            model, base_url=base_url, api_key=api_key, api_key_env=api_key_env, stream=stream,
+            timeout=timeout, connect_timeout=connect_timeout, env=env,
+        )  # fmt: skip
         self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        # An SDK client holds connections bound to the event loop that opened them.
-        self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, anthropic.AsyncAnthropic
-        ]
-        self._clients = weakref.WeakKeyDictionary()
 
-    def __repr__(self) -> str:
-        return f"AnthropicModel(model={self.model!r}, base_url={self.base_url!r})"
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One Messages call (streamed if asked), as a provider-neutral response.
-
-        Raises:
-            ModelRetryable: 429 (with `retry_after`), 408, 409, 5xx, 529, connection, timeout.
-            ModelAuthError: 401/403; the message names the key and the server.
-            ModelError: any other refusal.
-        """
+    async def _ask(
+        self, client: anthropic.AsyncAnthropic, model: str, request: ModelRequest
+    ) -> ModelResponse:
         import anthropic
 
-        model = request.model or self.model
-        if not model:
-            raise ModelError("anthropic: no model named (pass model= or set it in the request)")
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         messages = to_anthropic_messages(request.messages)
         tools = [to_anthropic_tool(t) for t in request.tools]
         max_tokens = request.max_tokens or self.max_tokens
         # The SDK no longer offers `temperature`; servers that still take it find it in the body.
         extra = None if request.temperature is None else {"temperature": request.temperature}
-        client = self._client()
-        try:
-            if not self.stream:
-                reply = await client.messages.create(
-                    model=model,
-                    max_tokens=max_tokens,
-                    messages=messages,
-                    system=system or anthropic.omit,
-                    tools=tools or anthropic.omit,
-                    stop_sequences=request.stop or anthropic.omit,
-                    extra_body=extra,
-                )
-                return from_anthropic(reply)
-            # The SDK's stream folds text and tool-input JSON deltas into the final message.
-            async with client.messages.stream(
+        if not self.stream:
+            reply = await client.messages.create(
                 model=model,
                 max_tokens=max_tokens,
                 messages=messages,
@@ -139,63 +87,40 @@ class AnthropicModel:
                 tools=tools or anthropic.omit,
                 stop_sequences=request.stop or anthropic.omit,
                 extra_body=extra,
-            ) as stream:
-                async for event in stream:  # deltas to the run's stream as they come
-                    if event.type == "text":
-                        stream_out(event.text)
-                    elif event.type == "content_block_start" and event.content_block.type == (
-                        "tool_use"
-                    ):
-                        stream_out(tool=event.content_block.name)
-                return from_anthropic(await stream.get_final_message())
-        except anthropic.AnthropicError as exc:
-            raise self._translate(exc) from exc
+            )
+            return from_anthropic(reply)
+        # The SDK's stream folds text and tool-input JSON deltas into the final message.
+        async with client.messages.stream(
+            model=model,
+            max_tokens=max_tokens,
+            messages=messages,
+            system=system or anthropic.omit,
+            tools=tools or anthropic.omit,
+            stop_sequences=request.stop or anthropic.omit,
+            extra_body=extra,
+        ) as stream:
+            async for event in stream:  # deltas to the run's stream as they come
+                if event.type == "text":
+                    stream_out(event.text)
+                elif event.type == "content_block_start" and event.content_block.type == (
+                    "tool_use"
+                ):
+                    stream_out(tool=event.content_block.name)
+            return from_anthropic(await stream.get_final_message())
 
-    async def aclose(self) -> None:
-        """Close the SDK client of the running event loop."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()
-
-    def _client(self) -> anthropic.AsyncAnthropic:
+    def _open(self) -> anthropic.AsyncAnthropic:
         import anthropic
 
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = anthropic.AsyncAnthropic(
-                api_key=self._key,
-                base_url=self.base_url,
-                timeout=anthropic.Timeout(self.timeout, connect=self.connect_timeout),
-                max_retries=0,
-            )
-            self._clients[loop] = client
-        return client
+        return anthropic.AsyncAnthropic(
+            api_key=self._key,
+            base_url=self.base_url,
+            timeout=anthropic.Timeout(self.timeout, connect=self.connect_timeout),
+            max_retries=0,
+        )
 
-    def _translate(self, exc: anthropic.AnthropicError) -> PerdureError:
-        """The perdure error for an SDK error: retryable, an auth problem, or final."""
-        import anthropic
-
-        where = f"anthropic {self.base_url}"
-        if isinstance(exc, anthropic.APITimeoutError):
-            return ModelRetryable(f"{where}: {timed_out(exc, self.timeout, self.connect_timeout)}")
-        if isinstance(exc, anthropic.APIConnectionError):
-            return ModelRetryable(f"{where}: {one_line(exc.message)}")
-        if not isinstance(exc, anthropic.APIStatusError):
-            return ModelError(f"{where}: {one_line(str(exc))}")
-        status, said = exc.status_code, server_message(exc.body, exc.message)
-        if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-            verb = "rejected" if status == 401 else "not permitted"
-            return ModelAuthError(
-                f"{self._key_source} {verb} by {self.base_url}: {status} {said}",
-                status=status,
-                setting=self._key_source,
-                detail=f"{status} from {self.base_url}: {said}",
-            )
-        if status in (408, 409, 429) or status >= 500 or error_type(exc.body) in RETRYABLE_TYPES:
-            after = retry_after_seconds(exc.response.headers)
-            return ModelRetryable(f"{where}: {status} {said}", retry_after=after)
-        return ModelError(f"{where}: {status} {said}")
+    def _retryable(self, body: object) -> bool:
+        """529 overloaded and kin, reported in the body."""
+        return error_type(body) in RETRYABLE_TYPES
 
 
 def error_type(body: object) -> str | None:

@@ -5,27 +5,17 @@
 
 The key and base URL come from the arguments, else from OPENAI_API_KEY and
 OPENAI_BASE_URL; a local server without a key gets the placeholder "not-needed".
-The SDK never retries (`max_retries=0`): its errors become `ModelRetryable`
-(429 with Retry-After, 408, 409, 5xx, connection), `ModelAuthError` (401/403,
-naming the key to fix) or `ModelError`, and the durable step decides.
+The client, the key and the translation of the SDK's errors are `base.SdkProvider`'s;
+this module holds the Chat Completions wire format.
 """
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import json
-import os
-import re
-import time
-import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...errors import PerdureError
-from ...extras import require_extra
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from .base import MissingKey, ModelAuthError, ModelError, ModelRetryable, stream_out
+from .base import ModelError, SdkProvider, one_line, stream_out
 
 if TYPE_CHECKING:
     import openai
@@ -38,89 +28,33 @@ if TYPE_CHECKING:
     )
 
 OPENAI_URL = "https://api.openai.com/v1"
-CONNECT_TIMEOUT = 5.0  # seconds to open a connection, as the SDKs' own default
-PLACEHOLDER_KEY = "not-needed"  # local servers (llama.cpp, vLLM, Ollama) ignore the key
 
 
-class OpenAIModel:
+class OpenAIModel(SdkProvider["openai.AsyncOpenAI"]):
     """Chat Completions with tools, on OpenAI or any server that speaks its wire format."""
 
     name = "openai"
+    api_key_env: ClassVar[str | None] = "OPENAI_API_KEY"  # (LlamaCppModel's is None)
+    # a hosted model sends a whole (non-streamed) reply of the usual size well within a minute
+    default_timeout = 60.0
+    sdk = "openai"
+    sdk_error = "OpenAIError"
+    service_url = OPENAI_URL
+    base_url_env = "OPENAI_BASE_URL"
+    model_env = "OPENAI_MODEL"
+    default_model = "gpt-4o-mini"
+    choices: ClassVar[tuple[str, ...]] = ("openai",)
 
-    def __init__(
-        self,
-        model: str = "",
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        stream: bool = False,
-        timeout: float = 60.0,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        """Args:
-            model: the model asked when a request names none.
-            base_url: the server, e.g. `http://127.0.0.1:8080/v1`; else OPENAI_BASE_URL,
-                else OpenAI's.
-            api_key: else the variable `api_key_env`; unneeded with a base URL.
-            api_key_env: the variable holding the key, named when the server refuses it.
-            stream: ask for a streamed reply and assemble it (same ModelResponse).
-            timeout: seconds the server may stay silent: to answer a call (the whole reply
-                when not streamed) or between two streamed chunks.
-            connect_timeout: seconds to open the connection (a down host fails fast).
-            env: where the settings are read (default: the process environment).
-
-        Raises:
-            ConfigError: the openai SDK is missing, or no key is set for OpenAI itself.
-        """
-        require_extra("models", "the openai model provider", "openai")  # now, not at a call
-        env = os.environ if env is None else env
-        self.model = model
-        self.base_url = (base_url or env.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
-        self._key, self._key_source = resolve_key(
-            api_key, api_key_env, env, local=self.base_url != OPENAI_URL, url_env="OPENAI_BASE_URL"
-        )
-        self.stream = stream
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        # An SDK client holds connections bound to the event loop that opened them.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI]
-        self._clients = weakref.WeakKeyDictionary()
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel(model={self.model!r}, base_url={self.base_url!r})"
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One Chat Completions call (streamed if asked), as a provider-neutral response.
-
-        Raises:
-            ModelRetryable: 429 (with `retry_after`), 408, 409, 5xx, connection or timeout.
-            ModelAuthError: 401/403; the message names the key and the server.
-            ModelError: any other refusal, or a reply that cannot be read.
-        """
+    async def _ask(
+        self, client: openai.AsyncOpenAI, model: str, request: ModelRequest
+    ) -> ModelResponse:
         import openai
 
-        model = request.model or self.model
-        if not model:
-            raise ModelError("openai: no model named (pass model= or set it in the request)")
         # OpenAI's newer models refuse max_tokens; compatible servers may not know its successor.
         limit = request.max_tokens if request.max_tokens is not None else openai.omit
         official = self.base_url == OPENAI_URL
-        client = self._client()
-        try:
-            if not self.stream:
-                completion = await client.chat.completions.create(
-                    model=model,
-                    messages=[to_openai_message(m) for m in request.messages],
-                    tools=[to_openai_tool(t) for t in request.tools] or openai.omit,
-                    max_tokens=openai.omit if official else limit,
-                    max_completion_tokens=limit if official else openai.omit,
-                    temperature=_given(request.temperature),
-                    stop=request.stop or openai.omit,
-                )
-                return from_openai(completion)
-            chunks = await client.chat.completions.create(
+        if not self.stream:
+            completion = await client.chat.completions.create(
                 model=model,
                 messages=[to_openai_message(m) for m in request.messages],
                 tools=[to_openai_tool(t) for t in request.tools] or openai.omit,
@@ -128,84 +62,34 @@ class OpenAIModel:
                 max_completion_tokens=limit if official else openai.omit,
                 temperature=_given(request.temperature),
                 stop=request.stop or openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
             )
-            assembler = StreamAssembler()
-            async with chunks:
-                async for chunk in chunks:
-                    assembler.add(chunk)
-            return assembler.response()
-        except openai.OpenAIError as exc:
-            raise self._translate(exc) from exc
+            return from_openai(completion)
+        chunks = await client.chat.completions.create(
+            model=model,
+            messages=[to_openai_message(m) for m in request.messages],
+            tools=[to_openai_tool(t) for t in request.tools] or openai.omit,
+            max_tokens=openai.omit if official else limit,
+            max_completion_tokens=limit if official else openai.omit,
+            temperature=_given(request.temperature),
+            stop=request.stop or openai.omit,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        assembler = StreamAssembler()
+        async with chunks:
+            async for chunk in chunks:
+                assembler.add(chunk)
+        return assembler.response()
 
-    async def aclose(self) -> None:
-        """Close the SDK client of the running event loop."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()
-
-    def _client(self) -> openai.AsyncOpenAI:
+    def _open(self) -> openai.AsyncOpenAI:
         import openai
 
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = openai.AsyncOpenAI(
-                api_key=self._key,
-                base_url=self.base_url,
-                timeout=openai.Timeout(self.timeout, connect=self.connect_timeout),
-                max_retries=0,
-            )
-            self._clients[loop] = client
-        return client
-
-    def _translate(self, exc: openai.OpenAIError) -> PerdureError:
-        """The perdure error for an SDK error: retryable, an auth problem, or final."""
-        import openai
-
-        where = f"openai {self.base_url}"
-        if isinstance(exc, openai.APITimeoutError):
-            return ModelRetryable(f"{where}: {timed_out(exc, self.timeout, self.connect_timeout)}")
-        if isinstance(exc, openai.APIConnectionError):
-            return ModelRetryable(f"{where}: {one_line(exc.message)}")
-        if not isinstance(exc, openai.APIStatusError):
-            return ModelError(f"{where}: {one_line(str(exc))}")
-        status, said = exc.status_code, server_message(exc.body, exc.message)
-        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-            verb = "rejected" if status == 401 else "not permitted"
-            return ModelAuthError(
-                f"{self._key_source} {verb} by {self.base_url}: {status} {said}",
-                status=status,
-                setting=self._key_source,
-                detail=f"{status} from {self.base_url}: {said}",
-            )
-        if status in (408, 409, 429) or status >= 500:
-            after = retry_after_seconds(exc.response.headers)
-            return ModelRetryable(f"{where}: {status} {said}", retry_after=after)
-        return ModelError(f"{where}: {status} {said}")
-
-
-def resolve_key(
-    api_key: str | None, api_key_env: str, env: Mapping[str, str], *, local: bool, url_env: str
-) -> tuple[str, str]:
-    """The key to send and the setting it came from (named when the server refuses it).
-
-    Raises:
-        ConfigError: no key anywhere, for the provider's own service (a local server
-            gets a placeholder instead).
-    """
-    if api_key:
-        return api_key, "the api_key argument"
-    if env.get(api_key_env):
-        return env[api_key_env], api_key_env
-    if local:
-        return PLACEHOLDER_KEY, f"{api_key_env} (unset)"
-    raise MissingKey(
-        f"{api_key_env} is not set: export it, pass api_key=..., "
-        f"or set {url_env} to a compatible server",
-        setting=api_key_env,
-    )
+        return openai.AsyncOpenAI(
+            api_key=self._key,
+            base_url=self.base_url,
+            timeout=openai.Timeout(self.timeout, connect=self.connect_timeout),
+            max_retries=0,
+        )
 
 
 def to_openai_message(message: Message) -> ChatCompletionMessageParam:
@@ -321,55 +205,6 @@ def parse_call(call_id: str, name: str, arguments: str) -> ToolCall:
             f"{one_line(arguments)[:200]}"
         )
     return ToolCall(id=call_id, name=name, arguments=parsed)
-
-
-def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds the server asked to wait: `retry-after-ms`, or `Retry-After` in seconds or as an
-    HTTP date; None when it did not say."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    # An HTTP date is wall-clock time, so it is compared with the wall clock.
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def server_message(body: object, fallback: str) -> str:
-    """The server's own words from an error body (`{"error": {"message": ...}}` and kin)."""
-    found: object = None
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        found = inner.get("message") if isinstance(inner, dict) else inner
-    elif isinstance(body, str):
-        found = body
-    return one_line(str(found) if found else fallback)
-
-
-def timed_out(exc: BaseException, timeout: float, connect_timeout: float) -> str:
-    """What an SDK timeout means, by the HTTP client's timeout under it: connecting, or
-    waiting (by name: the SDKs have moved from httpx to httpx2, both call it ConnectTimeout)."""
-    cause = type(exc.__cause__).__mro__ if exc.__cause__ is not None else ()
-    if any(kind.__name__ == "ConnectTimeout" for kind in cause):
-        return f"no connection within {connect_timeout:g}s (connect_timeout)"
-    return f"no answer within {timeout:g}s (timeout)"
-
-
-def one_line(text: str) -> str:
-    """Text with its runs of whitespace (newlines too) made single spaces."""
-    return re.sub(r"\s+", " ", text).strip()
 
 
 def _given(value: float | None) -> Any:

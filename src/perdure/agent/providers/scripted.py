@@ -18,13 +18,20 @@ import asyncio
 import copy
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ...errors import ConfigError
+from ..grounding import claims
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from .base import ModelError
+from .base import ModelError, Provider
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from ..spec import AgentSpec, ModelSpec
 
 #: One scripted reply: a ModelResponse, its `to_dict()` form, a message-shaped dict
 #: (`{"content": ..., "tool_calls": [...], "usage": {...}}`) or a plain string of text.
@@ -34,7 +41,7 @@ Reply: TypeAlias = ModelResponse | dict[str, Any] | str
 Responder: TypeAlias = Callable[[ModelRequest], Reply]
 
 
-class ScriptedModel:
+class ScriptedModel(Provider):
     """The deterministic test/demo model: answers each call with the next scripted reply.
 
     Replies are served in order; when the script runs out, `responder` (if given)
@@ -48,6 +55,7 @@ class ScriptedModel:
     """
 
     name = "scripted"
+    choices = ("scripted",)
 
     def __init__(
         self,
@@ -85,6 +93,29 @@ class ScriptedModel:
     def from_file(cls, path: str | os.PathLike[str]) -> ScriptedModel:
         """A scripted model replaying the replies in a JSON or JSONL file."""
         return cls(path)
+
+    @classmethod
+    def from_tier(cls, spec: AgentSpec, tier: str) -> Self:
+        """The tier's script (a file next to the spec, replayed by transcript length so a
+        resumed run gets the reply it would have had), or `builtin:extractive`.
+
+        Raises:
+            ConfigError: the tier names no script.
+        """
+        model = spec.tier(tier)
+        if model.script == "builtin:extractive":
+            return cls(responder=extractive_summary, latency=model.latency)
+        if model.script is None:
+            raise ConfigError(f'model tier {tier!r}: a scripted model needs script = "file"')
+        return cls(str(spec.path(model.script)), follow_transcript=True, latency=model.latency)
+
+    @classmethod
+    def for_choice(cls, choice: str, current: ModelSpec) -> ModelSpec:
+        """`--model scripted`: the extractive summariser, in the tier's context size."""
+        from ..spec import ModelSpec
+
+        return ModelSpec(provider=cls.name, script="builtin:extractive",
+                         context_tokens=current.context_tokens)  # fmt: skip
 
     @property
     def remaining(self) -> int:
@@ -199,3 +230,24 @@ def _estimate(request: ModelRequest, reply: Message) -> Usage:
         len(c.name) + len(json.dumps(c.arguments)) for c in reply.tool_calls
     )
     return Usage(input_tokens=sent // 4, output_tokens=said // 4)
+
+
+def extractive_summary(request: ModelRequest) -> ModelResponse:
+    """The deterministic scripted summariser (`script = "builtin:extractive"`): the first
+    sentences of the task's text, so demos and tests run without any model."""
+    users = [m.content for m in request.messages if m.role == "user"]
+    text = next((u for u in users if u.count("---") >= 2), users[0] if users else "")
+    body = text.split("---", 2)[1] if text.count("---") >= 2 else text
+    words = " ".join(body.split())
+    sentences = re.split(r"(?<=[.!?])\s+", words)
+    # from the first sentence that says something checkable: a number, or a name that is
+    # not merely the sentence's first word
+    start = next((i for i, s in enumerate(sentences)
+                  if any(c[0].isdigit() or not s.startswith(c) for c in claims(s))), 0)  # fmt: skip
+    sentences = sentences[start:]
+    summary = sentences[0][:400].rsplit(" ", 1)[0] if len(sentences[0]) > 400 else sentences[0]
+    for more in sentences[1:2]:  # a second sentence if it fits: whole words and numbers only
+        if len(summary) + len(more) < 400:
+            summary = f"{summary} {more}"
+    summary = summary or "(empty file)"
+    return ModelResponse(message=Message("assistant", f"Summary: {summary}"))
