@@ -11,6 +11,9 @@ the rounds is shown.
   to the result; the floor is one INSERT + COMMIT per step.
 - runs one after another: 5-step runs started with `start_async` and awaited
   one at a time; the floor is 6 INSERT + COMMITs per run (the start and 5 steps).
+- eight at a time: the same 5-step runs from 8 callers at once (each starts a run and
+  awaits it, then the next), worker concurrency 8; the floor is 8 threads, each with its
+  own connection, doing a run's 6 INSERT + COMMITs one after another.
 - CPU per run: `time.process_time()` (all threads) over those runs, per run.
 
 `python -m bench.core_path` prints the table; `--sqlite` / `--pg` only one store;
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -43,6 +47,7 @@ STEPS = 200  # per-step figure: steps per run
 REPS = 5  # per-step figure: measured runs per child
 RUN_STEPS = 5  # runs-one-after-another figure: steps per run
 RUNS = 200  # runs-one-after-another figure: measured runs per child
+CALLERS = 8  # eight-at-a-time figure: callers (floor: threads) at once
 ROUNDS = 3
 
 # -- child side ------------------------------------------------------------------------
@@ -65,6 +70,8 @@ def _floor_steps(cfg: Config) -> tuple[Callable[[str, int], None], Callable[[], 
 
 
 def _floor(cfg: Config) -> Config:
+    if cfg["shape"] == "runs8":
+        return _floor_callers(cfg)
     step, close = _floor_steps(cfg)
     steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS + 1, RUNS)
     for i in range(steps):  # warm-up
@@ -76,6 +83,34 @@ def _floor(cfg: Config) -> Config:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     close()
     return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
+
+
+def _floor_callers(cfg: Config) -> Config:
+    """CALLERS threads, each its own connection to one file, RUNS // CALLERS runs of 6
+    commits each (SQLite only)."""
+    path = os.path.join(scratch("core"), "floor.db")
+    Floor(path, cfg["synchronous"]).close()  # the table, before the threads race for it
+    per = RUNS // CALLERS
+    ready = threading.Barrier(CALLERS + 1)
+
+    def caller(n: int) -> None:
+        floor = Floor(path, cfg["synchronous"])
+        floor.step(f"warm{n}", 0, {"i": 0})
+        ready.wait()
+        for run in range(per):
+            for i in range(RUN_STEPS + 1):
+                floor.step(f"c{n}r{run}", i, {"i": i})
+        floor.close()
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(CALLERS)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"wall": wall, "cpu": cpu, "runs": per * CALLERS, "steps": RUN_STEPS + 1}
 
 
 async def _perdure(cfg: Config) -> Config:
@@ -100,14 +135,20 @@ async def _perdure(cfg: Config) -> Config:
         return n
 
     steps, runs = (STEPS, REPS) if cfg["shape"] == "steps" else (RUN_STEPS, RUNS)
-    worker = app.worker(concurrency=1, lease=30.0, poll=0.01)
+    callers = CALLERS if cfg["shape"] == "runs8" else 1
+    worker = app.worker(concurrency=callers, lease=30.0, poll=0.01)
     task = asyncio.create_task(worker.run())
     await (await app.start_async(steps_wf, steps, run_id="warm")).result_async(60)
+
+    async def caller(n: int) -> None:
+        for run in range(runs // callers):
+            handle = await app.start_async(steps_wf, steps, run_id=f"c{n}r{run}")
+            await handle.result_async(60)
+
     wall, cpu = time.perf_counter(), time.process_time()
-    for run in range(runs):
-        handle = await app.start_async(steps_wf, steps, run_id=f"r{run}")
-        await handle.result_async(60)
+    await asyncio.gather(*(caller(n) for n in range(callers)))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    runs = runs // callers * callers
     worker.stop()
     await asyncio.wait_for(task, 30)
     await app.store.close()
@@ -137,6 +178,11 @@ def rows(stores: tuple[str, ...]) -> list[Row]:
                  {**base, "kind": "floor"}, {**base, "kind": "perdure", "effect": effect},
                  "runs_s")
             )  # fmt: skip
+        base = {"store": "sqlite", "synchronous": "FULL", "shape": "runs8"}
+        out.append(
+            (f"SQLite 5-step runs/s, {CALLERS} at a time, once, FULL",
+             {**base, "kind": "floor"}, {**base, "kind": "perdure", "effect": "once"}, "runs_s")
+        )  # fmt: skip
     if "pg" in stores:
         out.append(
             ("PostgreSQL us per once step", {"store": "pg", "shape": "steps", "kind": "floor"},
@@ -204,6 +250,8 @@ def figure(
         f"does {RUN_STEPS + 1} INSERT+COMMITs per run. CPU ms/run: process CPU (all threads)"
         " per run.",
         "SQLite runs/s once uses synchronous=FULL (fsync on), keyed uses NORMAL.",
+        f"{CALLERS} at a time: {CALLERS} callers each start a run and await it, then the next;"
+        f" the floor: {CALLERS} threads with a connection each.",
     ]
     return table
 
