@@ -83,6 +83,9 @@ _iterencode = (
 _fallback = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+quoted = json.encoder.encode_basestring  # a str as a JSON string (non-ASCII kept), in C
+
+
 def dumps(value: Any, where: str) -> str:
     """`value` as compact JSON text (see `to_json`)."""
     return dumps_plain(to_json(value, where))

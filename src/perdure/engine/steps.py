@@ -48,7 +48,7 @@ from ..errors import (
 )
 from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
 from . import aborts, effects, inline, observers
-from .codec import dumps_plain, from_json, to_json
+from .codec import dumps_plain, from_json, quoted, to_json
 from .context import LINGER, RunContext, SimulatedCrash, StepInfo, _current, drive, to_loop
 from .peers import SILENT_AFTER, how_lost
 from .registry import StepDef
@@ -221,7 +221,7 @@ async def _attempt(call: StepCall) -> Any:
     if effect == "transactional":
         return await _transactional(call)
     if effect != "read":
-        data = dumps_plain({"effect": effect, "key": call.info.idempotency_key})
+        data = f'{{"effect":"{effect}","key":{quoted(call.info.idempotency_key)}}}'
         intent = ctx.entry("step.intent", step.name, position=call.pos, attempt=call.attempt,
                            data_json=data)  # fmt: skip
         if effect == "once":  # on disk before the body, or recovery could not tell
