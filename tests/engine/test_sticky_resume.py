@@ -236,3 +236,24 @@ def test_a_kept_run_woken_past_its_deadline_fails_and_is_closed(
     with pytest.raises(perdure.RunFailed, match="deadline"):
         handle.result(timeout=5)
     assert cleaned == ["closed"]
+
+
+@pytest.mark.parametrize("seconds", [60.0, sticky.HORIZON * 10])
+def test_only_a_run_that_wakes_soon_is_kept_in_memory(
+    app: perdure.App, worker: TestWorker, clock: TestClock, seconds: float
+) -> None:
+    """A run parked on a timer within HORIZON is kept suspended; one sleeping longer (a day's
+    sleep) is not, so sleeping runs cost a worker no memory, and both wake as they should."""
+
+    @app.workflow(name="nap")
+    async def nap() -> str:
+        await perdure.sleep(seconds)
+        return "rested"
+
+    handle = app.start(nap, run_id="n")
+    worker.run_until_idle()
+    assert handle.status() == "sleeping"
+    assert ("n" in sticky.cache_of(app).kept) == (seconds <= sticky.HORIZON)
+    clock.advance(seconds + 1)
+    worker.run_until_idle()
+    assert handle.result(timeout=5) == "rested"

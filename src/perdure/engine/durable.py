@@ -146,7 +146,7 @@ async def _sleep(ctx: RunContext, pos: int, duration: float) -> None:
             return
         fields = {"wake_at": wake_at, "waiting_for": "timer"}
         signal = await ctx.suspend(SLEEPING, "sleep", fields=fields)
-        if not await sticky.park(ctx):  # woken in memory, or replayed from the top
+        if not await sticky.park(ctx, wake_at):  # woken in memory, or replayed from the top
             raise signal
         await ctx.checkpoint()
 

@@ -34,6 +34,7 @@ MAX_RUNS = 500  # parked runs kept per process (each ~6 KiB: bench.idle)
 MAX_BYTES = 32 * 2**20  # estimated bytes of the kept runs, per process
 RUN_BYTES = 16 * 2**10  # estimate for one kept run's frames and context besides entries
 ENTRY_BYTES = 200  # estimate for one kept Entry besides its data
+HORIZON = 300.0  # seconds: a run parked on a timer further off is not kept in memory
 OPERATOR_KINDS = frozenset({"run.paused", "run.resumed", "run.pause_requested"})
 
 _PARK = object()  # yielded up to the driver: the workflow parks here, in memory
@@ -183,9 +184,13 @@ def can_park(ctx: RunContext) -> bool:
     )
 
 
-async def park(ctx: RunContext) -> bool:
+async def park(ctx: RunContext, wake_at: float | None = None) -> bool:
     """After a parked state was committed: stay suspended in memory until this process claims
-    the run again (True: go on, under the new lease), or give up (False: unwind to replay)."""
+    the run again (True: go on, under the new lease), or give up (False: unwind to replay).
+    A run parked on a timer stays in memory only if it wakes within HORIZON: a long sleep
+    would hold memory for nothing a replay at its wake-up cannot do as cheaply."""
+    if wake_at is not None and wake_at - ctx.now() > HORIZON:
+        return False
     if not can_park(ctx):
         return False
     await _ParkPoint()
