@@ -16,6 +16,7 @@ EXPECTED = [
     "Retry",
     "Effect",
     "EFFECTS",
+    "ProbeAnswer",
     "Retention",
     "QueueSpec",
     # runs

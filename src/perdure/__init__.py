@@ -23,6 +23,7 @@ from .engine.durable import (
 )
 from .engine.effects import EFFECTS, Effect
 from .engine.handles import ChildHandle, RunHandle, Workflow
+from .engine.probes import ProbeAnswer
 from .engine.retention import GcReport, Retention
 from .engine.retry import Retry
 from .engine.steps import Step, current_step
@@ -59,6 +60,7 @@ __all__ = [
     "Retry",
     "Effect",
     "EFFECTS",
+    "ProbeAnswer",
     "Retention",
     "QueueSpec",
     # runs

@@ -276,15 +276,18 @@ class App(Runtime):
         value: Any = None,
         retry: bool = False,
         fail: bool = False,
+        probe: bool = False,
     ) -> str:
-        """Settle a needs_attention step: `value=` marks it done, `retry=True`, or `fail=True`."""
-        has_value = not retry and not fail
+        """Settle a needs_attention step: `value=` marks it done, `retry=True`, `fail=True`,
+        or `probe=True` (its probe is asked again by the worker that takes the run)."""
+        has_value = not retry and not fail and not probe
         return self.sync(  # type: ignore[no-any-return]
             self.client.resolve(
-                run_id, step, value=value, has_value=has_value, retry=retry, fail=fail
+                run_id, step, value=value, has_value=has_value, retry=retry, fail=fail,
+                probe=probe,
             ),
             "App.resolve()",
-        )
+        )  # fmt: skip
 
     def gc(self, *, batch: int = 200) -> GcReport:
         """Delete finished runs beyond their workflow's `retention` (see `Retention`).

@@ -520,10 +520,14 @@ class Client:
         has_value: bool = False,
         retry: bool = False,
         fail: bool = False,
+        probe: bool = False,
     ) -> str:
-        """Settle a `needs_attention` step: mark it done with a value, retry it, or fail the run."""
-        if sum((has_value, retry, fail)) != 1:
-            raise ConfigError("resolve: give exactly one of a value, retry or fail")
+        """Settle a `needs_attention` step: mark it done with a value, retry it, fail the run,
+        or (`probe`) have the step's probe asked again (e.g. once the world it asks is back)
+        by the worker that takes the run: done, the run goes on; not done, the step runs
+        again; cannot tell, the run waits here again."""
+        if sum((has_value, retry, fail, probe)) != 1:
+            raise ConfigError("resolve: give exactly one of a value, retry, fail or probe")
         run = await self.get(run_id)
         if run.status != NEEDS_ATTENTION:
             raise PerdureError(f"run {run_id!r} is {run.status}, not needs_attention")
@@ -543,13 +547,20 @@ class Client:
             entry = Entry(kind="run.failed", name=target.name, data=error, at=now)
             await self._append(run, [entry], FAILED, {"error": error}, (NEEDS_ATTENTION,))
             return FAILED
-        if retry:
+        if retry or probe:
+            definition = self.runtime.steps.get(target.name)
+            if probe and definition is not None and definition.probe is None:
+                raise ConfigError(
+                    f"step {target.name!r} of run {run_id!r} has no probe: resolve it with a "
+                    "value, retry or fail"
+                )
+            said = {"by": "operator", **({"probe": True} if probe else {})}
             entry = Entry(
                 kind="step.retry",
                 name=target.name,
                 position=target.position,
                 attempt=target.attempt,
-                data=json.dumps({"by": "operator"}),
+                data=json.dumps(said),
                 at=now,
             )
         else:

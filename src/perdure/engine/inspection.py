@@ -68,7 +68,8 @@ def explain(runtime: Runtime, run: RunRow, entries: Sequence[Entry]) -> list[Ste
             detail = _describe(final, data)
             recovery = "none: the recorded outcome is replayed"
         elif family == "step":
-            state, detail, recovery = _open_step(last, effect, run)
+            probe = step.probe.name if step is not None and step.probe is not None else None
+            state, detail, recovery = _open_step(last, effect, run, probe)
         elif last.kind == "event.wait":
             state = "waiting"
             detail = f"for event {first.name!r}"
@@ -87,6 +88,8 @@ def _describe(final: Entry, data: Any) -> str:
         return f"{err.get('type')}: {err.get('message')}"
     if final.kind == "step.outcome" and isinstance(data, dict):
         by = " (set by operator)" if data.get("resolved_by") else ""
+        if data.get("probe"):
+            by = f" (settled by probe {data['probe']}: done)"
         ms = f" in {data['ms']} ms" if "ms" in data else ""
         return f"returned {json.dumps(data.get('value'))[:80]}{ms}{by}"
     if final.kind == "sleep.until":
@@ -96,12 +99,27 @@ def _describe(final: Entry, data: Any) -> str:
     return f"{final.kind} {json.dumps(data)[:80]}"
 
 
-def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
+def _open_step(
+    last: Entry, effect: str, run: RunRow, probe: str | None = None
+) -> tuple[str, str, str]:
+    asks = (
+        f"asks probe {probe}: done records its value, not done runs it again, cannot tell "
+        "goes to needs_attention"
+        if probe is not None and effect == "once"
+        else None
+    )
     if last.kind == "step.needs_attention":
+        options = "--value JSON, --retry, --fail" + (" or --probe" if probe else "")
         return (
             "needs_attention",
             str((_load(last.data) or {}).get("reason") or CRASHED),
-            "none until an operator resolves: --value JSON, --retry or --fail",
+            f"none until an operator resolves: {options}",
+        )
+    if last.kind == "step.probed":  # not done: the step runs again
+        return (
+            f"probed: not done (attempt {last.attempt})",
+            str((_load(last.data) or {}).get("reason") or "its effect did not happen"),
+            f"attempt {last.attempt + 1} runs",
         )
     if last.kind == "step.stopped":
         data = _load(last.data) or {}
@@ -109,11 +127,13 @@ def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
             return ("handed back", str(data.get("reason", NOT_STARTED)), "runs it (it never ran)")
         recovery = RECOVERY.get(effect, "re-run")
         if effect == "once":
-            recovery = "not re-run: run goes to needs_attention (stopped, not crashed)"
+            recovery = asks or "not re-run: run goes to needs_attention (stopped, not crashed)"
         state = "aborted (pause --now)" if data.get("aborted") else "stopped while executing"
         return (state, str(data.get("reason", "")), recovery)
     if last.kind in ("step.attempt_failed", "step.retry"):
         data = _load(last.data) or {}
+        if data.get("probe"):
+            return ("probe asked again", "by an operator", asks or "asks its probe")
         error = (data.get("error") or {}).get("message", "")
         if data.get("parked"):  # ParkRun: the run is paused until an operator resumes it
             return (
@@ -127,7 +147,7 @@ def _open_step(last: Entry, effect: str, run: RunRow) -> tuple[str, str, str]:
             f"attempt {last.attempt + 1} runs at its retry time",
         )
     state = "in flight" if run.status == "running" else "interrupted"
-    return (state, "intent journaled, no outcome yet", RECOVERY.get(effect, "re-run"))
+    return (state, "intent journaled, no outcome yet", asks or RECOVERY.get(effect, "re-run"))
 
 
 @dataclass(slots=True)

@@ -208,13 +208,20 @@ class PeerWatch:
         return released
 
 
-async def how_lost(store: Workers, owner: str | None, now: float, silent_after: float) -> str:
+async def how_lost(
+    store: Workers, owner: str | None, now: float, silent_after: float, *, me: str | None = None
+) -> str:
     """How the previous holder of a run left it, as far as this host can tell: its
     process is gone (died), it stopped, or it is alive yet lost its lease (cut off from
     the store, or frozen, for longer than the lease); for another host, whether it still
-    reports to the registry."""
+    reports to the registry. `me`: the asking worker; a holder bearing its id (a worker
+    restarted with `--id`) was an earlier process, which had stopped, died or gone silent
+    before `me` could take the id (engine/worker.py `id_reusable`)."""
     if not owner:
         return "its worker was lost"
+    if owner == me:
+        return (f"its worker {owner} was restarted under the same id (the earlier process "
+                "had died, stopped or gone silent)")  # fmt: skip
     rows = {w.id: w for w in await store.list_workers(now - 86_400 * 30)}
     row = rows.get(owner)
     if row is not None and row.stopped_at is not None:

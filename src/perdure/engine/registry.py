@@ -7,12 +7,15 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .effects import RECOVERY, Effect
 from .inline import Pace
 from .retention import Retention
 from .retry import Retry
+
+if TYPE_CHECKING:
+    from .probes import Probe
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -32,6 +35,7 @@ class StepDef:
     retry: Retry
     timeout: float | None
     commit: bool = False  # commit the outcome before the workflow goes on (see App.step)
+    probe: Probe | None = None  # a once step's question to the world on recovery (probes.py)
     is_async: bool = field(init=False)
     return_hint: Any = field(init=False)
     # its outcome is committed before the next step runs: a `once` step's (losing it would

@@ -22,6 +22,7 @@ from ..store.blobs import DEFAULT_BLOB_THRESHOLD
 from .clock import Clock, SystemClock, follow_server
 from .effects import Effect, check_effect
 from .portal import Portal
+from .probes import probe_of
 from .registry import StepDef, WorkflowDef, qualified_name
 from .retention import Retention
 from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
@@ -222,6 +223,8 @@ class Runtime:
         retry: Retry | None = None,
         timeout: float | timedelta | None = None,
         commit: bool = False,
+        probe: Callable[..., Any] | None = None,
+        probe_timeout: float | timedelta | None = None,
     ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
     def step(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
@@ -234,6 +237,8 @@ class Runtime:
         retry: Retry | None = None,
         timeout: float | timedelta | None = None,
         commit: bool = False,
+        probe: Callable[..., Any] | None = None,
+        probe_timeout: float | timedelta | None = None,
     ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
         """Register a step. `effect` says what recovery may do (default `once`: never repeat).
 
@@ -241,6 +246,9 @@ class Runtime:
         a single attempt for `once`; `timeout` bounds each attempt. `commit=True` commits
         the outcome before the workflow goes on even when recovery could re-run the step
         (an expensive result, such as a billed model call, is then never bought twice).
+        `probe` (a `once` step's): a read-only function recovery calls with the step's
+        arguments to ask whether an interrupted effect happened, answering a `ProbeAnswer`
+        (engine/probes.py); it may take `probe_timeout` seconds (default 30).
         """
 
         def wrap(func: Callable[P, R]) -> Step[P, R]:
@@ -252,7 +260,8 @@ class Runtime:
                     "and must be plain (sync) functions"
                 )
             policy = retry or (NO_RETRY if kind == "once" else DEFAULT_RETRY)
-            definition = StepDef(step_name, func, kind, policy, seconds(timeout), commit)
+            asks = probe_of(step_name, kind, probe, seconds(probe_timeout))
+            definition = StepDef(step_name, func, kind, policy, seconds(timeout), commit, asks)
             if step_name in self.steps and self.steps[step_name].fn is not func:
                 raise ConfigError(f"two steps are named {step_name!r}; pass name=... to one")
             self.steps[step_name] = definition

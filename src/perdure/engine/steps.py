@@ -47,7 +47,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
-from . import aborts, effects, inline, observers
+from . import aborts, effects, inline, observers, probes
 from .codec import dumps_plain, from_json, quoted, to_json
 from .context import LINGER, RunContext, SimulatedCrash, StepInfo, _current, drive, to_loop
 from .peers import SILENT_AFTER, how_lost
@@ -149,7 +149,9 @@ async def run_step(call: StepCall) -> Any:
         ctx.inflight[call] = asyncio.current_task()
     try:
         if entries:
-            await _resume_from(call, entries[-1])
+            settled = await _resume_from(call, entries[-1])
+            if settled is not None:
+                return _replayed(call, settled)
         outcome = await _attempt(call)
         while isinstance(outcome, BaseException):
             outcome = await _retry(call, outcome)
@@ -176,35 +178,70 @@ def _replayed(call: StepCall, final: Entry) -> Any:
     return from_json(data, call.step.return_hint, call.step.where)
 
 
-async def _resume_from(call: StepCall, last: Entry) -> None:
+async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
     """Set the attempt a step with an unfinished journal goes on with (recovery per effect:
-    a `once` step interrupted mid-effect parks the run instead), backing off if due."""
+    a `once` step interrupted mid-effect asks its probe, or parks the run), backing off if
+    due; the outcome a probe settled, if it did."""
     ctx, step = call.ctx, call.step
-    stopped = (ctx.data(last) or {}) if last.kind == "step.stopped" else None
-    if stopped is not None and not stopped.get("executing"):
+    said = (ctx.data(last) or {}) if last.kind in ("step.stopped", "step.retry") else {}
+    if last.kind == "step.stopped" and not said.get("executing"):
         call.at_attempt(last.attempt)  # withdrawn by a stopping worker before its body ran
     elif last.kind in ("step.intent", "step.stopped"):
-        action = "needs_attention" if step.effect == "once" else "rerun"
+        once = step.effect == "once"
+        action = "rerun" if not once else "probe" if step.probe else "needs_attention"
         observers.step_recovered(ctx, step, call.pos, last.attempt, action)
         call.at_attempt(last.attempt)  # same attempt, same key: the effect re-runs
-        if step.effect == "once":
-            if stopped is None:
-                how = await ctx.read(
-                    lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER)
-                )
-                reason = effects.lost_reason(how)
+        if once:
+            if last.kind == "step.stopped":
+                why = effects.stopped_reason(str(said.get("reason", "worker stopped")))
             else:
-                reason = effects.stopped_reason(str(stopped.get("reason", "worker stopped")))
-            raise await ctx.suspend(
-                NEEDS_ATTENTION,
-                "needs_attention",
-                call.entry("step.needs_attention", data={"reason": reason}),
-            )
+                why = effects.lost_reason(await ctx.read(
+                    lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER,
+                                     me=ctx.worker_id)
+                ))  # fmt: skip
+            if step.probe is None:
+                raise await ctx.suspend(
+                    NEEDS_ATTENTION,
+                    "needs_attention",
+                    call.entry("step.needs_attention", data={"reason": why}),
+                )
+            return await _probe(call, why)
+    elif last.kind == "step.probed":  # it said not done: the step runs again
+        call.at_attempt(last.attempt + 1)
+    elif last.kind == "step.retry" and said.get("probe"):  # an operator: ask again
+        call.at_attempt(last.attempt)
+        return await _probe(call, "the probe was asked again by an operator")
     elif last.kind in ("step.attempt_failed", "step.retry"):
         call.at_attempt(last.attempt + 1)
         retry_at = (ctx.data(last) or {}).get("retry_at")
         if retry_at is not None and retry_at > ctx.now():
             await _backoff(call, retry_at)
+    return None
+
+
+async def _probe(call: StepCall, why: str) -> Entry | None:
+    """Ask the step's probe whether its interrupted attempt's effect happened (`why`: how it
+    was interrupted) and act on the answer, journaled first (engine/probes.py): done, its
+    outcome; not done, None (the step runs again, a new attempt); else the run parks."""
+    ctx = call.ctx
+    record = await probes.ask(ctx, call.step, call.info, call.args, call.kwargs, _step_info)
+    probed = call.entry("step.probed", data=record)
+    if record["answer"] == "done":
+        value = {"value": record["value"], "probe": record["probe"]}
+        outcome = call.entry("step.outcome", final=True, data=value)
+        await ctx.write(probed, outcome)
+        return outcome
+    if record["answer"] == "not_done":
+        ctx.buffer_entry(probed)  # committed with the next attempt's intent
+        call.at_attempt(call.attempt + 1)
+        return None
+    reason = f"{why}; {probes.said(record)}"
+    raise await ctx.suspend(
+        NEEDS_ATTENTION,
+        "needs_attention",
+        probed,
+        call.entry("step.needs_attention", data={"reason": reason}),
+    )
 
 
 # -- one attempt: intent, body, outcome ----------------------------------------------------
