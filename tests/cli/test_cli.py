@@ -82,6 +82,36 @@ def test_resolve_needs_attention_with_value(env: dict[str, str]) -> None:
     assert app.get_run("r3").status == "completed"
 
 
+def test_stuck_lists_a_run_that_needs_attention_in_full(env: dict[str, str]) -> None:
+    """A once step interrupted mid-effect: `stuck` exits 1 naming the run, its whole reason
+    (how the step was cut off), how long it has waited and the command that settles it;
+    `ls` shows the same reason; once resolved, neither says anything."""
+    run("start", "checkout", '["o9"]', "--id", "r9")
+    app = app_module().app
+    TestWorker(app).run_until_idle()
+    run("send", "r9", "approved", "1")
+    dying = TestWorker(app)
+    dying.crash_after_intent("send_mail")
+    with pytest.raises(SimulatedCrash):
+        dying.run_until_idle()
+    app.clock.advance(31)  # past the dead worker's lease
+    TestWorker(app).run_until_idle()
+    app.clock.advance(3 * 3600)
+    result = CliRunner().invoke(cli, ["stuck"])
+    assert result.exit_code == 1, result.output
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("r9 "))
+    assert "needs_attention" in line and "needs attention for 3h at step" in line
+    assert "between intent and outcome of a once step" in line  # the reason, not cut
+    assert line.endswith("perdure resolve r9 2 --value JSON | --retry | --fail")
+    listed = next(ln for ln in run("ls").output.splitlines() if ln.startswith("r9 "))
+    assert "between intent and outcome of a once step" in listed
+    assert json.loads(app.get_run("r9").error or "{}")["step"] == "send_mail"
+    assert run("resolve", "r9", "send_mail", "--retry").exit_code == 0
+    TestWorker(app).run_until_idle()
+    assert app.get_run("r9").status == "completed" and app.get_run("r9").error is None
+    assert run("stuck").exit_code == 0
+
+
 def test_fork_and_effects(env: dict[str, str]) -> None:
     """fork copies the first N positions into a new run; effects lists every step."""
     run("start", "checkout", '["o4"]', "--id", "r4")
@@ -194,7 +224,12 @@ def test_stuck_lists_a_skip_schedule_held_by_a_run_that_needs_attention(
     assert f"previous run {first} needs attention" in shown and "still running" not in shown
     result = CliRunner().invoke(cli, ["stuck"])
     assert result.exit_code == 1, result.output
-    header, row = result.output.strip().splitlines()
+    runs, schedules = result.output.strip().split("\n\n")
+    parked = runs.splitlines()[1]
+    assert parked.split()[:3] == [first, "checkout", "needs_attention"]
+    assert "needs attention for 29s at step" in parked and "send_mail" in parked
+    assert "perdure resolve" in parked
+    header, row = schedules.splitlines()
     assert header.split() == ["SCHEDULE", "BLOCKED", "BY", "RUN", "STATUS", "HELD", "BACK",
                               "TO", "FREE", "IT"]  # fmt: skip
     assert row.split()[:5] == ["nightly", first, "needs_attention", "1", "tick(s)"]

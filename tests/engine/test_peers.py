@@ -164,6 +164,10 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
             assert "still reports but lost its lease" in why("far-live")
             assert "went silent" in why("far-silent")
             assert why("nobody-knows").startswith("its worker nobody-knows was lost")
+            # a worker restarted with --id finds its own id on the intent: an earlier process
+            reused = asyncio.run(how_lost(app.store, "far-live", now, SILENT_AFTER, me="far-live"))
+            assert "was restarted under the same id" in reused
+            assert "still reports" not in reused
         finally:
             app.close()
 

@@ -21,6 +21,7 @@ import click
 
 from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
+from ..engine.reasons import reason_of
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow, ScheduleRow, TickRow
 from ..store.names import escape
@@ -65,9 +66,9 @@ def runs(rows: Sequence[RunRow], paused: Collection[str] = ()) -> str:
     if not rows:
         return "no runs"
     return table(
-        [(r.id, r.workflow, shown_status(r, paused), when(r.created_at), when(r.updated_at))
-         for r in rows],
-        ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED"),
+        [(r.id, r.workflow, shown_status(r, paused), when(r.created_at), when(r.updated_at),
+          reason_of(r)) for r in rows],
+        ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED", "REASON"),
     )  # fmt: skip
 
 

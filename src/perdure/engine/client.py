@@ -302,8 +302,9 @@ class Client:
         return {run_id: by_id.get(run_id) for run_id in ids}
 
     async def stuck(self, grace: float = 60.0) -> list[tuple[RunRow, str]]:
-        """Runs nobody has moved for `grace` seconds past their time, and runs a step parked
-        for an operator's fix, each with the reason."""
+        """Runs nobody has moved for `grace` seconds past their time, and runs waiting for a
+        person (parked by a step, needs_attention, dead), each with the reason in full, its
+        age and the command that moves it."""
         await self.runtime.open_store()
         now = self.runtime.clock.now()
         found = []
@@ -323,14 +324,38 @@ class Client:
             if run.workflow not in self.runtime.workflows and self.runtime.workflows:
                 why += f" (workflow {run.workflow!r} is not registered in this app)"
             found.append((run, why))
-        # paused by a step of its own (ParkRun: e.g. a refused model key) until an operator
-        # fixes what its error says: nobody moves it either
-        for run in await self.store.list_runs(statuses=[PAUSED], limit=1000):
-            if run.error is not None:
-                record = json.loads(run.error)
-                said = str(record.get("message", "")) if isinstance(record, dict) else run.error
-                found.append((run, f"parked: {' '.join(said.split())}"))
+        # waiting for a person: a step parked it (ParkRun: e.g. a refused model key), a once
+        # step's effect is in doubt, or its recoveries kept killing workers (dead)
+        for run in await self.store.list_runs(statuses=[PAUSED, NEEDS_ATTENTION, DEAD]):
+            if run.status == PAUSED and run.error is None:
+                continue  # paused by an operator: held, not stuck
+            found.append((run, await self._waits_for_person(run, now)))
         return found
+
+    async def _waits_for_person(self, run: RunRow, now: float) -> str:
+        """Why `run` waits for a person, for how long, and the command that moves it."""
+        record = json.loads(run.error) if run.error else {}
+        if not isinstance(record, dict):
+            record = {"message": run.error}
+        said = " ".join(str(record.get("message", "")).split())
+        age = _age(now - run.updated_at)
+        if run.status == DEAD:
+            return f"dead {age}: {said}; to revive it: perdure resume {run.id}"
+        if run.status == PAUSED:  # the step's own message says what to fix, and how to go on
+            return f"parked: {said}"
+        step, position = record.get("step"), record.get("position")
+        if step is None:  # parked before the run's row kept the reason: read the journal
+            marks = [e for e in await self.store.journal(run.id)
+                     if e.kind == "step.needs_attention"]  # fmt: skip
+            if marks:
+                step, position = marks[-1].name, marks[-1].position
+                said = " ".join(str((json.loads(marks[-1].data or "{}")).get("reason")).split())
+        definition = self.runtime.steps.get(str(step))
+        options = "--value JSON | --retry | --fail"
+        if definition is not None and definition.probe is not None:
+            options += " | --probe"
+        return (f"needs attention {age} at step {position} ({step}): {said}; to settle it: "
+                f"perdure resolve {run.id} {position} {options}")  # fmt: skip
 
     def write_lock_stall(self) -> str | None:
         """One line if the store's global write lock (SQLite) has been held so long that every
@@ -574,7 +599,7 @@ class Client:
                 final=True,
                 at=now,
             )
-        await self._append(run, [entry], PENDING, {}, (NEEDS_ATTENTION,))
+        await self._append(run, [entry], PENDING, {"error": None}, (NEEDS_ATTENTION,))
         self.runtime.notify()
         return PENDING
 
@@ -664,3 +689,12 @@ class Client:
                 return False
             raise PerdureError(f"run {run.id!r} changed while acting on it: {exc}") from None
         return True
+
+
+def _age(seconds: float) -> str:
+    """How long something has waited, in the largest unit that fits ("for 3h")."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"for {seconds / size:.0f}{unit}"
+    return f"for {seconds:.0f}s"

@@ -200,11 +200,7 @@ async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
                                      me=ctx.worker_id)
                 ))  # fmt: skip
             if step.probe is None:
-                raise await ctx.suspend(
-                    NEEDS_ATTENTION,
-                    "needs_attention",
-                    call.entry("step.needs_attention", data={"reason": why}),
-                )
+                raise await _needs_attention(call, why)
             return await _probe(call, why)
     elif last.kind == "step.probed":  # it said not done: the step runs again
         call.at_attempt(last.attempt + 1)
@@ -235,12 +231,20 @@ async def _probe(call: StepCall, why: str) -> Entry | None:
         ctx.buffer_entry(probed)  # committed with the next attempt's intent
         call.at_attempt(call.attempt + 1)
         return None
-    reason = f"{why}; {probes.said(record)}"
-    raise await ctx.suspend(
+    raise await _needs_attention(call, f"{why}; {probes.said(record)}", probed)
+
+
+async def _needs_attention(call: StepCall, reason: str, *before: Entry) -> RunSuspended:
+    """Park the run for a person: the step's `reason` journaled, and kept on the run's row
+    (its error: {type, message, step, position}) for `perdure ls`, `stuck` and alerts."""
+    record = {"type": "perdure.NeedsAttention", "message": reason, "step": call.step.name,
+              "position": call.pos}  # fmt: skip
+    return await call.ctx.suspend(
         NEEDS_ATTENTION,
         "needs_attention",
-        probed,
+        *before,
         call.entry("step.needs_attention", data={"reason": reason}),
+        fields={"error": json.dumps(record)},
     )
 
 
