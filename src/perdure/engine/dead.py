@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LeaseLost
 from ..store.base import CANCELLING, DEAD, Append, Claim, Entry
+from . import observers
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -96,5 +97,9 @@ async def bury_if_poison(
     except LeaseLost:
         return True  # another worker holds it now and will judge it itself
     log.error("%s", message)
+    observers.run_parked(observers.ParkEvent(
+        run.id, run.workflow, DEAD, "dead", message, f"perdure resume {run.id}",
+        None if last is None else last.name, None if last is None else last.position,
+    ))  # fmt: skip
     runtime.notify_change()
     return True

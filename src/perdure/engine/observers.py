@@ -10,6 +10,7 @@ raises is logged and skipped: a hook can never break a run.
     step_started / step_finished    one attempt of a step that executes (never a replay)
     step_retry                      an attempt failed and another is scheduled
     step_recovered                  replay found a step cut between intent and outcome
+    run_parked                      a run now waits for a person (once, when it parks)
     lease_lost                      a worker learnt that its lease was taken over
 
 Layers above the engine report their own events through `emit` (the triggers'
@@ -66,6 +67,22 @@ class StepEvent:
     action: str = ""  # step_recovered: rerun | needs_attention
 
 
+@dataclass(frozen=True, slots=True)
+class ParkEvent:
+    """A run that now waits for a person: its status (needs_attention, dead, or paused by a
+    step), why in one line, `cause` for a low-cardinality label, and the command that
+    moves it."""
+
+    run_id: str
+    workflow: str
+    status: str
+    cause: str  # interrupted | stopped | probe | dead | parked
+    reason: str
+    fix: str
+    step: str | None = None
+    position: int | None = None
+
+
 class Observer:
     """Override the events you need; every method of the base does nothing."""
 
@@ -76,6 +93,7 @@ class Observer:
     def step_finished(self, event: StepEvent) -> None: ...
     def step_retry(self, event: StepEvent) -> None: ...
     def step_recovered(self, event: StepEvent) -> None: ...
+    def run_parked(self, event: ParkEvent) -> None: ...
     def lease_lost(self, run_id: str, worker: str, how: str) -> None: ...
 
 
@@ -180,6 +198,11 @@ def step_retry(
 def step_recovered(ctx: RunContext, step: StepDef, pos: int, attempt: int, action: str) -> None:
     if watching:
         emit("step_recovered", _step(ctx, step.name, pos, attempt, step.effect, action=action))
+
+
+def run_parked(event: ParkEvent) -> None:
+    if watching:
+        emit("run_parked", event)
 
 
 def lease_lost(run_id: str, worker: str, how: str) -> None:

@@ -8,6 +8,7 @@ import json
 from ..store.base import RunRow
 
 WAITING_FOR = {"timer": "until its timer", "operator": "for an operator"}
+PERSON = ("needs_attention", "dead", "paused")  # the states a person moves a run out of
 
 
 def reason_of(run: RunRow) -> str:
@@ -26,3 +27,22 @@ def reason_of(run: RunRow) -> str:
             return f"waits {WAITING_FOR[kind]}"
         return f"waits for {kind} {what}".rstrip()
     return ""
+
+
+def cause_of(run: RunRow) -> str | None:
+    """Why a run waits for a person, as a label of few values (metrics group by it):
+    interrupted, stopped or probe (a once step in doubt: cut off by a crash, by a stop, or
+    its probe could not tell), dead, or parked (by a step); None if it does not wait for one
+    (an operator's own pause included)."""
+    if run.status not in PERSON or not run.error:
+        return None
+    if run.status == "dead":
+        return "dead"
+    if run.status == "paused":
+        return "parked"
+    try:
+        record = json.loads(run.error)
+    except ValueError:
+        return "interrupted"
+    cause = record.get("cause") if isinstance(record, dict) else None
+    return str(cause) if cause in ("interrupted", "stopped", "probe") else "interrupted"

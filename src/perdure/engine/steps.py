@@ -200,7 +200,8 @@ async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
                                      me=ctx.worker_id)
                 ))  # fmt: skip
             if step.probe is None:
-                raise await _needs_attention(call, why)
+                cause = "stopped" if last.kind == "step.stopped" else "interrupted"
+                raise await _needs_attention(call, why, cause)
             return await _probe(call, why)
     elif last.kind == "step.probed":  # it said not done: the step runs again
         call.at_attempt(last.attempt + 1)
@@ -231,21 +232,29 @@ async def _probe(call: StepCall, why: str) -> Entry | None:
         ctx.buffer_entry(probed)  # committed with the next attempt's intent
         call.at_attempt(call.attempt + 1)
         return None
-    raise await _needs_attention(call, f"{why}; {probes.said(record)}", probed)
+    raise await _needs_attention(call, f"{why}; {probes.said(record)}", "probe", probed)
 
 
-async def _needs_attention(call: StepCall, reason: str, *before: Entry) -> RunSuspended:
-    """Park the run for a person: the step's `reason` journaled, and kept on the run's row
-    (its error: {type, message, step, position}) for `perdure ls`, `stuck` and alerts."""
-    record = {"type": "perdure.NeedsAttention", "message": reason, "step": call.step.name,
-              "position": call.pos}  # fmt: skip
-    return await call.ctx.suspend(
+async def _needs_attention(call: StepCall, reason: str, cause: str, *before: Entry) -> RunSuspended:
+    """Park the run for a person: the step's `reason` journaled, kept on the run's row (its
+    error: {type, message, step, position, cause}) for `perdure ls`, `stuck` and metrics,
+    and told to observers once (an alert)."""
+    ctx, step = call.ctx, call.step
+    record = {"type": "perdure.NeedsAttention", "message": reason, "step": step.name,
+              "position": call.pos, "cause": cause}  # fmt: skip
+    signal = await ctx.suspend(
         NEEDS_ATTENTION,
         "needs_attention",
         *before,
         call.entry("step.needs_attention", data={"reason": reason}),
         fields={"error": json.dumps(record)},
     )
+    options = "--value JSON | --retry | --fail" + (" | --probe" if step.probe else "")
+    observers.run_parked(observers.ParkEvent(
+        ctx.run_id, ctx.run.workflow, NEEDS_ATTENTION, cause, reason,
+        f"perdure resolve {ctx.run_id} {call.pos} {options}", step.name, call.pos,
+    ))  # fmt: skip
+    return signal
 
 
 # -- one attempt: intent, body, outcome ----------------------------------------------------
@@ -451,10 +460,15 @@ def _parked(call: StepCall) -> int:
 async def _park(call: StepCall, exc: ParkRun) -> Any:
     """Pause the run for an operator: the attempt is journaled as failed (not final, so
     `perdure resume` runs the step again) and the run's error says what to fix."""
-    record = error_record(exc)
+    ctx, record = call.ctx, error_record(exc)
     entry = call.entry("step.attempt_failed", data={"error": record, "parked": True})
     reason = json.dumps({"type": record["type"], "message": record["message"]})
-    return await call.ctx.suspend(PAUSED, "paused", entry, fields={"error": reason})
+    signal = await ctx.suspend(PAUSED, "paused", entry, fields={"error": reason})
+    observers.run_parked(observers.ParkEvent(
+        ctx.run_id, ctx.run.workflow, PAUSED, "parked", " ".join(record["message"].split()),
+        f"perdure resume {ctx.run_id}", call.step.name, call.pos,
+    ))  # fmt: skip
+    return signal
 
 
 async def _backoff(call: StepCall, retry_at: float) -> None:

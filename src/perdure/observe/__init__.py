@@ -13,13 +13,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .alerts import alert_on_park
 from .logs import configure_logging
 from .tracing import configure_tracing, trace_id_hex
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
 
-__all__ = ["configure_logging", "configure_tracing", "instrument", "trace_id_hex"]
+__all__ = ["alert_on_park", "configure_logging", "configure_tracing", "instrument", "trace_id_hex"]
 
 log = logging.getLogger("perdure.observe")
 _traced = False

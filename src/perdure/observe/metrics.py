@@ -1,6 +1,8 @@
 """Prometheus metrics: runs by state (read from the store when scraped) and what workers do.
 
     perdure_runs{status}                         runs in each state, from the store
+    perdure_runs_waiting_for_person{cause}       runs a person must move: a once step in doubt
+                                                 (interrupted, stopped, probe), dead, parked
     perdure_runs_executing                       runs this process executes now
     perdure_run_executions_total{outcome}        executions ended: completed, failed, suspended...
     perdure_step_seconds{step,effect,outcome}    step attempts (histogram; replays not counted)
@@ -32,6 +34,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..engine import observers
 from ..engine.observers import RunEvent, StepEvent
+from ..engine.reasons import PERSON, cause_of
 from ..errors import ConfigError, PerdureError
 from ..extras import require_extra
 from ..store.base import ALL_STATUSES
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.metrics")
 
+CAUSES = ("interrupted", "stopped", "probe", "dead", "parked")  # reasons.cause_of
 # seconds: from a cached read to a slow model call or a long tool run
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 
@@ -73,7 +77,42 @@ class RunsCollector:
             for status in (*ALL_STATUSES, *sorted(set(counts) - set(ALL_STATUSES))):
                 runs.add_metric([status], float(counts.get(status, 0)))
             yield runs
+            if any(counts.get(status) for status in PERSON):
+                yield self._waiting()
+            else:
+                yield _waiting_family({})
         yield GaugeMetricFamily("perdure_store_up", "1 if the store answered.", value=up)
+
+    def _waiting(self) -> Metric:
+        """The runs that wait for a person, by cause (read only when there are some)."""
+        try:
+            rows = self.runtime.sync(
+                self.runtime.store.list_runs(statuses=PERSON, limit=100_000),
+                "perdure_runs_waiting_for_person",
+            )
+        except PerdureError as exc:
+            log.warning("metrics: cannot list runs waiting for a person (%s)", exc)
+            rows = []
+        causes: dict[str, int] = {}
+        for row in rows:
+            cause = cause_of(row)
+            if cause is not None:
+                causes[cause] = causes.get(cause, 0) + 1
+        return _waiting_family(causes)
+
+
+def _waiting_family(causes: dict[str, int]) -> Metric:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        "perdure_runs_waiting_for_person",
+        "Runs only a person can move, by cause: interrupted, stopped or probe (a once step "
+        "in doubt), dead, parked (by a step).",
+        labels=["cause"],
+    )
+    for cause in CAUSES:
+        family.add_metric([cause], float(causes.get(cause, 0)))
+    return family
 
 
 class Metrics(observers.Observer):
