@@ -285,3 +285,21 @@ def test_explain_says_what_the_probe_did_and_will_do(app: perdure.App, worker: T
     [after] = explain(app, app.get_run("r8"), app.journal("r8"))
     assert after.state == "done"
     assert '"re-o8-0"' in after.detail and "settled by probe" in after.detail
+
+
+def test_a_probe_with_nothing_to_ask_parks_as_without_one(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A probe serving many calls (an agent's, for its tools) that has no question for this
+    one: the run parks as a step without a probe does, and nothing of a probe is journaled."""
+    payments = Payments()
+    wf = refund_app(app, payments, lambda order: ProbeAnswer.not_asked())
+    app.start(wf, "o9", run_id="r9")
+    worker.crash_after_intent("refund")
+    crashed(app, worker, "r9")
+    worker.run_until_idle()
+    assert app.get_run("r9").status == "needs_attention"
+    [reason] = reasons(app, "r9")
+    assert "probe" not in reason
+    assert probed(app, "r9") == []
+    assert json.loads(app.get_run("r9").error or "{}")["cause"] == "interrupted"

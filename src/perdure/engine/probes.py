@@ -10,7 +10,10 @@ position and `idempotency_key`), and answers with a `ProbeAnswer`:
 - `not_done()`: it did not; the step runs again (still `once`: cut off again, the probe is
   asked again);
 - `cannot_tell(reason)`: the world cannot say; the run waits for a person
-  (`needs_attention`) with the reason.
+  (`needs_attention`) with the reason;
+- `not_asked()`: this call has no question to ask (a probe that serves many calls, such
+  as an agent's for its tools, and whose tool declares none): the run parks as a step
+  without a probe does, and nothing is journaled of the probe.
 
 A probe that raises, outlasts its timeout or returns anything else counts as "cannot
 tell", with one line saying what it did. The answer is journaled (`step.probed`) before
@@ -36,7 +39,8 @@ if TYPE_CHECKING:
     from .context import RunContext, StepInfo
     from .registry import StepDef
 
-Verdict = Literal["done", "not_done", "cannot_tell"]
+Verdict = Literal["done", "not_done", "cannot_tell", "not_asked"]
+VERDICTS = ("done", "not_done", "cannot_tell", "not_asked")
 DEFAULT_TIMEOUT = 30.0  # seconds a probe may take before its answer counts as "cannot tell"
 
 
@@ -66,6 +70,11 @@ class ProbeAnswer:
     def cannot_tell(cls, reason: str) -> ProbeAnswer:
         """The world cannot say (e.g. the payment provider is down): a person decides."""
         return cls("cannot_tell", None, reason)
+
+    @classmethod
+    def not_asked(cls) -> ProbeAnswer:
+        """Nothing to ask for this call: recovery goes on as if the step had no probe."""
+        return cls("not_asked")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +170,7 @@ async def _call(
 
 
 def _record(step: StepDef, probe: Probe, answer: Any) -> dict[str, Any]:
-    if not isinstance(answer, ProbeAnswer) or answer.verdict not in (
-        "done",
-        "not_done",
-        "cannot_tell",
-    ):
+    if not isinstance(answer, ProbeAnswer) or answer.verdict not in VERDICTS:
         return _cannot(
             probe,
             f"returned {type(answer).__name__}, not a ProbeAnswer (return "

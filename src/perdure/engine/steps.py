@@ -199,15 +199,15 @@ async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
                     lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER,
                                      me=ctx.worker_id)
                 ))  # fmt: skip
+            cause = "stopped" if last.kind == "step.stopped" else "interrupted"
             if step.probe is None:
-                cause = "stopped" if last.kind == "step.stopped" else "interrupted"
                 raise await _needs_attention(call, why, cause)
-            return await _probe(call, why)
+            return await _probe(call, why, cause)
     elif last.kind == "step.probed":  # it said not done: the step runs again
         call.at_attempt(last.attempt + 1)
     elif last.kind == "step.retry" and said.get("probe"):  # an operator: ask again
         call.at_attempt(last.attempt)
-        return await _probe(call, "the probe was asked again by an operator")
+        return await _probe(call, "the probe was asked again by an operator", "probe")
     elif last.kind in ("step.attempt_failed", "step.retry"):
         call.at_attempt(last.attempt + 1)
         retry_at = (ctx.data(last) or {}).get("retry_at")
@@ -216,12 +216,14 @@ async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
     return None
 
 
-async def _probe(call: StepCall, why: str) -> Entry | None:
+async def _probe(call: StepCall, why: str, cause: str) -> Entry | None:
     """Ask the step's probe whether its interrupted attempt's effect happened (`why`: how it
     was interrupted) and act on the answer, journaled first (engine/probes.py): done, its
     outcome; not done, None (the step runs again, a new attempt); else the run parks."""
     ctx = call.ctx
     record = await probes.ask(ctx, call.step, call.info, call.args, call.kwargs, _step_info)
+    if record["answer"] == "not_asked":  # nothing to ask for this call: as with no probe
+        raise await _needs_attention(call, why, cause)
     probed = call.entry("step.probed", data=record)
     if record["answer"] == "done":
         value = {"value": record["value"], "probe": record["probe"]}
