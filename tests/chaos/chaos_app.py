@@ -51,6 +51,7 @@ STEP_EFFECTS = {
     "once_step": "once",
     "quick_once": "once",
     "slow_keyed": "keyed",
+    "pay": "once",
     "zombie_prep": "transactional",
     "zombie_block": "idempotent",
     "zombie_hold": "read",
@@ -90,6 +91,11 @@ def prepare(workdir: Path) -> None:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "key TEXT NOT NULL, run_id TEXT NOT NULL, pos INTEGER NOT NULL, "
+            "token TEXT NOT NULL, pid INTEGER NOT NULL)"
+        )
+        conn.execute(  # a payment system without idempotency keys: every call pays
+            "CREATE TABLE IF NOT EXISTS payments (id INTEGER PRIMARY KEY AUTOINCREMENT, "
             "key TEXT NOT NULL, run_id TEXT NOT NULL, pos INTEGER NOT NULL, "
             "token TEXT NOT NULL, pid INTEGER NOT NULL)"
         )
@@ -197,6 +203,40 @@ def service_call(workdir: Path, key: str, run_id: str, pos: int) -> str:
         conn.close()
 
 
+def pay_once(workdir: Path, key: str, run_id: str, pos: int) -> str:
+    """The payment system's charge: no key, no deduplication (a second call pays twice)."""
+    token = uuid.uuid4().hex
+    conn = sqlite3.connect(workdir / SERVICE_DB, timeout=60, isolation_level=None)
+    try:
+        conn.execute(
+            "INSERT INTO payments (key, run_id, pos, token, pid) VALUES (?, ?, ?, ?, ?)",
+            (key, run_id, pos, token, os.getpid()),
+        )
+    finally:
+        conn.close()
+    return token
+
+
+def find_payment(workdir: Path, key: str) -> str | None:
+    """The payment system's lookup, which a probe asks: the token paid under `key`, if any."""
+    with sqlite3.connect(workdir / SERVICE_DB, timeout=60) as conn:
+        row = conn.execute("SELECT token FROM payments WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def read_payments(workdir: Path) -> list[tuple[str, str, int, str]]:
+    """Every payment made: (key, run_id, pos, token)."""
+    with sqlite3.connect(Path(workdir) / SERVICE_DB) as conn:
+        return list(conn.execute("SELECT key, run_id, pos, token FROM payments ORDER BY id"))
+
+
+DOUBT_ENV = "CHAOS_PROBE_DOUBT"  # set: the probe cannot tell for runs whose id ends in 0 or 5
+
+
+def in_doubt(run_id: str) -> bool:
+    return run_id[-1] in "05"
+
+
 def _on_step_pool() -> bool:
     """Whether the calling step body runs on the step pool (not inline on the event loop)."""
     return threading.current_thread().name.startswith("perdure-step")
@@ -282,6 +322,26 @@ def build_app(workdir: Path) -> perdure.App:
         for i in range(n):
             await slow_keyed(i)
         return n
+
+    def payment_probe(order: str) -> perdure.ProbeAnswer:
+        info = perdure.current_step()
+        if os.environ.get(DOUBT_ENV) and in_doubt(info.run_id):
+            return perdure.ProbeAnswer.cannot_tell("the payment system did not answer (by design)")
+        token = find_payment(workdir, info.idempotency_key)
+        return perdure.ProbeAnswer.done(token) if token else perdure.ProbeAnswer.not_done()
+
+    @app.step(name="pay", effect="once", probe=payment_probe)
+    def pay(order: str) -> str:
+        """A charge without a key, its probe asking the payment system by the step's key."""
+        info = perdure.current_step()
+        _pause(0.0, 0.04)
+        token = pay_once(workdir, info.idempotency_key, info.run_id, info.position)
+        _pause(0.0, 0.04)
+        return token
+
+    @app.workflow(name="payments")
+    async def payments(order: str) -> list[str]:
+        return [await pay(f"{order}-{i}") for i in range(3)]
 
     @app.workflow(name="charges")
     async def charges(n: int) -> list[str]:
