@@ -209,11 +209,13 @@ assert asyncio.run(drop_and_wait()) == [f"inbox:summarise:{digest[:32]}"]
 """,
     # The hook is registered under its name (the next block posts to it).
     "webhook-registered": """
-assert "push" in app.webhooks, app.webhooks
+from perdure.triggers.webhooks import Webhook
+assert "push" in app.trigger_registry.of(Webhook), list(app.trigger_registry)
 """,
-    # The table change trigger is registered as a worker service (installed at worker start).
+    # The table change trigger is kept with the app's triggers (installed at worker start).
     "table-change-registered": """
-assert "table:orders" in [s.name for s in app.services], app.services
+from perdure.triggers.table_changes import TableChange
+assert "orders" in app.trigger_registry.of(TableChange), list(app.trigger_registry)
 """,
     # The plan runs both batches and its check, and completes.
     "plan-completes": """

@@ -14,29 +14,26 @@ from .engine.handles import RunHandle, Workflow
 from .engine.retention import GcReport
 from .engine.retry import seconds
 from .engine.runtime import Runtime
+from .engine.triggers import TriggerStatus
 from .engine.worker import Worker, WorkerOptions, run_until_signalled
 from .store.base import Entry, RunRow, ScheduleRow, TickRow
 from .store.blobs import DEFAULT_BLOB_THRESHOLD
-from .triggers import plans, schedules
-from .triggers.events import EventTriggers
+from .triggers import events, plans, schedules
 from .triggers.inbox import add_inbox
-from .triggers.listing import TriggerStatus, list_triggers
-from .triggers.messages import MessageTrigger, add_message_trigger
-from .triggers.table_changes import add_table_change, table_changes
-from .triggers.webhooks import Webhooks, add_webhook
+from .triggers.messages import add_message_trigger
+from .triggers.table_changes import TableChange, add_table_change
+from .triggers.webhooks import add_webhook
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _forward(
-    target: Callable[Concatenate[Any, P], R], via: str | None = None
-) -> Callable[Concatenate[App, P], R]:
-    """An App method that calls `target` with the App (or its attribute `via`) first: the
-    trigger keeps the one signature and docstring, the App a one-line entry point."""
+def _forward(target: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[App, P], R]:
+    """An App method that calls `target` with the App's runtime first: the trigger keeps
+    the one signature and docstring, the App a one-line entry point."""
 
     def method(app: App, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return target(app if via is None else getattr(app, via), *args, **kwargs)
+        return target(app, *args, **kwargs)
 
     params = list(inspect.signature(target).parameters.values())[1:]
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
@@ -69,19 +66,16 @@ class App(Runtime):
         if db is not None:
             self.store  # noqa: B018  # an explicit URL is checked now, not at first use
         self.client = Client(self)
-        self.scheduler = schedules.scheduler_of(self)  # every worker fires the schedules
-        self.events = EventTriggers(self, self.client)
-        self.webhooks = Webhooks(self)  # served by `perdure serve` at /hooks/{name}
+        schedules.scheduler_of(self)  # every worker fires the schedules in the store
         plans.register(self)  # every worker can run plans
-        self.message_sources: dict[str, MessageTrigger] = {}  # consumed by every worker
 
     # -- triggers (each lives in perdure.triggers) ---------------------------------------
 
     inbox = _forward(add_inbox)
-    webhook = _forward(add_webhook, "webhooks")
+    webhook = _forward(add_webhook)
     schedule = _forward(schedules.declare_schedule)
     plan = _forward(plans.start)
-    on_event = _forward(EventTriggers.on, "events")
+    on_event = _forward(events.on_event)
     on_table_change = _forward(add_table_change)
     on_message = _forward(add_message_trigger)
 
@@ -90,7 +84,7 @@ class App(Runtime):
     ) -> list[str]:
         """Ingest an event: start the runs its type triggers (ids `event:{trigger}:{event_id}`),
         or with `run_id` deliver it to that run's `wait_event(event_type)`. Returns run ids."""
-        coro = self.events.emit(event_type, payload, event_id=event_id, run_id=run_id)
+        coro = events.emit(self, event_type, payload, event_id=event_id, run_id=run_id)
         return list(self.sync(coro, "App.emit()").run_ids)
 
     def pause_schedule(self, name: str) -> ScheduleRow:
@@ -118,12 +112,7 @@ class App(Runtime):
 
     async def triggers_async(self) -> list[TriggerStatus]:
         """`triggers` for async code."""
-        sources = getattr(self, "message_sources", ())
-        if isinstance(sources, dict):
-            sources = list(sources.values())
-        return await list_triggers(
-            self, webhooks=self.webhooks, events=self.events.known, sources=sources
-        )
+        return await self.trigger_registry.statuses(self)
 
     def install_triggers(self) -> list[str]:
         """Install (or check) the trigger of every `on_table_change` on its table now, as a
@@ -131,7 +120,8 @@ class App(Runtime):
         does not exist, or an SQLite store, raises ConfigError naming the trigger."""
 
         async def install() -> list[str]:
-            return [c.trigger.name for c in table_changes(self) if await c.install()]
+            changes = self.trigger_registry.of(TableChange).values()
+            return [c.name for c in changes if await c.install()]
 
         return self.sync(install(), "App.install_triggers()")  # type: ignore[no-any-return]
 

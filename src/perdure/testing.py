@@ -21,6 +21,7 @@ from .app import App
 from .engine.context import SimulatedCrash
 from .engine.retry import seconds
 from .engine.worker import Worker, WorkerOptions
+from .triggers.schedules import scheduler_of
 
 __all__ = ["SimulatedCrash", "TestClock", "TestWorker"]
 
@@ -89,7 +90,7 @@ class TestWorker:
         self.crash_points = frozenset()  # "the next run_until_idle": used up by this one
         self.worker = worker
         await self.app.open_store()
-        await self.app.scheduler.run_pass(self.app.clock.now())  # ticks due at the test's time
+        await scheduler_of(self.app).run_pass(self.app.clock.now())  # ticks due at the test's time
         try:
             claimed = await worker.run_until_idle()
         finally:

@@ -197,8 +197,8 @@ def test_run_id_format_and_names(make_drop: Callable[..., Drop], tmp_path: Path)
     digest = hashlib.sha256(b"\x00\x01payload").hexdigest()
     assert drop.scan() == [f"inbox:ingest:{digest[:32]}"]
     assert drop.app.sync(other.scan(drop.clock.now()), "scan") == [f"inbox:invoices:{digest[:32]}"]
-    assert drop.inbox.name == "inbox:ingest" and other.name == "inbox:invoices"
-    assert [s for s in drop.app.services if isinstance(s, Inbox)] == [drop.inbox, other]
+    assert drop.inbox.name == "ingest" and other.name == "invoices"
+    assert list(drop.app.trigger_registry.of(Inbox).values()) == [drop.inbox, other]
 
 
 def test_pattern_filters_by_file_name(make_drop: Callable[..., Drop]) -> None:
@@ -324,7 +324,7 @@ def test_bad_configuration_is_one_clear_error(tmp_path: Path) -> None:
         assert (tmp_path / "new" / "deeper").is_dir()
         with pytest.raises(ConfigError, match="two inboxes are named 'one'"):
             app.inbox(str(tmp_path / "b"), "one")
-        assert len([s for s in app.services if isinstance(s, Inbox)]) == 1
+        assert len(app.trigger_registry.of(Inbox)) == 1
     finally:
         app.close()
 

@@ -230,8 +230,8 @@ def test_bad_trigger_options_are_one_line() -> None:
     app.on_message(source, "one", name="x")
     with pytest.raises(ConfigError, match="two message triggers are named 'x'"):
         app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, "q"), "one", name="x")
-    assert list(app.message_sources) == ["x"]
-    assert app.message_sources["x"].status() == {
+    assert list(app.trigger_registry.of(MessageTrigger)) == ["x"]
+    assert app.trigger_registry.of(MessageTrigger)["x"].status() == {
         "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "lag": None,
         "pending": None, "last_error": None,
     }  # fmt: skip

@@ -17,6 +17,11 @@ def utc(*args: int) -> float:
     return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
 
 
+def run_pass(app: perdure.App, clock: TestClock) -> int:
+    """One scheduler pass at `clock`'s time, as a worker's scheduler makes; runs started."""
+    return app.sync(schedules.scheduler_of(app).run_pass(clock.now()), "pass")  # type: ignore[no-any-return]
+
+
 def fired(app: perdure.App, name: str) -> list[str]:
     """Run ids started by a schedule, oldest first (from its tick records)."""
     ticks = app.schedule_ticks(name, limit=1000)
@@ -67,10 +72,10 @@ def test_two_schedulers_fire_each_tick_once(db_url: str, clock: TestClock) -> No
                 return None
 
         for a in apps:  # each stores the declared schedule (the same row)
-            assert a.sync(a.scheduler.run_pass(clock.now()), "pass") == 0
+            assert run_pass(a, clock) == 0
         for _ in range(5):
             clock.advance(10)
-            counts = [a.sync(a.scheduler.run_pass(clock.now()), "pass") for a in apps]
+            counts = [run_pass(a, clock) for a in apps]
             assert sorted(counts) == [0, 1]
         assert len(fired(apps[0], "job")) == 5
         assert len(apps[0].list_runs(workflow="job")) == 5
@@ -258,16 +263,16 @@ def test_a_changed_timing_restarts_from_the_next_tick(db_url: str, clock: TestCl
         return app
 
     first = make(60)
-    first.sync(first.scheduler.run_pass(clock.now()), "pass")
+    run_pass(first, clock)
     assert first.schedules()[0].next_fire == utc(2026, 1, 1, 0, 1)
     first.close()
     clock.advance(10)
     same = make(60)  # a restarted worker with the same code keeps the schedule's state
-    same.sync(same.scheduler.run_pass(clock.now()), "pass")
+    run_pass(same, clock)
     assert same.schedules()[0].next_fire == utc(2026, 1, 1, 0, 1)
     same.close()
     changed = make(15)
-    changed.sync(changed.scheduler.run_pass(clock.now()), "pass")
+    run_pass(changed, clock)
     assert changed.schedules()[0].next_fire == utc(2026, 1, 1, 0, 0, 15)
     changed.close()
 
@@ -326,14 +331,14 @@ def test_workers_storing_the_same_schedule_at_once_never_lose_or_repeat_a_tick(
 
         first, second = apps
         clocks[0].advance(0.5)
-        first.sync(first.scheduler.run_pass(clocks[0].now()), "pass")  # stores: next 00:00:01
+        run_pass(first, clocks[0])  # stores: next 00:00:01
         clocks[1].advance(1.2)  # a second worker, a little later: must not skip 00:00:01
-        assert second.sync(second.scheduler.run_pass(clocks[1].now()), "pass") == 1
+        assert run_pass(second, clocks[1]) == 1
         assert fired(first, "beat") == [run_id_for("beat", utc(2026, 1, 1, 0, 0, 1))]
         clocks[0].advance(0.5)  # the first worker, behind: must not fire 00:00:01 again
         third = perdure.App(db_url, clock=clocks[0])
         third.schedule(every=1, overlap="allow", workflow=third.workflow(name="beat")(beat))
-        assert third.sync(third.scheduler.run_pass(clocks[0].now()), "pass") == 0
+        assert run_pass(third, clocks[0]) == 0
         assert first.schedules()[0].next_fire == utc(2026, 1, 1, 0, 0, 2)
         [tick] = first.schedule_ticks("beat")
         assert tick.at == utc(2026, 1, 1, 0, 0, 1) + 0.2  # recorded once, by the second worker

@@ -19,6 +19,7 @@ import perdure
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
 from perdure.testing import TestWorker
+from perdure.triggers.table_changes import TableChange
 
 pytestmark = pytest.mark.postgres
 
@@ -52,10 +53,10 @@ def inputs(app: perdure.App) -> dict[str, dict[str, Any]]:
 
 def take_all(app: perdure.App) -> int:
     """Install the trigger and take every pending change, as a worker's service does."""
-    (change,) = [s for s in app.services if s.name == "table:orders"]
+    change = app.trigger_registry.of(TableChange)["orders"]
 
     async def go() -> int:
-        await change.install()  # type: ignore[attr-defined]
+        await change.install()
         total = 0
         while n := await change.take():  # type: ignore[attr-defined]
             total += n
@@ -102,9 +103,9 @@ def test_install_is_idempotent_and_follows_the_declaration(database: str) -> Non
     app = make_app(database)
     try:
         store = app.store
-        (change,) = [s for s in app.services if s.name == "table:orders"]
-        assert app.sync(change.install(), "install") is True  # type: ignore[attr-defined]
-        assert app.sync(change.install(), "install") is False  # type: ignore[attr-defined]
+        change = app.trigger_registry.of(TableChange)["orders"]
+        assert app.sync(change.install(), "install") is True
+        assert app.sync(change.install(), "install") is False
     finally:
         app.close()
     app = make_app(database, on=["insert"])
@@ -327,8 +328,8 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
     try:
 
         async def scenario() -> set[int]:
-            (change,) = [s for s in app.services if s.name == "table:orders"]
-            await change.install()  # type: ignore[attr-defined]  # changes from now on count
+            change = app.trigger_registry.of(TableChange)["orders"]
+            await change.install()  # changes from now on count
             worker = Worker(app, WorkerOptions(poll=0.2, gc_every=None))
             task = asyncio.create_task(worker.run())
             committed = await asyncio.to_thread(write_orders, database, 1000)
@@ -396,8 +397,8 @@ def test_perdure_triggers_lists_every_kind_and_installs(cli_env: None) -> None:
     import triggers_cli_app
 
     app = triggers_cli_app.app
-    (orders,) = [s for s in app.services if s.name == "table:orders"]
-    app.sync(orders.install(), "install")  # type: ignore[attr-defined]
+    orders = app.trigger_registry.of(TableChange)["orders"]
+    app.sync(orders.install(), "install")
     user_sql(os.environ["PERDURE_DB"], "INSERT INTO orders (item, qty) VALUES ('x', 1)")
     after = runner.invoke(cli, ["triggers"])
     row = next(line for line in after.output.splitlines() if " orders " in line)

@@ -22,6 +22,7 @@ import pytest
 from test_table_changes import wait_until, write_orders
 
 from module_files import load_file
+from perdure.triggers.table_changes import TableChange
 from process_stops import stop_processes
 
 pytestmark = pytest.mark.postgres
@@ -80,7 +81,7 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
     insert, none for a rolled-back one, none twice; the outbox drains."""
     mod = load_app_module()
     app = mod.build_app(database)
-    (change,) = [s for s in app.services if s.name == "table:orders"]
+    change = app.trigger_registry.of(TableChange)["orders"]
     app.sync(change.install(), "install")  # changes count from here on
     workers = Workers(database, tmp_path / "logs")
     committed: set[int] = set()

@@ -1,5 +1,5 @@
 """`Runtime`: what the engine runs on — the store, the clock, the registries of workflows,
-steps and queues, wake-up signals, the runs this process holds, and worker services.
+steps and queues, wake-up signals, the runs this process holds, and its triggers.
 
 The worker, client, runner and steps take a Runtime, never the user-facing `App`
 (which builds on it, in `perdure.app`, with the triggers and the sync facade).
@@ -28,6 +28,7 @@ from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
 from .services import Service
 from .signal import Signal
 from .steps import Step
+from .triggers import Triggers
 
 if TYPE_CHECKING:
     from ..store.roles import Leases
@@ -77,7 +78,7 @@ class Runtime:
         self.workflows: dict[str, WorkflowDef] = {}
         self.steps: dict[str, StepDef] = {}
         self.queues: dict[str, QueueSpec] = {}
-        self.services: list[Service] = []  # loops every worker runs (triggers add them)
+        self.trigger_registry = Triggers()  # every trigger (the kinds live in perdure.triggers)
         self.on_notify: list[Callable[[], None]] = []  # called on every change (any thread)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
         # runs held by workers in this process, so operator calls reach them at once
@@ -201,13 +202,10 @@ class Runtime:
         """How many changes were signalled so far (for `wait_change(since=...)`)."""
         return self._change.fired
 
-    def add_service(self, service: Service) -> Service:
-        """Run `service` in every worker of this process (triggers add their loops here);
-        a second service with the same name is refused."""
-        if any(s.name == service.name for s in self.services):
-            raise ConfigError(f"a worker service named {service.name!r} is already registered")
-        self.services.append(service)
-        return service
+    @property
+    def services(self) -> list[Service]:
+        """The loops every worker of this process runs: the triggers that watch something."""
+        return self.trigger_registry.loops()
 
     # -- registration --------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, Store
 from ..observe.redact import Redactor
 from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
+from ..triggers.messages import MessageTrigger
 from . import operations as ops
 from . import sse
 from .access import Principal, authenticate_request
@@ -221,7 +222,7 @@ async def readyz(call: Call) -> Any:
     except Exception as exc:  # whatever stops the store answering means "not ready"
         log.warning("readyz: the store cannot be reached: %s", exc)
         return JSONResponse({"ready": False, "error": "the store cannot be reached"}, 503)
-    triggers = list(call.app.message_sources.values())
+    triggers = call.app.trigger_registry.of(MessageTrigger).values()
     for status in await asyncio.gather(*(t.probe(READY_TIMEOUT) for t in triggers)):
         if status["state"] in ("down", "refused"):
             said = (f"message trigger {status['name']!r} ({status['kind']}): broker "

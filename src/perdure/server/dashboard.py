@@ -39,6 +39,7 @@ from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..store.names import escape
 from ..triggers import schedules
+from ..triggers.messages import MessageTrigger
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .limits import MAX_FORM
@@ -574,7 +575,7 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
 async def messages_page(request: Request, app: App, who: Principal) -> Response:
     """The app's message triggers and the messages that could start no run, with why."""
     dead = await app.store.dead_messages(limit=200)
-    triggers = list(app.message_sources.values())
+    triggers = list(app.trigger_registry.of(MessageTrigger).values())
     states = await asyncio.gather(*(t.probe(PROBE_TIMEOUT) for t in triggers))
     shown = list(zip(triggers, states, strict=True))
     return await render(request, who, "messages.html", triggers=shown, dead_messages=dead)

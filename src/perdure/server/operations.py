@@ -247,12 +247,14 @@ async def emit(
     run_id: str | None = None,
 ) -> list[str]:
     """Ingest an event: start the runs its type triggers, or deliver it to `run_id`."""
+    from ..triggers import events
+
     target = f"run:{run_id}" if run_id else f"event:{event_type}"
     detail = {"event": event_type, "event_id": event_id}
     action = Action("event.emit", target, "operate", detail)
 
     async def do() -> list[str]:
-        emitted = await app.events.emit(event_type, payload, event_id=event_id, run_id=run_id)
+        emitted = await events.emit(app, event_type, payload, event_id=event_id, run_id=run_id)
         return list(emitted.run_ids)
 
     return await perform(app, who, action, do, lambda ids: action.with_detail(runs=ids))

@@ -58,7 +58,7 @@ async def receive_hook(request: Request) -> JSONResponse:
     """Start (or find) the run for one webhook delivery; see the module docstring."""
     app: App = request.app.state.perdure
     name = request.path_params["name"]
-    hook: Webhook | None = app.webhooks.get(name)
+    hook = app.trigger_registry.find(Webhook, name)
     try:
         if hook is None:
             raise Refused(404, f"no webhook named {name!r}")
