@@ -110,7 +110,7 @@ async def _perdure(cfg: Config) -> Config:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     worker.stop()
     await asyncio.wait_for(task, 30)
-    await app.store.close()
+    await app.runtime.store.close()
     return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
 
 

@@ -69,10 +69,10 @@ def test_every_kind_is_kept_in_the_one_registry(tmp_path: Path) -> None:
         app.webhook("push", "handle", secret="s")
         app.on_event("order.paid", name="paid")(handle)
         app.on_table_change("orders", "handle")
-        kept = [(t.kind, t.name) for t in app.trigger_registry]
+        kept = [(t.kind, t.name) for t in app.runtime.triggers]
         assert kept == [("schedule", "scheduler"), ("inbox", "drop"), ("webhook", "push"),
                         ("event", "paid"), ("table_change", "orders")]  # fmt: skip
-        loops = [type(t).__name__ for t in app.trigger_registry.loops()]
+        loops = [type(t).__name__ for t in app.runtime.triggers.loops()]
         assert loops == ["Scheduler", "Inbox", "TableChange"]
     finally:
         app.close()
@@ -83,7 +83,7 @@ def test_a_new_kind_is_one_class_added_once(tmp_path: Path) -> None:
     built-in kinds, and every worker runs its loop (here: its loop starts a run)."""
     app, _ = make_app(tmp_path)
     try:
-        ticker = app.trigger_registry.add(Ticker("t1", "handle"))
+        ticker = app.runtime.triggers.add(Ticker("t1", "handle"))
         app.webhook("push", "handle", secret="s")
         assert app.triggers() == [
             TriggerStatus("ticker", "t1", "handle", "waiting"),
@@ -91,7 +91,7 @@ def test_a_new_kind_is_one_class_added_once(tmp_path: Path) -> None:
         ]
 
         async def work() -> Any:
-            worker = Worker(app, WorkerOptions(poll=0.05, gc_every=None))
+            worker = Worker(app.runtime, WorkerOptions(poll=0.05, gc_every=None))
             task = asyncio.create_task(worker.run())
             try:
                 await asyncio.wait_for(ticker.started.wait(), 10)
@@ -100,7 +100,7 @@ def test_a_new_kind_is_one_class_added_once(tmp_path: Path) -> None:
                 worker.stop()
                 await task
 
-        assert app.sync(work(), "work") == "t1"
+        assert app.runtime.sync(work(), "work") == "t1"
         assert app.triggers()[0].state == "fired"
     finally:
         app.close()
@@ -110,7 +110,7 @@ def test_a_status_that_fails_is_its_error_row(tmp_path: Path) -> None:
     """A trigger whose `statuses()` raises shows as an error row; the others are listed."""
     app, handle = make_app(tmp_path)
     try:
-        app.trigger_registry.add(Broken())
+        app.runtime.triggers.add(Broken())
         app.on_event("order.paid", name="paid")(handle)
         rows = {(t.kind, t.name): t for t in app.triggers()}
         assert rows[("broken", "b")].state == "error"
@@ -125,12 +125,12 @@ def test_a_name_is_kept_once_per_class(tmp_path: Path) -> None:
     refused; the same name in another class is another trigger."""
     app, _ = make_app(tmp_path)
     try:
-        first = app.trigger_registry.add(Ticker("t", "handle"))
-        assert app.trigger_registry.add(first) is first
+        first = app.runtime.triggers.add(Ticker("t", "handle"))
+        assert app.runtime.triggers.add(first) is first
         with pytest.raises(ConfigError, match="two ticker triggers are named 't'"):
-            app.trigger_registry.add(Ticker("t", "handle"))
+            app.runtime.triggers.add(Ticker("t", "handle"))
         hook = app.webhook("t", "handle", secret="s")
         assert app.webhook("t", "handle", secret="s") is hook
-        assert sorted(t.kind for t in app.trigger_registry) == ["schedule", "ticker", "webhook"]
+        assert sorted(t.kind for t in app.runtime.triggers) == ["schedule", "ticker", "webhook"]
     finally:
         app.close()

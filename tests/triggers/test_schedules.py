@@ -19,7 +19,7 @@ def utc(*args: int) -> float:
 
 def run_pass(app: perdure.App, clock: TestClock) -> int:
     """One scheduler pass at `clock`'s time, as a worker's scheduler makes; runs started."""
-    return app.sync(schedules.scheduler_of(app).run_pass(clock.now()), "pass")  # type: ignore[no-any-return]
+    return app.runtime.sync(schedules.scheduler_of(app.runtime).run_pass(clock.now()), "pass")  # type: ignore[no-any-return]
 
 
 def fired(app: perdure.App, name: str) -> list[str]:
@@ -384,7 +384,7 @@ def test_skip_behind_a_run_that_needs_attention_says_so_and_is_listed_as_blocked
         f"previous run {first} needs attention; overlap=skip skips until an operator acts "
         "(perdure stuck)"
     ] * 2
-    assert app.sync(schedules.blocked(app), "blocked") == [
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == [
         schedules.Blocked(
             schedule="bill", run_id=first, status="needs_attention",
             since=app.get_run(first).updated_at, held=2,
@@ -394,7 +394,7 @@ def test_skip_behind_a_run_that_needs_attention_says_so_and_is_listed_as_blocked
     app.resolve(first, "charge", value=1)
     TestWorker(app).run_until_idle()
     assert app.get_run(first).status == "completed"
-    assert app.sync(schedules.blocked(app), "blocked") == []
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == []
     clock.advance(60)  # 00:04 fires again
     TestWorker(app).run_until_idle()
     assert statuses(app, "bill")[-1] == ("00:04", "fired")
@@ -416,7 +416,7 @@ def test_skip_behind_a_paused_run_says_it_is_paused(
     first = run_id_for("slow", utc(2026, 1, 1, 0, 1))
     clock.advance(60)  # waiting for its event: an ordinary busy run, not a blocked schedule
     worker.run_until_idle()
-    assert app.sync(schedules.blocked(app), "blocked") == []
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == []
     assert app.pause(first) == "paused"
     clock.advance(60)
     worker.run_until_idle()
@@ -426,7 +426,7 @@ def test_skip_behind_a_paused_run_says_it_is_paused(
         f"previous run {first} is paused; overlap=skip skips until an operator acts "
         "(perdure stuck)",
     ]
-    [held] = app.sync(schedules.blocked(app), "blocked")
+    [held] = app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     assert (held.status, held.fix) == ("paused", f"perdure resume {first}")
 
 
@@ -449,5 +449,5 @@ def test_queue_behind_a_paused_run_names_it_and_is_listed_as_blocked(
     worker.run_until_idle()
     [queued] = [t for t in app.schedule_ticks("slow") if t.status == "queued"]
     assert queued.reason == f"waiting for the previous run {first}, which is paused (perdure stuck)"
-    [held] = app.sync(schedules.blocked(app), "blocked")
+    [held] = app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     assert (held.schedule, held.run_id, held.held) == ("slow", first, 1)

@@ -62,12 +62,12 @@ def serve(
     from .main import get_app  # main imports this module to register the command
 
     app = get_app(ctx, need_code=True)
-    hooks = app.trigger_registry.of(Webhook)
+    hooks = app.runtime.triggers.of(Webhook)
     for hook in hooks.values():
-        hook.check(app)  # a hook that cannot work stops the server before it listens
+        hook.check(app.runtime)  # a hook that cannot work stops the server before it listens
     from ..observe import instrument
 
-    instrument(app)
+    instrument(app.runtime)
     names = ", ".join(sorted(hooks)) or "none"
     render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     limits = ConnectionLimits(

@@ -2,7 +2,7 @@
 steps and queues, wake-up signals, the runs this process holds, and its triggers.
 
 The worker, client, runner and steps take a Runtime, never the user-facing `App`
-(which builds on it, in `perdure.app`, with the triggers and the sync facade).
+(which holds one, in `perdure.app`, with the trigger entry points and the sync facade).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Taker(Protocol):
@@ -47,6 +48,19 @@ class Taker(Protocol):
     async def adopt(
         self, run: RunRow | None, empty_journal: bool, unsure: bool = False
     ) -> None: ...
+
+
+class HasRuntime(Protocol):
+    """What holds a runtime: the user-facing `App` (`app.runtime`)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+
+def runtime_of(app: Runtime | HasRuntime) -> Runtime:
+    """`app` itself if it is a Runtime, else the one it holds: an engine object users build
+    from their App (`perdure.Client(app)`) takes either, and keeps the Runtime."""
+    return app if isinstance(app, Runtime) else app.runtime
 
 
 ENDED_KEPT = 256  # rows of ended runs kept for result() waiters
@@ -78,7 +92,7 @@ class Runtime:
         self.workflows: dict[str, WorkflowDef] = {}
         self.steps: dict[str, StepDef] = {}
         self.queues: dict[str, QueueSpec] = {}
-        self.trigger_registry = Triggers()  # every trigger (the kinds live in perdure.triggers)
+        self.triggers = Triggers(self)  # every trigger (the kinds live in perdure.triggers)
         self.on_notify: list[Callable[[], None]] = []  # called on every change (any thread)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
         # runs held by workers in this process, so operator calls reach them at once
@@ -142,7 +156,7 @@ class Runtime:
         self.step_executor.shutdown(wait=False)
         self._opened = False
 
-    def sync(self, coro: Any, what: str) -> Any:
+    def sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         """Run `coro` to completion from sync code (refused inside a running event loop)."""
         return self._portal.call(coro, what)
 
@@ -205,7 +219,7 @@ class Runtime:
     @property
     def services(self) -> list[Service]:
         """The loops every worker of this process runs: the triggers that watch something."""
-        return self.trigger_registry.loops()
+        return self.triggers.loops()
 
     # -- registration --------------------------------------------------------------
 

@@ -70,7 +70,8 @@ class Trigger(Protocol):
 class Triggers:
     """The triggers of one runtime, in the order they were added."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._all: list[Trigger] = []
 
     def __iter__(self) -> Iterator[Trigger]:
@@ -104,9 +105,10 @@ class Triggers:
         """The triggers that watch something: each worker runs their `run(worker)`."""
         return [t for t in self._all if isinstance(t, Service)]
 
-    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+    async def statuses(self) -> list[TriggerStatus]:
         """Every trigger's rows: kinds in the order they were first added, names sorted
         within a kind. A `statuses()` that fails is its trigger's error row, never raised."""
+        runtime = self.runtime
         await runtime.open_store()
         rows: list[TriggerStatus] = []
         for trigger in self:

@@ -92,7 +92,7 @@ def create_app(
         exception_handlers={HTTPException: http_error},
         middleware=[  # before anything reads a body
             Middleware(
-                BodyLimit, limit_for=lambda path: body_limit(path, app.trigger_registry.of(Webhook))
+                BodyLimit, limit_for=lambda path: body_limit(path, app.runtime.triggers.of(Webhook))
             )
         ],
     )

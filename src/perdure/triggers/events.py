@@ -61,10 +61,10 @@ def add_event_trigger(
     check_one_argument(runtime, wf_name, where, "the event's payload")
     trigger = EventTrigger(name or wf_name, event_type, wf_name)
     check_id(trigger.name, "trigger name")
-    kept = runtime.trigger_registry.find(EventTrigger, trigger.name)
+    kept = runtime.triggers.find(EventTrigger, trigger.name)
     if kept is not None and kept != trigger:
         raise ConfigError(f"two event triggers are named {trigger.name!r}; pass name=... to one")
-    return runtime.trigger_registry.add(trigger)
+    return runtime.triggers.add(trigger)
 
 
 def on_event(
@@ -88,7 +88,7 @@ async def emit(
     if run_id is not None:
         await client.send_event(run_id, event_type, payload, key=event_id)
         return Emitted([run_id], [])
-    known = runtime.trigger_registry.of(EventTrigger).values()
+    known = runtime.triggers.of(EventTrigger).values()
     matching = [t for t in known if t.event_type == event_type]
     if not matching:
         types = sorted({t.event_type for t in known}) or ["none"]

@@ -372,7 +372,7 @@ def add_inbox(
     """
     wf_name = workflow if isinstance(workflow, str) else workflow.name
     label = name or wf_name
-    if runtime.trigger_registry.find(Inbox, label) is not None:
+    if runtime.triggers.find(Inbox, label) is not None:
         raise ConfigError(f"two inboxes are named {label!r}; pass name=... to one")
     inbox = Inbox(
         runtime,
@@ -385,7 +385,7 @@ def add_inbox(
         poll=poll,
         force_polling=force_polling,
     )
-    return runtime.trigger_registry.add(inbox)
+    return runtime.triggers.add(inbox)
 
 
 def _prepare_folder(path: Path, where: str) -> Path:

@@ -435,7 +435,7 @@ def add_message_trigger(
                           ("max_payload", max_payload)):  # fmt: skip
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"message trigger {label!r}: {option}={value!r} must be at least 1")
-    if runtime.trigger_registry.find(MessageTrigger, label) is not None:
+    if runtime.triggers.find(MessageTrigger, label) is not None:
         raise ConfigError(f"two message triggers are named {label!r}; pass name=... to one")
     definition = runtime.workflows.get(wf_name)
     if definition is not None:
@@ -449,7 +449,7 @@ def add_message_trigger(
     source.name = label
     trigger = MessageTrigger(runtime, source, wf_name, name=label, prefetch=prefetch,
                              max_pending=max_pending, max_payload=max_payload)  # fmt: skip
-    return runtime.trigger_registry.add(trigger)
+    return runtime.triggers.add(trigger)
 
 
 def _check_consumer(source: MessageSource, worker: Worker) -> None:

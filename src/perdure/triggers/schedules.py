@@ -493,8 +493,8 @@ def _timing(s: Schedule | ScheduleRow) -> str:
 
 def scheduler_of(runtime: Runtime) -> Scheduler:
     """The runtime's scheduler, created (and kept with its triggers) on first use."""
-    found = runtime.trigger_registry.find(Scheduler, Scheduler.name)
-    return found if found is not None else runtime.trigger_registry.add(Scheduler(runtime))
+    found = runtime.triggers.find(Scheduler, Scheduler.name)
+    return found if found is not None else runtime.triggers.add(Scheduler(runtime))
 
 
 def declare_schedule(

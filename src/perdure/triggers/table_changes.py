@@ -231,11 +231,11 @@ def add_table_change(
     if not ops or unknown:
         raise ConfigError(f"{where}: on={on!r}; use some of {', '.join(OPS)}")
     check_one_argument(runtime, wf_name, where, "the change")
-    if runtime.trigger_registry.find(TableChange, label) is not None:
+    if runtime.triggers.find(TableChange, label) is not None:
         raise ConfigError(f"two table change triggers are named {label!r}; pass name=... to one")
     ops = sorted(set(ops), key=OPS.index)
     change = TableChange(runtime, table, wf_name, name=label, ops=ops, notify=notify)
-    return runtime.trigger_registry.add(change)
+    return runtime.triggers.add(change)
 
 
 async def _first_of(timeout: float, *events: Any) -> None:

@@ -290,10 +290,10 @@ def add_webhook(
     )
     if secret is not None:
         hook.key()  # a malformed whsec_ secret fails here, not at the first delivery
-    kept = runtime.trigger_registry.find(Webhook, name)
+    kept = runtime.triggers.find(Webhook, name)
     if kept is not None and kept != hook:
         raise ConfigError(f"two webhooks are named {name!r}; give one another name")
-    return runtime.trigger_registry.add(hook)
+    return runtime.triggers.add(hook)
 
 
 async def deliver(runtime: Runtime, hook: Webhook, delivery_id: str, payload: Any) -> Delivery:
