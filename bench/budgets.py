@@ -67,17 +67,17 @@ def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
     spec.write_text(text)
     app = perdure.App(url)
     try:
-        agent = Agent(app, load_spec(spec))
+        agent = Agent(app.runtime, load_spec(spec))
         for i in range(runs):
             app.start(agent.workflow, {"prompt": f"question {i}"}, run_id=f"b{i}")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent = sum(s.total for s in server.served)
         raised = Budget("bench", tokens_per_day=2 * budget)
-        woken = app.sync(raise_budget(app, "bench", raised), "raise")
+        woken = app.runtime.sync(raise_budget(app.runtime, "bench", raised), "raise")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent2 = sum(s.total for s in server.served)
-        usage = app.sync(app.store.usage("bench", 0.0), "usage")
-        held = app.sync(app.store.reservations("bench", 0.0), "held")
+        usage = app.runtime.sync(app.runtime.store.usage("bench", 0.0), "usage")
+        held = app.runtime.sync(app.runtime.store.reservations("bench", 0.0), "held")
         return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
                 "served": len(server.served), "recorded": len(usage) + len(held),
                 "woken": woken, "spent/2B": spent2 / (2 * budget)}  # fmt: skip
@@ -111,22 +111,22 @@ def measure_shared(kind: str, runs: int, folder: Path) -> dict[str, Any]:
                 name=name, base=server.origin, key_env="PERDURE_BENCH_KEY",
                 budget='shared = "team"',
             ))  # fmt: skip
-            agent = Agent(app, load_spec(spec))
-            app.sync(budgets.declare(app, agent.spec), "declare")
+            agent = Agent(app.runtime, load_spec(spec))
+            app.runtime.sync(budgets.declare(app.runtime, agent.spec), "declare")
             agents.append(agent)
         limit = SharedBudget("team", tokens_per_day=budget)
-        app.sync(budgets.set_shared(app, "team", limit), "shared")
+        app.runtime.sync(budgets.set_shared(app.runtime, "team", limit), "shared")
         for i in range(runs):
             agent = agents[i % 2]
             app.start(agent.workflow, {"prompt": f"question {i}"}, run_id=f"s{i}")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent = sum(s.total for s in server.served)
         doubled = SharedBudget("team", tokens_per_day=2 * budget)
-        woken = app.sync(budgets.set_shared(app, "team", doubled), "raise")
+        woken = app.runtime.sync(budgets.set_shared(app.runtime, "team", doubled), "raise")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent2 = sum(s.total for s in server.served)
-        usage = app.sync(app.store.usage(None, 0.0), "usage")
-        held = app.sync(app.store.reservations(None, 0.0), "held")
+        usage = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
+        held = app.runtime.sync(app.runtime.store.reservations(None, 0.0), "held")
         per_agent = {a.spec.name: sum(u.input_tokens + u.output_tokens for u in usage
                                       if u.agent == a.spec.name) for a in agents}  # fmt: skip
         return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
@@ -148,8 +148,8 @@ def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
     app = perdure.App(url)
 
     async def loop() -> float:
-        await app.open_store()
-        store = app.store
+        await app.runtime.open_store()
+        store = app.runtime.store
         limits = [Limit("this day", 86400.0, 10**12, None), Limit("this hour", 3600.0, 10**12)]
         began = time.perf_counter()
         for i in range(calls):
@@ -160,7 +160,7 @@ def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
         return (time.perf_counter() - began) * 1000 / calls
 
     try:
-        return float(app.sync(loop(), "bench"))
+        return float(app.runtime.sync(loop(), "bench"))
     finally:
         app.close()
         _drop(schema)

@@ -151,7 +151,7 @@ async def _perdure(cfg: Config) -> Config:
     runs = runs // callers * callers
     worker.stop()
     await asyncio.wait_for(task, 30)
-    await app.store.close()
+    await app.runtime.store.close()
     return {"wall": wall, "cpu": cpu, "runs": runs, "steps": steps}
 
 

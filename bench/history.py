@@ -98,8 +98,8 @@ async def seed(app: Any, run_id: str, steps: int) -> None:
         now=now,
         entries=entries,
     )
-    await app.open_store()
-    await app.store.create_run(new)
+    await app.runtime.open_store()
+    await app.runtime.store.create_run(new)
 
 
 def _reset_peak() -> None:
@@ -120,7 +120,7 @@ async def _measure(app: Any, steps: int) -> Config:
     grew: list[int] = []
     for rep in range(REPS):
         run_id = f"h{rep}"
-        while (await app.store.get_run(run_id)).status != "waiting":
+        while (await app.runtime.store.get_run(run_id)).status != "waiting":
             if task.done():
                 task.result()
             await asyncio.sleep(0.005)

@@ -54,7 +54,7 @@ async def _hold(app: Any, runs: int) -> Config:
     status = proc_status()
     gc.collect()
     blocks = sys.getallocatedblocks()
-    counts = await app.store.count_runs()
+    counts = await app.runtime.store.count_runs()
     worker.stop()
     await asyncio.wait_for(task, 30)
     return {**status, "blocks": blocks, "drain_s": drained, "sleeping": counts.get("sleeping", 0)}

@@ -166,7 +166,7 @@ def _commits(cfg: Config) -> Config:
         worker = app.worker(concurrency=RUNS_FAST, lease=30.0)
         task = asyncio.create_task(worker.run())
         await (await app.start_async(many, FAST_STEPS, run_id="warm")).result_async(60)
-        store: Any = app.store
+        store: Any = app.runtime.store
         before = store.commits
         handles = [
             await app.start_async(many, FAST_STEPS, run_id=f"r{i}") for i in range(RUNS_FAST)
@@ -176,7 +176,7 @@ def _commits(cfg: Config) -> Config:
         commits = store.commits - before
         worker.stop()
         await asyncio.wait_for(task, 30)
-        await app.store.close()
+        await app.runtime.store.close()
         return {"commits": commits, "steps": RUNS_FAST * FAST_STEPS}
 
     return asyncio.run(main())

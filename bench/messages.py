@@ -183,14 +183,14 @@ async def measure(app: perdure.App, broker: Broker, messages: int, delays: list[
     publish = await broker.open()
     for i in range(messages):  # the backlog, before the worker: the publisher's own speed
         await publish(b'{"n": %d}' % i, f"t{i}")  # (in this process) is not measured
-    worker = Worker(app, WorkerOptions(concurrency=16, poll=0.05, gc_every=None, grace=2.0))
+    worker = Worker(app.runtime, WorkerOptions(concurrency=16, poll=0.05, gc_every=None, grace=2.0))
     began = time.perf_counter()
     task = asyncio.create_task(worker.run())
     try:
-        while sum((await app.store.count_runs()).values()) < messages:  # runs created
+        while sum((await app.runtime.store.count_runs()).values()) < messages:  # runs created
             await asyncio.sleep(0.01)
         rate = messages / (time.perf_counter() - began)
-        while (await app.store.count_runs()).get("completed", 0) < messages:  # no backlog
+        while (await app.runtime.store.count_runs()).get("completed", 0) < messages:  # no backlog
             await asyncio.sleep(0.05)
         for i in range(LATENCY_MESSAGES):
             await publish(b'{"sent": %r}' % time.time(), f"l{i}")

@@ -75,7 +75,7 @@ def build_app(url: str) -> tuple[Any, Any, Any]:
 def child(cfg: Config) -> Config:
     if cfg["role"] == "worker":
         app, _, _ = build_app(app_url(cfg["schema"]))
-        app.store.start()
+        app.runtime.store.start()
         Path(cfg["ready"]).touch()
         options: dict[str, Any] = {"lease": 30.0}
         if cfg["poll"] is not None:
@@ -90,7 +90,7 @@ class _Lane:
 
     def __init__(self, schema: str, folder: str, poll: float | None) -> None:
         self.app, self.probe, self.waiter = build_app(app_url(schema))
-        self.app.store.start()  # creates the tables before the worker connects
+        self.app.runtime.store.start()  # creates the tables before the worker connects
         self.ready = os.path.join(folder, f"ready-{schema}")
         self.log = os.path.join(folder, f"worker-{schema}.log")
         cfg = {"role": "worker", "schema": schema, "poll": poll, "ready": self.ready}
@@ -102,7 +102,7 @@ class _Lane:
             raise RuntimeError(f"worker exited:\n{log_tail(self.log)}")
 
     def parked(self) -> bool:
-        counts = self.app.sync(self.app.store.count_runs(), "count_runs")
+        counts = self.app.runtime.sync(self.app.runtime.store.count_runs(), "count_runs")
         return bool(counts.get("waiting", 0) == len(self.waiting))
 
     def close(self) -> None:

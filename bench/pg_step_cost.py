@@ -155,7 +155,7 @@ async def _perdure(cfg: Config) -> Config:
     result = meter.end()
     worker.stop()
     await asyncio.wait_for(task, 30)
-    await app.store.close()
+    await app.runtime.store.close()
     return result
 
 

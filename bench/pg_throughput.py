@@ -83,7 +83,7 @@ def child(cfg: Config) -> Config:
     if cfg["kind"] == "floor":
         return _floor_worker(cfg)
     app, _ = build_app(app_url(cfg["schema"]))
-    app.store.start()  # connect (and LISTEN) before the gate opens
+    app.runtime.store.start()  # connect (and LISTEN) before the gate opens
     Path(cfg["ready"]).touch()
     wait_gate(cfg["gate"])
     before, cpu = sent(), time.process_time()

@@ -30,8 +30,8 @@ def client(url: str) -> perdure.App:
     import stream_app
 
     app = perdure.App(url)
-    for name, definition in stream_app.app.workflows.items():
-        app.workflows[name] = definition
+    for name, definition in stream_app.app.runtime.workflows.items():
+        app.runtime.workflows[name] = definition
     return app
 
 
@@ -85,11 +85,11 @@ def readers(app: perdure.App, url: str) -> dict[str, float]:
     async def many(run_ids: list[str]) -> list[int]:
         return await asyncio.gather(*(read(r) for r in run_ids))
 
-    counts = app.sync(many([handle.id] * 100), "readers")
+    counts = app.runtime.sync(many([handle.id] * 100), "readers")
     threads1 = threading.active_count()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     runs = [app.start("emits", 3, 0.5).id for _ in range(1000)]
-    counts2 = app.sync(many(runs), "streams")
+    counts2 = app.runtime.sync(many(runs), "streams")
     rss2 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert set(counts) == {51} and set(counts2) == {4}, (set(counts), set(counts2))
     return {

@@ -225,7 +225,7 @@ def run_tier(
         spec = with_overrides(with_model(load_spec(folder / "agent.toml"), tier), overrides or {})
         app = perdure.App(f"sqlite:///{folder}/state.db")
         try:
-            agent = Agent(app, spec, providers=_local_providers(spec, timeout))
+            agent = Agent(app.runtime, spec, providers=_local_providers(spec, timeout))
             agent.provider(spec.routing.default)  # starts a local model now, not in the timing
             runs = asyncio.run(_work(app, agent, [folder / "inbox" / d.file for d in docs]))
             return [
@@ -308,7 +308,7 @@ async def _work(app: Any, agent: Any, files: list[Path]) -> list[tuple[Any, list
     finally:
         worker.stop()
         await runner
-    return [(await app.client.get(h.id), await app.store.journal(h.id)) for h in handles]
+    return [(await app.client.get(h.id), await app.runtime.store.journal(h.id)) for h in handles]
 
 
 # -- the figures -------------------------------------------------------------------------

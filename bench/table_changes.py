@@ -110,7 +110,7 @@ def main() -> None:
             for name in TABLES:
                 conn.execute(TABLE_SQL.format(name=f'"{schema}".{name}'))
         app, service = make_app()
-        app.sync(service.install(), "install")
+        app.runtime.sync(service.install(), "install")
         app.close()  # nothing of perdure's runs in this process while the writes are timed
         with connect() as conn:
             silent_trigger(conn, schema)
@@ -187,7 +187,7 @@ def changes_to_runs(app: Any, service: Any, schema: str, count: int) -> tuple[fl
             pass
         return count / (time.perf_counter() - start)
 
-    rate = app.sync(drain(), "drain")
+    rate = app.runtime.sync(drain(), "drain")
     backlog = {r.id for r in app.list_runs(workflow="bench_change", limit=100_000)}
 
     def trickle() -> None:
@@ -197,7 +197,7 @@ def changes_to_runs(app: Any, service: Any, schema: str, count: int) -> tuple[fl
                 time.sleep(0.01)
 
     async def live() -> None:
-        worker = Worker(app, WorkerOptions(poll=0.5, gc_every=None))
+        worker = Worker(app.runtime, WorkerOptions(poll=0.5, gc_every=None))
         task = asyncio.create_task(worker.run())
         await asyncio.to_thread(trickle)
         while len(await app.client.list_runs(workflow="bench_change", limit=100_000)) < 2 * count:
@@ -205,7 +205,7 @@ def changes_to_runs(app: Any, service: Any, schema: str, count: int) -> tuple[fl
         worker.stop()
         await task
 
-    app.sync(live(), "live")
+    app.runtime.sync(live(), "live")
     runs = app.list_runs(workflow="bench_change", limit=100_000)
     latencies = []
     for run in runs:

@@ -93,7 +93,7 @@ def _perdure(folder: str, cfg: Config) -> Config:
 
     app.start(five, -1, run_id="warm")  # opens the store before the clock starts
     asyncio.run(_drain(app, 1, cfg["concurrency"]))
-    commits0 = getattr(app.store, "commits", None)
+    commits0 = getattr(app.runtime.store, "commits", None)
     cpu = time.process_time()
     began = time.perf_counter()
     for run in range(RUNS):
@@ -104,8 +104,8 @@ def _perdure(folder: str, cfg: Config) -> Config:
     drained = time.perf_counter()
     busy = cpu_by_group(threads, thread_cpu())
     cpu = time.process_time() - cpu
-    commits1 = getattr(app.store, "commits", None)
-    counts = app.sync(app.store.count_runs(), "count_runs")
+    commits1 = getattr(app.runtime.store, "commits", None)
+    counts = app.runtime.sync(app.runtime.store.count_runs(), "count_runs")
     if counts.get("completed", 0) != RUNS + 1:
         raise RuntimeError(f"not all runs completed: {counts}")
     app.close()

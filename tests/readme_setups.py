@@ -209,11 +209,13 @@ assert asyncio.run(drop_and_wait()) == [f"inbox:summarise:{digest[:32]}"]
 """,
     # The hook is registered under its name (the next block posts to it).
     "webhook-registered": """
-assert "push" in app.webhooks, app.webhooks
+from perdure.triggers.webhooks import Webhook
+assert "push" in app.runtime.triggers.of(Webhook), list(app.runtime.triggers)
 """,
-    # The table change trigger is registered as a worker service (installed at worker start).
+    # The table change trigger is kept with the app's triggers (installed at worker start).
     "table-change-registered": """
-assert "table:orders" in [s.name for s in app.services], app.services
+from perdure.triggers.table_changes import TableChange
+assert "orders" in app.runtime.triggers.of(TableChange), list(app.runtime.triggers)
 """,
     # The plan runs both batches and its check, and completes.
     "plan-completes": """
@@ -230,7 +232,8 @@ assert sorted(app.get_run(r).result for b in report["batches"] for r in b["runs"
     "retention-policy": """
 from perdure.testing import TestWorker
 
-assert app.workflows["nightly_upgrade"].retention == perdure.Retention(keep_days=30, keep_last=100)
+kept = app.runtime.workflows["nightly_upgrade"].retention
+assert kept == perdure.Retention(keep_days=30, keep_last=100)
 handle = app.start(nightly_upgrade, "repo")
 TestWorker(app).run_until_idle()
 assert handle.status() == "completed"

@@ -7,6 +7,7 @@ import typing
 
 import perdure
 import perdure.testing
+from perdure.engine.runtime import Runtime
 
 EXPECTED = [
     # application and registration
@@ -134,5 +135,39 @@ def test_what_the_api_returns_or_raises_is_exported() -> None:
         assert issubclass(perdure.StoreUnavailable, perdure.StoreError)
         hints = typing.get_type_hints(perdure.App.journal)
         assert hints["return"] == list[perdure.Entry]
+    finally:
+        app.close()
+
+
+APP_NAMES = [
+    # registration and the store
+    "workflow", "step", "queue", "open", "close", "url", "clock",
+    # its parts: the engine it runs on, and the async API
+    "runtime", "client",
+    # triggers
+    "schedule", "inbox", "webhook", "on_event", "on_table_change", "on_message", "plan",
+    "emit", "pause_schedule", "resume_schedule", "delete_schedule", "schedules",
+    "schedule_ticks", "triggers", "install_triggers",
+    # runs
+    "start", "start_async", "handle", "get_run", "list_runs", "statuses", "journal",
+    "send_event", "cancel", "pause", "resume", "pause_workflow", "resume_workflow",
+    "pause_worker", "resume_worker", "pauses", "resolve", "gc", "fork",
+    # workers
+    "worker", "run_worker",
+]  # fmt: skip
+
+
+def test_an_app_shows_its_user_surface_only() -> None:
+    """An App's public names are the listed user-facing ones, at most 45 (a new one is a
+    deliberate choice); the engine's plumbing is on `app.runtime`, which a `Client` built
+    from the App uses."""
+    app = perdure.App()
+    try:
+        public = [name for name in dir(app) if not name.startswith("_")]
+        assert len(public) <= 45
+        assert sorted(public) == sorted(APP_NAMES)
+        assert not hasattr(app, "store") and not hasattr(app, "claimed")
+        assert isinstance(app.runtime, Runtime) and app.client.runtime is app.runtime
+        assert perdure.Client(app).runtime is app.runtime
     finally:
         app.close()

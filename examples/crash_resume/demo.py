@@ -68,7 +68,9 @@ def main() -> None:
         for h in handles:
             print(f"  {h.id:<18} {h.status()}")
         print(f"\n$ perdure explain {linus.id}")
-        print(render.explanation(explain(app, app.get_run(linus.id), app.journal(linus.id))))
+        print(
+            render.explanation(explain(app.runtime, app.get_run(linus.id), app.journal(linus.id)))
+        )
         print("\nperdure will not send a 'once' email twice. The operator checks the mail log,")
         print(
             f"sees it went out, and says so:  perdure resolve {linus.id} send_welcome_email "

@@ -21,6 +21,7 @@ from .app import App
 from .engine.context import SimulatedCrash
 from .engine.retry import seconds
 from .engine.worker import Worker, WorkerOptions
+from .triggers.schedules import scheduler_of
 
 __all__ = ["SimulatedCrash", "TestClock", "TestWorker"]
 
@@ -84,12 +85,14 @@ class TestWorker:
             max_recoveries=self.max_recoveries,
             gc_every=None,
         )
-        worker = Worker(self.app, options)
+        worker = Worker(self.app.runtime, options)
         worker.crash_after_intent = self.crash_points
         self.crash_points = frozenset()  # "the next run_until_idle": used up by this one
         self.worker = worker
-        await self.app.open_store()
-        await self.app.scheduler.run_pass(self.app.clock.now())  # ticks due at the test's time
+        await self.app.runtime.open_store()
+        await scheduler_of(self.app.runtime).run_pass(
+            self.app.clock.now()
+        )  # ticks due at the test's time
         try:
             claimed = await worker.run_until_idle()
         finally:
@@ -104,4 +107,4 @@ class TestWorker:
         Raises `SimulatedCrash` if a crash point was hit (the worker is then dead: its
         leases stay held until they expire, as after a real kill -9).
         """
-        return self.app.sync(self.run_until_idle_async(), "TestWorker.run_until_idle()")  # type: ignore[no-any-return]
+        return self.app.runtime.sync(self.run_until_idle_async(), "TestWorker.run_until_idle()")

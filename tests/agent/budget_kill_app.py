@@ -10,4 +10,4 @@ from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 
 app = perdure.App(os.environ["PERDURE_DB"])
-agent = Agent(app, load_spec(os.environ["BUDGET_KILL_SPEC"]))
+agent = Agent(app.runtime, load_spec(os.environ["BUDGET_KILL_SPEC"]))

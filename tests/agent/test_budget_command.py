@@ -34,7 +34,9 @@ def _declared(tmp_path: Path) -> str:
     db = f"sqlite:///{tmp_path}/s.db"
     app = perdure.App(db)
     try:
-        app.sync(declare(app, load_spec(path)), "declare")  # as `perdure agent SPEC` does
+        app.runtime.sync(
+            declare(app.runtime, load_spec(path)), "declare"
+        )  # as `perdure agent SPEC` does
     finally:
         app.close()
     return db

@@ -22,7 +22,7 @@ def _agent(app: perdure.App, tmp_path: Path, server: CountingServer, budget: str
         name="spender", base=server.origin, key_env="PERDURE_TEST_COUNTING_KEY", budget=budget
     )
     path.write_text(spec)
-    return Agent(app, load_spec(path))
+    return Agent(app.runtime, load_spec(path))
 
 
 @pytest.mark.slow
@@ -45,12 +45,12 @@ def test_ten_concurrent_runs_never_spend_past_the_token_budget(
         parked = [h for h in handles if h.status() == "waiting"]
         assert len(done) == len(server.served) and len(done) + len(parked) == 10
         assert len(done) >= 3  # the budget was used, not refused wholesale
-        recorded = app.sync(app.store.usage("spender", 0.0), "usage")
+        recorded = app.runtime.sync(app.runtime.store.usage("spender", 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded) == billed
         per_call = max(s.total for s in server.served)
 
         raised = Budget("spender", tokens_per_day=8000)
-        woken = app.sync(raise_budget(app, "spender", raised), "raise")
+        woken = app.runtime.sync(raise_budget(app.runtime, "spender", raised), "raise")
         assert 1 <= woken <= (8000 - billed) // (per_call - 50)  # only those that fit
         TestWorker(app, concurrency=10).run_until_idle()
         billed = sum(s.total for s in server.served)

@@ -70,15 +70,15 @@ def test_a_reply_without_usage_keeps_its_reservation_counted_and_marked(
     db = f"sqlite:///{tmp_path}/q.db"
     app = perdure.App(db, clock=TestClock())
     try:
-        agent = Agent(app, load_spec(path))
+        agent = Agent(app.runtime, load_spec(path))
         handle = app.start(agent.workflow, {"prompt": "hello"}, run_id="q1")
         TestWorker(app).run_until_idle()
         assert handle.result(timeout=5)["status"] == "done"
-        [held] = app.sync(app.store.reservations("quiet", 0.0), "held")
+        [held] = app.runtime.sync(app.runtime.store.reservations("quiet", 0.0), "held")
         assert held.state == "estimated" and held.tokens >= server.served[0].total
-        spent, _ = app.sync(app.store.spent("quiet", 0.0), "spent")
+        spent, _ = app.runtime.sync(app.runtime.store.spent("quiet", 0.0), "spent")
         assert spent == held.tokens  # counted, at the estimate
-        assert app.sync(app.store.usage("quiet", 0.0), "usage") == []
+        assert app.runtime.sync(app.runtime.store.usage("quiet", 0.0), "usage") == []
     finally:
         app.close()
     shown = CliRunner().invoke(cli, ["--db", db, "usage", "--since", "30000d"])

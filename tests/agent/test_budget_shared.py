@@ -28,8 +28,10 @@ def _agent(app: perdure.App, tmp_path: Path, server: CountingServer, name: str,
     path.write_text(
         COUNTING_SPEC.format(name=name, base=server.origin, key_env=key_env, budget=budget)
     )
-    agent = Agent(app, load_spec(path))
-    app.sync(budgets.declare(app, agent.spec), "declare")  # as a worker serving it does
+    agent = Agent(app.runtime, load_spec(path))
+    app.runtime.sync(
+        budgets.declare(app.runtime, agent.spec), "declare"
+    )  # as a worker serving it does
     return agent
 
 
@@ -47,7 +49,7 @@ def test_two_agents_never_spend_past_their_shared_budget_or_their_own(
     try:
         alpha = _agent(app, tmp_path, server, "alpha", 'shared = "team-a"')
         beta = _agent(app, tmp_path, server, "beta", 'shared = "team-a"\ntokens_per_day = 1200')
-        woken = app.sync(budgets.set_shared(app, "team-a", SharedBudget("team-a",
+        woken = app.runtime.sync(budgets.set_shared(app.runtime, "team-a", SharedBudget("team-a",
                                             tokens_per_day=5000)), "set")  # fmt: skip
         assert woken == 0
         handles = [app.start(beta.workflow, {"prompt": f"q{i}"}, run_id=f"beta{i}")
@@ -62,7 +64,7 @@ def test_two_agents_never_spend_past_their_shared_budget_or_their_own(
         assert beta_billed < billed <= 5000
         alone = 5000 // min(s.total for s in server.served)  # alpha's calls alone would fit
         assert len(server.served) - 1 < alone  # beta's call took its room in the pool
-        recorded = app.sync(app.store.usage(None, 0.0), "usage")
+        recorded = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded) == billed
         assert {u.pool for u in recorded} == {"team-a"}
         assert {u.agent for u in recorded} == {"alpha", "beta"}
@@ -70,14 +72,16 @@ def test_two_agents_never_spend_past_their_shared_budget_or_their_own(
         parked = [h for h in handles if h.status() == "waiting"]
         assert len(done) == len(server.served) and len(done) + len(parked) == 12
 
-        raised = budgets.set_shared(app, "team-a", SharedBudget("team-a", tokens_per_day=8000))
-        assert app.sync(raised, "raise") >= 1
+        raised = budgets.set_shared(
+            app.runtime, "team-a", SharedBudget("team-a", tokens_per_day=8000)
+        )
+        assert app.runtime.sync(raised, "raise") >= 1
         TestWorker(app, concurrency=12).run_until_idle()
         billed = sum(s.total for s in server.served)
         assert 5000 < billed <= 8000
-        recorded = app.sync(app.store.usage(None, 0.0), "usage")
+        recorded = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded if u.agent == "beta") <= 1200
-        shown = app.sync(budgets.describe_shared(app, "team-a"), "describe")
+        shown = app.runtime.sync(budgets.describe_shared(app.runtime, "team-a"), "describe")
         assert shown["spent"]["day"]["tokens"] == billed
         assert shown["agents"] == ["alpha", "beta"]
         assert shown["limits"]["tokens_per_day"] == 8000
@@ -112,7 +116,7 @@ def test_the_budget_command_shows_and_changes_a_shared_budget_and_refuses_bad_in
         assert code == 0 and "changed; 0 parked run(s) woken" in out
         code, out = budget("--shared", "team-a", "--cost-per-day", "2.5")
         assert code == 0
-        stored = app.sync(app.store.get_shared_budget("team-a"), "get")
+        stored = app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get")
         assert stored == SharedBudget("team-a", tokens_per_day=5000, cost_per_day=2.5)
         code, out = budget("alpha")
         assert code == 0 and "also held to the shared budget team-a" in out
@@ -131,12 +135,14 @@ def test_the_budget_command_shows_and_changes_a_shared_budget_and_refuses_bad_in
                 continue
             assert code != 0 and message in out, out
             assert len(out.strip().splitlines()) == 1, out
-        assert app.sync(app.store.get_shared_budget("team-a"), "get") == stored
-        assert app.sync(app.store.get_shared_budget("team-b"), "get") is None
+        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get") == stored
+        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-b"), "get") is None
         code, out = budget("--shared", "team-a", "--reset")
         assert code == 0 and "limits forgotten" in out
-        assert app.sync(app.store.get_shared_budget("team-a"), "get") is None
-        audit = app.sync(app.store.audit_log(target="shared:team-a", limit=10), "audit")
+        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get") is None
+        audit = app.runtime.sync(
+            app.runtime.store.audit_log(target="shared:team-a", limit=10), "audit"
+        )
         assert [a.action for a in audit if a.outcome == "ok"] == ["budget.set"] * 3
     finally:
         app.close()

@@ -38,23 +38,27 @@ def test_a_run_parked_before_reservations_replays_and_finishes(tmp_path: Path) -
     try:
         (tmp_path / "a.toml").write_text(SPEC)
         model = ScriptedModel(["second"])
-        Agent(app, load_spec(tmp_path / "a.toml"), providers={"fast": model})  # registers it
+        Agent(
+            app.runtime, load_spec(tmp_path / "a.toml"), providers={"fast": model}
+        )  # registers it
         run = record["run"]
         entries = [Entry(**{k: v for k, v in e.items() if k not in ("seq", "epoch", "worker")})
                    for e in record["journal"]]  # fmt: skip
-        app.sync(app.open_store(), "open")
+        app.runtime.sync(app.runtime.open_store(), "open")
         new = NewRun(
             id=run["id"], workflow=run["workflow"], input=run["input"],
             code_version=run["code_version"], now=run["created_at"], entries=entries,
         )  # fmt: skip
-        app.sync(app.store.create_run(new), "seed")
+        app.runtime.sync(app.runtime.store.create_run(new), "seed")
         worker = TestWorker(app)
         worker.run_until_idle()
         assert app.get_run("two").status == "waiting" and model.calls == 0
-        woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "r")
+        woken = app.runtime.sync(
+            raise_budget(app.runtime, "helper", Budget("helper", tokens_per_day=10**6)), "r"
+        )
         assert woken == 1
         worker.run_until_idle()
         assert app.handle("two").result(timeout=5)["answer"] == "second" and model.calls == 1
-        assert len(app.sync(app.store.usage("helper", 0.0), "usage")) == 1
+        assert len(app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")) == 1
     finally:
         app.close()

@@ -33,7 +33,7 @@ def make(
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(local)  # type: ignore[arg-type]
     providers = {"local": model, "extractive": ScriptedModel(responder=extractive_summary)}
-    return Agent(app, load_spec(tmp_path / "agent.toml"), providers=providers), model
+    return Agent(app.runtime, load_spec(tmp_path / "agent.toml"), providers=providers), model
 
 
 def drop(tmp_path: Path, name: str, text: str | bytes) -> str:
@@ -44,7 +44,7 @@ def drop(tmp_path: Path, name: str, text: str | bytes) -> str:
 
 def verdicts(app: perdure.App, run_id: str) -> list[dict[str, object]]:
     """The journaled grounding verdicts of a run, in order."""
-    entries = app.sync(app.store.journal(run_id), "journal")
+    entries = app.runtime.sync(app.runtime.store.journal(run_id), "journal")
 
     return [
         json.loads(e.data or "{}")["value"]

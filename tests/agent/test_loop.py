@@ -63,7 +63,7 @@ def make(
         SPEC.format(iterations=iterations, extra=extra, grant=more, approval=json.dumps(approval))
     )
     model = ScriptedModel(replies)
-    return Agent(app, load_spec(path), providers={"fast": model}), model
+    return Agent(app.runtime, load_spec(path), providers={"fast": model}), model
 
 
 def test_tools_run_and_finish_needs_the_acceptance(
@@ -88,7 +88,7 @@ def test_tools_run_and_finish_needs_the_acceptance(
     assert tool_turns[0].content == "alpha beta"  # the tool's result went back, paired by id
     [asked] = [m for m in model.requests[1].messages if m.role == "assistant"]
     assert tool_turns[0].tool_call_id == asked.tool_calls[0].id
-    usage = app.sync(app.store.usage("helper", 0.0), "usage")
+    usage = app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")
     assert len(usage) == 3 and sum(u.input_tokens + u.output_tokens for u in usage) == model.tokens
     assert result["cost"] == pytest.approx(sum(u.cost for u in usage)) and result["cost"] > 0
 
@@ -123,7 +123,7 @@ def test_the_same_failing_call_stops_the_loop(
     worker.run_until_idle()
     with pytest.raises(perdure.RunFailed, match="repeated 2 times"):
         handle.result(timeout=5)
-    notes = app.sync(app.store.get_notes("helper"), "notes")
+    notes = app.runtime.sync(app.runtime.store.get_notes("helper"), "notes")
     assert " failed: x: the same failing call read_file" in notes  # a failed run leaves notes
 
 
@@ -158,7 +158,9 @@ def test_a_spent_budget_parks_the_run_until_it_is_raised(
     assert second.status() == "waiting" and model.calls == 1
     refused = [e for e in app.journal("two") if e.name == "agent:helper.model" and e.final]
     assert "900 of 1000 tokens used or reserved" in (refused[-1].data or "")
-    woken = app.sync(raise_budget(app, "helper", Budget("helper", tokens_per_day=10**6)), "raise")
+    woken = app.runtime.sync(
+        raise_budget(app.runtime, "helper", Budget("helper", tokens_per_day=10**6)), "raise"
+    )
     assert woken == 1
     worker.run_until_idle()
     assert second.result(timeout=5)["answer"] == "second" and model.calls == 2
@@ -294,7 +296,7 @@ def test_an_agent_refuses_a_grant_of_no_tool_unless_it_is_given_that_tool(
     """A run from the spec checks grants as validate does; a tool given in Python counts."""
     with pytest.raises(perdure.ConfigError, match=r"tools.grant: no tool 'shred'"):
         make(app, tmp_path, [], grant=("shred",))
-    assert "agent:helper" not in app.workflows  # nothing registered
+    assert "agent:helper" not in app.runtime.workflows  # nothing registered
 
     @tool(effect="once")
     def shred(ctx: ToolContext, name: str) -> str:
@@ -306,7 +308,7 @@ def test_an_agent_refuses_a_grant_of_no_tool_unless_it_is_given_that_tool(
         return name
 
     spec = load_spec(tmp_path / "agent.toml")
-    agent = Agent(app, spec, providers={"fast": ScriptedModel([])}, tools=[shred])
+    agent = Agent(app.runtime, spec, providers={"fast": ScriptedModel([])}, tools=[shred])
     assert "shred" in {t.name for t in agent.toolbox.offered()}
 
 
@@ -325,7 +327,7 @@ def test_compaction_summaries_count_toward_the_runs_tokens_and_its_limit(
     handle = app.start(agent.workflow, {"prompt": "read a lot"}, run_id="c1")
     worker.run_until_idle()
     result = handle.result(timeout=5)
-    used, _ = app.sync(app.store.run_spent("c1"), "spent")
+    used, _ = app.runtime.sync(app.runtime.store.run_spent("c1"), "spent")
     assert result["tokens"] == used  # the summary's tokens included
     other = perdure.App(f"sqlite:///{tmp_path}/c2.db", clock=TestClock())
     try:
@@ -337,7 +339,7 @@ def test_compaction_summaries_count_toward_the_runs_tokens_and_its_limit(
         TestWorker(other).run_until_idle()
         with pytest.raises(perdure.RunFailed, match="token limit"):
             capped.result(timeout=5)
-        spent, _ = other.sync(other.store.run_spent("c2"), "spent")
+        spent, _ = other.runtime.sync(other.runtime.store.run_spent("c2"), "spent")
         assert spent <= used - 1
     finally:
         other.close()

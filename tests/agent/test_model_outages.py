@@ -105,7 +105,7 @@ def write_spec(
 
 
 def make_agent(app: perdure.App, tmp_path: Path, server: WireServer, **options: Any) -> Agent:
-    return Agent(app, load_spec(write_spec(tmp_path, server, **options)))
+    return Agent(app.runtime, load_spec(write_spec(tmp_path, server, **options)))
 
 
 def journal(app: perdure.App, run_id: str, kind: str, name: str) -> list[Any]:
@@ -113,7 +113,11 @@ def journal(app: perdure.App, run_id: str, kind: str, name: str) -> list[Any]:
 
 
 def usage_rows(app: perdure.App, run_id: str) -> list[Any]:
-    return [u for u in app.sync(app.store.usage("nightly", 0.0), "usage") if u.run_id == run_id]
+    return [
+        u
+        for u in app.runtime.sync(app.runtime.store.usage("nightly", 0.0), "usage")
+        if u.run_id == run_id
+    ]
 
 
 def drive(worker: TestWorker, clock: TestClock, app: perdure.App, run_id: str) -> str:
@@ -343,9 +347,13 @@ def test_a_refused_key_parks_the_run_and_resume_continues_from_the_model_call(
     assert reason.startswith(f"model tier 'default' ({kind}:gpt-x): {says}")
     assert KEY_ENV in reason and f"`perdure resume {run_id}`" in reason and "\n" not in reason
     assert len(server.requests) == 1 and not usage_rows(app, run_id)
-    stuck = app.sync(app.client.stuck(), "stuck")  # `perdure stuck` lists it, with the reason
+    stuck = app.runtime.sync(
+        app.client.stuck(), "stuck"
+    )  # `perdure stuck` lists it, with the reason
     assert [(r.id, why) for r, why in stuck] == [(run_id, f"parked: {reason}")]
-    [report] = [r for r in explain(app, run, app.journal(run_id)) if r.name.endswith(".model")]
+    [report] = [
+        r for r in explain(app.runtime, run, app.journal(run_id)) if r.name.endswith(".model")
+    ]
     assert report.state == "parked (attempt 1 failed)" and report.detail == reason
     assert report.recovery == f"attempt 2 runs once resumed: perdure resume {run_id}"
     assert worker.run_until_idle() == 0  # parked: nothing claims it, nothing calls the model
@@ -411,7 +419,7 @@ def test_a_provider_given_in_python_is_kept_across_a_park(
         return ModelResponse(message=Message("assistant", "hello from python"))
 
     spec = load_spec(write_spec(tmp_path, openai_server))
-    agent = Agent(app, spec, providers={"default": ScriptedModel(responder=answer)})
+    agent = Agent(app.runtime, spec, providers={"default": ScriptedModel(responder=answer)})
     run_id = app.start(agent.workflow, {"prompt": "hello"}).id
     worker.run_until_idle()
     assert app.get_run(run_id).status == PAUSED
@@ -511,7 +519,7 @@ def test_a_blocked_agent_s_schedules_start_no_runs_until_it_is_resumed(
         assert len(skipped) == 3
         assert all((t.reason or "").startswith("blocked: run ") for t in skipped)
         assert all("authentication failed (401 from " in (t.reason or "") for t in skipped)
-    stuck = app.sync(schedules.blocked(app), "blocked")
+    stuck = app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     assert {b.schedule for b in stuck} == {"nightly", "extra"}
     assert all(b.fix.startswith("perdure resume ") and b.held == 3 for b in stuck)
 
@@ -520,7 +528,7 @@ def test_a_blocked_agent_s_schedules_start_no_runs_until_it_is_resumed(
         app.resume(run.id)
     worker.run_until_idle()
     assert {r.status for r in app.list_runs()} == {COMPLETED}
-    assert not app.sync(schedules.blocked(app), "blocked")
+    assert not app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     clock.advance(60)
     worker.run_until_idle()
     runs = app.list_runs()

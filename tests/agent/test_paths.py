@@ -56,7 +56,7 @@ def agent(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Agent]:
     spec.write_text(SPEC.format(workspace=WORKSPACES[request.param]))
     app = perdure.App(f"sqlite:///{tmp_path}/s.db")
     try:
-        yield Agent(app, load_spec(spec))
+        yield Agent(app.runtime, load_spec(spec))
     finally:
         app.close()
 

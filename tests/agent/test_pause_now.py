@@ -41,7 +41,7 @@ def _agent(app: perdure.App, tmp_path: Path, made: Any) -> tuple[Agent, Scripted
     path = tmp_path / "agent.toml"
     path.write_text(SPEC.format(tool=made.name))
     model = ScriptedModel([_call(made.name, what="x"), _call("finish", summary="done")])
-    return Agent(app, load_spec(path), providers={"fast": model}, tools=[made]), model
+    return Agent(app.runtime, load_spec(path), providers={"fast": model}, tools=[made]), model
 
 
 async def _pause_now(app: perdure.App) -> None:
@@ -52,7 +52,7 @@ async def _pause_now(app: perdure.App) -> None:
 
 
 def _stopped(app: perdure.App, run_id: str) -> list[dict[str, Any]]:
-    entries = app.sync(app.store.journal(run_id), "journal")
+    entries = app.runtime.sync(app.runtime.store.journal(run_id), "journal")
     return [json.loads(e.data or "{}") for e in entries if e.kind == "step.stopped"]
 
 
@@ -152,7 +152,7 @@ def test_an_aborted_once_tool_that_allowed_it_needs_attention_on_resume(
     run = app.get_run("a1")
     assert run.status == "needs_attention"
     assert runs == ["x"]
-    entries = app.sync(app.store.journal("a1"), "journal")
+    entries = app.runtime.sync(app.runtime.store.journal("a1"), "journal")
     [attention] = [e for e in entries if e.kind == "step.needs_attention"]
     assert "aborted by pause --now" in json.loads(attention.data or "{}")["reason"]
 
@@ -199,13 +199,21 @@ def test_the_app_pauses_a_workflow_now_and_its_workers_are_told_to_abort(
         return 1
 
     app.start(held, run_id="h1")
-    [claim] = app.sync(app.store.claim("w1", app.clock.now(), 30.0, 1, ["held"]), "claim")
+    [claim] = app.runtime.sync(
+        app.runtime.store.claim("w1", app.clock.now(), 30.0, 1, ["held"]), "claim"
+    )
     app.pause_workflow("held")
-    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    [state] = app.runtime.sync(
+        app.runtime.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat"
+    )
     assert state.hold and not state.abort
     assert app.pause_workflow("held", now=True) is True  # changed: now it aborts too
-    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    [state] = app.runtime.sync(
+        app.runtime.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat"
+    )
     assert state.hold and state.abort
     assert app.resume_workflow("held") is True
-    [state] = app.sync(app.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat")
+    [state] = app.runtime.sync(
+        app.runtime.store.heartbeat("w1", ["h1"], app.clock.now() + 30), "beat"
+    )
     assert not state.hold and not state.abort and claim.run.id == "h1"

@@ -51,7 +51,7 @@ def _api(app: perdure.App, path: str, body: dict[str, Any]) -> Any:
         warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
         from starlette.testclient import TestClient
 
-    _, token = app.sync(create_token(app, "ops", ["operate"]), "token")
+    _, token = app.runtime.sync(create_token(app, "ops", ["operate"]), "token")
     with TestClient(create_app(app)) as client:
         answer = client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 200, answer.text
@@ -85,7 +85,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
     proc = subprocess.Popen(args, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
     try:
-        agent = Agent(app, load_spec(spec))
+        agent = Agent(app.runtime, load_spec(spec))
         handle = app.start(agent.workflow, {"prompt": "why?"}, run_id="n1")
         wait_for("the model call in flight", lambda: len(server.requests) == 1, timeout=60)
         target = ["--workflow", "agent:slow"] if scope == "workflow" else ["n1"]
@@ -98,17 +98,21 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
             assert done.exit_code == 0, done.output
 
         def aborted() -> bool:
-            journal = app.sync(app.store.journal("n1"), "journal")
+            journal = app.runtime.sync(app.runtime.store.journal("n1"), "journal")
             return any(e.kind == "step.stopped" for e in journal)
 
         wait_for("the call journaled aborted", aborted, timeout=BOUND)
         took = time.monotonic() - began
         assert took < BOUND
         assert server.served == []  # cut off before the server answered it
-        [stopped] = [e for e in app.sync(app.store.journal("n1"), "j") if e.kind == "step.stopped"]
+        [stopped] = [
+            e
+            for e in app.runtime.sync(app.runtime.store.journal("n1"), "j")
+            if e.kind == "step.stopped"
+        ]
         data = json.loads(stopped.data or "{}")
         assert data["aborted"] is True and data["effect"] == "keyed"
-        [held] = app.sync(app.store.reservations("slow", 0.0), "reservations")
+        [held] = app.runtime.sync(app.runtime.store.reservations("slow", 0.0), "reservations")
         assert held.state == "aborted"
         assert data["estimate"]["tokens"] == held.tokens and data["estimate"]["sent"] is True
         if scope != "workflow":
@@ -130,8 +134,8 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         assert handle.result(timeout=60)["status"] == "done"
         server.hurry.set()  # the aborted call's handler finishes (billed, its reply unread)
         wait_for("the aborted call billed", lambda: len(server.served) == 2, timeout=60)
-        recorded = app.sync(app.store.usage("slow", 0.0), "usage")
-        still = app.sync(app.store.reservations("slow", 0.0), "reservations")
+        recorded = app.runtime.sync(app.runtime.store.usage("slow", 0.0), "usage")
+        still = app.runtime.sync(app.runtime.store.reservations("slow", 0.0), "reservations")
         assert len(server.requests) == len(server.served) == len(recorded) + len(still) == 2
         assert [r.state for r in still] == ["aborted"]
         assert recorded[0].input_tokens + recorded[0].output_tokens == server.served[-1].total

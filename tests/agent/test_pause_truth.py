@@ -46,9 +46,9 @@ def test_a_paused_run_shows_paused_and_is_never_stuck(tmp_path: Path) -> None:
         assert "status    paused" in shown.output and "resume --workflow" in shown.output
         explained = runner.invoke(cli, ["--db", db, "explain", "p1"])
         assert "status    paused" in explained.output
-        stuck = app.sync(app.client.stuck(60.0), "stuck")
+        stuck = app.runtime.sync(app.client.stuck(60.0), "stuck")
         assert stuck == []
-        app.sync(app.client.set_pause("workflow", "agent:slow", False), "resume")
+        app.runtime.sync(app.client.set_pause("workflow", "agent:slow", False), "resume")
         TestWorker(app).run_until_idle()
         assert handle.result(timeout=5) == 2
     finally:

@@ -89,7 +89,7 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
         proc.wait(timeout=10)
 
     try:
-        agent = Agent(app, load_spec(spec))
+        agent = Agent(app.runtime, load_spec(spec))
         first = spawn()  # killed before any call: nothing sent, nothing to record
         wait_for("worker 1 ready", lambda: b"ready" in (tmp_path / "worker-0.log").read_bytes())
         kill(first)
@@ -108,8 +108,8 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
             assert h.result(timeout=90)["status"] == "done"
         time.sleep(1.0)  # calls cut off mid-answer finish billing on the server side
 
-        usage = app.sync(app.store.usage("billed", 0.0), "usage")
-        held = app.sync(app.store.reservations("billed", 0.0), "reservations")
+        usage = app.runtime.sync(app.runtime.store.usage("billed", 0.0), "usage")
+        held = app.runtime.sync(app.runtime.store.reservations("billed", 0.0), "reservations")
         billed = sorted(s.total for s in server.served)
         settled = sorted(u.input_tokens + u.output_tokens for u in usage)
         assert len(held) >= 2 and all(r.state == "unknown" for r in held)  # cut off twice or more

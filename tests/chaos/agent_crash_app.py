@@ -100,7 +100,7 @@ def build(db: str | None = None, spec_path: str | None = None) -> tuple[perdure.
     """An App on `db` (default PERDURE_DB) with the agent of the spec at `spec_path`."""
     application = perdure.App(db)
     spec = load_spec(spec_path or os.environ[SPEC_ENV])
-    built = Agent(application, spec, tools=list(TOOLS))
+    built = Agent(application.runtime, spec, tools=list(TOOLS))
     # The provider (and the SDK it imports, ~1 s) is made now, as in a warm worker: made
     # lazily, the first model call would stall the worker's event loop while it imports.
     built.provider(spec.routing.default)

@@ -373,7 +373,7 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
                 assert run_id in charged, f"{run_id} completed without its charge"
         parked = [run_id for run_id, state in status.items() if state == NEEDS_ATTENTION]
         assert len(parked) <= kills * 2 * 16  # only charges a kill interrupted
-        assert await app.store.dead_messages() == []
+        assert await app.runtime.store.dead_messages() == []
         redelivered = workers.logs_count("redelivered message(s) found their runs")
         if self_kills:  # a batch committed and never acknowledged came back: no new runs
             assert redelivered > 0

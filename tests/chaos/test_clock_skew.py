@@ -56,7 +56,7 @@ def test_a_skewed_host_steals_no_lease_and_cuts_no_sleep_short(
     client = skew_app.register(perdure.App(pg_chaos_url))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        client.sync(client.open_store(), "open")
+        client.runtime.sync(client.runtime.open_store(), "open")
         for i in range(SLEEPERS):
             client.start("sleeper", f"s{i}", SLEEP, run_id=f"s{i}")
         procs = [worker(tmp_path, env, "straight", 0), worker(tmp_path, env, "skewed", skew)]
@@ -88,7 +88,10 @@ def test_a_skewed_host_steals_no_lease_and_cuts_no_sleep_short(
         bodies = Counter((x["run"], x["step"]) for x in lines if x["step"] == "charge")
         twice = {k: n for k, n in bodies.items() if n > 1}
         by_worker = Counter(r.lease_owner for r in runs.values())
-        workers = {w.id: w.clock_offset for w in client.sync(client.store.list_workers(0), "w")}
+        workers = {
+            w.id: w.clock_offset
+            for w in client.runtime.sync(client.runtime.store.list_workers(0), "w")
+        }
     finally:
         for proc in procs:
             if proc.poll() is None:

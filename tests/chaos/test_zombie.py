@@ -135,7 +135,7 @@ def test_sigstopped_worker_is_fenced_after_takeover(
             entries=[Entry(kind="zombie.probe", worker=a_worker, at=time.time())],
         )
         with pytest.raises(LeaseLost):
-            app.sync(app.store.append(probe), "probe")
+            app.runtime.sync(app.runtime.store.append(probe), "probe")
         assert all(e.kind != "zombie.probe" for e in app.journal(run_id))
 
         assert pool.stop(a) == 0, pool.log_text(a)

@@ -71,7 +71,7 @@ def test_a_spec_grants_an_mcp_servers_tools(tmp_path: Path) -> None:
     )
     app = perdure.App(f"sqlite:///{tmp_path}/s.db")
     try:
-        agent = Agent(app, load_spec(spec_path))
+        agent = Agent(app.runtime, load_spec(spec_path))
         offered = {t.name for t in agent.toolbox.offered()}
         assert "fx__add" in offered and "fx__touch" not in offered  # only what is granted
     finally:

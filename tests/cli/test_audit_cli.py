@@ -39,7 +39,9 @@ def app_module() -> ModuleType:
 
 def log() -> list[AuditRow]:
     app = app_module().app
-    return list(reversed(app.sync(app.store.audit_log(limit=1000), "log")))  # oldest first
+    return list(
+        reversed(app.runtime.sync(app.runtime.store.audit_log(limit=1000), "log"))
+    )  # oldest first
 
 
 def stuck(run_id: str) -> None:
@@ -85,7 +87,9 @@ def test_every_cli_operator_action_is_audited_with_its_actor_target_and_outcome(
     ok("schedules", "delete", "nightly")
     token_id = ok("token", "create", "bot", "--scope", "read").split()[1]
     ok("token", "revoke", token_id)
-    app.sync(app.store.declare_agent("triage", "{}", 0.0), "declare")  # a worker serves it
+    app.runtime.sync(
+        app.runtime.store.declare_agent("triage", "{}", 0.0), "declare"
+    )  # a worker serves it
     ok("budget", "triage", "--tokens-per-day", "1000")
     ok("gc")
     done = [(r.actor, r.action, r.target, r.outcome) for r in log()]
@@ -137,7 +141,7 @@ def test_perdure_audit_filters_by_run_actor_and_since(env: dict[str, str]) -> No
     app = app_module().app
 
     def note(actor: str, action: str, target: str) -> int:
-        return int(app.sync(record(app, actor, action, target, {"n": 1}), "record"))
+        return int(app.runtime.sync(record(app, actor, action, target, {"n": 1}), "record"))
 
     note("cli:ana@h1", "run.pause", "run:x")  # too old
     app.clock.advance(7200)

@@ -248,7 +248,7 @@ def test_gc_deletes_runs_beyond_retention(env: dict[str, str]) -> None:
     import perdure
 
     app = app_module().app
-    app.workflows["checkout"].retention = perdure.Retention(keep_last=1)
+    app.runtime.workflows["checkout"].retention = perdure.Retention(keep_last=1)
     for order in ("g1", "g2"):
         run("start", "checkout", f'["{order}"]', "--id", order)
         TestWorker(app).run_until_idle()
@@ -350,7 +350,7 @@ def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
 
     app = app_module().app
     dead = DeadMessage("orders", "m-7", "redis", "payload is not JSON (line 1)", "{x", 2, 1.0)
-    app.sync(app.store.add_dead_message(dead), "dead")
+    app.runtime.sync(app.runtime.store.add_dead_message(dead), "dead")
     result = CliRunner().invoke(cli, ["stuck"])
     assert result.exit_code == 1, result.output
     header, row = result.output.strip().splitlines()
@@ -365,7 +365,7 @@ def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
     again = CliRunner().invoke(cli, ["dead", "forget", "orders", "m-7"])
     assert again.exit_code != 0 and "no dead message 'm-7' of trigger 'orders'" in again.output
     assert len(again.output.strip().splitlines()) == 1
-    audit = app.sync(app.store.audit_log("message:orders:m-7"), "audit")
+    audit = app.runtime.sync(app.runtime.store.audit_log("message:orders:m-7"), "audit")
     assert [(a.action, a.outcome) for a in audit] == [
         ("dead_message.forget", "refused"), ("dead_message.forget", "ok"),
     ]  # fmt: skip

@@ -45,7 +45,7 @@ def test_workers_report_host_pid_load_and_state(tmp_path: Path) -> None:
     try:
         asyncio.run(main())
         stale = WorkerRow("ghost:1:abc", "ghost", 1, time.time() - 600, time.time() - 120, 4, 2)
-        app.sync(app.store.worker_beat(stale), "beat")
+        app.runtime.sync(app.runtime.store.worker_beat(stale), "beat")
         after = CliRunner().invoke(cli, ["--db", db, "workers"]).output
     finally:
         app.close()

@@ -57,16 +57,16 @@ def test_a_run_started_beside_an_idle_worker_is_created_claimed(store_url: str) 
     async def main() -> None:
         async with running(app) as worker:
             taken: list[str] = []  # runs any claim took (PostgreSQL's NOTIFY of a run's
-            claim = app.store.claim  # end wakes claims that find nothing)
+            claim = app.runtime.store.claim  # end wakes claims that find nothing)
 
             async def claiming(*args: Any, **kwargs: Any) -> Any:
                 claims = await claim(*args, **kwargs)
                 taken.extend(c.run.id for c in claims)
                 return claims
 
-            app.store.claim = claiming  # type: ignore[method-assign]
+            app.runtime.store.claim = claiming  # type: ignore[method-assign]
             handle = await app.start_async("job", 1, run_id="r1")
-            row = await app.store.get_run("r1")
+            row = await app.runtime.store.get_run("r1")
             assert row is not None and row.status == "running"
             assert (row.lease_owner, row.lease_epoch, row.recoveries) == (worker.id, 1, 0)
             assert row.started_at is not None
@@ -95,7 +95,7 @@ def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(store
             await async_wait(worker.nothing_runnable)  # it claimed again after the pause
             leases: list[Any] = []
             created: dict[str, Any] = {}  # the row each create wrote, as it answered
-            create = app.store.create_run
+            create = app.runtime.store.create_run
 
             async def creating(new: NewRun) -> Any:
                 leases.append(new.lease)
@@ -103,7 +103,7 @@ def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(store
                 created[new.id] = row
                 return row, made
 
-            app.store.create_run = creating  # type: ignore[method-assign]
+            app.runtime.store.create_run = creating  # type: ignore[method-assign]
             await app.start_async("other", run_id="paused")
             assert leases[0] is not None and leases[0][0] == worker.id  # offered: the store refused
             for run_id, options in (("queued", {"queue": "narrow"}),
@@ -115,7 +115,7 @@ def test_paused_workflow_queue_limits_and_partitions_leave_the_run_pending(store
                 assert row.status == "pending" and row.lease_epoch == 0
             for run_id in ("queued", "keyed"):
                 assert await app.handle(run_id).result_async(10) == 2
-            row = await app.store.get_run("paused")
+            row = await app.runtime.store.get_run("paused")
             assert row is not None and row.status == "pending" and row.lease_owner is None
             await app.client.set_pause("workflow", "other", False)
             assert await app.handle("paused").result_async(10) == 2
@@ -148,7 +148,7 @@ def test_a_new_run_never_passes_one_waiting_for_a_slot(store_url: str) -> None:
         async with running(app, concurrency=1):
             await app.start_async("job", "first", run_id="first")
             await app.start_async("job", "waiting", run_id="waiting")
-            row = await app.store.get_run("waiting")
+            row = await app.runtime.store.get_run("waiting")
             assert row is not None and row.status == "pending"
             gate.set()
             await app.handle("first").result_async(10)
@@ -280,14 +280,14 @@ def test_runs_started_one_after_another_are_all_created_claimed(store_url: str) 
     async def main() -> None:
         async with running(app, concurrency=1):
             taken: list[str] = []
-            claim = app.store.claim
+            claim = app.runtime.store.claim
 
             async def claiming(*args: Any, **kwargs: Any) -> Any:
                 claims = await claim(*args, **kwargs)
                 taken.extend(c.run.id for c in claims)
                 return claims
 
-            app.store.claim = claiming  # type: ignore[method-assign]
+            app.runtime.store.claim = claiming  # type: ignore[method-assign]
             for i in range(20):
                 handle = await app.start_async("job", i, run_id=f"next-{i}")
                 assert await handle.result_async(10) == i + 1

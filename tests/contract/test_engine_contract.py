@@ -116,7 +116,7 @@ def test_fork_and_replay_check_on_every_store(any_app: perdure.App) -> None:
     flow = build(any_app, effects)
     any_app.start(flow, "o-3", run_id="order-3")
     TestWorker(any_app).run_until_idle()
-    report = any_app.sync(replay_check(any_app), "replay-check")
+    report = any_app.runtime.sync(replay_check(any_app.runtime), "replay-check")
     assert report.checked == 1 and report.divergences == []
     forked = any_app.fork("order-3", from_step=2, new_id="order-3b")
     TestWorker(any_app).run_until_idle()

@@ -28,7 +28,7 @@ def test_continue_as_new_hands_events_over_in_one_transaction(any_app: perdure.A
     worker = TestWorker(app)
     handle = app.start(agent, 0, run_id="l")
     worker.run_until_idle()
-    assert sticky.cache_of(app).kept.keys() == {"l"}
+    assert sticky.cache_of(app.runtime).kept.keys() == {"l"}
     for text in ("a", "b", "stop"):
         handle.send_event("msg", text)
     worker.run_until_idle()
@@ -36,4 +36,4 @@ def test_continue_as_new_hands_events_over_in_one_transaction(any_app: perdure.A
     assert seen == ["a", "b", "stop"]
     links = {r.id: continued_as(r) for r in app.list_runs()}
     assert links == {"l": "l~2", "l~2": "l~3", "l~3": None}
-    assert sticky.cache_of(app).resumed == 1  # the first wake-up went on from memory
+    assert sticky.cache_of(app.runtime).resumed == 1  # the first wake-up went on from memory

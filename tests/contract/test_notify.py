@@ -130,13 +130,13 @@ def test_a_run_ending_elsewhere_wakes_its_waiters_not_idle_workers(pg_url: str) 
             return "rested"
 
     claims: list[int] = []
-    claim = idle_app.store.claim
+    claim = idle_app.runtime.store.claim
 
     async def counted(*args: object, **kwargs: object) -> object:
         claims.append(1)
         return await claim(*args, **kwargs)  # type: ignore[arg-type]
 
-    idle_app.store.claim = counted  # type: ignore[method-assign]
+    idle_app.runtime.store.claim = counted  # type: ignore[method-assign]
 
     async def main() -> None:
         idle = idle_app.worker(concurrency=2, poll=60.0)

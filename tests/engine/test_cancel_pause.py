@@ -588,14 +588,14 @@ def test_resume_is_not_lost_when_the_worker_parks_the_run_meanwhile(
 
     async def main() -> None:
         await app.start_async(quick, run_id="race")
-        [claim] = await app.store.claim("w1", clock.now(), 30.0, 1, [quick.name])
+        [claim] = await app.runtime.store.claim("w1", clock.now(), 30.0, 1, [quick.name])
         assert await app.client.pause("race") == "running"  # pause requested, not reached
         real_get = app.client.get
 
         async def get_then_worker_parks(run_id: str) -> Any:
             run = await real_get(run_id)
             if run.status == "running":  # the worker reaches its step boundary right now
-                await app.store.append(
+                await app.runtime.store.append(
                     Append(
                         run_id="race",
                         epoch=claim.run.lease_epoch,

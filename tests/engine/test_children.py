@@ -12,7 +12,7 @@ from perdure.testing import TestClock, TestWorker
 
 
 def children_of(app: perdure.App, parent_id: str) -> list[perdure.RunRow]:
-    rows = app.sync(app.store.list_runs(parent_id=parent_id, limit=1000), "test")
+    rows = app.runtime.sync(app.runtime.store.list_runs(parent_id=parent_id, limit=1000), "test")
     return sorted(rows, key=lambda r: r.id)
 
 

@@ -172,8 +172,8 @@ def test_released_leases_are_not_crashes(app: perdure.App, clock: TestClock) -> 
     job, _ = poisoned(app)
     handle = app.start(job)
     for owner in ("stopping-1", "stopping-2", "stopping-3"):
-        app.sync(app.store.claim(owner, clock.now(), LEASE, 10, ["job"]), "test")
-        app.sync(app.store.release(owner, [handle.id]), "test")
+        app.runtime.sync(app.runtime.store.claim(owner, clock.now(), LEASE, 10, ["job"]), "test")
+        app.runtime.sync(app.runtime.store.release(owner, [handle.id]), "test")
     TestWorker(app, lease=LEASE, max_recoveries=0).run_until_idle()
     assert handle.result(timeout=5) == "ran 1"
     recovered = [json.loads(e.data or "{}") for e in app.journal(handle.id)]
@@ -185,7 +185,7 @@ def test_expired_leases_count_as_crashes(app: perdure.App, clock: TestClock) -> 
     job, calls = poisoned(app)
     handle = app.start(job)
     for owner in ("gone-1", "gone-2"):
-        app.sync(app.store.claim(owner, clock.now(), LEASE, 10, ["job"]), "test")
+        app.runtime.sync(app.runtime.store.claim(owner, clock.now(), LEASE, 10, ["job"]), "test")
         clock.advance(LEASE + 1)
     TestWorker(app, lease=LEASE, max_recoveries=1).run_until_idle()
     assert handle.status() == "dead"
@@ -230,5 +230,5 @@ def test_replay_check_includes_dead_runs(app: perdure.App, clock: TestClock) -> 
     crash(app, clock, max_recoveries=0)
     TestWorker(app, lease=LEASE, max_recoveries=0).run_until_idle()
     assert handle.status() == "dead"
-    report = app.sync(replay_check(app), "test")
+    report = app.runtime.sync(replay_check(app.runtime), "test")
     assert report.checked == 1 and report.divergences == []

@@ -107,9 +107,9 @@ def test_run_woken_exactly_at_its_deadline_fails(
     handle = app.start(oversleeps)
     worker.run_until_idle()
     clock.advance(HOUR)
-    bounded = perdure.Worker(app, perdure.WorkerOptions(concurrency=1, lease=30))
+    bounded = perdure.Worker(app.runtime, perdure.WorkerOptions(concurrency=1, lease=30))
     try:  # a capped number of claim rounds, so the bug shows as a count, not a hang
-        claimed = app.sync(bounded.run_until_idle(max_rounds=20), "test")
+        claimed = app.runtime.sync(bounded.run_until_idle(max_rounds=20), "test")
     finally:
         bounded.executor.shutdown(wait=False)
     assert claimed == 1
@@ -154,7 +154,7 @@ def test_child_wait_past_the_deadline_fails(
     clock.advance(HOUR + 1)
     worker.run_until_idle()
     assert_deadline_failure(app, handle.id)
-    (child,) = app.sync(app.store.list_runs(parent_id="p"), "test")
+    (child,) = app.runtime.sync(app.runtime.store.list_runs(parent_id="p"), "test")
     assert child.status == "sleeping"
 
 

@@ -141,12 +141,12 @@ def test_a_second_stop_abandons_a_once_step_and_recovery_says_stopped(app: perdu
     kinds = [e.kind for e in app.journal(run_id)]
     assert kinds[-2:] == ["step.intent", "step.stopped"]
     run = app.get_run(run_id)
-    assert "stopped while executing" in explain(app, run, app.journal(run_id))[0].state
+    assert "stopped while executing" in explain(app.runtime, run, app.journal(run_id))[0].state
     TestWorker(app).run_until_idle()
     assert app.handle(run_id).status() == "needs_attention"
     (reason,) = reasons(app, run_id)
     assert reason.startswith("stopped while executing a once step (second signal while stopping")
-    report = explain(app, app.get_run(run_id), app.journal(run_id))[0]
+    report = explain(app.runtime, app.get_run(run_id), app.journal(run_id))[0]
     assert report.detail == reason
 
 
@@ -199,7 +199,7 @@ def test_a_stop_during_a_once_intent_write_never_starts_the_body(
         return wrapped
 
     loop: Any = None
-    store: Any = app.store
+    store: Any = app.runtime.store
     store.append = stop_after_intent(store.append)
 
     async def main() -> str:

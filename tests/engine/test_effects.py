@@ -64,7 +64,7 @@ def test_rerunnable_step_reruns_after_mid_effect_crash(
     """A read or idempotent step whose worker died mid-effect is simply run again on recovery."""
     body = CrashOnce()
     app.step(name="work", effect=effect)(body)  # type: ignore[call-overload]
-    work = app.steps["work"]
+    work = app.runtime.steps["work"]
 
     @app.workflow
     def wf() -> str:
@@ -133,7 +133,7 @@ def test_keyed_step_reruns_with_same_key(app: perdure.App, clock: TestClock) -> 
     """A keyed step re-run after a mid-effect crash sees the same idempotency key both times."""
     body = CrashOnce()
     app.step(name="charge", effect="keyed")(body)
-    charge = perdure.Step(app.steps["charge"])
+    charge = perdure.Step(app.runtime.steps["charge"])
 
     @app.step(name="before", effect="read")
     def before() -> None:
@@ -311,7 +311,7 @@ def test_once_step_mid_effect_crash_never_repeats(app: perdure.App, clock: TestC
     """A once step that did its effect and then crashed is never executed a second time."""
     body = CrashOnce()
     app.step(name="pay", effect="once")(body)
-    pay = perdure.Step(app.steps["pay"])
+    pay = perdure.Step(app.runtime.steps["pay"])
 
     @app.workflow
     def wf() -> str:
@@ -328,7 +328,7 @@ def test_once_outcome_survives_crash_in_later_step(app: perdure.App, clock: Test
     calls: list[str] = []
     body = CrashOnce()
     app.step(name="look", effect="read")(body)
-    look = perdure.Step(app.steps["look"])
+    look = perdure.Step(app.runtime.steps["look"])
 
     @app.step(name="pay")
     def pay() -> str:
@@ -527,7 +527,7 @@ def test_undeclared_effect_is_once(app: perdure.App, clock: TestClock) -> None:
     def wf() -> int:
         return plain()
 
-    assert app.steps["plain"].effect == "once"
+    assert app.runtime.steps["plain"].effect == "once"
     handle = app.start(wf)
     recover(app, clock, crash_after(app, "plain"))
     assert handle.status() == "needs_attention"
@@ -571,7 +571,7 @@ def test_intent_precedes_outcome(app: perdure.App, worker: TestWorker, effect: s
         return 3
 
     app.step(name="act", effect=effect)(act)  # type: ignore[call-overload]
-    step = perdure.Step(app.steps["act"])
+    step = perdure.Step(app.runtime.steps["act"])
 
     @app.workflow
     def wf() -> int:
@@ -760,7 +760,7 @@ def test_failed_once_outcome_is_committed_before_the_next_step(
 
     body = CrashOnce()  # dies inside the read step, flushing nothing on the way
     app.step(name="after_decline", effect="read")(body)
-    after_decline = perdure.Step(app.steps["after_decline"])
+    after_decline = perdure.Step(app.runtime.steps["after_decline"])
 
     @app.workflow
     def wf() -> str:

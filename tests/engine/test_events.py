@@ -15,7 +15,7 @@ from perdure.testing import TestClock, TestWorker
 
 def unconsumed(app: perdure.App, run_id: str, name: str) -> Any:
     """The oldest event `name` still waiting to be consumed by `run_id`, or None."""
-    return app.sync(app.store.next_event(run_id, name), "test")
+    return app.runtime.sync(app.runtime.store.next_event(run_id, name), "test")
 
 
 def test_wait_event_parks_and_send_delivers_payload(app: perdure.App, worker: TestWorker) -> None:

@@ -235,7 +235,7 @@ def test_a_once_step_waits_its_turn_when_the_store_thread_is_busy(
 
     @app.step(effect="keyed")
     def occupy() -> None:  # holds the store thread until the gate opens
-        app.store.submit(lambda db: gate.wait(10), write=False)  # type: ignore[attr-defined]
+        app.runtime.store.submit(lambda db: gate.wait(10), write=False)  # type: ignore[attr-defined]
         threading.Timer(0.2, gate.set).start()
 
     @app.step(effect="once", name="charge")

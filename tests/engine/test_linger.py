@@ -60,7 +60,7 @@ def test_an_outcome_reaches_disk_while_the_workflow_goes_quiet(
             seen.set()
             worker.stop()
             await asyncio.wait_for(running, 10)
-            await app.store.close()
+            await app.runtime.store.close()
 
     try:
         assert asyncio.run(main()) == "paid"

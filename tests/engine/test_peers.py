@@ -152,11 +152,11 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
                 WorkerRow("far-silent", "elsewhere", 1234, 1.0, now - 600, 4, 1),
             ]
             for row in rows:
-                app.sync(app.store.worker_beat(row), "beat")
-            app.sync(app.store.worker_stopped("stopper", now - 5), "stopped")
+                app.runtime.sync(app.runtime.store.worker_beat(row), "beat")
+            app.runtime.sync(app.runtime.store.worker_stopped("stopper", now - 5), "stopped")
 
             def why(owner: str | None) -> str:
-                return asyncio.run(how_lost(app.store, owner, now, SILENT_AFTER))
+                return asyncio.run(how_lost(app.runtime.store, owner, now, SILENT_AFTER))
 
             assert why(f"{host}:{child.pid}:abc").endswith(f"died (process {child.pid} is gone)")
             assert "is alive but lost its lease" in why(f"{host}:{os.getppid()}:abc")
@@ -165,7 +165,8 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
             assert "went silent" in why("far-silent")
             assert why("nobody-knows").startswith("its worker nobody-knows was lost")
             # a worker restarted with --id finds its own id on the intent: an earlier process
-            reused = asyncio.run(how_lost(app.store, "far-live", now, SILENT_AFTER, me="far-live"))
+            store = app.runtime.store
+            reused = asyncio.run(how_lost(store, "far-live", now, SILENT_AFTER, me="far-live"))
             assert "was restarted under the same id" in reused
             assert "still reports" not in reused
         finally:
@@ -263,14 +264,16 @@ def test_a_session_lock_proves_death_only_when_its_session_is_gone() -> None:
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         name = app.get_run("held").workflow
-        claimed = app.sync(app.store.claim("holder", time.time(), 60.0, 1, [name]), "claim")
+        claimed = app.runtime.sync(
+            app.runtime.store.claim("holder", time.time(), 60.0, 1, [name]), "claim"
+        )
         assert [c.run.id for c in claimed] == ["held"]
-        peers = PeerWatch(app.store, "me", sessions=True)
+        peers = PeerWatch(app.runtime.store, "me", sessions=True)
 
         def two_checks() -> int:
-            released = app.sync(peers.check(time.time()), "check")
+            released = app.runtime.sync(peers.check(time.time()), "check")
             time.sleep(CONFIRM + 0.05)
-            return released + app.sync(peers.check(time.time()), "check")
+            return released + app.runtime.sync(peers.check(time.time()), "check")
 
         assert two_checks() == 0  # alive
         holder.send_signal(signal.SIGSTOP)
@@ -279,7 +282,7 @@ def test_a_session_lock_proves_death_only_when_its_session_is_gone() -> None:
         registry("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
                  f"WHERE application_name = 'perdure-lock:{schema}'")  # fmt: skip
         # the server cut the frozen worker's session: its lock is free, but only once so far
-        assert app.sync(peers.check(time.time()), "check") == 0
+        assert app.runtime.sync(peers.check(time.time()), "check") == 0
         holder.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 10
         while registry() in (None, first_key):  # it takes a new lock as it wakes

@@ -71,7 +71,7 @@ def crashed(app: perdure.App, worker: TestWorker, run_id: str) -> None:
     with pytest.raises(SimulatedCrash):
         worker.run_until_idle()
     run = app.get_run(run_id)
-    app.sync(app.store.release(run.lease_owner or "", [run_id]), "release")
+    app.runtime.sync(app.runtime.store.release(run.lease_owner or "", [run_id]), "release")
 
 
 def test_an_effect_that_happened_is_recorded_from_the_probe(

@@ -24,8 +24,8 @@ def test_result_reads_nothing_after_the_run_ended_here(db_url: str) -> None:
     async def main() -> list[Any]:
         worker = app.worker(concurrency=4, poll=0.01)
         task = asyncio.create_task(worker.run())
-        store: Any = app.store
-        get_run, ended = store.get_run, app.run_ended
+        store: Any = app.runtime.store
+        get_run, ended = store.get_run, app.runtime.run_ended
 
         async def counted_get(run_id: str) -> RunRow | None:
             log.append(f"read {run_id}")
@@ -35,7 +35,7 @@ def test_result_reads_nothing_after_the_run_ended_here(db_url: str) -> None:
             log.append(f"ended {row.id}")
             ended(row)
 
-        store.get_run, app.run_ended = counted_get, counted_end  # type: ignore[method-assign]
+        store.get_run, app.runtime.run_ended = counted_get, counted_end  # type: ignore[method-assign]
         results = await one_after_another(app, wf, 3)
         worker.stop()
         await asyncio.wait_for(task, 30)
@@ -56,9 +56,9 @@ def test_an_older_end_kept_here_is_not_taken_for_a_newer_row(app: perdure.App) -
     answered from the end this process kept."""
     client = Client(app)
     now = RunRow(id="r", workflow="wf", status="pending", input="{}", updated_at=20.0)
-    app.run_ended(replace(now, status="failed", updated_at=10.0))
+    app.runtime.run_ended(replace(now, status="failed", updated_at=10.0))
     assert client._known(now) is None
-    app.run_ended(replace(now, status="completed", updated_at=30.0))
+    app.runtime.run_ended(replace(now, status="completed", updated_at=30.0))
     known = client._known(now)
     assert known is not None and known.status == "completed"
 
@@ -68,9 +68,9 @@ def test_ends_kept_here_are_few_and_small(app: perdure.App) -> None:
     from perdure.engine import runtime
 
     row = RunRow(id="big", workflow="wf", status="completed", input="{}", updated_at=1.0)
-    app.run_ended(replace(row, result='"' + "x" * runtime.ENDED_TEXT + '"'))
-    assert "big" not in app.ended
+    app.runtime.run_ended(replace(row, result='"' + "x" * runtime.ENDED_TEXT + '"'))
+    assert "big" not in app.runtime.ended
     for i in range(runtime.ENDED_KEPT + 10):
-        app.run_ended(replace(row, id=f"r{i}", result="1"))
-    assert len(app.ended) == runtime.ENDED_KEPT
-    assert "r0" not in app.ended and f"r{runtime.ENDED_KEPT + 9}" in app.ended
+        app.runtime.run_ended(replace(row, id=f"r{i}", result="1"))
+    assert len(app.runtime.ended) == runtime.ENDED_KEPT
+    assert "r0" not in app.runtime.ended and f"r{runtime.ENDED_KEPT + 9}" in app.runtime.ended

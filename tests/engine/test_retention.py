@@ -166,7 +166,7 @@ def test_gc_deletes_blobs_nobody_names_any_more(db_url: str, clock: TestClock) -
         TestWorker(app).run_until_idle()
         report = app.gc()
         assert report.runs == 1 and report.blobs >= 1
-        count = app.store.submit(  # type: ignore[attr-defined]
+        count = app.runtime.store.submit(  # type: ignore[attr-defined]
             lambda c: c.execute("SELECT COUNT(*) FROM blobs").fetchone()[0], write=False
         ).result()
         assert count == 0
@@ -215,7 +215,7 @@ def test_the_worker_collects_in_the_background(app: perdure.App) -> None:
             worker.stop()
             await running
 
-    app.sync(main(), "test")
+    app.runtime.sync(main(), "test")
     with pytest.raises(perdure.RunNotFound):
         app.get_run("bg")
 
@@ -247,7 +247,7 @@ def test_a_failing_gc_pass_never_stops_the_worker(
             await running
 
     with caplog.at_level(logging.WARNING, logger="perdure.worker"):
-        assert app.sync(main(), "test") == "did still working"
+        assert app.runtime.sync(main(), "test") == "did still working"
     assert "gc pass failed" in caplog.text and "gc exploded" in caplog.text
 
 
@@ -267,4 +267,4 @@ def test_worker_gc_can_be_switched_off(app: perdure.App) -> None:
             worker.stop()
             await running
 
-    assert app.sync(main(), "test") == 1
+    assert app.runtime.sync(main(), "test") == 1

@@ -287,7 +287,7 @@ def test_step_timeout_replays_as_step_timeout(
 
     handle = app.start(wf)
     worker.run_until_idle()
-    sticky.cache_of(app).clear()  # wake by replay, not from where it parked in memory
+    sticky.cache_of(app.runtime).clear()  # wake by replay, not from where it parked in memory
     clock.advance(61)
     worker.run_until_idle()
     assert handle.status() == "completed"

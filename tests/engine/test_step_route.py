@@ -134,7 +134,7 @@ def test_a_once_step_touches_few_functions(
         finally:
             worker.stop()
             await asyncio.wait_for(running, 30)
-            await app.store.close()
+            await app.runtime.store.close()
 
     with fresh_store_url(kind, tmp_path) as url:
         assert asyncio.run(main(url)) == sum(range(1, STEPS + 1))

@@ -20,7 +20,7 @@ ENTRIES = 5_000  # seeded journal entries: 2,500 keyed steps (an intent and an o
 
 def counting_journal(app: perdure.App) -> list[int]:
     """Count the journal rows the store hands out (the real store, only counted)."""
-    real = app.store.journal
+    real = app.runtime.store.journal
     rows: list[int] = []
 
     async def journal(*args: Any, **kwargs: Any) -> list[Entry]:
@@ -28,7 +28,7 @@ def counting_journal(app: perdure.App) -> list[int]:
         rows.append(len(found))
         return found
 
-    app.store.journal = journal  # type: ignore[method-assign]
+    app.runtime.store.journal = journal  # type: ignore[method-assign]
     return rows
 
 
@@ -60,10 +60,10 @@ def seed(app: perdure.App, run_id: str, steps: int) -> None:
                              data=f'{{"effect":"keyed","key":"{run_id}:{pos}"}}'))  # fmt: skip
         entries.append(Entry(kind="step.outcome", name="work", position=pos, attempt=1,
                              final=True, at=now, data=f'{{"value":{pos},"ms":0.0}}'))  # fmt: skip
-    version = app.workflows["history"].version
+    version = app.runtime.workflows["history"].version
     new = NewRun(id=run_id, workflow="history", input=encode_input("history", [steps], {}),
                  code_version=version, now=now, entries=entries)  # fmt: skip
-    app.sync(app.store.create_run(new), "seed")
+    app.runtime.sync(app.runtime.store.create_run(new), "seed")
 
 
 def test_waking_a_long_run_reads_only_the_new_tail_and_replays_nothing(
@@ -78,7 +78,7 @@ def test_waking_a_long_run_reads_only_the_new_tail_and_replays_nothing(
     worker.run_until_idle()
     assert app.get_run("h").status == "waiting"
     assert rows == [ENTRIES] and len(ran) == ENTRIES // 2  # the first execution replays all
-    cache = sticky.cache_of(app)
+    cache = sticky.cache_of(app.runtime)
     assert "h" in cache.kept
     rows.clear()
     ran.clear()
@@ -98,7 +98,7 @@ def test_a_resumed_run_ends_exactly_as_a_replayed_one(app: perdure.App, worker: 
     seed(app, "warm", 500)
     seed(app, "cold", 500)
     worker.run_until_idle()
-    cache = sticky.cache_of(app)
+    cache = sticky.cache_of(app.runtime)
     cache.drop("cold")  # this one replays from the top
     for run_id in ("warm", "cold"):
         app.send_event(run_id, "go", 3)
@@ -139,7 +139,7 @@ def test_a_run_another_worker_touched_meanwhile_replays_from_the_journal(
     clock.advance(worker.lease + 1)
     worker.run_until_idle()
     assert app.handle("h").result(timeout=5) == 45 + 1 - 1
-    cache = sticky.cache_of(app)
+    cache = sticky.cache_of(app.runtime)
     assert cache.missed == 1 and cache.resumed == 0
     assert len(ran) == 10  # replayed from the top
 
@@ -160,7 +160,7 @@ def test_a_paused_and_resumed_kept_run_goes_on_from_memory(
     ran.clear()
     worker.run_until_idle()
     assert handle.result(timeout=5) == 45 - 1
-    assert ran == [] and sticky.cache_of(app).resumed == 1
+    assert ran == [] and sticky.cache_of(app.runtime).resumed == 1
 
 
 def test_a_kept_run_holds_no_task_and_no_thread(app: perdure.App, worker: TestWorker) -> None:
@@ -168,9 +168,9 @@ def test_a_kept_run_holds_no_task_and_no_thread(app: perdure.App, worker: TestWo
     long_app(app, [])
     seed(app, "h", 10)
     worker.run_until_idle()
-    kept = sticky.cache_of(app).kept["h"]
+    kept = sticky.cache_of(app.runtime).kept["h"]
     assert kept.ctx.task is None
-    tasks = app.sync(_tasks(), "tasks")
+    tasks = app.runtime.sync(_tasks(), "tasks")
     assert not [t for t in tasks if t.startswith("perdure-run-")]
     run = app.get_run("h")
     assert run.status == "waiting" and run.lease_owner is None
@@ -190,7 +190,7 @@ def test_the_cache_is_bounded_and_an_evicted_run_still_ends_right(
     for run_id in ("a", "b", "c"):
         seed(app, run_id, 10)
         worker.run_until_idle()
-    cache = sticky.cache_of(app)
+    cache = sticky.cache_of(app.runtime)
     assert list(cache.kept) == ["b", "c"]
     for run_id in ("a", "b", "c"):
         app.send_event(run_id, "go", 0)
@@ -208,7 +208,7 @@ def test_sync_workflows_are_not_kept(app: perdure.App, worker: TestWorker) -> No
 
     handle = app.start(waits, run_id="s")
     worker.run_until_idle()
-    assert handle.status() == "waiting" and not sticky.cache_of(app).kept
+    assert handle.status() == "waiting" and not sticky.cache_of(app.runtime).kept
     handle.send_event("go", 5)
     worker.run_until_idle()
     assert handle.result(timeout=5) == 5
@@ -230,7 +230,7 @@ def test_a_kept_run_woken_past_its_deadline_fails_and_is_closed(
 
     handle = app.start(slow, run_id="d", deadline=50)
     worker.run_until_idle()
-    assert "d" in sticky.cache_of(app).kept and cleaned == []
+    assert "d" in sticky.cache_of(app.runtime).kept and cleaned == []
     clock.advance(60)
     worker.run_until_idle()
     with pytest.raises(perdure.RunFailed, match="deadline"):

@@ -45,7 +45,7 @@ def test_outage_while_waiting_for_an_event_is_waited_out(
     async def waits() -> Any:
         return await perdure.wait_event("go")
 
-    hits = fail_once(app.store, "next_event")
+    hits = fail_once(app.runtime.store, "next_event")
     handle = app.start(waits)
     worker.run_until_idle()
     assert hits and handle.status() == "waiting"
@@ -67,7 +67,7 @@ def test_outage_while_reading_a_child_result_is_waited_out(
     async def parent() -> int:
         return int(await child()) + 1
 
-    hits = fail_once(app.store, "get_run")
+    hits = fail_once(app.runtime.store, "get_run")
     handle = app.start(parent)
     worker.run_until_idle()
     assert hits and handle.status() != "failed"
@@ -87,7 +87,7 @@ def test_outage_reading_the_journal_at_claim_is_no_engine_error(
     handle = app.start(plain)
     worker.run_until_idle()  # asleep, with a journal to read when it wakes
     assert handle.status() == "sleeping"
-    hits = fail_once(app.store, "journal")
+    hits = fail_once(app.runtime.store, "journal")
     clock.advance(11)
     worker.run_until_idle()
     assert hits and handle.status() == "running"
@@ -113,7 +113,7 @@ def test_outage_while_finishing_a_cancel_is_no_engine_error(
         await ask_to_cancel()
         await never()
 
-    hits = fail_once(app.store, "append", lambda a: a.status == CANCELLED)
+    hits = fail_once(app.runtime.store, "append", lambda a: a.status == CANCELLED)
     handle = app.start(cancelled)
     worker.run_until_idle()
     assert hits and handle.status() == "cancelling"
@@ -166,7 +166,7 @@ def test_a_once_outcome_met_by_an_outage_is_recorded_when_the_store_is_back(
     async def pays() -> str:
         return await charge() + "+" + await after()
 
-    hits = (land_then_fail if landed else fail_once_append)(app.store, outcome_of("charge"))
+    hits = (land_then_fail if landed else fail_once_append)(app.runtime.store, outcome_of("charge"))
     handle = app.start(pays)
     with caplog.at_level(logging.WARNING, logger="perdure.worker"):
         worker.run_until_idle()

@@ -103,7 +103,7 @@ def test_a_workflow_writes_only_new_code_never_a_replay(
 
 
 def kinds_now(app: perdure.App, run_id: str) -> list[tuple[str, str, Any]]:
-    rows = app.sync(app.store.read_stream(run_id), "read")
+    rows = app.runtime.sync(app.runtime.store.read_stream(run_id), "read")
     return [(r.kind, r.topic, streams.chunk_of(r).data) for r in rows]
 
 
@@ -216,7 +216,7 @@ def test_the_api_serves_a_run_stream_as_sse_with_resume(
 
     handle = app.start(speaker, run_id="sp1")
     worker.run_until_idle()
-    _, token = app.sync(create_token(app, "reader", ["read"]), "token")
+    _, token = app.runtime.sync(create_token(app, "reader", ["read"]), "token")
     headers = {"Authorization": f"Bearer {token}"}
     with TestClient(create_app(app)) as client:
         text = client.get("/api/v1/runs/sp1/stream", headers=headers).text
@@ -279,7 +279,9 @@ def test_what_a_step_streamed_is_kept_once_a_later_journal_write_lands(
     worker.crash_after_intent(f"email_{kind}")
     with pytest.raises(SimulatedCrash):
         worker.run_until_idle()
-    rows = app.sync(app.store.read_stream(handle.id), "read")  # what the store holds now
+    rows = app.runtime.sync(
+        app.runtime.store.read_stream(handle.id), "read"
+    )  # what the store holds now
     chunks = [(c.kind, c.data) for c in map(streams.chunk_of, rows)]
     assert chunks == [
         ("attempt", {"step": f"talk_{kind}", "position": 0, "attempt": 1}),

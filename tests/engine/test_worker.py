@@ -38,8 +38,11 @@ def holds(flag: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
 
 def ghost_claim(app: perdure.App, limit: int = 100) -> list[Claim]:
     """Claim runnable runs as a worker that then dies without running them."""
-    return app.sync(  # type: ignore[no-any-return]
-        app.store.claim("ghost", app.clock.now(), LEASE, limit, list(app.workflows)), "test"
+    return app.runtime.sync(  # type: ignore[no-any-return]
+        app.runtime.store.claim(
+            "ghost", app.clock.now(), LEASE, limit, list(app.runtime.workflows)
+        ),
+        "test",
     )
 
 
@@ -281,14 +284,14 @@ def test_recovery_is_bulk(app: perdure.App, clock: TestClock, monkeypatch: Any) 
     clock.advance(LEASE + 1)
 
     sizes: list[int] = []
-    real_claim = app.store.claim
+    real_claim = app.runtime.store.claim
 
     async def counting_claim(*args: Any, **kwargs: Any) -> list[Claim]:
         claims = await real_claim(*args, **kwargs)
         sizes.append(len(claims))
         return claims
 
-    monkeypatch.setattr(app.store, "claim", counting_claim)
+    monkeypatch.setattr(app.runtime.store, "claim", counting_claim)
     assert TestWorker(app, concurrency=50).run_until_idle() == 25
     assert sizes[0] == 25
     assert [h.result(timeout=5) for h in handles] == list(range(25))
@@ -499,7 +502,7 @@ def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
         task = asyncio.create_task(worker.run())
         while not worker.nothing_runnable():  # its first claim found nothing
             await asyncio.sleep(0.01)
-        store: Any = app.store
+        store: Any = app.runtime.store
         claim = store.claim
 
         async def counted(*args: Any, **kwargs: Any) -> Any:

@@ -34,8 +34,8 @@ def load_golden(app: perdure.App, name: str) -> str:
         now=run["created_at"],
         entries=entries,
     )
-    app.sync(app.open_store(), "open")
-    app.sync(app.store.create_run(new), "seed")
+    app.runtime.sync(app.runtime.open_store(), "open")
+    app.runtime.sync(app.runtime.store.create_run(new), "seed")
     return str(run["id"])
 
 

@@ -15,8 +15,8 @@ def assert_decided_once(
     """A second decision at the gate is refused, and the audit log holds both: the first
     (approve or deny) done, the second refused."""
     with pytest.raises(perdure.PerdureError, match="not waiting at that gate"):
-        app.sync(operations.decide(app, who, run_id, call_id, True), "decide")
-    audit = app.sync(app.store.audit_log(f"run:{run_id}"), "audit")
+        app.runtime.sync(operations.decide(app, who, run_id, call_id, True), "decide")
+    audit = app.runtime.sync(app.runtime.store.audit_log(f"run:{run_id}"), "audit")
     assert [(a.action, a.outcome) for a in reversed(audit)] == [
         ("gate.approve" if approve else "gate.deny", "ok"),
         ("gate.approve", "refused"),

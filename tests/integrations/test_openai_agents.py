@@ -354,7 +354,7 @@ def test_usage_shows_per_model_call(app: perdure.App, worker: TestWorker, server
     handle = app.start(workflow, "refund o42", run_id="r-usage")
     worker.run_until_idle()
     assert handle.status() == "completed"
-    rows = app.sync(app.store.usage("refunds", 0.0), "usage")
+    rows = app.runtime.sync(app.runtime.store.usage("refunds", 0.0), "usage")
     assert [(r.run_id, r.model, r.input_tokens, r.output_tokens) for r in rows] == [
         ("r-usage", "scripted", 21, 7)
     ] * 4
@@ -491,7 +491,7 @@ def test_the_side_effect_inventory_lists_every_step_before_any_run(
     """`runner.workflow(agent)` registers its model and tool steps at once, with their
     effects, so `perdure effects` shows them before the first run."""
     make_runner(app).workflow(shop_agent(server, Payments()))
-    assert {n: d.effect for n, d in app.steps.items() if n.startswith("agents.")} == {
+    assert {n: d.effect for n, d in app.runtime.steps.items() if n.startswith("agents.")} == {
         "agents.refunds.model": "keyed",
         "agents.refunds.tool.lookup_order": "read",
         "agents.refunds.tool.issue_refund": "keyed",

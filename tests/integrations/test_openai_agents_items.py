@@ -63,7 +63,7 @@ def test_run_item_events_are_the_plain_sdks(
     runner.workflow(agent)  # registered before a worker needs it, as at import time
     script(server)
     streamed = runner.run_streamed(agent, "refund o42", run_id="i-live")
-    items, raw = app.sync(drain(streamed), "test")
+    items, raw = app.runtime.sync(drain(streamed), "test")
     assert streamed.final_output == "Order o42 was refunded."
     assert items == plain_items and raw > 0 and plain_raw > 0
     assert [i[0] for i in items] == [
@@ -88,7 +88,7 @@ def test_a_recovered_run_streams_each_item_once(
     crash_and_recover(app, clock, "agents.refunds.tool.issue_refund")
     assert app.handle("i-crash").result() == "Order o42 was refunded."
 
-    whole, _ = app.sync(drain(runner.stream("i-crash")), "test")
+    whole, _ = app.runtime.sync(drain(runner.stream("i-crash")), "test")
     assert Counter(i[0] for i in whole) == {
         "tool_called": 3, "tool_output": 3, "message_output_created": 1
     }  # fmt: skip
@@ -122,7 +122,9 @@ def test_a_replay_streams_nothing_again(
     script(server)
     handle = app.start(twice, "refund o42", stream=True)
     worker.run_until_idle()
-    before = app.sync(app.store.read_stream(handle.id), "test")  # the run sleeps: read, not follow
+    before = app.runtime.sync(
+        app.runtime.store.read_stream(handle.id), "test"
+    )  # the run sleeps: read, not follow
     assert sum(1 for c in before if c.topic == "items") == 7
     clock.advance(61)
     worker.run_until_idle()
@@ -140,11 +142,11 @@ def test_a_streamed_run_with_a_session(
     runner.workflow(agent)
     server.reply(tool_calls=[("c1", "lookup_order", {"order": "o42"})])
     server.reply("Order o42 is paid.")
-    talk = PerdureSession("conv-s", app)
+    talk = PerdureSession("conv-s", app.runtime)
     streamed = runner.run_streamed(agent, "is o42 paid?", run_id="i-talk", session=talk)
-    found, _ = app.sync(drain(streamed), "test")
+    found, _ = app.runtime.sync(drain(streamed), "test")
     assert [i[0] for i in found] == ["tool_called", "tool_output", "message_output_created"]
-    stored = app.sync(talk.get_items(), "test")
+    stored = app.runtime.sync(talk.get_items(), "test")
     assert [i.get("role") or i.get("type") for i in stored] == [
         "user", "function_call", "function_call_output", "assistant"
     ]  # fmt: skip

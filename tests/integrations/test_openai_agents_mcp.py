@@ -69,7 +69,7 @@ def test_mcp_tool_calls_are_steps_and_an_interrupted_once_call_parks(
     TestWorker(app).run_until_idle()
     assert handle.result() == "Added and touched." and not target.exists()
     assert "touched by hand" in json.dumps(server.requests[-1].body["messages"][-1]["content"])
-    effects = {n: d.effect for n, d in app.steps.items() if ".tool." in n}
+    effects = {n: d.effect for n, d in app.runtime.steps.items() if ".tool." in n}
     assert effects["agents.refunds.tool.add"] == "read"
     assert effects["agents.refunds.tool.touch"] == "once"
 
@@ -89,11 +89,13 @@ def test_an_mcp_servers_require_approval_interrupts_into_a_gate(
     handle = app.start(flow, "touch it", run_id="m-gate")
     worker.run_until_idle()
     assert handle.status() == "waiting" and not target.exists()
-    gates = app.sync(operations.pending_gates(app), "gates")
+    gates = app.runtime.sync(operations.pending_gates(app), "gates")
     assert [(g.call_id, g.tool, g.arguments) for g in gates] == [
         ("c1", "touch", {"path": str(target)})
     ]
-    app.sync(operations.decide(app, local_operator(), "m-gate", "c1", approve, "no"), "decide")
+    app.runtime.sync(
+        operations.decide(app, local_operator(), "m-gate", "c1", approve, "no"), "decide"
+    )
     worker.run_until_idle()
     assert handle.result() == "Done." and target.exists() == approve
     assert len(server.requests) == 2

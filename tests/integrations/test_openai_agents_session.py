@@ -36,7 +36,7 @@ def store_app(store_url: str) -> Iterator[tuple[perdure.App, TestClock]]:
 
 def items(app: perdure.App, session_id: str) -> list[Any]:
     """The session's items, read outside any run."""
-    return app.sync(PerdureSession(session_id, app).get_items(), "test")  # type: ignore[no-any-return]
+    return app.runtime.sync(PerdureSession(session_id, app.runtime).get_items(), "test")  # type: ignore[no-any-return]
 
 
 def kinds(found: list[Any]) -> list[str]:
@@ -92,7 +92,7 @@ def test_a_replayed_run_adds_nothing_twice_and_reads_what_it_read(
 
     @app.workflow()
     async def chat(text: str) -> list[Any]:
-        result = await runner.run(agent, text, session=PerdureSession("conv-r", app))
+        result = await runner.run(agent, text, session=PerdureSession("conv-r", app.runtime))
         await perdure.sleep(60)
         return [result.final_output, len(result.to_input_list())]
 
@@ -101,7 +101,9 @@ def test_a_replayed_run_adds_nothing_twice_and_reads_what_it_read(
     worker.run_until_idle()
     assert kinds(items(app, "conv-r")) == TURN_1
     # someone else talks in the same conversation while the run sleeps
-    app.sync(PerdureSession("conv-r", app).add_items([{"role": "user", "content": "hi"}]), "t")
+    app.runtime.sync(
+        PerdureSession("conv-r", app.runtime).add_items([{"role": "user", "content": "hi"}]), "t"
+    )
     clock.advance(61)
     worker.run_until_idle()
     assert handle.result() == ["Order o42 is paid.", 4]
@@ -125,7 +127,7 @@ def test_a_crash_after_the_items_were_written_adds_them_once(
 
     @app.workflow()
     async def chat(text: str) -> str:
-        result = await runner.run(agent, text, session=PerdureSession("conv-c", app))
+        result = await runner.run(agent, text, session=PerdureSession("conv-c", app.runtime))
         return await notify(str(result.final_output))
 
     lookup_turn(server)
@@ -166,7 +168,7 @@ def test_pop_and_clear_are_steps_too(store_app: tuple[perdure.App, TestClock]) -
 
     @app.workflow()
     async def tidy() -> list[Any]:
-        talk = PerdureSession("conv-p", app)
+        talk = PerdureSession("conv-p", app.runtime)
         await talk.add_items([{"role": "user", "content": c} for c in ("a", "b", "c")])
         popped = await talk.pop_item()
         await perdure.sleep(60)
@@ -180,25 +182,25 @@ def test_pop_and_clear_are_steps_too(store_app: tuple[perdure.App, TestClock]) -
     assert handle.result() == [{"role": "user", "content": "c"}, [{"role": "user", "content": "b"}]]
     assert [i["content"] for i in items(app, "conv-p")] == ["a", "b"]
 
-    limited = PerdureSession("conv-p", app, session_settings=SessionSettings(limit=1))
-    assert app.sync(limited.get_items(), "t") == [{"role": "user", "content": "b"}]
-    outside = PerdureSession("conv-p", app)
-    assert app.sync(outside.pop_item(), "t") == {"role": "user", "content": "b"}
-    app.sync(outside.clear_session(), "t")
-    assert items(app, "conv-p") == [] and app.sync(outside.pop_item(), "t") is None
+    limited = PerdureSession("conv-p", app.runtime, session_settings=SessionSettings(limit=1))
+    assert app.runtime.sync(limited.get_items(), "t") == [{"role": "user", "content": "b"}]
+    outside = PerdureSession("conv-p", app.runtime)
+    assert app.runtime.sync(outside.pop_item(), "t") == {"role": "user", "content": "b"}
+    app.runtime.sync(outside.clear_session(), "t")
+    assert items(app, "conv-p") == [] and app.runtime.sync(outside.pop_item(), "t") is None
 
     @app.workflow()
     async def reset() -> int:
-        talk = PerdureSession("conv-p", app)
+        talk = PerdureSession("conv-p", app.runtime)
         await talk.clear_session()
         await talk.add_items([{"role": "user", "content": "fresh"}])
         await perdure.sleep(60)
         return len(await talk.get_items())
 
-    app.sync(outside.add_items([{"role": "user", "content": "old"}]), "t")
+    app.runtime.sync(outside.add_items([{"role": "user", "content": "old"}]), "t")
     again = app.start(reset)
     worker.run_until_idle()
-    app.sync(outside.add_items([{"role": "user", "content": "later"}]), "t")
+    app.runtime.sync(outside.add_items([{"role": "user", "content": "later"}]), "t")
     clock.advance(61)
     worker.run_until_idle()
     assert again.result() == 2  # the replay cleared nothing again
@@ -209,14 +211,14 @@ def test_bad_session_input_is_one_line(app: perdure.App, server: Any) -> None:
     """An empty id, a session= that is neither, an item JSON cannot hold: one line each,
     nothing stored."""
     with pytest.raises(perdure.ConfigError, match="needs a session id") as bad:
-        PerdureSession("", app)
+        PerdureSession("", app.runtime)
     assert "\n" not in str(bad.value)
     runner = make_runner(app)
     with pytest.raises(perdure.ConfigError, match="session= takes a PerdureSession"):
         runner.run_sync(shop_agent(server, Payments()), "hi", session=5)  # type: ignore[arg-type]
-    talk = PerdureSession("conv-b", app)
+    talk = PerdureSession("conv-b", app.runtime)
     with pytest.raises(perdure.PayloadError, match="cannot be stored") as payload:
-        app.sync(talk.add_items([{"role": "user", "content": object()}]), "t")  # type: ignore[list-item]
+        app.runtime.sync(talk.add_items([{"role": "user", "content": object()}]), "t")  # type: ignore[list-item]
     assert "\n" not in str(payload.value)
     assert items(app, "conv-b") == []
 

@@ -69,7 +69,7 @@ def test_run_streamed_gives_tokens_while_the_model_step_runs(
             assert streamed.is_complete
             return deltas, streamed.final_output, streamed.run_id
 
-        deltas, output, run_id = app.sync(read(), "test")
+        deltas, output, run_id = app.runtime.sync(read(), "test")
     finally:
         held.go.set()
         held.stop()
@@ -116,9 +116,9 @@ def test_a_recovered_run_does_not_stream_a_recorded_call_again(
                 break
         return seen, streamed.offset
 
-    whole, _ = app.sync(read(-1, None), "test")
-    head, offset = app.sync(read(-1, 5), "test")
-    rest, _ = app.sync(read(offset, None), "test")
+    whole, _ = app.runtime.sync(read(-1, None), "test")
+    head, offset = app.runtime.sync(read(-1, 5), "test")
+    rest, _ = app.runtime.sync(read(offset, None), "test")
     assert head + rest == whole and len(head) == 5 and rest
     texts = "".join(e["delta"] for e in whole if e["type"] == "response.output_text.delta")
     assert texts == "Order o42 was refunded."
@@ -152,12 +152,12 @@ def test_needs_approval_waits_at_a_gate_answered_once_and_audited(
     handle = app.start(flow, "refund o42", run_id="a-gate")
     worker.run_until_idle()
     assert handle.status() == "waiting" and payments.refunds == []
-    gates = app.sync(operations.pending_gates(app), "gates")
+    gates = app.runtime.sync(operations.pending_gates(app), "gates")
     assert [(g.run_id, g.kind, g.call_id, g.tool, g.arguments) for g in gates] == [
         ("a-gate", "approval", "c2", "issue_refund", {"order": "o42"})
     ]
     who = local_operator()
-    app.sync(operations.decide(app, who, "a-gate", "c2", approve, "checked"), "decide")
+    app.runtime.sync(operations.decide(app, who, "a-gate", "c2", approve, "checked"), "decide")
     worker.run_until_idle()
     assert handle.result() == "Order o42 was refunded."
     assert len(payments.refunds) == (1 if approve else 0)
@@ -200,13 +200,14 @@ def test_a_spent_budget_parks_the_run_before_the_call_and_a_raise_wakes_it(
     worker.run_until_idle()
     assert handle.status() == "waiting" and len(server.requests) == 1
     assert app.get_run("a-budget").waiting_for == f"event:{budgets.BUDGET_EVENT}"
-    woken = app.sync(
-        budgets.set_budget(app, "refunds", Budget("refunds", tokens_per_hour=10**6)), "budget"
+    woken = app.runtime.sync(
+        budgets.set_budget(app.runtime, "refunds", Budget("refunds", tokens_per_hour=10**6)),
+        "budget",
     )
     assert woken == 1
     worker.run_until_idle()
     assert handle.result() == "Order o42 was refunded." and len(server.requests) == 4
-    rows = app.sync(app.store.usage("refunds", 0.0), "usage")
+    rows = app.runtime.sync(app.runtime.store.usage("refunds", 0.0), "usage")
     assert len(rows) == 4  # the refused call cost nothing and was never recorded as used
 
 

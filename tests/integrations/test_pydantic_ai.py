@@ -83,9 +83,9 @@ def test_result_equals_the_plain_agents_and_each_request_and_call_is_a_step(
         (2, f"{NAME}.tool.send_email"),
         (3, f"{NAME}.model"),
     ]
-    assert app.steps[f"{NAME}.model"].effect == "keyed"
-    assert app.steps[f"{NAME}.tool.lookup_order"].effect == "read"
-    assert app.steps[f"{NAME}.tool.send_email"].effect == "keyed"
+    assert app.runtime.steps[f"{NAME}.model"].effect == "keyed"
+    assert app.runtime.steps[f"{NAME}.tool.lookup_order"].effect == "read"
+    assert app.runtime.steps[f"{NAME}.tool.send_email"].effect == "keyed"
     assert len(orders) == 2  # the plain run and the durable one, nothing more
 
 
@@ -199,7 +199,7 @@ def test_deps_are_rebuilt_from_json_and_usage_is_recorded_once_per_request(
     worker.run_until_idle()
     assert "eu: shipped" in durable.result(handle).output
     assert seen == [Shop("eu")]
-    rows = app.sync(app.store.usage(NAME, 0.0), "usage")
+    rows = app.runtime.sync(app.runtime.store.usage(NAME, 0.0), "usage")
     assert [(r.run_id, r.position) for r in rows] == [(handle.id, 0), (handle.id, 2)]
     assert all(r.input_tokens > 0 and r.model == "test" for r in rows)
 
@@ -340,12 +340,12 @@ def test_run_and_run_sync_wait_for_a_worker_and_return_the_output(app: perdure.A
         w.stop()
         await task
 
-    task = app.sync(spawn(), "test")
+    task = app.runtime.sync(spawn(), "test")
     try:
-        first = app.sync(durable.run("hi", timeout=30), "test")
+        first = app.runtime.sync(durable.run("hi", timeout=30), "test")
         second = durable.run_sync("hi again", timeout=30)
     finally:
-        app.sync(stop(task), "test")
+        app.runtime.sync(stop(task), "test")
     assert (first.output, second.output) == ("hello", "hello")
     assert first.run_id != second.run_id
     assert steps_of(app, second.run_id) == [(0, f"{NAME}.model")]

@@ -85,13 +85,13 @@ def test_a_tool_that_requires_approval_waits_at_a_gate_answered_once(
     handle = durable.start("refund 42", run_id="p-gate")
     worker.run_until_idle()
     assert handle.status() == "waiting" and refunds == []
-    gates = app.sync(operations.pending_gates(app), "gates")
+    gates = app.runtime.sync(operations.pending_gates(app), "gates")
     assert [(g.kind, g.call_id, g.tool, g.arguments) for g in gates] == [
         ("approval", "c1", "issue_refund", {"order": "42"})
     ]
     clock.advance(5 * 86400)  # a person answers days later
     who = local_operator()
-    app.sync(operations.decide(app, who, "p-gate", "c1", approve, "not this one"), "decide")
+    app.runtime.sync(operations.decide(app, who, "p-gate", "c1", approve, "not this one"), "decide")
     worker.run_until_idle()
     output = durable.result(handle).output
     assert output == ("done: refunded 42" if approve else "done: not this one")
@@ -129,9 +129,9 @@ def test_a_deferred_question_is_answered_at_a_gate(app: perdure.App, worker: Tes
     durable = PerdureAgent(agent, app)
     handle = durable.start("refund", run_id="p-ask")
     worker.run_until_idle()
-    gates = app.sync(operations.pending_gates(app), "gates")
+    gates = app.runtime.sync(operations.pending_gates(app), "gates")
     assert [(g.kind, g.tool) for g in gates] == [("question", "ask_customer")]
-    app.sync(operations.answer(app, local_operator(), "p-ask", "c1", "order 42"), "answer")
+    app.runtime.sync(operations.answer(app, local_operator(), "p-ask", "c1", "order 42"), "answer")
     worker.run_until_idle()
     assert durable.result(handle).output == "done: order 42"
 
@@ -155,10 +155,10 @@ def test_a_spent_budget_parks_the_run_before_the_request_and_a_raise_wakes_it(
     worker.run_until_idle()
     assert handle.status() == "waiting" and script.requests == 1
     assert app.get_run("p-budget").waiting_for == f"event:{budgets.BUDGET_EVENT}"
-    described = app.sync(budgets.describe(app, NAME), "budget")
+    described = app.runtime.sync(budgets.describe(app.runtime, NAME), "budget")
     assert described["parked"] == 1 and described["in_force"]["tokens_per_hour"]["limit"] == 6000
     raised = Budget(NAME, tokens_per_hour=10**6)
-    assert app.sync(budgets.set_budget(app, NAME, raised), "budget") == 1
+    assert app.runtime.sync(budgets.set_budget(app.runtime, NAME, raised), "budget") == 1
     worker.run_until_idle()
     assert durable.result(handle).output == "done: shipped" and script.requests == 2
 
@@ -240,8 +240,8 @@ def test_an_mcp_servers_tool_calls_are_steps_with_the_toolsets_effect(
     handle = durable.start("add then touch", run_id="p-mcp")
     crash_and_recover(app, clock, f"{NAME}.tool.touch")
     assert handle.status() == "needs_attention" and not target.exists(), app.get_run(handle.id)
-    assert app.steps[f"{NAME}.tool.add"].effect == "read"
-    assert app.steps[f"{NAME}.tool.touch"].effect == "once"
+    assert app.runtime.steps[f"{NAME}.tool.add"].effect == "read"
+    assert app.runtime.steps[f"{NAME}.tool.touch"].effect == "once"
     app.resolve("p-mcp", 3, value={"value": "touched by hand"})
     TestWorker(app).run_until_idle()
     assert durable.result(handle).output == "done: touched by hand"
@@ -267,7 +267,7 @@ def test_require_effects_refuses_an_undeclared_tool_or_toolset_in_one_line(
         PerdureAgent(agent, app, require_effects=True)
     message = str(caught.value)
     assert "tool 'send_email' declares no effect" in message and "\n" not in message
-    assert not [n for n in app.steps if n.startswith(NAME)]  # refused: nothing registered
+    assert not [n for n in app.runtime.steps if n.startswith(NAME)]  # refused: nothing registered
     PerdureAgent(agent, app, require_effects=True, tool_effects={"send_email": "once"})
 
     mcp_agent = Agent(FunctionModel(Calls()), name="mcp", toolsets=[StdioMCP("fx")])

@@ -53,7 +53,7 @@ def test_tokens_reach_the_caller_while_the_model_step_runs(
                     seen.set()
             return texts, await run.get_output(timeout=30), run.run_id
 
-    texts, output, run_id = app.sync(read(), "test")
+    texts, output, run_id = app.runtime.sync(read(), "test")
     assert output == "Hello world" and run_id == "s-live"
     assert texts[-1] == "Hello world" and "Hel" in texts
     assert calls == [1]
@@ -121,9 +121,9 @@ def test_a_replayed_step_is_not_streamed_again_and_a_reader_resumes_at_its_offse
                 break
         return events, run.offset
 
-    whole, _ = app.sync(read(-1, None), "test")
-    head, offset = app.sync(read(-1, 2), "test")
-    rest, _ = app.sync(read(offset, None), "test")
+    whole, _ = app.runtime.sync(read(-1, None), "test")
+    head, offset = app.runtime.sync(read(-1, 2), "test")
+    rest, _ = app.runtime.sync(read(offset, None), "test")
     assert head + rest == whole and len(head) == 2 and rest
     assert isinstance(whole[0], PartStartEvent) and any(
         isinstance(e, PartDeltaEvent) for e in whole
@@ -132,7 +132,7 @@ def test_a_replayed_step_is_not_streamed_again_and_a_reader_resumes_at_its_offse
     async def text() -> list[str]:
         return [t async for t in durable.stream("s-crash").stream_text(delta=True)]
 
-    assert "".join(app.sync(text(), "test")) == "refunded order 42"
+    assert "".join(app.runtime.sync(text(), "test")) == "refunded order 42"
 
 
 def test_run_stream_inside_a_workflow_is_one_line(app: perdure.App, worker: TestWorker) -> None:
@@ -163,7 +163,9 @@ def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
         yield "lo"
         if len(calls) == 1:  # wait until the partial text is in the store, then die
             for _ in range(2000):
-                if len(await app.store.read_stream("s-cut", -1, 10)) >= 3:  # marker, 2 pieces
+                if (
+                    len(await app.runtime.store.read_stream("s-cut", -1, 10)) >= 3
+                ):  # marker, 2 pieces
                     break
                 await asyncio.sleep(0.005)
             raise SimulatedCrash("killed while the model streamed")
@@ -185,7 +187,7 @@ def test_a_stream_cut_off_by_a_crash_is_dropped_and_streamed_again(
     async def texts() -> list[str]:
         return [t async for t in durable.stream("s-cut").stream_text()]
 
-    assert app.sync(texts(), "test") == ["Hel", "Hello", "Hel", "Hello", "Hello world"]
+    assert app.runtime.sync(texts(), "test") == ["Hel", "Hello", "Hel", "Hello", "Hello world"]
 
 
 def test_an_openai_compatible_sse_stream_is_read_back_and_its_usage_recorded(
@@ -214,7 +216,7 @@ def test_an_openai_compatible_sse_stream_is_read_back_and_its_usage_recorded(
     async def texts() -> list[str]:
         return [t async for t in durable.stream("s-sse").stream_text(delta=True)]
 
-    pieces = app.sync(texts(), "test")
+    pieces = app.runtime.sync(texts(), "test")
     assert "".join(pieces) == "Order 42 is on its way." and len(pieces) > 3
-    rows = app.sync(app.store.usage(NAME, 0.0), "usage")
+    rows = app.runtime.sync(app.runtime.store.usage(NAME, 0.0), "usage")
     assert [(r.run_id, r.input_tokens, r.output_tokens) for r in rows] == [("s-sse", 21, 7)]

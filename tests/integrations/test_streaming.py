@@ -35,4 +35,6 @@ def test_an_event_too_big_for_a_chunk_is_left_out_of_the_stream(
     async def read() -> list[Any]:
         return [e.event async for e in ModelEvents(app.client, handle.id)]
 
-    assert app.sync(read(), "test") == [{"type": "response.output_text.delta", "delta": "hi"}]
+    assert app.runtime.sync(read(), "test") == [
+        {"type": "response.output_text.delta", "delta": "hi"}
+    ]

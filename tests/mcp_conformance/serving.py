@@ -56,7 +56,7 @@ class Store:
     def token(self, name: str, scopes: tuple[str, ...] = ("read", "operate", "approve")) -> str:
         maker = App(self.db)
         try:
-            made = maker.sync(create_token(maker, name, list(scopes)), "token")
+            made = maker.runtime.sync(create_token(maker, name, list(scopes)), "token")
         finally:
             maker.close()
         self.tokens[name] = made[1]

@@ -24,7 +24,7 @@ from perdure import App
 def send_event(db: str, run_id: str, name: str, payload: Any) -> None:
     app = App(db)
     try:
-        app.sync(app.client.send_event(run_id, name, payload), "send_event")
+        app.runtime.sync(app.client.send_event(run_id, name, payload), "send_event")
     finally:
         app.close()
 

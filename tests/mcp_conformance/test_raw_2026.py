@@ -74,7 +74,9 @@ def test_cancel_stops_the_run_and_its_children(store: Store) -> None:
     assert "result" not in done
     observer = App(store.db)
     try:
-        children = observer.sync(observer.store.list_runs(parent_id=task_id), "children")
+        children = observer.runtime.sync(
+            observer.runtime.store.list_runs(parent_id=task_id), "children"
+        )
     finally:
         observer.close()
     assert [c.workflow for c in children] == ["hold"]

@@ -107,7 +107,7 @@ def test_runs_waiting_for_a_person_are_counted_by_cause(app: perdure.App, clock:
 
     def gauge() -> dict[str, float]:
         registry = CollectorRegistry()
-        registry.register(RunsCollector(app))
+        registry.register(RunsCollector(app.runtime))
         from prometheus_client import generate_latest
 
         text = generate_latest(registry).decode()

@@ -94,7 +94,7 @@ def test_metrics_after_runs_retries_takeover_ticks_and_an_agent(
     (tmp_path / "agent.toml").write_text(SPEC)
     model = ScriptedModel([{"content": "all done", "usage": {"input_tokens": 120,
                                                               "output_tokens": 30}}])  # fmt: skip
-    agent = Agent(app, load_spec(tmp_path / "agent.toml"), providers={"fast": model})
+    agent = Agent(app.runtime, load_spec(tmp_path / "agent.toml"), providers={"fast": model})
 
     handles = [app.start(job, n) for n in range(3)]
     app.start(broken)
@@ -121,14 +121,14 @@ def test_metrics_after_runs_retries_takeover_ticks_and_an_agent(
     TestWorker(app, lease=LEASE).run_until_idle()
     assert answer.result(timeout=5)["status"] == "done"
 
-    token = app.sync(create_token(app, "scraper", ["read"]), "token")[1]
+    token = app.runtime.sync(create_token(app, "scraper", ["read"]), "token")[1]
     with TestClient(create_app(app)) as client:
         response = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     found = samples(response.text)
 
-    counts = app.sync(app.store.count_runs(), "count")
+    counts = app.runtime.sync(app.runtime.store.count_runs(), "count")
     assert value(found, "perdure_runs", status="completed") == counts["completed"] == 7
     assert value(found, "perdure_runs", status="failed") == 1
     assert value(found, "perdure_runs", status="running") == 0
@@ -149,7 +149,7 @@ def test_metrics_after_runs_retries_takeover_ticks_and_an_agent(
     assert value(found, "perdure_schedule_ticks_total", status="missed") == 3
     assert value(found, "perdure_schedule_ticks_total", status="skipped") == 1
 
-    usage = app.sync(app.store.usage("helper", 0.0), "usage")
+    usage = app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")
     assert [(u.input_tokens, u.output_tokens) for u in usage] == [(120, 30)]
     assert value(found, "perdure_model_tokens_total", agent="helper", direction="input") == 120
     assert value(found, "perdure_model_tokens_total", agent="helper", direction="output") == 30
@@ -165,7 +165,7 @@ def test_a_worker_serves_its_metrics_on_its_own_port(app: perdure.App, metrics: 
         return None
 
     app.start(noop)
-    server = serve_metrics(app, 0)  # port 0: any free port
+    server = serve_metrics(app.runtime, 0)  # port 0: any free port
     try:
         port = server.server_address[1]
         found = samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)

@@ -57,7 +57,7 @@ def test_a_frame_shows_workers_queues_and_running_runs(app: perdure.App) -> None
     """The holder of a lease is a worker; each queue counts its running and pending runs and
     shows its declared limits; a running run shows its workflow, worker and current step."""
     run_id, worker_id = running_store(app)
-    frame = app.sync(snapshot(app), "top")
+    frame = app.runtime.sync(snapshot(app.runtime), "top")
     assert [(w.id, w.runs) for w in frame.workers] == [(worker_id, 1)]
     assert 0 < frame.workers[0].lease_left <= 30
     assert [(q.name, q.running, q.pending, q.limits) for q in frame.queues] == [
@@ -110,10 +110,10 @@ def test_an_idle_worker_shows_from_the_registry_with_its_heartbeat(app: perdure.
     now = app.clock.now()
     idle = WorkerRow("box:7:aaa", "box", 7, now - 100, now - 4, 8, 0)
     gone = WorkerRow("box:8:bbb", "box", 8, now - 100, now - 50, 8, 0)
-    app.sync(app.store.worker_beat(idle), "beat")
-    app.sync(app.store.worker_beat(gone), "beat")
-    app.sync(app.store.worker_stopped("box:8:bbb", now - 40), "stop")
-    frame = app.sync(snapshot(app), "top")
+    app.runtime.sync(app.runtime.store.worker_beat(idle), "beat")
+    app.runtime.sync(app.runtime.store.worker_beat(gone), "beat")
+    app.runtime.sync(app.runtime.store.worker_stopped("box:8:bbb", now - 40), "stop")
+    frame = app.runtime.sync(snapshot(app.runtime), "top")
     [line] = frame.workers
     assert (line.id, line.runs, line.lease_left) == ("box:7:aaa", 0, None)
     assert line.heartbeat_ago == 4

@@ -84,7 +84,7 @@ def start(
     maker = App(db)  # in this process: four `perdure token create` would take ~2 s
     try:
         for scope in SCOPES:
-            made = maker.sync(create_token(maker, f"sec-{scope}", [scope]), "token")
+            made = maker.runtime.sync(create_token(maker, f"sec-{scope}", [scope]), "token")
             served.token_ids[scope], served.tokens[scope] = made
     finally:
         maker.close()

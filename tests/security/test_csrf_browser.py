@@ -77,7 +77,9 @@ def test_a_page_on_another_port_cannot_act_for_a_signed_in_admin(
     reader = perdure.App(serve.db)
     try:
         assert reader.get_run("victim").status == "pending"
-        audit = reader.sync(reader.store.audit_log(target="run:victim", limit=10), "audit")
+        audit = reader.runtime.sync(
+            reader.runtime.store.audit_log(target="run:victim", limit=10), "audit"
+        )
         assert [(a.action, a.actor) for a in audit] == [("run.start", "sec-operate")]
     finally:
         reader.close()

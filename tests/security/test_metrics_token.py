@@ -58,8 +58,10 @@ def test_metrics_need_the_read_scope(scraped: Served) -> None:
     token = "pdr_no-scopes-at-all"
     store = App(scraped.db)
     try:
-        store.sync(store.open_store(), "")
-        store.sync(store.store.add_token("noscope", "sec-none", digest(token), "", 0.0), "")
+        store.runtime.sync(store.runtime.open_store(), "")
+        store.runtime.sync(
+            store.runtime.store.add_token("noscope", "sec-none", digest(token), "", 0.0), ""
+        )
     finally:
         store.close()
     with scraped.client() as http:

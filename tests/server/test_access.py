@@ -22,18 +22,18 @@ def test_a_token_is_shown_once_stored_hashed_and_revocable(tmp_path: Path) -> No
     assert token.encode() not in raw and digest(token).encode() in raw  # only the hash is kept
     app = perdure.App(db)
     try:
-        who = app.sync(authenticate(app, f"Bearer {token}"), "auth")
+        who = app.runtime.sync(authenticate(app, f"Bearer {token}"), "auth")
         assert who == Principal("ana", frozenset({"approve"}))
         assert who.allows("approve") and who.allows("read") and not who.allows("operate")
-        assert app.sync(authenticate(app, "Bearer pdr_wrong"), "auth") is None
-        assert app.sync(authenticate(app, token), "auth") is None  # not a bearer header
+        assert app.runtime.sync(authenticate(app, "Bearer pdr_wrong"), "auth") is None
+        assert app.runtime.sync(authenticate(app, token), "auth") is None  # not a bearer header
         token_id = created.output.split()[1]
         listing = CliRunner().invoke(cli, ["--db", db, "token", "ls"]).output
         assert token_id in listing and token not in listing
         revoked = CliRunner().invoke(cli, ["--db", db, "token", "revoke", token_id])
         assert revoked.output.strip() == f"{token_id}: revoked"
-        assert app.sync(authenticate(app, f"Bearer {token}"), "auth") is None
-        log = app.sync(app.store.audit_log(), "audit")
+        assert app.runtime.sync(authenticate(app, f"Bearer {token}"), "auth") is None
+        log = app.runtime.sync(app.runtime.store.audit_log(), "audit")
         assert [r.action for r in log] == ["token.revoke", "token.create"]
         assert token not in json.dumps([r.detail for r in log])
     finally:
@@ -45,14 +45,14 @@ def test_admin_allows_everything_and_the_audit_log_pages(tmp_path: Path) -> None
     try:
         assert Principal("root", frozenset({"admin"})).allows("approve")
         ids = [
-            app.sync(record(app, "ana", "run.approve", f"run:r{i}", {"comment": "ok"}), "a")
+            app.runtime.sync(record(app, "ana", "run.approve", f"run:r{i}", {"comment": "ok"}), "a")
             for i in range(5)
         ]
-        page = app.sync(app.store.audit_log(limit=2), "log")
+        page = app.runtime.sync(app.runtime.store.audit_log(limit=2), "log")
         assert [r.id for r in page] == ids[:-3:-1]
-        older = app.sync(app.store.audit_log(limit=10, before=page[-1].id), "log")
+        older = app.runtime.sync(app.runtime.store.audit_log(limit=10, before=page[-1].id), "log")
         assert [r.id for r in older] == ids[-3::-1]
-        [one] = app.sync(app.store.audit_log(target="run:r1"), "log")
+        [one] = app.runtime.sync(app.runtime.store.audit_log(target="run:r1"), "log")
         assert (one.actor, json.loads(one.detail)) == ("ana", {"comment": "ok"})
     finally:
         app.close()

@@ -70,7 +70,7 @@ def tokens(app: perdure.App) -> dict[str, str]:
     register(app)
     made = {}
     for scope in SCOPES:
-        _, made[scope] = app.sync(create_token(app, f"{scope}-er", [scope]), "token")
+        _, made[scope] = app.runtime.sync(create_token(app, f"{scope}-er", [scope]), "token")
     return made
 
 
@@ -575,8 +575,9 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     what was spent this hour and day; an operate token cannot; a bad grouping is 400."""
     now = app.clock.now()
     for i, (run, tokens_in) in enumerate((("t-1", 100), ("t-1", 50), ("t-2", 10))):
-        app.sync(
-            app.store.record_usage(UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)), "u"
+        app.runtime.sync(
+            app.runtime.store.record_usage(UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)),
+            "u",
         )
     read = auth(tokens["read"])
     by_agent = client.get("/api/v1/usage", headers=read).json()["groups"]
@@ -587,7 +588,9 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     assert [(g["run_id"], g["calls"]) for g in by_run] == [("t-1", 2), ("t-2", 1)]
     assert client.get(f"/api/v1/usage?since={now + 1}", headers=read).json()["groups"] == []
     assert client.get("/api/v1/usage?by=week", headers=read).json()["field"] == "by"
-    app.sync(app.store.declare_agent("triage", "{}", now), "declare")  # a worker serves it
+    app.runtime.sync(
+        app.runtime.store.declare_agent("triage", "{}", now), "declare"
+    )  # a worker serves it
     limits = {"tokens_per_day": 1000, "cost_per_hour": 2.5}
     refused = client.put("/api/v1/budgets/triage", json=limits, headers=auth(tokens["operate"]))
     assert refused.status_code == 403
@@ -622,9 +625,11 @@ def test_shared_budgets(client: TestClient, tokens: dict[str, str], app: perdure
     change (admin, audited), it shows its agents and what they spent; a shared budget no
     agent names is 404, a negative limit 422."""
     now = app.clock.now()
-    app.sync(app.store.declare_agent("triage", '{"shared": "team-a"}', now), "declare")
+    app.runtime.sync(
+        app.runtime.store.declare_agent("triage", '{"shared": "team-a"}', now), "declare"
+    )
     row = UsageRow("t-1", 0, "triage", "m", 100, 5, 0.5, now, pool="team-a")
-    app.sync(app.store.record_usage(row), "usage")
+    app.runtime.sync(app.runtime.store.record_usage(row), "usage")
     read, admin = auth(tokens["read"]), auth(tokens["admin"])
     got = client.get("/api/v1/budgets/shared/team-a", headers=read).json()
     assert got["agents"] == ["triage"] and got["spent"]["day"] == {"tokens": 105, "cost": 0.5}
@@ -815,14 +820,14 @@ def test_the_stream_sends_heartbeats_and_stops_when_the_client_leaves(
     monkeypatch.setattr(sse, "HEARTBEAT", 0.2)
     monkeypatch.setattr(sse, "POLL", 0.05)
     app.start("gated", run_id="g1")
-    listeners = len(app.on_notify)
+    listeners = len(app.runtime.on_notify)
     with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as http:
         with http.stream("GET", "/api/v1/events/stream?run=g1", headers=auth(tokens["read"])) as r:
             lines = r.iter_lines()
             while next(lines) != ": heartbeat":
                 pass
-            assert len(app.on_notify) == listeners + 1
-        wait_for(lambda: len(app.on_notify) == listeners)
+            assert len(app.runtime.on_notify) == listeners + 1
+        wait_for(lambda: len(app.runtime.on_notify) == listeners)
 
 
 def test_the_stream_needs_a_known_run(client: TestClient, tokens: dict[str, str]) -> None:
@@ -940,7 +945,7 @@ def test_the_audit_endpoint_filters_by_run_actor_and_since(
     from perdure.server.access import record
 
     def note(actor: str, action: str, target: str) -> int:
-        return int(app.sync(record(app, actor, action, target, {}), "record"))
+        return int(app.runtime.sync(record(app, actor, action, target, {}), "record"))
 
     note("ana", "run.pause", "run:x")
     clock.advance(7200)

@@ -58,7 +58,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     def echo(x: Any = None) -> Any:
         return x
 
-    _, token = app.sync(create_token(app, "fuzzer", ["admin"]), "token")
+    _, token = app.runtime.sync(create_token(app, "fuzzer", ["admin"]), "token")
     app.start(echo, 1, run_id="r-1")
     previous = sse.MAX_AGE
     sse.MAX_AGE = 1.0  # a stream of a run nobody finishes ends soon

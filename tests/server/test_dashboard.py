@@ -83,7 +83,7 @@ def register(app: perdure.App) -> None:
 def token(app: perdure.App, *scopes: str, name: str = "ana") -> str:
     """A new token with `scopes`, made as `perdure token create` makes it (audited)."""
     made = operations.create_token(app, local_operator(), name, list(scopes))
-    _, value = app.sync(made, "token")
+    _, value = app.runtime.sync(made, "token")
     return value
 
 
@@ -125,14 +125,16 @@ def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
     clock.advance(timedelta(hours=3, minutes=30))
     worker.run_until_idle()  # the schedule's ticks are late: skipped, with the reason
     now = clock.now()
-    app.sync(app.store.put_budget(Budget("helper", tokens_per_day=1000), now), "budget")
+    app.runtime.sync(
+        app.runtime.store.put_budget(Budget("helper", tokens_per_day=1000), now), "budget"
+    )
     for i, tokens in enumerate((300, 450)):
         usage = UsageRow("quick-1", i, "helper", "m", tokens, 0, 0.01, now - 129600 * i)
-        app.sync(app.store.record_usage(usage), "usage")
+        app.runtime.sync(app.runtime.store.record_usage(usage), "usage")
     app.on_message(perdure.sources.RabbitMQ("amqp://guest:pw@127.0.0.1:5672/", "orders"),
                    "quick", name="orders")  # fmt: skip
     dead = DeadMessage("orders", "m-9", "rabbitmq", "payload is not JSON", "{oops", 5, now)
-    app.sync(app.store.add_dead_message(dead), "dead")
+    app.runtime.sync(app.runtime.store.add_dead_message(dead), "dead")
     with TestClient(create_app(app)) as client:
         yield client
 
@@ -239,7 +241,7 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert refused.status_code == 403
     assert "needs the 'approve' scope" in text_of(refused.text)
     assert app.get_run("gate-1").status == "waiting"
-    log = app.sync(app.store.audit_log(), "log")
+    log = app.runtime.sync(app.runtime.store.audit_log(), "log")
     assert [(r.action, r.outcome) for r in log] == [
         ("gate.approve", "refused"), ("session.start", "ok"), ("token.create", "ok"),
     ]  # fmt: skip
@@ -263,7 +265,7 @@ def test_a_form_without_the_csrf_token_is_refused(app: perdure.App, server: Test
     assert app.handle("gate-1").result(timeout=5) == (
         "went on with {'approve': True, 'comment': 'fine'}"
     )
-    [decision, _, _] = app.sync(app.store.audit_log(), "log")
+    [decision, _, _] = app.runtime.sync(app.runtime.store.audit_log(), "log")
     assert (decision.actor, decision.action) == ("ana", "gate.approve")
     assert decision.target == "run:gate-1"
     run_page = text_of(server.get("/ui/runs/gate-1").text)
@@ -363,7 +365,9 @@ def test_schedules_are_paused_and_resumed_by_admins_only(
     done = server.post("/ui/schedules/act", data={**form, "csrf": csrf})
     assert done.status_code == 200 and "none while paused" in text_of(done.text)
     assert app.schedules()[0].paused
-    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "schedule.pause"
+    assert (
+        app.runtime.sync(app.runtime.store.audit_log(limit=1), "log")[0].action == "schedule.pause"
+    )
 
 
 def test_runs_list_filters_by_status_and_workflow_searches_ids_and_pages(
@@ -483,7 +487,7 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
     TestWorker(app).run_until_idle()
     assert app.handle("mail-1").result(timeout=5) == "mailed ana@example.org"
     assert sent == ["ana@example.org"]
-    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "run.resolve"
+    assert app.runtime.sync(app.runtime.store.audit_log(limit=1), "log")[0].action == "run.resolve"
 
 
 def test_the_workers_page_shows_leases_and_pauses(
@@ -492,7 +496,9 @@ def test_the_workers_page_shows_leases_and_pauses(
     """A run claimed by a worker appears under that worker with its lease expiry; a paused
     workflow is listed."""
     app.start("quick", 5, run_id="held-1")
-    claims = app.sync(app.store.claim("host-a:4242", clock.now(), 30.0, 10, ["quick"]), "claim")
+    claims = app.runtime.sync(
+        app.runtime.store.claim("host-a:4242", clock.now(), 30.0, 10, ["quick"]), "claim"
+    )
     assert [c.run.id for c in claims] == ["held-1"]
     app.pause_workflow("asking")
     sign_in(server, token(app, "read"))
@@ -523,7 +529,7 @@ def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: Te
         form = {"csrf": csrf, "name": "hourly", "action": verb}
         assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
     rows = [(r.actor, r.action, r.target, r.outcome)
-            for r in reversed(app.sync(app.store.audit_log(), "log"))
+            for r in reversed(app.runtime.sync(app.runtime.store.audit_log(), "log"))
             if r.action not in ("token.create", "session.start")]  # fmt: skip
     assert rows == [
         ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
@@ -546,7 +552,7 @@ def test_the_audit_page_filters_by_target_actor_and_since(
     from perdure.server.access import record
 
     def note(actor: str, target: str, mark: str) -> None:
-        app.sync(record(app, actor, "run.pause", target, {"mark": mark}), "record")
+        app.runtime.sync(record(app, actor, "run.pause", target, {"mark": mark}), "record")
 
     note("ana", "run:x", "old")
     clock.advance(7200)
@@ -600,7 +606,7 @@ def test_a_copied_session_cookie_dies_with_sign_out(app: perdure.App, server: Te
         assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
         [gone] = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
         assert "max-age=0" in gone.lower()  # the dead cookie is cleared, not sent again
-    actions = [a.action for a in app.sync(app.store.audit_log(), "audit")]
+    actions = [a.action for a in app.runtime.sync(app.runtime.store.audit_log(), "audit")]
     assert actions[:2] == ["session.end", "session.start"]
 
 
@@ -625,10 +631,10 @@ def test_sessions_end_when_idle_too_long_or_too_old(
 def test_revoking_a_token_ends_its_sessions(app: perdure.App, server: TestClient) -> None:
     """`perdure token revoke` ends every dashboard session signed in with that token."""
     made = operations.create_token(app, local_operator(), "carl", ["read"])
-    token_id, value = app.sync(made, "token")
+    token_id, value = app.runtime.sync(made, "token")
     sign_in(server, value)
     assert signed_in(server)
-    app.sync(operations.revoke_token(app, local_operator(), token_id), "revoke")
+    app.runtime.sync(operations.revoke_token(app, local_operator(), token_id), "revoke")
     assert not signed_in(server)
     assert server.get("/ui/stream").status_code == 401
 
@@ -686,7 +692,9 @@ def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
     """A running run's page offers "Pause now"; pressing it records the pause with `now`
     (audited), so the heartbeat of the worker holding the run says to abort its calls."""
     app.start("quick", 2, run_id="busy-1")
-    [claim] = app.sync(app.store.claim("w1", clock.now(), 30.0, 1, ["quick"]), "claim")
+    [claim] = app.runtime.sync(
+        app.runtime.store.claim("w1", clock.now(), 30.0, 1, ["quick"]), "claim"
+    )
     assert claim.run.id == "busy-1"
     csrf = sign_in(server, token(app, "operate"))
     page = server.get("/ui/runs/busy-1").text
@@ -694,9 +702,11 @@ def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
     form = {"csrf": csrf, "run_id": "busy-1", "action": "pause_now"}
     done = server.post("/ui/runs/act", data=form)
     assert done.status_code == 200 and "calls in flight aborted" in text_of(done.text)
-    [state] = app.sync(app.store.heartbeat("w1", ["busy-1"], clock.now() + 30), "beat")
+    [state] = app.runtime.sync(
+        app.runtime.store.heartbeat("w1", ["busy-1"], clock.now() + 30), "beat"
+    )
     assert state.pause_requested and state.abort
-    [audit] = app.sync(app.store.audit_log(target="run:busy-1", limit=1), "audit")
+    [audit] = app.runtime.sync(app.runtime.store.audit_log(target="run:busy-1", limit=1), "audit")
     assert audit.action == "run.pause" and json.loads(audit.detail)["now"] is True
 
 
@@ -706,10 +716,14 @@ def test_the_agents_page_shows_each_shared_budget_with_its_agents(
     """A budget agents share shows beside the agents: spent this hour and day against its
     limits, and which agents share it."""
     now = clock.now()
-    app.sync(app.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare")
-    app.sync(app.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s")
+    app.runtime.sync(
+        app.runtime.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare"
+    )
+    app.runtime.sync(
+        app.runtime.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s"
+    )
     row = UsageRow("quick-1", 9, "helper", "m", 500, 0, 0.0, now, pool="team-a")
-    app.sync(app.store.record_usage(row), "usage")
+    app.runtime.sync(app.runtime.store.record_usage(row), "usage")
     sign_in(server, token(app, "read"))
     page = text_of(server.get("/ui/agents").text)
     assert "Shared budgets team-a shared by helper" in page

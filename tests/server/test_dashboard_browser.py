@@ -90,11 +90,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     register(served)
     register(working)
     made = operations.create_token(served, local_operator(), "ana", ["approve"])
-    _, token = served.sync(made, "token")  # as `perdure token create` does: audited
+    _, token = served.runtime.sync(made, "token")  # as `perdure token create` does: audited
     now = served.clock.now()
-    served.sync(served.store.put_budget(Budget("triage", tokens_per_hour=5000), now), "budget")
+    served.runtime.sync(
+        served.runtime.store.put_budget(Budget("triage", tokens_per_hour=5000), now), "budget"
+    )
     usage = UsageRow("deploy-1", 0, "triage", "small", 1200, 300, 0.02, now - 60)
-    served.sync(served.store.record_usage(usage), "usage")
+    served.runtime.sync(served.runtime.store.record_usage(usage), "usage")
     port = free_port()
     config = uvicorn.Config(
         create_app(served), host="127.0.0.1", port=port, log_level="warning",

@@ -43,7 +43,9 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
         await perdure.wait_event("go")
 
     app.start("waits", run_id="r1")
-    _, value = app.sync(operations.create_token(app, local_operator(), "ana", ["read"]), "tok")
+    _, value = app.runtime.sync(
+        operations.create_token(app, local_operator(), "ana", ["read"]), "tok"
+    )
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
         db.execute("UPDATE runs SET id = ?, queue = ?, waiting_for = ?", (EVIL, EVIL, EVIL))
         db.execute("UPDATE journal SET run_id = ?", (EVIL,))
@@ -52,7 +54,9 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
             (EVIL,),
         )
     usage = UsageRow(EVIL, 0, EVIL, "m", 10, 5, 0.01, app.clock.now())
-    app.sync(app.store.record_usage(usage), "usage")  # usage rows take the agent's name as is
+    app.runtime.sync(
+        app.runtime.store.record_usage(usage), "usage"
+    )  # usage rows take the agent's name as is
     with TestClient(create_app(app)) as client:
         page = client.get("/ui/login").text
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)

@@ -31,7 +31,7 @@ def served(app: perdure.App) -> Iterator[tuple[TestClient, dict[str, str]]]:
     def echo(x: Any = None) -> Any:
         return x
 
-    _, token = app.sync(create_token(app, "ana", ["admin"]), "token")
+    _, token = app.runtime.sync(create_token(app, "ana", ["admin"]), "token")
     with TestClient(create_app(app)) as client:
         yield client, {"Authorization": f"Bearer {token}"}
 
@@ -120,7 +120,7 @@ def test_other_names_in_bodies_and_paths_meet_the_rule(
 def test_a_token_name_meets_the_rule(app: perdure.App) -> None:
     """create_token refuses a name with a control character, and one over 100 characters."""
     with pytest.raises(BadName, match=r"^token name 'ana\\x1b\[31m' has U\+001B"):
-        app.sync(create_token(app, "ana\x1b[31m", ["read"]), "token")
+        app.runtime.sync(create_token(app, "ana\x1b[31m", ["read"]), "token")
     with pytest.raises(BadName, match=r"at most 100"):
-        app.sync(create_token(app, "n" * 101, ["read"]), "token")
-    assert app.sync(app.store.list_tokens(), "tokens") == []
+        app.runtime.sync(create_token(app, "n" * 101, ["read"]), "token")
+    assert app.runtime.sync(app.runtime.store.list_tokens(), "tokens") == []

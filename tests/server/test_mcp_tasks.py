@@ -108,7 +108,7 @@ async def connected(
     """An SDK client session on the server for `app`, in memory; an in-process worker runs."""
     server = PerdureMcp(
         app,
-        workflow_tools(app.workflows, **tool_options),
+        workflow_tools(app.runtime.workflows, **tool_options),
         options or McpOptions(poll=0.1),
     )
 
@@ -347,7 +347,7 @@ def test_mcp_starts_cancels_and_refusals_are_audited(mcp_app: perdure.App) -> No
                 with pytest.raises(McpError):
                     await refused
             assert (await session.call_tool("add", {})).isError is True
-            log = list(reversed(await mcp_app.store.audit_log()))
+            log = list(reversed(await mcp_app.runtime.store.audit_log()))
             rows = [(r.actor, r.action, r.target, r.outcome) for r in log]
             assert rows[:4] == [
                 ("mcp:tester", "run.start", f"run:{task_id}", "ok"),
@@ -448,7 +448,7 @@ def gated_script(folder: Path) -> list[Any]:
 def make_agent(app: perdure.App, folder: Path, replies: list[Any]) -> Agent:
     path = folder / "agent.toml"
     path.write_text(AGENT_SPEC.format(script=""))
-    return Agent(app, load_spec(path), providers={"fast": ScriptedModel(replies)})
+    return Agent(app.runtime, load_spec(path), providers={"fast": ScriptedModel(replies)})
 
 
 def test_a_gate_is_input_required_and_answered_through_elicitation(
@@ -482,7 +482,7 @@ def test_a_gate_is_input_required_and_answered_through_elicitation(
             assert "colour.txt" in asked[1].message
             assert all((p.model_dump(by_alias=True)["_meta"] or {}).get(RELATED)
                        == {"taskId": task_id} for p in asked)  # fmt: skip
-            audit = await mcp_app.store.audit_log(target=f"run:{task_id}")
+            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
             actions = {(r.action, r.actor) for r in audit}
             assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester"),
                     ("run.start", "mcp:tester")} <= actions  # fmt: skip
@@ -534,7 +534,7 @@ def test_a_declined_approval_denies_the_call(mcp_app: perdure.App, tmp_path: Pat
             result = await tasks(session).get_task_result(task_id, t.CallToolResult)
             assert result.structuredContent is not None
             assert result.structuredContent["status"] == "done"
-            audit = await mcp_app.store.audit_log(target=f"run:{task_id}")
+            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
             assert "gate.deny" in {r.action for r in audit}
 
     asyncio.run(main())
@@ -726,9 +726,13 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     `perdure worker` runs the workflows)."""
     folder, db = served
     admin = perdure.App(db)
-    token = admin.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[1]
-    reader = admin.sync(create_token(admin, "reader", ["read"]), "token")[1]
-    other = admin.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[1]
+    token = admin.runtime.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[
+        1
+    ]
+    reader = admin.runtime.sync(create_token(admin, "reader", ["read"]), "token")[1]
+    other = admin.runtime.sync(create_token(admin, "mcp-client", ["operate", "approve"]), "token")[
+        1
+    ]
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     worker = start(folder, perdure_argv(db, "worker", "--poll", "0.1"), "worker.log")
@@ -777,7 +781,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             with pytest.raises(McpError) as refused:
                 await tasks(session).call_tool_as_task("ask", {})
             assert "operate" in refused.value.error.message
-            [audited] = await admin.store.audit_log(actor="reader")  # refused, and recorded
+            [audited] = await admin.runtime.store.audit_log(actor="reader")  # refused, and recorded
             assert (audited.action, audited.outcome) == ("run.start", "refused")
             assert "'operate' scope" in audited.reason
 
@@ -789,7 +793,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             result = await tasks(session).get_task_result(gated, t.CallToolResult)
             assert result.structuredContent == {"result": "green"}
             assert asked == [f"Run {gated} asks for an answer."]
-            audit = await admin.store.audit_log(target=f"run:{gated}")
+            audit = await admin.runtime.store.audit_log(target=f"run:{gated}")
             assert ("gate.answer", "mcp-client") in {(r.action, r.actor) for r in audit}
 
         first = AsyncExitStack()
@@ -884,7 +888,7 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
     as an input request, tasks/update answers it; two answers to one gate sent at once (as two
     servers would) deliver one (the other is dropped by the store), audited as the client."""
     make_agent(mcp_app, tmp_path, gated_script(tmp_path))
-    server = PerdureMcp(mcp_app, workflow_tools(mcp_app.workflows), McpOptions(poll=0.05))
+    server = PerdureMcp(mcp_app, workflow_tools(mcp_app.runtime.workflows), McpOptions(poll=0.05))
     modern = Stateless(server)
     asker = Requestor(Principal("mcp:tester", LOCAL_SCOPES), "stdio")
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -936,10 +940,10 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
                 await asyncio.sleep(0.05)
             assert task["result"]["structuredContent"]["answer"] == "wrote blue"
             call_id = key.split(":")[1]
-            assert await mcp_app.store.next_event(task_id, f"approve:{call_id}") is None
+            assert await mcp_app.runtime.store.next_event(task_id, f"approve:{call_id}") is None
             question_call = next(iter(seen)).split(":")[1]
-            assert await mcp_app.store.next_event(task_id, f"human:{question_call}") is None
-            audit = await mcp_app.store.audit_log(target=f"run:{task_id}")
+            assert await mcp_app.runtime.store.next_event(task_id, f"human:{question_call}") is None
+            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
             assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester")} <= {
                 (r.action, r.actor) for r in audit}  # fmt: skip
         finally:

@@ -75,7 +75,7 @@ def test_show_and_explain_mask_run_data(runs: perdure.App, db_url: str) -> None:
 
 def test_the_api_masks_run_data(runs: perdure.App) -> None:
     """The run, its journal, its explanation and the runs list answer with masked data."""
-    _, value = runs.sync(create_token(runs, "ana", ["read"]), "token")
+    _, value = runs.runtime.sync(create_token(runs, "ana", ["read"]), "token")
     read = {"Authorization": f"Bearer {value}"}
     with TestClient(create_app(runs)) as client:
         for path in (
@@ -100,7 +100,7 @@ def test_the_api_masks_run_data(runs: perdure.App) -> None:
 
 def test_the_dashboard_masks_run_data(runs: perdure.App) -> None:
     """The dashboard's run pages show the same masked forms."""
-    _, value = runs.sync(create_token(runs, "ana", ["read"]), "token")
+    _, value = runs.runtime.sync(create_token(runs, "ana", ["read"]), "token")
     with TestClient(create_app(runs)) as client:
         login = client.get("/ui/login").text
         found = re.search(r'name="csrf" value="([0-9a-f]+)"', login)
@@ -115,5 +115,5 @@ def test_the_dashboard_masks_run_data(runs: perdure.App) -> None:
 def test_mcp_task_results_mask_run_data(runs: perdure.App) -> None:
     """An MCP task's result and a failed task's error are masked the same way."""
     for run_id in ("kept", "broke"):
-        result = runs.sync(tool_result(runs, runs.get_run(run_id)), "mcp result")
+        result = runs.runtime.sync(tool_result(runs, runs.get_run(run_id)), "mcp result")
         assert_masked(result.model_dump_json(), f"MCP result of {run_id}")

@@ -301,7 +301,7 @@ def test_registration_refuses_hooks_that_cannot_work(app: perdure.App) -> None:
     app.webhook("fine", one, secret="a")
     with pytest.raises(perdure.ConfigError, match="two webhooks"):
         app.webhook("fine", one, secret="b")
-    assert list(app.webhooks) == ["fine"]
+    assert list(app.runtime.triggers.of(Webhook)) == ["fine"]
 
 
 def test_serve_refuses_a_hook_whose_secret_is_unset(
@@ -652,4 +652,4 @@ def test_registration_refuses_options_of_the_other_scheme(app: perdure.App) -> N
             app.webhook("gh", one, secret="a", tolerance=tolerance)
     with pytest.raises(perdure.ConfigError, match="use 'standard'"):
         app.webhook("gh", one, secret="a", scheme="hmac")  # type: ignore[arg-type]
-    assert list(app.webhooks) == []
+    assert list(app.runtime.triggers.of(Webhook)) == []

@@ -33,7 +33,7 @@ async def _runs(app: perdure.App, workflow: object, count: int) -> list[int]:
     task = asyncio.create_task(worker.run())
     try:
         await (await app.start_async(workflow, 0, run_id="warm")).result_async(30)
-        store = app.store
+        store = app.runtime.store
         assert isinstance(store, ThreadedStore)
         queued = store._enqueued
         results = []

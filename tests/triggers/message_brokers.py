@@ -43,7 +43,7 @@ async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitab
     """Run a real worker of `app` (its message triggers consuming) while the test runs."""
     options = WorkerOptions(id=unique("worker"), concurrency=8, poll=0.05, gc_every=None,
                             grace=2.0)  # fmt: skip
-    worker = Worker(app, options)
+    worker = Worker(app.runtime, options)
     task = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(worker.ready.wait(), 20)

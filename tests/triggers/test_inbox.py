@@ -55,7 +55,7 @@ class Drop:
 
     def scan(self) -> list[str]:
         """One scan at the clock's current time; the run ids it handed to the engine."""
-        return self.app.sync(self.inbox.scan(self.clock.now()), "scan")  # type: ignore[no-any-return]
+        return self.app.runtime.sync(self.inbox.scan(self.clock.now()), "scan")  # type: ignore[no-any-return]
 
     def settle(self) -> list[str]:
         """Scan, let `stable` pass, scan again, then run everything: the ids handed over."""
@@ -196,9 +196,11 @@ def test_run_id_format_and_names(make_drop: Callable[..., Drop], tmp_path: Path)
     (tmp_path / "other" / "y.bin").write_bytes(b"\x00\x01payload")
     digest = hashlib.sha256(b"\x00\x01payload").hexdigest()
     assert drop.scan() == [f"inbox:ingest:{digest[:32]}"]
-    assert drop.app.sync(other.scan(drop.clock.now()), "scan") == [f"inbox:invoices:{digest[:32]}"]
-    assert drop.inbox.name == "inbox:ingest" and other.name == "inbox:invoices"
-    assert [s for s in drop.app.services if isinstance(s, Inbox)] == [drop.inbox, other]
+    assert drop.app.runtime.sync(other.scan(drop.clock.now()), "scan") == [
+        f"inbox:invoices:{digest[:32]}"
+    ]
+    assert drop.inbox.name == "ingest" and other.name == "invoices"
+    assert list(drop.app.runtime.triggers.of(Inbox).values()) == [drop.inbox, other]
 
 
 def test_pattern_filters_by_file_name(make_drop: Callable[..., Drop]) -> None:
@@ -221,7 +223,7 @@ def test_subfolders_only_when_recursive(make_drop: Callable[..., Drop], tmp_path
     drop.settle()
     assert sorted(drop.inputs().values()) == [str(drop.folder / "top.txt")]
     deep = drop.app.inbox(str(drop.folder), drop.workflow, name="deep", recursive=True, stable=0)
-    drop.app.sync(deep.scan(drop.clock.now()), "scan")
+    drop.app.runtime.sync(deep.scan(drop.clock.now()), "scan")
     assert sorted(Path(p).name for p in drop.inputs().values()) == [
         "deep.txt",
         "top.txt",
@@ -288,7 +290,7 @@ def test_the_digest_is_passed_when_the_workflow_takes_it(tmp_path: Path) -> None
 
         inbox = app.inbox(str(tmp_path / "in"), checked, stable=0)
         (tmp_path / "in" / "a.txt").write_text("abc")
-        [run_id] = app.sync(inbox.scan(0.0), "scan")
+        [run_id] = app.runtime.sync(inbox.scan(0.0), "scan")
         TestWorker(app).run_until_idle()
         assert json.loads(app.get_run(run_id).input)["kwargs"] == {"sha256": sha("abc")}
         assert app.handle(run_id).result(timeout=5) is True
@@ -324,7 +326,7 @@ def test_bad_configuration_is_one_clear_error(tmp_path: Path) -> None:
         assert (tmp_path / "new" / "deeper").is_dir()
         with pytest.raises(ConfigError, match="two inboxes are named 'one'"):
             app.inbox(str(tmp_path / "b"), "one")
-        assert len([s for s in app.services if isinstance(s, Inbox)]) == 1
+        assert len(app.runtime.triggers.of(Inbox)) == 1
     finally:
         app.close()
 

@@ -113,7 +113,7 @@ def test_a_pause_from_another_process_reaches_a_busy_worker(tmp_path: Path) -> N
                 await asyncio.sleep(0.02)
             await asyncio.to_thread(operator.pause_workflow, "long")
             paused_at = time.monotonic()
-            while (await app.store.get_run("L")).lease_until != 0:  # type: ignore[union-attr]
+            while (await app.runtime.store.get_run("L")).lease_until != 0:  # type: ignore[union-attr]
                 assert time.monotonic() - paused_at < 5, "the pause did not reach the worker"
                 await asyncio.sleep(0.05)
             stopped = len(done)

@@ -17,6 +17,11 @@ def utc(*args: int) -> float:
     return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
 
 
+def run_pass(app: perdure.App, clock: TestClock) -> int:
+    """One scheduler pass at `clock`'s time, as a worker's scheduler makes; runs started."""
+    return app.runtime.sync(schedules.scheduler_of(app.runtime).run_pass(clock.now()), "pass")  # type: ignore[no-any-return]
+
+
 def fired(app: perdure.App, name: str) -> list[str]:
     """Run ids started by a schedule, oldest first (from its tick records)."""
     ticks = app.schedule_ticks(name, limit=1000)
@@ -67,10 +72,10 @@ def test_two_schedulers_fire_each_tick_once(db_url: str, clock: TestClock) -> No
                 return None
 
         for a in apps:  # each stores the declared schedule (the same row)
-            assert a.sync(a.scheduler.run_pass(clock.now()), "pass") == 0
+            assert run_pass(a, clock) == 0
         for _ in range(5):
             clock.advance(10)
-            counts = [a.sync(a.scheduler.run_pass(clock.now()), "pass") for a in apps]
+            counts = [run_pass(a, clock) for a in apps]
             assert sorted(counts) == [0, 1]
         assert len(fired(apps[0], "job")) == 5
         assert len(apps[0].list_runs(workflow="job")) == 5
@@ -258,16 +263,16 @@ def test_a_changed_timing_restarts_from_the_next_tick(db_url: str, clock: TestCl
         return app
 
     first = make(60)
-    first.sync(first.scheduler.run_pass(clock.now()), "pass")
+    run_pass(first, clock)
     assert first.schedules()[0].next_fire == utc(2026, 1, 1, 0, 1)
     first.close()
     clock.advance(10)
     same = make(60)  # a restarted worker with the same code keeps the schedule's state
-    same.sync(same.scheduler.run_pass(clock.now()), "pass")
+    run_pass(same, clock)
     assert same.schedules()[0].next_fire == utc(2026, 1, 1, 0, 1)
     same.close()
     changed = make(15)
-    changed.sync(changed.scheduler.run_pass(clock.now()), "pass")
+    run_pass(changed, clock)
     assert changed.schedules()[0].next_fire == utc(2026, 1, 1, 0, 0, 15)
     changed.close()
 
@@ -326,14 +331,14 @@ def test_workers_storing_the_same_schedule_at_once_never_lose_or_repeat_a_tick(
 
         first, second = apps
         clocks[0].advance(0.5)
-        first.sync(first.scheduler.run_pass(clocks[0].now()), "pass")  # stores: next 00:00:01
+        run_pass(first, clocks[0])  # stores: next 00:00:01
         clocks[1].advance(1.2)  # a second worker, a little later: must not skip 00:00:01
-        assert second.sync(second.scheduler.run_pass(clocks[1].now()), "pass") == 1
+        assert run_pass(second, clocks[1]) == 1
         assert fired(first, "beat") == [run_id_for("beat", utc(2026, 1, 1, 0, 0, 1))]
         clocks[0].advance(0.5)  # the first worker, behind: must not fire 00:00:01 again
         third = perdure.App(db_url, clock=clocks[0])
         third.schedule(every=1, overlap="allow", workflow=third.workflow(name="beat")(beat))
-        assert third.sync(third.scheduler.run_pass(clocks[0].now()), "pass") == 0
+        assert run_pass(third, clocks[0]) == 0
         assert first.schedules()[0].next_fire == utc(2026, 1, 1, 0, 0, 2)
         [tick] = first.schedule_ticks("beat")
         assert tick.at == utc(2026, 1, 1, 0, 0, 1) + 0.2  # recorded once, by the second worker
@@ -379,7 +384,7 @@ def test_skip_behind_a_run_that_needs_attention_says_so_and_is_listed_as_blocked
         f"previous run {first} needs attention; overlap=skip skips until an operator acts "
         "(perdure stuck)"
     ] * 2
-    assert app.sync(schedules.blocked(app), "blocked") == [
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == [
         schedules.Blocked(
             schedule="bill", run_id=first, status="needs_attention",
             since=app.get_run(first).updated_at, held=2,
@@ -389,7 +394,7 @@ def test_skip_behind_a_run_that_needs_attention_says_so_and_is_listed_as_blocked
     app.resolve(first, "charge", value=1)
     TestWorker(app).run_until_idle()
     assert app.get_run(first).status == "completed"
-    assert app.sync(schedules.blocked(app), "blocked") == []
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == []
     clock.advance(60)  # 00:04 fires again
     TestWorker(app).run_until_idle()
     assert statuses(app, "bill")[-1] == ("00:04", "fired")
@@ -411,7 +416,7 @@ def test_skip_behind_a_paused_run_says_it_is_paused(
     first = run_id_for("slow", utc(2026, 1, 1, 0, 1))
     clock.advance(60)  # waiting for its event: an ordinary busy run, not a blocked schedule
     worker.run_until_idle()
-    assert app.sync(schedules.blocked(app), "blocked") == []
+    assert app.runtime.sync(schedules.blocked(app.runtime), "blocked") == []
     assert app.pause(first) == "paused"
     clock.advance(60)
     worker.run_until_idle()
@@ -421,7 +426,7 @@ def test_skip_behind_a_paused_run_says_it_is_paused(
         f"previous run {first} is paused; overlap=skip skips until an operator acts "
         "(perdure stuck)",
     ]
-    [held] = app.sync(schedules.blocked(app), "blocked")
+    [held] = app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     assert (held.status, held.fix) == ("paused", f"perdure resume {first}")
 
 
@@ -444,5 +449,5 @@ def test_queue_behind_a_paused_run_names_it_and_is_listed_as_blocked(
     worker.run_until_idle()
     [queued] = [t for t in app.schedule_ticks("slow") if t.status == "queued"]
     assert queued.reason == f"waiting for the previous run {first}, which is paused (perdure stuck)"
-    [held] = app.sync(schedules.blocked(app), "blocked")
+    [held] = app.runtime.sync(schedules.blocked(app.runtime), "blocked")
     assert (held.schedule, held.run_id, held.held) == ("slow", first, 1)

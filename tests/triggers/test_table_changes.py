@@ -19,6 +19,7 @@ import perdure
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
 from perdure.testing import TestWorker
+from perdure.triggers.table_changes import TableChange
 
 pytestmark = pytest.mark.postgres
 
@@ -52,16 +53,16 @@ def inputs(app: perdure.App) -> dict[str, dict[str, Any]]:
 
 def take_all(app: perdure.App) -> int:
     """Install the trigger and take every pending change, as a worker's service does."""
-    (change,) = [s for s in app.services if s.name == "table:orders"]
+    change = app.runtime.triggers.of(TableChange)["orders"]
 
     async def go() -> int:
-        await change.install()  # type: ignore[attr-defined]
+        await change.install()
         total = 0
         while n := await change.take():  # type: ignore[attr-defined]
             total += n
         return total
 
-    return app.sync(go(), "take")  # type: ignore[no-any-return]
+    return app.runtime.sync(go(), "take")  # type: ignore[no-any-return]
 
 
 def test_each_change_starts_one_run_with_its_rows(database: str) -> None:
@@ -89,7 +90,7 @@ def test_each_change_starts_one_run_with_its_rows(database: str) -> None:
         origin = [e for e in app.journal(f"table:orders:{changes[0]['id']}")
                   if e.kind == "run.origin"]  # fmt: skip
         assert json.loads(origin[0].data or "{}")["table_change"] == "orders"
-        assert app.sync(app.store.change_counts("orders"), "counts")[0] == 0
+        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[0] == 0
         TestWorker(app).run_until_idle()
         assert app.get_run(f"table:orders:{changes[0]['id']}").status == "completed"
     finally:
@@ -101,10 +102,10 @@ def test_install_is_idempotent_and_follows_the_declaration(database: str) -> Non
     stop starting runs."""
     app = make_app(database)
     try:
-        store = app.store
-        (change,) = [s for s in app.services if s.name == "table:orders"]
-        assert app.sync(change.install(), "install") is True  # type: ignore[attr-defined]
-        assert app.sync(change.install(), "install") is False  # type: ignore[attr-defined]
+        store = app.runtime.store
+        change = app.runtime.triggers.of(TableChange)["orders"]
+        assert app.runtime.sync(change.install(), "install") is True
+        assert app.runtime.sync(change.install(), "install") is False
     finally:
         app.close()
     app = make_app(database, on=["insert"])
@@ -114,7 +115,7 @@ def test_install_is_idempotent_and_follows_the_declaration(database: str) -> Non
                  "DELETE FROM orders")  # fmt: skip
         assert take_all(app) == 1
         assert [c["op"] for c in inputs(app).values()] == ["insert"]
-        assert store is not app.store
+        assert store is not app.runtime.store
     finally:
         app.close()
 
@@ -151,14 +152,14 @@ def test_a_missing_table_is_one_line_naming_the_trigger(database: str) -> None:
     try:
         before = app.start(noop, {"x": 1}, run_id="before")
         with pytest.raises(ConfigError) as caught:
-            app.sync(change.install(), "install")
+            app.runtime.sync(change.install(), "install")
         message = str(caught.value)
         assert "\n" not in message
         assert "'no_such_table'" in message and "table change trigger" in message
         assert app.get_run(before.id).status == "pending"
 
         async def serve() -> None:
-            worker = Worker(app, WorkerOptions(poll=0.05, gc_every=None))
+            worker = Worker(app.runtime, WorkerOptions(poll=0.05, gc_every=None))
             task = asyncio.create_task(worker.run())
             while (
                 await app.client.get("before")
@@ -167,7 +168,7 @@ def test_a_missing_table_is_one_line_naming_the_trigger(database: str) -> None:
             worker.stop()
             await task
 
-        app.sync(asyncio.wait_for(serve(), 30), "serve")
+        app.runtime.sync(asyncio.wait_for(serve(), 30), "serve")
         assert app.get_run("before").status == "completed"
         assert change.last_error is not None and "no_such_table" in change.last_error
     finally:
@@ -186,7 +187,7 @@ def test_a_table_name_postgresql_cannot_parse_is_one_line(database: str) -> None
     bad = app.on_table_change("not a name!", noop, name="bad")
     try:
         with pytest.raises(ConfigError) as caught:
-            app.sync(bad.install(), "install")
+            app.runtime.sync(bad.install(), "install")
         assert str(caught.value).startswith("table change trigger 'bad': ")
         assert "\n" not in str(caught.value)
         (status,) = [t for t in app.triggers() if t.name == "bad"]
@@ -210,7 +211,9 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)")
         assert take_all(app) == 1
         assert take_all(app) == 0
-        pending, _, refused, reason = app.sync(app.store.change_counts("orders"), "counts")
+        pending, _, refused, reason = app.runtime.sync(
+            app.runtime.store.change_counts("orders"), "counts"
+        )
         assert (pending, refused) == (0, 1)
         assert reason is not None and "does not fit int" in reason
         assert app.list_runs(workflow="wants_int") == []
@@ -223,8 +226,8 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         )  # fmt: skip
         assert retried.returncode == 0, retried.stderr
         assert "1 refused change(s) pending again" in retried.stdout
-        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (1, 0)
-        audit = app.sync(app.store.audit_log(target="table_change:orders"), "audit")
+        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[:3:2] == (1, 0)
+        audit = app.runtime.sync(app.runtime.store.audit_log(target="table_change:orders"), "audit")
         assert [a.action for a in audit] == ["table_change.retry"]
     finally:
         app.close()
@@ -262,8 +265,8 @@ def test_sqlite_table_in_the_store_file_starts_runs_too(tmp_path: Path) -> None:
         app.list_runs(limit=1)  # the store file exists, migrated
         with sqlite3.connect(tmp_path / "x.db") as conn:
             conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT, img BLOB)")
-        assert app.sync(change.install(), "install") is True
-        assert app.sync(change.install(), "install") is False
+        assert app.runtime.sync(change.install(), "install") is True
+        assert app.runtime.sync(change.install(), "install") is False
         conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
         conn.execute("BEGIN")
         conn.execute("INSERT INTO orders (item, img) VALUES ('gone', NULL)")
@@ -271,14 +274,14 @@ def test_sqlite_table_in_the_store_file_starts_runs_too(tmp_path: Path) -> None:
         conn.execute("INSERT INTO orders (id, item, img) VALUES (7, 'tea', x'00ff')")
         conn.execute("UPDATE orders SET item = 'green tea' WHERE id = 7")
         conn.close()
-        assert app.sync(change.take(), "take") == 2
+        assert app.runtime.sync(change.take(), "take") == 2
         changes = sorted(inputs(app).values(), key=lambda c: c["id"])
         assert [c["op"] for c in changes] == ["insert", "update"]
         assert changes[0]["key"] == {"id": 7} and changes[0]["table"] == "main.orders"
         assert changes[0]["row"] == {"id": 7, "item": "tea", "img": "00FF"}
         assert changes[1]["old"]["item"] == "tea" and changes[1]["row"]["item"] == "green tea"
         with pytest.raises(ConfigError, match="no table 'elsewhere'") as caught:
-            app.sync(missing.install(), "install")
+            app.runtime.sync(missing.install(), "install")
         assert "\n" not in str(caught.value) and "'elsewhere'" in str(caught.value)
         states = {t.name: t.state for t in app.triggers()}
         assert states == {"orders": "installed", "elsewhere": "error"}
@@ -327,9 +330,9 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
     try:
 
         async def scenario() -> set[int]:
-            (change,) = [s for s in app.services if s.name == "table:orders"]
-            await change.install()  # type: ignore[attr-defined]  # changes from now on count
-            worker = Worker(app, WorkerOptions(poll=0.2, gc_every=None))
+            change = app.runtime.triggers.of(TableChange)["orders"]
+            await change.install()  # changes from now on count
+            worker = Worker(app.runtime, WorkerOptions(poll=0.2, gc_every=None))
             task = asyncio.create_task(worker.run())
             committed = await asyncio.to_thread(write_orders, database, 1000)
 
@@ -343,12 +346,12 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
             await task
             return committed
 
-        committed = app.sync(asyncio.wait_for(scenario(), 120), "scenario")
+        committed = app.runtime.sync(asyncio.wait_for(scenario(), 120), "scenario")
         assert len(committed) == 667
         changes = inputs(app)
         assert len(changes) == len(committed)
         assert sorted(c["key"]["id"] for c in changes.values()) == sorted(committed)
-        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
+        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
     finally:
         app.close()
 
@@ -396,8 +399,8 @@ def test_perdure_triggers_lists_every_kind_and_installs(cli_env: None) -> None:
     import triggers_cli_app
 
     app = triggers_cli_app.app
-    (orders,) = [s for s in app.services if s.name == "table:orders"]
-    app.sync(orders.install(), "install")  # type: ignore[attr-defined]
+    orders = app.runtime.triggers.of(TableChange)["orders"]
+    app.runtime.sync(orders.install(), "install")
     user_sql(os.environ["PERDURE_DB"], "INSERT INTO orders (item, qty) VALUES ('x', 1)")
     after = runner.invoke(cli, ["triggers"])
     row = next(line for line in after.output.splitlines() if " orders " in line)
@@ -431,10 +434,10 @@ def test_notify_false_installs_a_trigger_that_does_not_notify(database: str) -> 
 
     quiet = app.on_table_change("orders", ship, notify=False)
     try:
-        app.sync(quiet.install(), "install")
+        app.runtime.sync(quiet.install(), "install")
         assert not notifies()
         user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)")
-        assert app.sync(quiet.take(), "take") == 1
+        assert app.runtime.sync(quiet.take(), "take") == 1
     finally:
         app.close()
     app = make_app(database, on=["insert"])

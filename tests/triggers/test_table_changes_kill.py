@@ -22,6 +22,7 @@ import pytest
 from test_table_changes import wait_until, write_orders
 
 from module_files import load_file
+from perdure.triggers.table_changes import TableChange
 from process_stops import stop_processes
 
 pytestmark = pytest.mark.postgres
@@ -80,8 +81,8 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
     insert, none for a rolled-back one, none twice; the outbox drains."""
     mod = load_app_module()
     app = mod.build_app(database)
-    (change,) = [s for s in app.services if s.name == "table:orders"]
-    app.sync(change.install(), "install")  # changes count from here on
+    change = app.runtime.triggers.of(TableChange)["orders"]
+    app.runtime.sync(change.install(), "install")  # changes count from here on
     workers = Workers(database, tmp_path / "logs")
     committed: set[int] = set()
     try:
@@ -112,7 +113,7 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
         assert len(keys) == len(set(keys)), "a change started two runs"
         assert set(keys) == committed
         assert {int(json.loads(r.result or "0")) for r in runs} == committed
-        assert app.sync(app.store.change_counts("orders"), "counts")[0] == 0
+        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[0] == 0
         assert kills == 2
         assert len(workers.alive()) == WORKERS, workers.text()
     finally:

@@ -9,6 +9,8 @@ import os
 from typing import Any
 
 import perdure
+from perdure.engine.runtime import Runtime
+from perdure.engine.triggers import TriggerStatus
 from perdure.engine.worker import Worker
 
 app = perdure.App()
@@ -20,16 +22,16 @@ def handle(item: Any) -> Any:
 
 
 class FakeSource:
-    """A message source as a broker adapter registers one: a service with `status()`."""
+    """A trigger kind of a user's own: one class with a kind, a name, `status()` and a loop."""
 
-    name = "queue:orders"
+    kind = "rabbitmq"
+    name = "orders-queue"
 
     async def run(self, worker: Worker) -> None:
         await worker.stopping.wait()
 
-    def status(self) -> dict[str, Any]:
-        return {"kind": "rabbitmq", "name": "orders-queue", "workflow": "handle",
-                "state": "consuming", "lag": 3, "last_error": None}  # fmt: skip
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        return [TriggerStatus("rabbitmq", self.name, "handle", "consuming", 3.0)]
 
 
 app.schedule(every=3600, name="hourly", workflow=handle, args=[1])
@@ -38,4 +40,4 @@ app.webhook("push", handle, secret="s3cret")
 app.on_event("order.paid")(handle)
 app.on_table_change("orders", handle, on=["insert"])
 app.on_table_change("missing_table", handle, name="no_table")
-app.add_service(FakeSource())
+app.runtime.triggers.add(FakeSource())

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,13 +18,17 @@ from ..agent.tools.builtins import builtin_tools
 from ..errors import PerdureError, WaitTimeout
 from . import render
 
+if TYPE_CHECKING:
+    from ..agent.loop import Agent
+    from ..app import App
+
 MODEL_HELP = (
     "Serve the default tier with this model (local: SmolLM2-135M, local-large:"
     " Qwen2.5-Coder-1.5B, scripted: deterministic, no model)."
 )
 
 
-def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
+def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[App, Agent]:
     from ..agent.loop import Agent
     from ..agent.models import require_extras
     from .main import get_app
@@ -32,7 +36,7 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[Any, Any]:
     spec = with_model(load_spec(spec_path), model)
     require_extras(spec)  # before anything is started or recorded
     app = get_app(ctx)
-    return app, Agent(app, spec)
+    return app, Agent(app.runtime, spec)
 
 
 @click.command()
@@ -138,7 +142,7 @@ def agent_cmd(
     from ..agent.budgets import declare
 
     app, agent = _agent(ctx, spec_path, model)
-    app.sync(declare(app, agent.spec), "agent")  # known to `perdure budget` from now on
+    app.runtime.sync(declare(app.runtime, agent.spec), "agent")  # `perdure budget` knows it now
     served = attach_trigger(app, agent)
     render.echo(f"perdure agent {agent.spec.name}: {served}; store {app.url}", err=True)
     app.run_worker(concurrency=concurrency, poll=poll)
@@ -158,7 +162,7 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     except ValueError as exc:
         raise PerdureError(f"--since: {exc}") from None
     app = get_app(ctx, existing=True)
-    rows = app.sync(app.store.usage(agent, time.time() - seconds), "usage")
+    rows = app.runtime.sync(app.runtime.store.usage(agent, time.time() - seconds), "usage")
     groups: dict[tuple[str, ...], list[float]] = {}
     for u in rows:
         day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
@@ -171,7 +175,7 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     header = {"run": ["AGENT", "RUN"], "agent": ["AGENT"], "day": ["DAY", "AGENT"]}[by]
     body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
             for k, v in sorted(groups.items())]  # fmt: skip
-    held = app.sync(app.store.reservations(agent, time.time() - seconds), "usage")
+    held = app.runtime.sync(app.runtime.store.reservations(agent, time.time() - seconds), "usage")
     if not body and not held:
         render.echo("no model calls recorded")
         return
@@ -184,10 +188,10 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
             total[0] += 1
             total[1] += r.tokens
             total[2] += r.cost
-        rows = [[*k, str(int(v[0])), str(int(v[1])), f"{v[2]:.4f}"]
-                for k, v in sorted(kinds.items())]  # fmt: skip
+        reserved = [[*k, str(int(v[0])), str(int(v[1])), f"{v[2]:.4f}"]
+                    for k, v in sorted(kinds.items())]  # fmt: skip
         render.echo("\nCalls whose usage is not known, counted at their reservation:")
-        render.echo(render.table(rows, ["AGENT", "MODEL", "TIER", "OUTCOME", "CALLS",
+        render.echo(render.table(reserved, ["AGENT", "MODEL", "TIER", "OUTCOME", "CALLS",
                                        "TOKENS (EST.)", "COST (EST.)"]))  # fmt: skip
 
 
@@ -262,7 +266,7 @@ def budget(
     woken = None
     if reset or any(v is not None for v in changes.values()):
         woken = act(app, ops.set_budget(app, operator(), agent, changes, reset=reset), "budget")
-    shown = app.sync(describe(app, agent), "budget")
+    shown = app.runtime.sync(describe(app.runtime, agent), "budget")
     rows = []
     for name, value in shown["in_force"].items():
         window = name.rsplit("_", 1)[1]
@@ -280,7 +284,7 @@ def budget(
                    f"{woken} parked run(s) woken")  # fmt: skip
 
 
-def _shared_budget(app: Any, name: str, changes: dict[str, Any], reset: bool) -> None:
+def _shared_budget(app: App, name: str, changes: dict[str, Any], reset: bool) -> None:
     """`perdure budget --shared NAME [limits]`: change only the limits given, then show them
     with what its agents spent and which agents share it."""
     from ..agent.budgets import describe_shared
@@ -291,7 +295,7 @@ def _shared_budget(app: Any, name: str, changes: dict[str, Any], reset: bool) ->
     if reset or any(v is not None for v in changes.values()):
         woken = act(app, ops.set_shared_budget(app, operator(), name, changes, reset=reset),
                     "budget")  # fmt: skip
-    shown = app.sync(describe_shared(app, name), "budget")
+    shown = app.runtime.sync(describe_shared(app.runtime, name), "budget")
     rows = []
     for limit_name, value in shown["limits"].items():
         window = limit_name.rsplit("_", 1)[1]

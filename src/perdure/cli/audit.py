@@ -40,8 +40,8 @@ def audit(
         raise PerdureError("audit: --limit must be 1 or more")
     app = get_app(ctx, existing=True)
     after = parse_since(since, app.clock.now()) if since else None
-    rows = app.sync(
-        app.store.audit_log(
+    rows = app.runtime.sync(
+        app.runtime.store.audit_log(
             target=f"run:{run_id}" if run_id else target, limit=limit, actor=actor, since=after
         ),
         "audit",

@@ -71,7 +71,7 @@ def operator() -> Principal:
 
 def act(app: App, coro: Any, what: str) -> Any:
     """Run an operator action (an `operations` coroutine, audited) from the sync CLI."""
-    return app.sync(coro, what)
+    return app.runtime.sync(coro, what)
 
 
 def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = False) -> App:
@@ -80,7 +80,7 @@ def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = Fal
     if need_code and not spec:
         raise PerdureError("this command needs your workflows: pass --app module:attribute")
     app = load_app(spec, db)
-    path = getattr(app.store, "path", None)
+    path = getattr(app.runtime.store, "path", None)
     if existing and path and path != ":memory:" and not os.path.exists(path):
         raise PerdureError(
             f"no perdure store at {os.path.abspath(path)} (pass --db or set PERDURE_DB)"
@@ -124,7 +124,7 @@ def list_runs(
     """List runs, newest first."""
     app = get_app(ctx, existing=True)
     rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
-    render.echo(render.runs(rows, app.sync(app.client.paused_workflows(), "ls")))
+    render.echo(render.runs(rows, app.runtime.sync(app.client.paused_workflows(), "ls")))
 
 
 @cli.command()
@@ -143,9 +143,9 @@ def stuck(ctx: click.Context, grace: float) -> None:
     stall = app.client.write_lock_stall()  # first: the queries below may have to wait for it
     if stall is not None:
         render.echo(f"store: {stall}")
-    found = app.sync(app.client.stuck(grace), "perdure stuck")
-    held = app.sync(blocked(app), "perdure stuck")
-    dead = app.sync(app.store.dead_messages(limit=100), "perdure stuck")
+    found = app.runtime.sync(app.client.stuck(grace), "perdure stuck")
+    held = app.runtime.sync(blocked(app.runtime), "perdure stuck")
+    dead = app.runtime.sync(app.runtime.store.dead_messages(limit=100), "perdure stuck")
     if not found and not held and not dead:
         if stall is not None:
             sys.exit(1)
@@ -179,7 +179,7 @@ def show(ctx: click.Context, run_id: str) -> None:
     """A run's status and its journal timeline."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
-    paused = app.sync(app.client.paused_workflows(), "show")
+    paused = app.runtime.sync(app.client.paused_workflows(), "show")
     render.echo(render.run_header(run, entries, paused))
     render.echo()
     render.echo(render.timeline(entries))
@@ -192,10 +192,10 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
-    paused = app.sync(app.client.paused_workflows(), "explain")
+    paused = app.runtime.sync(app.client.paused_workflows(), "explain")
     render.echo(render.run_header(run, entries, paused))
     render.echo()
-    render.echo(render.explanation(explain(app, run, entries)))
+    render.echo(render.explanation(explain(app.runtime, run, entries)))
 
 
 @cli.command()
@@ -281,7 +281,7 @@ def resume(
 def gc(ctx: click.Context, batch: int) -> None:
     """Delete finished runs beyond their workflow's retention, with journals, events and blobs."""
     app = get_app(ctx, need_code=True, existing=True)
-    kept = sorted(name for name, wf in app.workflows.items() if wf.retention is None)
+    kept = sorted(name for name, wf in app.runtime.workflows.items() if wf.retention is None)
     report = act(app, ops.gc(app, operator(), batch), "gc")
     render.echo(str(report))
     if kept:
@@ -350,7 +350,7 @@ def emit(
 @click.pass_context
 def effects_cmd(ctx: click.Context) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    render.echo(render.effects(effects(get_app(ctx, need_code=True))))
+    render.echo(render.effects(effects(get_app(ctx, need_code=True).runtime)))
 
 
 @cli.command("replay-check")
@@ -358,7 +358,7 @@ def effects_cmd(ctx: click.Context) -> None:
 def replay_check_cmd(ctx: click.Context) -> None:
     """Replay unfinished runs against the current code (executes nothing); exit 1 on divergence."""
     app = get_app(ctx, need_code=True)
-    report = asyncio.run(replay_check(app))
+    report = asyncio.run(replay_check(app.runtime))
     render.echo(render.replay(report))
     if report.divergences:
         sys.exit(1)

@@ -106,9 +106,11 @@ def mcp_cmd(
     for spec_path in agent_specs:
         spec = with_model(load_spec(spec_path), model)
         require_extras(spec)
-        agent = Agent(app, spec)
+        agent = Agent(app.runtime, spec)
         descriptions[agent.name] = agent.spec.goal.strip()
-    tools = workflow_tools(app.workflows, only=only, builtin=builtin, descriptions=descriptions)
+    tools = workflow_tools(
+        app.runtime.workflows, only=only, builtin=builtin, descriptions=descriptions
+    )
     if not tools:
         raise ConfigError("no tools to serve: pass --app module:attribute and/or --agent SPEC")
     options = McpOptions(call_wait=call_wait)

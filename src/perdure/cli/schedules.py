@@ -35,7 +35,7 @@ def show(ctx: click.Context, name: str, count: int, limit: int) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    row = app.sync(sched.get(app, name), "schedules show")
+    row = app.runtime.sync(sched.get(app.runtime, name), "schedules show")
     after = max(app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused else sched.upcoming(row, count, after)
     render.echo(render.schedule(row, upcoming, app.schedule_ticks(name, limit=limit)))

@@ -58,15 +58,17 @@ def serve(
     from ..server.hosts import HostCheck, hosts_for
     from ..server.sessions import SessionPolicy
     from ..server.timeouts import ConnectionLimits, uvicorn_config
+    from ..triggers.webhooks import Webhook
     from .main import get_app  # main imports this module to register the command
 
     app = get_app(ctx, need_code=True)
-    for hook in app.webhooks.values():
-        hook.check(app)  # a hook that cannot work stops the server before it listens
+    hooks = app.runtime.triggers.of(Webhook)
+    for hook in hooks.values():
+        hook.check(app.runtime)  # a hook that cannot work stops the server before it listens
     from ..observe import instrument
 
-    instrument(app)
-    names = ", ".join(sorted(app.webhooks)) or "none"
+    instrument(app.runtime)
+    names = ", ".join(sorted(hooks)) or "none"
     render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
     limits = ConnectionLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections

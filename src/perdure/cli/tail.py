@@ -41,6 +41,8 @@ def tail(ctx: click.Context, run_id: str, follow: bool, after: int) -> None:
             render.echo(line(chunk))
         render.echo(f"[run {run_id} is {handle.status()}]", err=True)
         return
-    rows = app.sync(app.store.read_stream(app.get_run(run_id).id, after, 100_000), "tail")
+    rows = app.runtime.sync(
+        app.runtime.store.read_stream(app.get_run(run_id).id, after, 100_000), "tail"
+    )
     for row in rows:
         render.echo(line(chunk_of(row)))

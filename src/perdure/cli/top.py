@@ -31,7 +31,10 @@ def top(ctx: click.Context, once: bool, interval: float, limit: int) -> None:
     app = get_app(ctx, existing=True)
 
     def frame() -> Any:
-        return render(app.sync(snapshot(app, limit=limit), "perdure top"), f"perdure {app.url}")
+        return render(
+            app.runtime.sync(snapshot(app.runtime, limit=limit), "perdure top"),
+            f"perdure {app.url}",
+        )
 
     if once:
         Console(width=None if sys.stdout.isatty() else 160).print(frame())

@@ -6,8 +6,8 @@ import sys
 
 import click
 
+from ..engine.triggers import TriggerStatus
 from ..server import operations as ops
-from ..triggers.listing import TriggerStatus
 from . import render
 
 

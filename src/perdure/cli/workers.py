@@ -58,14 +58,17 @@ def worker(
     if metrics_port is not None:
         require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
     app = get_app(ctx, need_code=True)
-    instrument(app)
+    instrument(app.runtime)
     if metrics_port is not None:
         from ..observe.metrics import serve_metrics
         from ..server.scrape_access import worker_guard
 
-        serve_metrics(app, metrics_port, guard=None if metrics_public else worker_guard(app))
+        serve_metrics(
+            app.runtime, metrics_port, guard=None if metrics_public else worker_guard(app)
+        )
     render.echo(
-        f"perdure worker: {len(app.workflows)} workflow(s) on {public_url(app.url)}", err=True
+        f"perdure worker: {len(app.runtime.workflows)} workflow(s) on {public_url(app.url)}",
+        err=True,
     )
     options = WorkerOptions(
         id=worker_id,
@@ -96,9 +99,11 @@ def workers(ctx: click.Context, since: float) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    app.sync(app.open_store(), "workers")  # on PostgreSQL the clock is then the server's
+    app.runtime.sync(
+        app.runtime.open_store(), "workers"
+    )  # on PostgreSQL the clock is then the server's
     now = app.clock.now()
-    rows = app.sync(app.store.list_workers(now - since), "workers")
+    rows = app.runtime.sync(app.runtime.store.list_workers(now - since), "workers")
     if not rows:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return

@@ -49,7 +49,7 @@ from .registry import WorkflowDef, typed_arguments
 if TYPE_CHECKING:
     from ..store.roles import Runs
     from .retention import GcReport
-    from .runtime import Runtime
+    from .runtime import HasRuntime, Runtime
 
 
 def origin_entry(origin: dict[str, Any], now: float) -> Entry:
@@ -151,8 +151,10 @@ class Client:
     coroutine, for async code where the App's blocking methods would stall the loop.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, app: Runtime | HasRuntime) -> None:
+        from .runtime import runtime_of  # the runtime's own imports reach this module
+
+        self.runtime = runtime_of(app)
 
     @property
     def store(self) -> Store:

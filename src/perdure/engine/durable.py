@@ -48,15 +48,13 @@ def random() -> float:
     return float(_value("random", lambda ctx: _random.random()))
 
 
-TRIGGERS = ("schedule", "event", "webhook", "inbox", "plan", "fork", "parent", "continued")
-
-
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """The calling run: its id, workflow, parent, what started it, and its recoveries.
 
-    `trigger` is what started the run: `schedule`, `event`, `webhook`, `inbox`,
-    `plan`, `fork`, `parent` (a child run) or `client` (started by a call such as
+    `trigger` is what started the run, the first key of its `origin`: `schedule`,
+    `event`, `webhook`, `inbox`, `table_change`, `message`, `plan`, `fork`, `parent` (a
+    child run), `continued`, `mcp`; or `client` (no origin: started by a call such as
     `App.start`, the CLI or the API). `origin` holds the details: e.g.
     `{"schedule": "nightly", "tick": "2026-12-01T02:00:00Z"}`,
     `{"event": "on_paid", "type": "invoice.paid", "id": "evt_1"}`,
@@ -87,7 +85,7 @@ def current_run() -> RunInfo:
     else:
         recoveries = int(_value("current_run", lambda c: c.run.recoveries))
     origin = dict(ctx.origin)
-    trigger = next((key for key in origin if key in TRIGGERS), "client")
+    trigger = next(iter(origin), "client")  # its first key names what started the run
     return RunInfo(
         id=ctx.run_id,
         workflow=ctx.run.workflow,

@@ -1,8 +1,8 @@
 """`Runtime`: what the engine runs on — the store, the clock, the registries of workflows,
-steps and queues, wake-up signals, the runs this process holds, and worker services.
+steps and queues, wake-up signals, the runs this process holds, and its triggers.
 
 The worker, client, runner and steps take a Runtime, never the user-facing `App`
-(which builds on it, in `perdure.app`, with the triggers and the sync facade).
+(which holds one, in `perdure.app`, with the trigger entry points and the sync facade).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
@@ -29,6 +29,7 @@ from .retry import DEFAULT_RETRY, NO_RETRY, Retry, seconds
 from .services import Service
 from .signal import Signal
 from .steps import Step
+from .triggers import Triggers
 
 if TYPE_CHECKING:
     from ..store.roles import Leases
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Taker(Protocol):
@@ -47,6 +49,19 @@ class Taker(Protocol):
     async def adopt(
         self, run: RunRow | None, empty_journal: bool, unsure: bool = False
     ) -> None: ...
+
+
+class HasRuntime(Protocol):
+    """What holds a runtime: the user-facing `App` (`app.runtime`)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+
+def runtime_of(app: Runtime | HasRuntime) -> Runtime:
+    """`app` itself if it is a Runtime, else the one it holds: an engine object users build
+    from their App (`perdure.Client(app)`) takes either, and keeps the Runtime."""
+    return app if isinstance(app, Runtime) else app.runtime
 
 
 ENDED_KEPT = 256  # rows of ended runs kept for result() waiters
@@ -78,7 +93,7 @@ class Runtime:
         self.workflows: dict[str, WorkflowDef] = {}
         self.steps: dict[str, StepDef] = {}
         self.queues: dict[str, QueueSpec] = {}
-        self.services: list[Service] = []  # loops every worker runs (triggers add them)
+        self.triggers = Triggers(self)  # every trigger (the kinds live in perdure.triggers)
         self.on_notify: list[Callable[[], None]] = []  # called on every change (any thread)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="perdure-step")
         # runs held by workers in this process, so operator calls reach them at once
@@ -142,7 +157,7 @@ class Runtime:
         self.step_executor.shutdown(wait=False)
         self._opened = False
 
-    def sync(self, coro: Any, what: str) -> Any:
+    def sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         """Run `coro` to completion from sync code (refused inside a running event loop)."""
         return self._portal.call(coro, what)
 
@@ -202,13 +217,10 @@ class Runtime:
         """How many changes were signalled so far (for `wait_change(since=...)`)."""
         return self._change.fired
 
-    def add_service(self, service: Service) -> Service:
-        """Run `service` in every worker of this process (triggers add their loops here);
-        a second service with the same name is refused."""
-        if any(s.name == service.name for s in self.services):
-            raise ConfigError(f"a worker service named {service.name!r} is already registered")
-        self.services.append(service)
-        return service
+    @property
+    def services(self) -> list[Service]:
+        """The loops every worker of this process runs: the triggers that watch something."""
+        return self.triggers.loops()
 
     # -- registration --------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Services: long-lived loops a worker runs beside its runs (schedulers, folder watchers).
 
-Triggers register services on the App; every worker process runs each one until
-it stops. A service that fails is logged and restarted after a backoff, so one
-broken trigger never stops a worker from running runs.
+A trigger that watches something is a service (see `engine.triggers`): every worker
+process runs each one until it stops. A service that fails is logged and restarted after
+a backoff, so one broken trigger never stops a worker from running runs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.worker")
 
 
+@runtime_checkable
 class Service(Protocol):
     """A loop run by every worker; `run` returns once `worker.stopping` is set."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     async def run(self, worker: Worker) -> None: ...
 

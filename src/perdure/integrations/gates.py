@@ -36,7 +36,7 @@ class Gates:
 
     def __init__(self, app: App, name: str) -> None:
         step_name = f"{name}.gate"
-        known = app.steps.get(step_name)
+        known = app.runtime.steps.get(step_name)
         if known is not None:
             self._step: Step[..., Any] = Step(known)
         else:

@@ -337,7 +337,7 @@ class Runner:
         outcome before the loop goes on, so a billed response is never bought twice."""
         step = self._steps.get(name)
         if step is None:
-            known = self.app.steps.get(name)  # another Runner on this app registered it
+            known = self.app.runtime.steps.get(name)  # another Runner on this app registered it
             if known is not None:
                 step = Step(known)
             else:
@@ -364,7 +364,10 @@ class Runner:
     def _model_step(self, agent: str) -> Step[..., Any]:
         budget = ModelBudget.of(agent, self._budget_spec, **self._budget_args)
         return self._step(
-            f"agents.{agent}.model", _model_body(self.app, agent, budget), "keyed", model=True
+            f"agents.{agent}.model",
+            _model_body(self.app.runtime, agent, budget),
+            "keyed",
+            model=True,
         )
 
     def gates(self, agent: str) -> Gates:
@@ -527,7 +530,7 @@ class Runner:
         async def run_agent(input: Any, stream: bool = False, session: str | None = None) -> Any:
             token = streaming.set(stream)
             try:
-                talk = None if session is None else PerdureSession(session, self.app)
+                talk = None if session is None else PerdureSession(session, self.app.runtime)
                 return (await self.run(agent, input, session=talk)).final_output
             finally:
                 streaming.reset(token)

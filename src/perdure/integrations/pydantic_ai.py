@@ -322,7 +322,7 @@ class PerdureAgent:
         ) -> Any:
             prompt = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
             limit = (settings or {}).get("max_tokens")
-            held = await reserved(budget, app, prompt, limit, model.model_name)
+            held = await reserved(budget, app.runtime, prompt, limit, model.model_name)
             if isinstance(held, dict):  # refused: journaled as the outcome, the run parks
                 return held
             try:
@@ -331,12 +331,14 @@ class PerdureAgent:
                 else:
                     response = await model.request(messages, settings, params)
             except Exception:  # an error answer was not paid; a kill leaves it held
-                await budget.release(app, held)
+                await budget.release(app.runtime, held)
                 raise
             usage = response.usage
             tokens = (usage.input_tokens, usage.output_tokens)
             cost = budget.cost(*tokens) if budget.price else _cost(response)
-            await budget.settle(app, held, response.model_name or model.model_name, tokens, cost)
+            await budget.settle(
+                app.runtime, held, response.model_name or model.model_name, tokens, cost
+            )
             return {
                 "response": list(ModelMessagesTypeAdapter.dump_python([response], mode="json")),
                 "tools": _offered(params),

@@ -42,7 +42,6 @@ from ..store.base import ALL_STATUSES
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import Metric
-    from starlette.requests import Request
     from starlette.responses import Response
 
     from ..engine.runtime import Runtime
@@ -286,11 +285,11 @@ def _guarded(served: Any, guard: Guard | None) -> Any:
     return app
 
 
-async def metrics_endpoint(request: Request) -> Response:
-    """GET /metrics: the Prometheus text format (503 with a hint without the extra)."""
+async def metrics_endpoint(runtime: Runtime) -> Response:
+    """GET /metrics of `runtime`'s store: the Prometheus text format (503 with a hint
+    without the extra)."""
     from starlette.responses import PlainTextResponse, Response
 
-    runtime: Any = request.app.state.perdure
     try:
         metrics = install_metrics(runtime)
     except ConfigError as exc:

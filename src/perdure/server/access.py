@@ -78,8 +78,8 @@ async def create_token(
     kept = check_scopes(scopes)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = token_id or new_token_id()
-    await app.open_store()
-    await app.store.add_token(token_id, name, digest(token), kept, app.clock.now())
+    await app.runtime.open_store()
+    await app.runtime.store.add_token(token_id, name, digest(token), kept, app.clock.now())
     return token_id, token
 
 
@@ -94,8 +94,8 @@ async def authenticate(app: App, authorization: str | None) -> Principal | None:
     kind, _, token = authorization.partition(" ")
     if kind.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
         return None
-    await app.open_store()
-    row = await app.store.find_token(digest(token.strip()))
+    await app.runtime.open_store()
+    row = await app.runtime.store.find_token(digest(token.strip()))
     if row is None:
         return None
     return Principal(row.name, frozenset(row.scopes.split()), row.id)
@@ -138,6 +138,8 @@ async def record(
 ) -> int:
     """Append an operator action to the audit log (who, what, on what, when, with what, how
     it ended); `operations.perform` is the one caller for actions."""
-    await app.open_store()
+    await app.runtime.open_store()
     text = json.dumps(detail, separators=(",", ":"), sort_keys=True, default=str)
-    return await app.store.audit(app.clock.now(), actor, action, target, text, outcome, reason)
+    return await app.runtime.store.audit(
+        app.clock.now(), actor, action, target, text, outcome, reason
+    )

@@ -35,6 +35,7 @@ from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, Store
 from ..observe.redact import Redactor
 from ..store.base import RunRow, ScheduleRow
 from ..triggers import schedules as sched
+from ..triggers.messages import MessageTrigger
 from . import operations as ops
 from . import sse
 from .access import Principal, authenticate_request
@@ -129,12 +130,12 @@ class Call:
         """`name`, if this server knows a workflow of that name (404 if not) whose signature
         and argument types `args` and `kwargs` fit (422, field `args`, if not: the one rule
         the OpenAPI document cannot state, as it knows no workflow)."""
-        if name not in self.app.workflows:
-            known = ", ".join(sorted(self.app.workflows)) or "none"
+        if name not in self.app.runtime.workflows:
+            known = ", ".join(sorted(self.app.runtime.workflows)) or "none"
             raise BadInput(404, f"no workflow named {name!r} is registered (known: {known})",
                            "workflow")  # fmt: skip
         try:
-            checked_input(self.app, name, args, kwargs)
+            checked_input(self.app.runtime, name, args, kwargs)
         except (ConfigError, PayloadError) as exc:
             raise BadInput(422, f"args: {exc}", "args") from None
         return name
@@ -188,8 +189,8 @@ async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
     redactor = Redactor()
     return {
         **run_summary(run, redactor),
-        "input": redactor.value(_json(await unblob_text(app.store, run.input))),
-        "result": redactor.value(_json(await unblob_text(app.store, run.result))),
+        "input": redactor.value(_json(await unblob_text(app.runtime.store, run.input))),
+        "result": redactor.value(_json(await unblob_text(app.runtime.store, run.result))),
         "lease_owner": run.lease_owner,
         "lease_until": run.lease_until,
         "lease_epoch": run.lease_epoch,
@@ -204,8 +205,8 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
 
 
 async def _probe(app: App) -> None:
-    await app.open_store()
-    await app.store.list_runs(limit=1)
+    await app.runtime.open_store()
+    await app.runtime.store.list_runs(limit=1)
 
 
 async def readyz(call: Call) -> Any:
@@ -221,7 +222,7 @@ async def readyz(call: Call) -> Any:
     except Exception as exc:  # whatever stops the store answering means "not ready"
         log.warning("readyz: the store cannot be reached: %s", exc)
         return JSONResponse({"ready": False, "error": "the store cannot be reached"}, 503)
-    triggers = list(call.app.message_sources.values())
+    triggers = call.app.runtime.triggers.of(MessageTrigger).values()
     for status in await asyncio.gather(*(t.probe(READY_TIMEOUT) for t in triggers)):
         if status["state"] in ("down", "refused"):
             said = (f"message trigger {status['name']!r} ({status['kind']}): broker "
@@ -238,8 +239,8 @@ async def list_runs(call: Call) -> Any:
     limit = LIMIT.read(request)
     after = run_cursor(request)
     ids = IDS.read(request)
-    await call.app.open_store()
-    rows, following = await runs_page(call.app.store, statuses, workflow, after, limit, ids)
+    await call.app.runtime.open_store()
+    rows, following = await runs_page(call.app.runtime.store, statuses, workflow, after, limit, ids)
     cursor = None if following is None else encode_cursor(list(following))
     redactor = Redactor()
     answer: dict[str, Any] = {"runs": [run_summary(r, redactor) for r in rows],
@@ -282,7 +283,7 @@ async def journal(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     after = AFTER.read(call.request)
     limit = ENTRIES.read(call.request)
-    entries = await call.app.store.journal(run.id, after=after, limit=limit + 1)
+    entries = await call.app.runtime.store.journal(run.id, after=after, limit=limit + 1)
     more = len(entries) > limit
     entries = entries[:limit]
     redactor = Redactor()
@@ -296,7 +297,7 @@ async def journal(call: Call) -> Any:
 
 async def explain_run(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
-    steps = explain(call.app, run, await call.app.store.journal(run.id))
+    steps = explain(call.app.runtime, run, await call.app.runtime.store.journal(run.id))
     redactor = Redactor()
     shown = [{**dataclasses.asdict(s), "detail": redactor.text(s.detail)} for s in steps]
     return {"run_id": run.id, "status": run.status, "steps": shown}
@@ -414,20 +415,20 @@ async def answer(call: Call) -> Any:
 
 async def _schedule(call: Call) -> ScheduleRow:
     name = call.path("name")
-    await call.app.open_store()
-    row = await call.app.store.get_schedule(name)
+    await call.app.runtime.open_store()
+    row = await call.app.runtime.store.get_schedule(name)
     if row is None:
         raise BadInput(404, f"no schedule named {name!r}", "name")
     return row
 
 
 async def list_schedules(call: Call) -> Any:
-    await call.app.open_store()
-    return {"schedules": [schedule_json(r) for r in await call.app.store.list_schedules()]}
+    await call.app.runtime.open_store()
+    return {"schedules": [schedule_json(r) for r in await call.app.runtime.store.list_schedules()]}
 
 
 async def list_triggers(call: Call) -> Any:
-    return {"triggers": [t.as_dict() for t in await call.app.triggers_async()]}
+    return {"triggers": [t.as_dict() for t in await call.app.runtime.triggers.statuses()]}
 
 
 async def get_schedule(call: Call) -> Any:
@@ -436,7 +437,7 @@ async def get_schedule(call: Call) -> Any:
     limit = TICKS.read(call.request)
     after = max(call.app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused or count == 0 else sched.upcoming(row, count, after)
-    ticks = await call.app.store.schedule_ticks(row.name, limit=limit) if limit else []
+    ticks = await call.app.runtime.store.schedule_ticks(row.name, limit=limit) if limit else []
     return {
         "schedule": schedule_json(row),
         "upcoming": upcoming,
@@ -488,8 +489,8 @@ def _schedule_action(paused: bool) -> Handler:
 
 
 async def list_pauses(call: Call) -> Any:
-    await call.app.open_store()
-    rows = await call.app.store.list_pauses()
+    await call.app.runtime.open_store()
+    rows = await call.app.runtime.store.list_pauses()
     return {"pauses": [{"scope": s, "name": n, "since": t} for s, n, t in rows]}
 
 
@@ -506,9 +507,9 @@ async def usage(call: Call) -> Any:
     agent = AGENT.read(call.request)
     since = SINCE.read(call.request, call.app.clock.now() - 7 * 86400)
     by = BY.read(call.request)
-    await call.app.open_store()
+    await call.app.runtime.open_store()
     totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-    for u in await call.app.store.usage(agent, since):
+    for u in await call.app.runtime.store.usage(agent, since):
         day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
         values = {"agent": u.agent, "run_id": u.run_id, "day": day}
         total = totals[tuple(values[k] for k in USAGE_KEYS[by])]
@@ -525,7 +526,7 @@ async def usage(call: Call) -> Any:
 async def _budget_json(app: App, agent: str) -> dict[str, Any]:
     from ..agent.budgets import describe  # the agent layer, only for budgets
 
-    return await describe(app, agent)
+    return await describe(app.runtime, agent)
 
 
 async def _known_agent(app: App, agent: str) -> None:
@@ -533,13 +534,13 @@ async def _known_agent(app: App, agent: str) -> None:
     from ..agent.budgets import UnknownAgent, declared
 
     try:
-        await declared(app, agent)
+        await declared(app.runtime, agent)
     except UnknownAgent as exc:
         raise BadInput(404, str(exc), "agent") from None
 
 
 async def get_budget(call: Call) -> Any:
-    await call.app.open_store()
+    await call.app.runtime.open_store()
     await _known_agent(call.app, call.path("agent"))
     return await _budget_json(call.app, call.path("agent"))
 
@@ -563,13 +564,13 @@ async def _shared_json(app: App, name: str) -> dict[str, Any]:
     from ..agent.budgets import UnknownAgent, describe_shared
 
     try:
-        return await describe_shared(app, name)
+        return await describe_shared(app.runtime, name)
     except UnknownAgent as exc:
         raise BadInput(404, str(exc), "shared") from None
 
 
 async def get_shared_budget(call: Call) -> Any:
-    await call.app.open_store()
+    await call.app.runtime.open_store()
     return await _shared_json(call.app, call.path("shared"))
 
 
@@ -597,8 +598,8 @@ async def audit(call: Call) -> Any:
         if target is not None and target != f"run:{run}":
             return {"entries": [], "next_cursor": None}  # the filters narrow together
         target = f"run:{run}"
-    await call.app.open_store()
-    rows = await call.app.store.audit_log(
+    await call.app.runtime.open_store()
+    rows = await call.app.runtime.store.audit_log(
         target=target, limit=limit + 1, before=before, actor=actor, since=since
     )
     page = rows[:limit]
@@ -727,7 +728,7 @@ async def _dispatch(endpoint: Endpoint, request: Request) -> Response:
     who = None
     if endpoint.scope is not None:
         try:
-            await app.open_store()
+            await app.runtime.open_store()
         except PerdureError as exc:
             raise StoreUnavailable(f"cannot open the store: {exc}") from None
         who = await authenticate_request(request, request.headers.get("authorization"))

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
 from ..app import App
+from ..triggers.webhooks import Webhook
 from .api import api_routes
 from .dashboard import dashboard_routes
 from .limits import BodyLimit, body_limit
@@ -90,7 +91,9 @@ def create_app(
         routes=routes(),
         exception_handlers={HTTPException: http_error},
         middleware=[  # before anything reads a body
-            Middleware(BodyLimit, limit_for=lambda path: body_limit(path, app.webhooks))
+            Middleware(
+                BodyLimit, limit_for=lambda path: body_limit(path, app.runtime.triggers.of(Webhook))
+            )
         ],
     )
     server.state.perdure = app

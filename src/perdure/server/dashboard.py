@@ -39,6 +39,7 @@ from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..store.names import escape
 from ..triggers import schedules
+from ..triggers.messages import MessageTrigger
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .limits import MAX_FORM
@@ -191,7 +192,7 @@ async def render(
     flash = "" if refresh else unquote(request.cookies.get(FLASH_COOKIE, ""))
     gates = 0
     if who is not None:
-        waiting = await app.store.list_runs(statuses=["waiting"], limit=10_000)
+        waiting = await app.runtime.store.list_runs(statuses=["waiting"], limit=10_000)
         prefixes = (APPROVE_PREFIX, QUESTION_PREFIX)
         gates = sum(1 for r in waiting if (r.waiting_for or "").startswith(prefixes))
     can = {s: bool(who and who.allows(s)) for s in ("read", "operate", "approve", "admin")}
@@ -243,7 +244,7 @@ def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         app: App = request.app.state.perdure
-        await app.open_store()
+        await app.runtime.open_store()
         try:
             who = await principal(request)
         except TooManyFailures as exc:
@@ -269,7 +270,7 @@ def action(handler: Action) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         app: App = request.app.state.perdure
-        await app.open_store()
+        await app.runtime.open_store()
         try:
             who = await principal(request)
         except TooManyFailures as exc:
@@ -294,14 +295,14 @@ def action(handler: Action) -> Callable[[Request], Awaitable[Response]]:
 
 async def login_page(request: Request) -> Response:
     app: App = request.app.state.perdure
-    await app.open_store()
+    await app.runtime.open_store()
     target = local_path(request.query_params.get("next"))
     return await render(request, None, "login.html", target=target, error="")
 
 
 async def login(request: Request) -> Response:
     app: App = request.app.state.perdure
-    await app.open_store()
+    await app.runtime.open_store()
     form = await read_form(request)
     target = local_path(form.get("next"))
     if not csrf_ok(request, form):
@@ -348,12 +349,14 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     number = min(max(int(page_text) if page_text.isdigit() else 1, 1), MAX_PAGE)
     start = (number - 1) * PAGE
     wanted = 10_000 if search else start + PAGE + 1
-    rows = await app.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
+    rows = await app.runtime.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
     if search:
         rows = [r for r in rows if search.lower() in r.id.lower()]
     shown = rows[start : start + PAGE]
-    counts = await app.store.count_runs()
-    names = sorted(set(app.workflows) | {r.workflow for r in shown} | {workflow or ""} - {""})
+    counts = await app.runtime.store.count_runs()
+    names = sorted(
+        set(app.runtime.workflows) | {r.workflow for r in shown} | {workflow or ""} - {""}
+    )
 
     def link(**change: Any) -> str:
         params: dict[str, Any] = {"status": statuses, "workflow": workflow or "", "q": search}
@@ -399,7 +402,7 @@ class TimelineRow:
 def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) -> list[TimelineRow]:
     """The journal with each entry's effect, timing, usage and (on the last entry of each
     position) what recovery would do there now."""
-    reports = {r.position: r for r in explain(app, run, entries)}
+    reports = {r.position: r for r in explain(app.runtime, run, entries)}
     last = {e.position: e.seq for e in entries if e.position is not None}
     rows: list[TimelineRow] = []
     for entry in entries:
@@ -453,19 +456,19 @@ def _pretty(data: Any) -> str:
 async def run_page(request: Request, app: App, who: Principal) -> Response:
     """One run: its state, error and traceback, journal timeline, and audit entries."""
     run = await app.client.get(request.path_params["run_id"])
-    entries = await app.store.journal(run.id)
+    entries = await app.runtime.store.journal(run.id)
     for entry in entries:
-        entry.data = await unblob_text(app.store, entry.data)
+        entry.data = await unblob_text(app.runtime.store, entry.data)
     redactor = Redactor()
     rows = timeline(app, run, entries, redactor)
     error = redactor.value(_json(run.error)) if run.error else None
     if error is not None and not isinstance(error, dict):
         error = {"message": str(error)}
-    result = redactor.value(_json(await unblob_text(app.store, run.result)))
-    arguments = redactor.value(_json(await unblob_text(app.store, run.input)))
-    audit = await app.store.audit_log(target=f"run:{run.id}", limit=100)
-    tokens, cost = await app.store.run_spent(run.id)
-    children = await app.store.list_runs(parent_id=run.id, limit=200)
+    result = redactor.value(_json(await unblob_text(app.runtime.store, run.result)))
+    arguments = redactor.value(_json(await unblob_text(app.runtime.store, run.input)))
+    audit = await app.runtime.store.audit_log(target=f"run:{run.id}", limit=100)
+    tokens, cost = await app.runtime.store.run_spent(run.id)
+    children = await app.runtime.store.list_runs(parent_id=run.id, limit=200)
     waiting = run.waiting_for or ""
     gate = run.status == "waiting" and waiting.startswith((APPROVE_PREFIX, QUESTION_PREFIX))
     actions = {
@@ -475,8 +478,10 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         "pause_now": run.status == "running",  # its calls in flight are aborted
         "resume": run.status in ("paused", "dead") or run.pause_requested,
     }
-    last = await app.store.stream_last(run.id)
-    streamed = await app.store.read_stream(run.id, max(-1, last - MAX_STREAMED), MAX_STREAMED)
+    last = await app.runtime.store.stream_last(run.id)
+    streamed = await app.runtime.store.read_stream(
+        run.id, max(-1, last - MAX_STREAMED), MAX_STREAMED
+    )
     output, _ = outputs(streamed)
     for block in output:
         block.text = redactor.text(block.text)
@@ -526,7 +531,7 @@ async def approvals_page(request: Request, app: App, who: Principal) -> Response
     ]
     decided = [
         (a, redactor.value(_json(a.detail)))
-        for a in await app.store.audit_log(limit=200)
+        for a in await app.runtime.store.audit_log(limit=200)
         if a.action.startswith("gate.") and a.outcome == "ok"
     ][:20]
     return await render(request, who, "approvals.html", pending=gates, decided=decided)
@@ -559,12 +564,14 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
     """Every stored schedule: timing, next fire times, the last fire, missed or skipped ticks."""
     now = app.clock.now()
     shown = []
-    for row in await app.store.list_schedules():
+    for row in await app.runtime.store.list_schedules():
         coming = [] if row.paused else schedules.upcoming(row, 3, now)
         if row.next_fire is not None and not row.paused and row.next_fire <= now:
             coming = [row.next_fire, *coming[:2]]  # due: the next worker pass fires it
-        missed = await app.store.schedule_ticks(row.name, statuses=("missed", "skipped"), limit=5)
-        fired = await app.store.schedule_ticks(row.name, statuses=("fired",), limit=1)
+        missed = await app.runtime.store.schedule_ticks(
+            row.name, statuses=("missed", "skipped"), limit=5
+        )
+        fired = await app.runtime.store.schedule_ticks(row.name, statuses=("fired",), limit=1)
         timing = f"cron {row.cron} ({row.tz})" if row.cron else f"every {row.every:g}s"
         shown.append((row, timing, coming, fired[0] if fired else None, missed))
     return await render(request, who, "schedules.html", schedules=shown)
@@ -573,8 +580,8 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
 @page
 async def messages_page(request: Request, app: App, who: Principal) -> Response:
     """The app's message triggers and the messages that could start no run, with why."""
-    dead = await app.store.dead_messages(limit=200)
-    triggers = list(app.message_sources.values())
+    dead = await app.runtime.store.dead_messages(limit=200)
+    triggers = list(app.runtime.triggers.of(MessageTrigger).values())
     states = await asyncio.gather(*(t.probe(PROBE_TIMEOUT) for t in triggers))
     shown = list(zip(triggers, states, strict=True))
     return await render(request, who, "messages.html", triggers=shown, dead_messages=dead)
@@ -611,22 +618,22 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
     """Per agent: spent against budget this hour and day, and tokens per day (14 days)."""
     now = app.clock.now()
     since = (now // 86400 - 13) * 86400
-    usage = await app.store.usage(None, since)
+    usage = await app.runtime.store.usage(None, since)
     names = sorted(
         {u.agent for u in usage}
-        | {w.removeprefix("agent:") for w in app.workflows if w.startswith("agent:")}
+        | {w.removeprefix("agent:") for w in app.runtime.workflows if w.startswith("agent:")}
     )
     agents = []
     from ..agent.budgets import current  # the agent layer, for its budget in force
 
     for name in names:
         try:  # each limit from the stored budget, else the spec's
-            budget: Any = (await current(app, name)).budget
+            budget: Any = (await current(app.runtime, name)).budget
         except PerdureError:  # no worker has served it yet: only a stored budget is known
-            budget = await app.store.get_budget(name)
+            budget = await app.runtime.store.get_budget(name)
         gauges = []
         for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
-            tokens, cost = await app.store.spent(name, now - seconds)
+            tokens, cost = await app.runtime.store.spent(name, now - seconds)
             token_limit = getattr(budget, f"tokens_per_{window}", None) if budget else None
             cost_limit = getattr(budget, f"cost_per_{window}", None) if budget else None
             gauges.append(_gauge(f"tokens this {window}", tokens, token_limit, "{:,.0f}"))
@@ -653,14 +660,14 @@ async def _shared_gauges(app: App) -> list[dict[str, Any]]:
     from ..agent.budgets import describe_shared
 
     names = set()
-    for _, text in await app.store.declared_agents():
+    for _, text in await app.runtime.store.declared_agents():
         spec = _json(text)
         shared = spec.get("shared") if isinstance(spec, dict) else None
         if isinstance(shared, str):
             names.add(shared)
     found = []
     for name in sorted(names):
-        shown = await describe_shared(app, name)
+        shown = await describe_shared(app.runtime, name)
         gauges = []
         for window in ("hour", "day"):
             spent, limits = shown["spent"][window], shown["limits"]
@@ -684,14 +691,16 @@ def _gauge(label: str, used: float, limit: float | None, fmt: str) -> dict[str, 
 @page
 async def triggers_page(request: Request, app: App, who: Principal) -> Response:
     """Every trigger with its state, lag and last error (as `perdure triggers`)."""
-    return await render(request, who, "triggers.html", triggers=await app.triggers_async())
+    return await render(
+        request, who, "triggers.html", triggers=await app.runtime.triggers.statuses()
+    )
 
 
 @page
 async def workers_page(request: Request, app: App, who: Principal) -> Response:
     """Workers seen through the leases they hold: runs held, lease expiry; what is paused."""
     now = app.clock.now()
-    held = await app.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
+    held = await app.runtime.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
     owners: dict[str, list[RunRow]] = {}
     for run in held:
         owners.setdefault(run.lease_owner or "(unclaimed)", []).append(run)
@@ -704,7 +713,7 @@ async def workers_page(request: Request, app: App, who: Principal) -> Response:
         }
         for owner, runs in sorted(owners.items())
     ]
-    pauses = await app.store.list_pauses()
+    pauses = await app.runtime.store.list_pauses()
     return await render(request, who, "workers.html", workers=workers, pauses=pauses)
 
 
@@ -720,7 +729,7 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
     actor = query.get("actor") or None
     since_text = query.get("since") or ""
     since = operations.parse_since(since_text, app.clock.now()) if since_text else None
-    rows = await app.store.audit_log(
+    rows = await app.runtime.store.audit_log(
         target=target, limit=PAGE + 1, before=before, actor=actor, since=since
     )
     redactor = Redactor()
@@ -738,20 +747,20 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
 
 async def digest(app: App, run_id: str | None) -> str:
     """A short fingerprint of what the pages show; it changes when a run or the log does."""
-    counts = await app.store.count_runs()
-    recent = await app.store.list_runs(limit=50)
-    audit = await app.store.audit_log(limit=1)
+    counts = await app.runtime.store.count_runs()
+    recent = await app.runtime.store.list_runs(limit=50)
+    audit = await app.runtime.store.audit_log(limit=1)
     parts: list[Any] = [
         sorted(counts.items()),
         [(r.id, r.status, r.updated_at) for r in recent],
         audit[0].id if audit else 0,
     ]
     if run_id:
-        run = await app.store.get_run(run_id)
+        run = await app.runtime.store.get_run(run_id)
         if run is not None:
             moving = run.status not in FINISHED and run.status != "waiting"
-            size = len(await app.store.journal(run_id)) if moving else 0
-            streamed = await app.store.stream_last(run_id)
+            size = len(await app.runtime.store.journal(run_id)) if moving else 0
+            streamed = await app.runtime.store.stream_last(run_id)
             parts.append((run.status, run.updated_at, run.lease_owner, size, streamed))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
@@ -761,7 +770,7 @@ async def stream(request: Request) -> Response:
     live parts); a comment every 15 s keeps proxies from closing an idle connection. The
     session is checked again every `sse.RECHECK` seconds: the stream ends once it does."""
     app: App = request.app.state.perdure
-    await app.open_store()
+    await app.runtime.open_store()
     try:
         who = await principal(request, touch=False)
     except TooManyFailures as exc:
@@ -793,7 +802,7 @@ async def stream(request: Request) -> Response:
             elif time.monotonic() - last_sent > 15:
                 last_sent = time.monotonic()
                 yield ": ping\n\n"
-            await app.wait_change(STREAM_POLL)
+            await app.runtime.wait_change(STREAM_POLL)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return SlotStream(events(), slots, media_type="text/event-stream", headers=headers)

@@ -247,12 +247,16 @@ async def emit(
     run_id: str | None = None,
 ) -> list[str]:
     """Ingest an event: start the runs its type triggers, or deliver it to `run_id`."""
+    from ..triggers import events
+
     target = f"run:{run_id}" if run_id else f"event:{event_type}"
     detail = {"event": event_type, "event_id": event_id}
     action = Action("event.emit", target, "operate", detail)
 
     async def do() -> list[str]:
-        emitted = await app.events.emit(event_type, payload, event_id=event_id, run_id=run_id)
+        emitted = await events.emit(
+            app.runtime, event_type, payload, event_id=event_id, run_id=run_id
+        )
         return list(emitted.run_ids)
 
     return await perform(app, who, action, do, lambda ids: action.with_detail(runs=ids))
@@ -326,31 +330,31 @@ async def add_schedule(app: App, who: Principal, schedule: Schedule) -> Schedule
 
     detail = {"workflow": schedule.workflow, "cron": schedule.cron, "every": schedule.every}
     action = Action("schedule.add", f"schedule:{schedule.name}", "admin", detail)
-    return await perform(app, who, action, lambda: schedules.add(app, schedule))
+    return await perform(app, who, action, lambda: schedules.add(app.runtime, schedule))
 
 
 async def pause_schedule(app: App, who: Principal, name: str) -> ScheduleRow:
     from ..triggers import schedules
 
     action = Action("schedule.pause", f"schedule:{name}", "admin")
-    return await perform(app, who, action, lambda: schedules.pause(app, name))
+    return await perform(app, who, action, lambda: schedules.pause(app.runtime, name))
 
 
 async def resume_schedule(app: App, who: Principal, name: str) -> ScheduleRow:
     from ..triggers import schedules
 
     action = Action("schedule.resume", f"schedule:{name}", "admin")
-    return await perform(app, who, action, lambda: schedules.resume(app, name))
+    return await perform(app, who, action, lambda: schedules.resume(app.runtime, name))
 
 
 async def delete_schedule(app: App, who: Principal, name: str) -> None:
     from ..triggers import schedules
 
     async def do() -> None:
-        await app.open_store()
-        if await app.store.get_schedule(name) is None:
+        await app.runtime.open_store()
+        if await app.runtime.store.get_schedule(name) is None:
             raise PerdureError(f"no schedule named {name!r} (list them: perdure schedules ls)")
-        await schedules.delete(app, name)
+        await schedules.delete(app.runtime, name)
 
     await perform(app, who, Action("schedule.delete", f"schedule:{name}", "admin"), do)
 
@@ -359,8 +363,8 @@ async def retry_table_changes(app: App, who: Principal, name: str) -> int:
     """Make a table change trigger's refused changes pending again; how many."""
 
     async def do() -> int:
-        await app.open_store()
-        return await app.store.retry_changes(name)
+        await app.runtime.open_store()
+        return await app.runtime.store.retry_changes(name)
 
     action = Action("table_change.retry", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -370,8 +374,8 @@ async def uninstall_table_trigger(app: App, who: Principal, name: str) -> int:
     """Drop a table change trigger from its table (its recorded changes stay)."""
 
     async def do() -> int:
-        await app.open_store()
-        return await app.store.uninstall_table_trigger(name)
+        await app.runtime.open_store()
+        return await app.runtime.store.uninstall_table_trigger(name)
 
     action = Action("table_change.uninstall", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -381,8 +385,8 @@ async def forget_dead_message(app: App, who: Principal, trigger: str, message_id
     """Drop a dead message an operator dealt with (it stops showing in `perdure stuck`)."""
 
     async def do() -> None:
-        await app.open_store()
-        if not await app.store.forget_dead_message(trigger, message_id):
+        await app.runtime.open_store()
+        if not await app.runtime.store.forget_dead_message(trigger, message_id):
             raise PerdureError(f"no dead message {message_id!r} of trigger {trigger!r} (list "
                                "them: perdure dead ls)")  # fmt: skip
 
@@ -418,14 +422,14 @@ async def set_budget(
     given, action = _budget_change(f"agent:{agent}", changes, reset)
 
     async def do() -> int:
-        await app.open_store()
-        await budgets.declared(app, agent)  # an unknown agent is refused
+        await app.runtime.open_store()
+        await budgets.declared(app.runtime, agent)  # an unknown agent is refused
         if reset:
-            return await budgets.set_budget(app, agent, None)
+            return await budgets.set_budget(app.runtime, agent, None)
         if not given:
             raise _no_limit_given(f"budget {agent}")
-        stored = await app.store.get_budget(agent)
-        return await budgets.set_budget(app, agent, budgets.merged(agent, stored, given))
+        stored = await app.runtime.store.get_budget(agent)
+        return await budgets.set_budget(app.runtime, agent, budgets.merged(agent, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
 
@@ -441,14 +445,16 @@ async def set_shared_budget(
     given, action = _budget_change(f"shared:{name}", changes, reset)
 
     async def do() -> int:
-        await app.open_store()
-        await budgets.known_shared(app, name)  # an unknown shared budget is refused
+        await app.runtime.open_store()
+        await budgets.known_shared(app.runtime, name)  # an unknown shared budget is refused
         if reset:
-            return await budgets.set_shared(app, name, None)
+            return await budgets.set_shared(app.runtime, name, None)
         if not given:
             raise _no_limit_given(f"budget --shared {name}")
-        stored = await app.store.get_shared_budget(name)
-        return await budgets.set_shared(app, name, budgets.merged_shared(name, stored, given))
+        stored = await app.runtime.store.get_shared_budget(name)
+        return await budgets.set_shared(
+            app.runtime, name, budgets.merged_shared(name, stored, given)
+        )
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
 
@@ -472,8 +478,8 @@ async def revoke_token(app: App, who: Principal, token_id: str) -> None:
     """Revoke a token at once (an unknown or already revoked one is refused)."""
 
     async def do() -> None:
-        await app.open_store()
-        if not await app.store.revoke_token(token_id, app.clock.now()):
+        await app.runtime.open_store()
+        if not await app.runtime.store.revoke_token(token_id, app.clock.now()):
             raise PerdureError(f"{token_id}: no such active token (list them: perdure token ls)")
 
     await perform(app, who, Action("token.revoke", f"token:{token_id}", "admin"), do)
@@ -497,9 +503,9 @@ class Gate:
 
 async def pending_gates(app: App, limit: int = 200) -> list[Gate]:
     """Every run waiting at a gate, with the tool call (or question) it waits on."""
-    await app.open_store()
+    await app.runtime.open_store()
     gates: list[Gate] = []
-    for run in await app.store.list_runs(statuses=["waiting"], limit=10_000):
+    for run in await app.runtime.store.list_runs(statuses=["waiting"], limit=10_000):
         waiting = run.waiting_for or ""
         if waiting.startswith(APPROVE_PREFIX):
             kind, call_id = "approval", waiting[len(APPROVE_PREFIX) :]

@@ -27,4 +27,4 @@ async def scrape_metrics(request: Request) -> Response:
         if refused is not None:
             status, message, headers = refused
             return JSONResponse({"error": message}, status_code=status, headers=headers)
-    return await metrics_endpoint(request)
+    return await metrics_endpoint(request.app.state.perdure.runtime)

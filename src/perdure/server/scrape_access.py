@@ -56,7 +56,7 @@ def worker_guard(app: App) -> Callable[[str | None, str], Refusal | None]:
 
     def guard(authorization: str | None, address: str) -> Refusal | None:
         with lock:
-            return app.sync(  # type: ignore[no-any-return]
+            return app.runtime.sync(
                 scrape_refusal(
                     app, throttle, address, authorization, "start the worker with --metrics-public"
                 ),

@@ -103,7 +103,7 @@ async def events(
         with contextlib.suppress(RuntimeError):  # the loop closed: the stream is over
             loop.call_soon_threadsafe(wake.set)
 
-    app.on_notify.append(listener)
+    app.runtime.on_notify.append(listener)
     redactor = Redactor()
     try:
         started = last_sent = loop.time()
@@ -115,8 +115,8 @@ async def events(
                 yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
                 return
             wake.clear()
-            entries = await app.store.journal(run_id, after=after, limit=BATCH)
-            run = await app.store.get_run(run_id)
+            entries = await app.runtime.store.journal(run_id, after=after, limit=BATCH)
+            run = await app.runtime.store.get_run(run_id)
             if run is None:  # deleted (gc) while watched
                 yield _frame("end", {"run_id": run_id, "status": None})
                 return
@@ -145,7 +145,7 @@ async def events(
                 await asyncio.wait_for(wake.wait(), POLL)
                 await asyncio.sleep(MIN_GAP)  # woken early: many changes still cost one read
     finally:
-        app.on_notify.remove(listener)
+        app.runtime.on_notify.remove(listener)
 
 
 class Slots:
@@ -234,5 +234,5 @@ async def stream_chunks(
             yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
             return
         yield _chunk_frame(chunk)
-    run = await app.store.get_run(run_id)
+    run = await app.runtime.store.get_run(run_id)
     yield _frame("end", {"run_id": run_id, "status": run.status if run else None})

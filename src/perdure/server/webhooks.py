@@ -58,7 +58,7 @@ async def receive_hook(request: Request) -> JSONResponse:
     """Start (or find) the run for one webhook delivery; see the module docstring."""
     app: App = request.app.state.perdure
     name = request.path_params["name"]
-    hook: Webhook | None = app.webhooks.get(name)
+    hook = app.runtime.triggers.find(Webhook, name)
     try:
         if hook is None:
             raise Refused(404, f"no webhook named {name!r}")
@@ -85,7 +85,7 @@ async def _receive(app: App, hook: Webhook, request: Request) -> JSONResponse:
     except RecursionError:  # nested thousands deep: the sender's fault, never a 500
         raise Refused(400, "body is nested too deeply") from None
     try:
-        delivery = await deliver(app, hook, delivery_id, payload)
+        delivery = await deliver(app.runtime, hook, delivery_id, payload)
     except RecursionError:
         raise Refused(400, "body is nested too deeply") from None
     except PayloadError as exc:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.client import Client
 from ..engine.retry import seconds
+from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,9 +84,11 @@ class _File:
 class Inbox:
     """A folder watched by every worker; each new file content starts one run.
 
-    Built by `App.inbox` / `add_inbox`. `name` is the service name and the run-id
-    prefix (`inbox:{name}`); `scan(now)` is one pass, which workers repeat.
+    Built by `App.inbox` / `add_inbox`. `name` scopes the run ids (`inbox:{name}:...`);
+    `scan(now)` is one pass, which workers repeat.
     """
+
+    kind = "inbox"
 
     def __init__(
         self,
@@ -103,7 +106,8 @@ class Inbox:
         where = f"inbox {name!r}"
         self.runtime = runtime
         self.workflow = workflow
-        self.name = f"inbox:{name}"
+        self.name = name
+        self.scope = f"inbox:{name}"  # the run-id prefix, also in logs
         self.folder = _prepare_folder(Path(folder).expanduser().absolute(), where)
         self.patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern)
         self.recursive = recursive
@@ -122,11 +126,17 @@ class Inbox:
         self._check_workflow(where)
 
     def __repr__(self) -> str:
-        return f"Inbox({self.name!r}, {str(self.folder)!r}, workflow={self.workflow!r})"
+        return f"Inbox({self.scope!r}, {str(self.folder)!r}, workflow={self.workflow!r})"
 
     def run_id(self, digest: str) -> str:
         """The run id of a file content: the occasion is the content, scoped by the inbox."""
-        return f"{self.name}:{digest[:DIGEST_CHARS]}"
+        return f"{self.scope}:{digest[:DIGEST_CHARS]}"
+
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        ok = self.folder.is_dir()
+        error = None if ok else f"{self.folder} is not a folder"
+        return [TriggerStatus("inbox", self.name, self.workflow, "watching" if ok else "error",
+                              None, error, str(self.folder))]  # fmt: skip
 
     # -- the service ---------------------------------------------------------------
 
@@ -154,7 +164,7 @@ class Inbox:
         try:
             from watchfiles import awatch
         except ImportError:
-            log.info("%s: watchfiles is not installed; polling every %.1fs", self.name, self.poll)
+            log.info("%s: watchfiles is not installed; polling every %.1fs", self.scope, self.poll)
             return
         try:
             changes = awatch(
@@ -165,7 +175,7 @@ class Inbox:
         except Exception as exc:
             log.warning(
                 "%s: cannot watch %s (%s); polling every %.1fs",
-                self.name,
+                self.scope,
                 self.folder,
                 exc,
                 self.poll,
@@ -221,7 +231,7 @@ class Inbox:
                 entries = list(os.scandir(top))
             except OSError as exc:
                 if top == str(self.folder):
-                    raise OSError(f"{self.name}: cannot list {top} ({exc.strerror})") from None
+                    raise OSError(f"{self.scope}: cannot list {top} ({exc.strerror})") from None
                 continue  # a subfolder removed while listed, or not readable
             for entry in entries:
                 if _ignored(entry.name):
@@ -251,7 +261,7 @@ class Inbox:
         if path not in self._refused_links:
             self._refused_links.add(path)
             log.warning("%s: skipped %s: a symlink leading out of the folder (to %s)",
-                        self.name, path, target)  # fmt: skip
+                        self.scope, path, target)  # fmt: skip
         return False
 
     def _matches(self, filename: str) -> bool:
@@ -264,7 +274,7 @@ class Inbox:
             del self._files[path]
             return
         except OSError as exc:
-            log.warning("%s: cannot read %s (%s); skipped until it changes", self.name, path, exc)
+            log.warning("%s: cannot read %s (%s); skipped until it changes", self.scope, path, exc)
             known.unreadable = True
             return
         if digest is None:  # it changed while read: stable again before it is taken
@@ -292,7 +302,7 @@ class Inbox:
                     started.append(result)
         if started:
             log.info(
-                "%s: started (or found) the runs of %d file content(s)", self.name, len(started)
+                "%s: started (or found) the runs of %d file content(s)", self.scope, len(started)
             )
         if failure is not None:
             raise failure
@@ -300,7 +310,7 @@ class Inbox:
 
     async def _start_one(self, digest: str, path: str) -> str:
         kwargs: dict[str, Any] = {"sha256": digest} if self._wants_digest() else {}
-        origin = {"inbox": self.name.removeprefix("inbox:"), "path": path, "sha256": digest}
+        origin = {"inbox": self.name, "path": path, "sha256": digest}
         run = await Client(self.runtime).start(
             self.workflow, (path,), kwargs, run_id=self.run_id(digest), origin=origin
         )
@@ -354,7 +364,7 @@ def add_inbox(
         force_polling: scan every `poll` seconds instead of using watchfiles.
 
     Returns:
-        The `Inbox`, registered in `app.services`.
+        The `Inbox`, kept with the runtime's triggers.
 
     Raises:
         ConfigError: `folder` is not a directory (or cannot be created), a name is
@@ -362,7 +372,7 @@ def add_inbox(
     """
     wf_name = workflow if isinstance(workflow, str) else workflow.name
     label = name or wf_name
-    if any(service.name == f"inbox:{label}" for service in runtime.services):
+    if runtime.triggers.find(Inbox, label) is not None:
         raise ConfigError(f"two inboxes are named {label!r}; pass name=... to one")
     inbox = Inbox(
         runtime,
@@ -375,8 +385,7 @@ def add_inbox(
         poll=poll,
         force_polling=force_polling,
     )
-    runtime.add_service(inbox)
-    return inbox
+    return runtime.triggers.add(inbox)
 
 
 def _prepare_folder(path: Path, where: str) -> Path:

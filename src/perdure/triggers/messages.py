@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..engine.client import Client
+from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PayloadError, PerdureError, StoreError
 from ..store.base import PENDING
 from ..store.dead_sql import DeadMessage
@@ -160,8 +161,8 @@ def usable_identity(value: str | None, body: bytes) -> str:
 class MessageTrigger:
     """A source consumed by every worker; each message starts one run of `workflow`.
 
-    Built by `App.on_message`; kept in `app.message_sources` by name. `status()` says what
-    this process knows of it (for `perdure triggers` and `/readyz`).
+    Built by `App.on_message`; kept with the runtime's triggers. `status()` says what this
+    process knows of it, `probe()` asks the broker too (for `perdure triggers` and `/readyz`).
     """
 
     def __init__(
@@ -178,8 +179,7 @@ class MessageTrigger:
         self.runtime = runtime
         self.source = source
         self.workflow = workflow
-        self.trigger = name
-        self.name = f"message:{name}"  # the service name
+        self.name = name
         self.prefetch = prefetch
         self.max_pending = max_pending
         self.max_payload = max_payload
@@ -195,13 +195,21 @@ class MessageTrigger:
         self._started_at_check = 0  # `started` then
 
     def __repr__(self) -> str:
-        return (
-            f"MessageTrigger({self.trigger!r}, {self.source.where()}, workflow={self.workflow!r})"
-        )
+        return f"MessageTrigger({self.name!r}, {self.source.where()}, workflow={self.workflow!r})"
 
     def run_id(self, identity: str) -> str:
         """The run of one message: the same message always names the same run."""
-        return f"msg:{self.trigger}:{identity}"
+        return f"msg:{self.name}:{identity}"
+
+    @property
+    def kind(self) -> str:
+        """The source's kind (`rabbitmq`, `redis`, `nats`, `mqtt`, `kafka`)."""
+        return self.source.kind
+
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        got = await self.probe()
+        return [TriggerStatus(got["kind"], got["name"], got["workflow"], got["state"], None,
+                              got["last_error"], "", got["pending"])]  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         """kind, name, workflow, state (idle | connecting | consuming | paused | backpressure
@@ -209,7 +217,7 @@ class MessageTrigger:
         not yet taken, None if unknown) and last_error, as this process knows them."""
         return {
             "kind": self.source.kind,
-            "name": self.trigger,
+            "name": self.name,
             "workflow": self.workflow,
             "state": self.state,
             "lag": None,
@@ -254,7 +262,7 @@ class MessageTrigger:
             hold = await self._held(worker)
             if hold is not None:
                 if self.state != hold:
-                    log.info("message trigger %r: %s; not taking messages", self.trigger, hold)
+                    log.info("message trigger %r: %s; not taking messages", self.name, hold)
                 self.state = hold
                 await _wait(worker, HOLD_CHECK_EVERY)
                 continue
@@ -263,7 +271,7 @@ class MessageTrigger:
                 _check_consumer(self.source, worker)
                 await self.source.connect(worker.id, self.prefetch)
                 if self.last_error is not None:
-                    log.info("message trigger %r: connected to %s", self.trigger,
+                    log.info("message trigger %r: connected to %s", self.name,
                              self.source.where())  # fmt: skip
                 self.last_error, backoff = None, 0.5
                 await self._consume(worker)
@@ -272,13 +280,13 @@ class MessageTrigger:
                 raise
             except ConfigError as exc:  # SourceRefused, or the source's extra is missing
                 self.state, self.last_error = "refused", _one_line(exc)
-                log.error("message trigger %r (%s): %s; retrying in %.0fs", self.trigger,
+                log.error("message trigger %r (%s): %s; retrying in %.0fs", self.name,
                           self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
                 backoff = MAX_BACKOFF
             except Exception as exc:
                 self.state, self.last_error = "down", _one_line(exc)
                 log.warning("message trigger %r: cannot consume from %s (%s); retrying in %.1fs",
-                            self.trigger, self.source.where(), self.last_error,
+                            self.name, self.source.where(), self.last_error,
                             backoff)  # fmt: skip
             finally:
                 with contextlib.suppress(Exception):
@@ -338,13 +346,13 @@ class MessageTrigger:
         await self.source.ack([m for m, gone in zip(batch, dead, strict=True) if not gone])
         if self.duplicates > known:
             log.info("message trigger %r: %d redelivered message(s) found their runs",
-                     self.trigger, self.duplicates - known)  # fmt: skip
+                     self.name, self.duplicates - known)  # fmt: skip
 
     async def _one(self, message: Message) -> bool:
         """Start the message's run; True if it was dead instead (and settled as such)."""
         problem, payload = self._decode(message)
         if problem is None:
-            origin = {"message": self.trigger, "source": self.source.kind,
+            origin = {"message": self.name, "source": self.source.kind,
                       "id": message.identity, **message.extra}  # fmt: skip
             try:
                 _, created = await Client(self.runtime).start_run(
@@ -377,12 +385,12 @@ class MessageTrigger:
 
     async def _dead(self, message: Message, reason: str) -> None:
         body = message.body[: self.max_payload].decode("utf-8", "backslashreplace")
-        row = DeadMessage(self.trigger, message.identity, self.source.kind, reason,
+        row = DeadMessage(self.name, message.identity, self.source.kind, reason,
                           body[:DEAD_BODY_CHARS], len(message.body),
                           self.runtime.clock.now())  # fmt: skip
         if await self.runtime.store.add_dead_message(row):
             self.dead += 1
-            log.warning("message trigger %r: message %s is dead: %s", self.trigger,
+            log.warning("message trigger %r: message %s is dead: %s", self.name,
                         message.identity, reason)  # fmt: skip
         await self.source.dead(message, reason)
 
@@ -412,7 +420,7 @@ def add_message_trigger(
         max_payload: a body larger than this many bytes is dead, not started.
 
     Returns:
-        The `MessageTrigger`, kept in `app.message_sources[name]`.
+        The `MessageTrigger`, kept with the runtime's triggers.
 
     Raises:
         ConfigError: a bad name or option, a name taken, or a workflow that cannot take the
@@ -427,8 +435,7 @@ def add_message_trigger(
                           ("max_payload", max_payload)):  # fmt: skip
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"message trigger {label!r}: {option}={value!r} must be at least 1")
-    sources = message_sources(runtime)
-    if label in sources:
+    if runtime.triggers.find(MessageTrigger, label) is not None:
         raise ConfigError(f"two message triggers are named {label!r}; pass name=... to one")
     definition = runtime.workflows.get(wf_name)
     if definition is not None:
@@ -442,18 +449,7 @@ def add_message_trigger(
     source.name = label
     trigger = MessageTrigger(runtime, source, wf_name, name=label, prefetch=prefetch,
                              max_pending=max_pending, max_payload=max_payload)  # fmt: skip
-    sources[label] = trigger
-    runtime.add_service(trigger)
-    return trigger
-
-
-def message_sources(runtime: Runtime) -> dict[str, MessageTrigger]:
-    """The message triggers registered on `runtime`, by name (created on first use)."""
-    found: dict[str, MessageTrigger] | None = getattr(runtime, "message_sources", None)
-    if found is None:
-        found = {}
-        runtime.message_sources = found  # type: ignore[attr-defined]
-    return found
+    return runtime.triggers.add(trigger)
 
 
 def _check_consumer(source: MessageSource, worker: Worker) -> None:

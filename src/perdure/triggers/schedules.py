@@ -46,6 +46,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..engine import observers
 from ..engine.client import origin_entry
 from ..engine.signal import Signal
+from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, StoreError
 from ..store.base import (
     NEEDS_ATTENTION,
@@ -391,9 +392,11 @@ def _new_run(runtime: Runtime, row: ScheduleRow, fire_at: float, now: float) -> 
 
 
 class Scheduler:
-    """The scheduler every worker runs: stores the app's declared schedules, then fires ticks."""
+    """The schedule trigger every worker runs: stores the app's declared schedules, then
+    fires the ticks of every schedule in the store (declared in code or added)."""
 
-    name = "perdure-scheduler"
+    kind = "schedule"
+    name = "scheduler"
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -464,14 +467,34 @@ class Scheduler:
                 wait = min(wait, max(0.0, nxt - worker.clock.now()) + 0.001)
             await self.wake.wait(wait)
 
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        """A row per schedule in the store, then per declared one not stored yet."""
+        now = runtime.clock.now()
+        out = []
+        for row in await runtime.store.list_schedules():
+            missed = await runtime.store.schedule_ticks(row.name, statuses=["missed"], limit=1)
+            error = f"tick missed: {missed[0].reason}" if missed and missed[0].reason else None
+            late = None if row.paused or row.next_fire is None else max(0.0, now - row.next_fire)
+            out.append(TriggerStatus("schedule", row.name, row.workflow,
+                                     "paused" if row.paused else "active", late, error,
+                                     f"{_timing(row)} ({row.source})"))  # fmt: skip
+        stored = {t.name for t in out}
+        for s in self.declared.values():
+            if s.name not in stored:
+                out.append(TriggerStatus("schedule", s.name, s.workflow, "not stored", None,
+                                         "stored when a worker starts",
+                                         f"{_timing(s)} (code)"))  # fmt: skip
+        return out
+
+
+def _timing(s: Schedule | ScheduleRow) -> str:
+    return f"cron {s.cron} {s.tz}" if s.cron else f"every {s.every:g}s"
+
 
 def scheduler_of(runtime: Runtime) -> Scheduler:
-    """The app's scheduler, created (and registered as a worker service) on first use."""
-    found = next((s for s in runtime.services if isinstance(s, Scheduler)), None)
-    if found is None:
-        found = Scheduler(runtime)
-        runtime.add_service(found)
-    return found
+    """The runtime's scheduler, created (and kept with its triggers) on first use."""
+    found = runtime.triggers.find(Scheduler, Scheduler.name)
+    return found if found is not None else runtime.triggers.add(Scheduler(runtime))
 
 
 def declare_schedule(

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.client import checked_input, origin_entry
 from ..engine.signal import Signal
+from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PerdureError
 from ..store.base import NewRun
 from ..store.blobs import inline_or_blob
@@ -57,8 +58,10 @@ POLL_UNLISTENED = 1.0  # without notifications (notify=False, a transaction-mode
 
 
 class TableChange:
-    """One `on_table_change` trigger: a worker service installing the trigger, then turning
-    the changes it records into runs. `name` (the service name) is `table:{trigger}`."""
+    """One `on_table_change` trigger: a worker service installing the database trigger,
+    then turning the changes it records into runs (ids `table:{name}:{change id}`)."""
+
+    kind = "table_change"
 
     def __init__(
         self,
@@ -73,7 +76,8 @@ class TableChange:
         self.runtime = runtime
         self.workflow = workflow
         self.trigger = TableTrigger(name, table, tuple(ops), notify)
-        self.name = f"table:{name}"
+        self.name = name
+        self.scope = f"table:{name}"  # the run-id prefix, also in logs
         self.wake = Signal()
         self.last_error: str | None = None  # this process's last failure, for `triggers`
         self._subscribed = False
@@ -82,15 +86,40 @@ class TableChange:
         return f"TableChange({self.trigger.name!r}, {self.trigger.table!r}, {self.workflow!r})"
 
     def run_id(self, change_id: int) -> str:
-        return f"{self.name}:{change_id}"
+        return f"{self.scope}:{change_id}"
 
     async def install(self) -> bool:
         """Put the trigger on the table, or check it is there as defined; True if changed."""
         await self.runtime.open_store()
         changed = await self.runtime.store.install_table_trigger(self.trigger)
         if changed:
-            log.info("%s: trigger installed on %s", self.name, self.trigger.table)
+            log.info("%s: trigger installed on %s", self.scope, self.trigger.table)
         return changed
+
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        """Installed or not (or no table), with the changes not yet turned into runs."""
+        t = self.trigger
+        detail = f"{t.table} on {', '.join(t.ops)}"
+        error = self.last_error
+        try:
+            table_found, installed, enabled = await runtime.store.table_trigger_state(t)
+        except PerdureError as exc:  # e.g. a table name PostgreSQL cannot parse
+            return [TriggerStatus("table_change", t.name, self.workflow, "error", None,
+                                  str(exc), detail)]  # fmt: skip
+        pending, oldest, refused, reason = await runtime.store.change_counts(t.name)
+        if not table_found:
+            state = "error"
+            error = error or f"no table {t.table!r} in the store's database"
+        elif not installed:
+            state = "not installed"
+            error = error or "start a worker or run `perdure triggers install`"
+        else:
+            state = "installed" if enabled else "disabled"
+        if refused:
+            error = f"{refused} change(s) refused; latest: {reason}"
+        lag = max(0.0, runtime.clock.now() - oldest) if oldest is not None else 0.0
+        return [TriggerStatus("table_change", t.name, self.workflow, state, lag, error, detail,
+                              pending)]  # fmt: skip
 
     # -- the service ---------------------------------------------------------------
 
@@ -133,7 +162,7 @@ class TableChange:
             self.trigger.name, BATCH, lambda change: self._new_run(change, now), now
         )
         if taken.refused:
-            log.warning("%s: %d change(s) refused (see perdure triggers)", self.name,
+            log.warning("%s: %d change(s) refused (see perdure triggers)", self.scope,
                         taken.refused)  # fmt: skip
         if taken.started:
             self.runtime.notify()
@@ -141,7 +170,7 @@ class TableChange:
 
     def _new_run(self, change: ChangeRow, now: float) -> NewRun | str:
         """The run of one change, or why it cannot have one (runs on the store thread)."""
-        where = f"{self.name} change {change.id}"
+        where = f"{self.scope} change {change.id}"
         try:
             definition, encoded = checked_input(
                 self.runtime, self.workflow, (change.payload(),), {}, where
@@ -187,8 +216,8 @@ def add_table_change(
             transaction (see the README's measurement) and workers look every second.
 
     Returns:
-        The `TableChange`, registered in `app.services`; every worker installs its
-        trigger (idempotently) and takes its changes.
+        The `TableChange`, kept with the runtime's triggers; every worker installs its
+        database trigger (idempotently) and takes its changes.
 
     Raises:
         ConfigError: an unknown operation or workflow, a workflow that cannot take one
@@ -202,17 +231,11 @@ def add_table_change(
     if not ops or unknown:
         raise ConfigError(f"{where}: on={on!r}; use some of {', '.join(OPS)}")
     check_one_argument(runtime, wf_name, where, "the change")
-    if any(service.name == f"table:{label}" for service in runtime.services):
+    if runtime.triggers.find(TableChange, label) is not None:
         raise ConfigError(f"two table change triggers are named {label!r}; pass name=... to one")
     ops = sorted(set(ops), key=OPS.index)
     change = TableChange(runtime, table, wf_name, name=label, ops=ops, notify=notify)
-    runtime.add_service(change)
-    return change
-
-
-def table_changes(runtime: Runtime) -> list[TableChange]:
-    """The table change triggers registered on `runtime`."""
-    return [s for s in runtime.services if isinstance(s, TableChange)]
+    return runtime.triggers.add(change)
 
 
 async def _first_of(timeout: float, *events: Any) -> None:

@@ -24,10 +24,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..engine.client import Client
-from ..errors import ConfigError
+from ..engine.triggers import TriggerStatus
+from ..errors import ConfigError, PerdureError
 from .ids import id_problem
 from .webhook_signatures import (
     ID_HEADER,
@@ -76,6 +77,7 @@ class Webhook:
     `webhook-signature`, `webhook-timestamp`; `body`: the hook's own, no timestamp).
     """
 
+    kind: ClassVar[str] = "webhook"
     name: str
     workflow: str
     secret: str | None = field(default=None, repr=False)
@@ -162,14 +164,14 @@ class Webhook:
         self.key(environ)
         _check_workflow(runtime, self.name, self.workflow, required=True)
 
-
-class Webhooks(dict[str, "Webhook"]):
-    """The webhooks of one app by name (served by `perdure serve`), checked against its
-    registered workflows."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        super().__init__()
-        self.runtime = runtime
+    async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        """`ready`, or `error` with what `check` refuses."""
+        try:
+            self.check(runtime)
+            state, error = "ready", None
+        except PerdureError as exc:
+            state, error = "error", str(exc)
+        return [TriggerStatus("webhook", self.name, self.workflow, state, None, error, self.path)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +183,7 @@ class Delivery:
 
 
 def add_webhook(
-    webhooks: Webhooks,
+    runtime: Runtime,
     name: str,
     workflow: Workflow[..., Any] | str,
     *,
@@ -215,7 +217,7 @@ def add_webhook(
         max_body: larger bodies are refused with 413 before they are read.
 
     Returns:
-        The `Webhook`, also kept in `webhooks[name]`.
+        The `Webhook`, kept with the runtime's triggers.
 
     Raises:
         ConfigError: a bad name, scheme, header or tolerance; an option of the other
@@ -273,7 +275,7 @@ def add_webhook(
     if max_body < 1:
         raise ConfigError(f"webhook {name!r}: max_body must be at least 1 byte")
     wf_name = workflow if isinstance(workflow, str) else workflow.name
-    _check_workflow(webhooks.runtime, name, wf_name, required=False)
+    _check_workflow(runtime, name, wf_name, required=False)
     hook = Webhook(
         name=name,
         workflow=wf_name,
@@ -288,10 +290,10 @@ def add_webhook(
     )
     if secret is not None:
         hook.key()  # a malformed whsec_ secret fails here, not at the first delivery
-    if name in webhooks and webhooks[name] != hook:
+    kept = runtime.triggers.find(Webhook, name)
+    if kept is not None and kept != hook:
         raise ConfigError(f"two webhooks are named {name!r}; give one another name")
-    webhooks[name] = hook
-    return hook
+    return runtime.triggers.add(hook)
 
 
 async def deliver(runtime: Runtime, hook: Webhook, delivery_id: str, payload: Any) -> Delivery:

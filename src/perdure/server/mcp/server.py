@@ -234,7 +234,7 @@ class PerdureMcp:
     @asynccontextmanager
     async def _lifespan(self, _server: Server[SessionState, Any]) -> AsyncIterator[SessionState]:
         """Per session (stdio: the process; HTTP: each Mcp-Session-Id): its state and watcher."""
-        await self.app.open_store()
+        await self.app.runtime.open_store()
         state = SessionState()
         async with anyio.create_task_group() as group:
             state.group = group
@@ -265,7 +265,7 @@ class PerdureMcp:
                 continue
             for task_id, last in list(state.watched.items()):
                 try:
-                    run = await self.app.store.get_run(task_id)
+                    run = await self.app.runtime.store.get_run(task_id)
                     if run is None:  # deleted (retention)
                         state.watched.pop(task_id, None)
                         continue
@@ -317,8 +317,8 @@ class PerdureMcp:
         False once the session is closed."""
         for task_id, progress in list(state.progress.items()):
             try:
-                rows = await self.app.store.read_stream(task_id, progress.after, 500)
-                run = None if rows else await self.app.store.get_run(task_id)
+                rows = await self.app.runtime.store.read_stream(task_id, progress.after, 500)
+                run = None if rows else await self.app.runtime.store.get_run(task_id)
             except PerdureError as exc:
                 log.warning("mcp: reading the stream of task %s failed: %s", task_id, exc)
                 continue
@@ -375,7 +375,7 @@ class PerdureMcp:
         tasks/list all apply this one rule, so what one answers the others do too."""
         if not run_id.startswith(TASK_PREFIX):
             return False
-        return origin_of(await self.app.store.journal(run_id, limit=1)).get("mcp") == owner
+        return origin_of(await self.app.runtime.store.journal(run_id, limit=1)).get("mcp") == owner
 
     async def is_task_of(self, req: Requestor, run_id: str) -> bool:
         return await self._is_task(run_id, req.owner)
@@ -383,7 +383,7 @@ class PerdureMcp:
     async def task_run(self, req: Requestor, task_id: str) -> RunRow:
         """The run of task `task_id` if it is one of the requestor's tasks; any other id, of
         another token's task too, is "not found" (saying "forbidden" would confirm the id)."""
-        run = await self.app.store.get_run(task_id)
+        run = await self.app.runtime.store.get_run(task_id)
         if run is None or not await self._is_task(task_id, req.owner):
             raise _error(types.INVALID_PARAMS, f"Task not found: {task_id}")
         return run
@@ -393,7 +393,7 @@ class PerdureMcp:
     ) -> tuple[list[RunRow], str | None]:
         """One page of the requestor's tasks, newest first, and the cursor of the next."""
         after = _decode_cursor(cursor) if cursor else None
-        runs = await self.app.store.list_runs(limit=self.options.list_limit)
+        runs = await self.app.runtime.store.list_runs(limit=self.options.list_limit)
         mine = [r for r in runs if await self._is_task(r.id, req.owner)]
         keyed = sorted(((-r.created_at, r.id), r) for r in mine)
         if after is not None:
@@ -437,7 +437,7 @@ class PerdureMcp:
                         {"comment": "tasks/cancel over MCP"})  # fmt: skip
 
         async def cancel() -> str:
-            found = await self.app.store.get_run(task_id)
+            found = await self.app.runtime.store.get_run(task_id)
             if found is None or not await self._is_task(task_id, req.owner):
                 raise PerdureError(f"Task not found: {task_id}")
             if found.status in FINISHED:
@@ -450,13 +450,13 @@ class PerdureMcp:
         # a run held by a worker elsewhere stops at its next step (its heartbeat: ≤ 1 s)
         with anyio.move_on_after(self.options.cancel_wait):
             while (run := await self._run(task_id)).status == CANCELLING:
-                await self.app.wait_change(self.options.poll)
+                await self.app.runtime.wait_change(self.options.poll)
         return run
 
     async def gate_key(self, run: RunRow, gate: GateQuestion) -> str:
         """The name of the gate a run waits at, the same on every server: the gate and the
         journal position the run parked at (a later gate of the same call is another)."""
-        entries = await self.app.store.journal(run.id)
+        entries = await self.app.runtime.store.journal(run.id)
         seq = entries[-1].seq if entries else 0
         return f"{gate.kind}:{gate.call_id}:{seq}"
 
@@ -534,7 +534,7 @@ class PerdureMcp:
     # -- tasks (2025-11-25) -----------------------------------------------------------------
 
     async def _run(self, task_id: str) -> RunRow:
-        run = await self.app.store.get_run(task_id)
+        run = await self.app.runtime.store.get_run(task_id)
         if run is None:
             raise _error(types.INVALID_PARAMS, f"Task not found: {task_id}")
         return run
@@ -617,7 +617,7 @@ class PerdureMcp:
                 finally:
                     self._asking.discard(key)
                 continue
-            await self.app.wait_change(min(self.options.poll, remaining))
+            await self.app.runtime.wait_change(min(self.options.poll, remaining))
 
     async def _ask(
         self,
@@ -658,7 +658,7 @@ class PerdureMcp:
                 while (now := await self._run(run.id)).status == WAITING and (
                     now.waiting_for == run.waiting_for
                 ):
-                    await self.app.wait_change(self.options.poll)
+                    await self.app.runtime.wait_change(self.options.poll)
 
 
 def _can_elicit(session: ServerSession, who: Principal) -> bool:

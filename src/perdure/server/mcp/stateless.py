@@ -197,7 +197,7 @@ class Stateless:
             return {**await self.task(run), "resultType": "task"}
         with anyio.move_on_after(self.mcp.options.call_wait):
             while run.status not in FINISHED:
-                await self.app.wait_change(self.mcp.options.poll)
+                await self.app.runtime.wait_change(self.mcp.options.poll)
                 run = await self.mcp._run(run.id)
         if run.status in FINISHED:
             return _dump(await tool_result(self.app, run))
@@ -307,7 +307,7 @@ class Stateless:
         last: dict[str, str] = {}
         while mine:
             for task_id in list(mine):
-                run = await self.app.store.get_run(task_id)
+                run = await self.app.runtime.store.get_run(task_id)
                 if run is None:
                     mine.remove(task_id)
                     continue
@@ -320,7 +320,7 @@ class Stateless:
                 if run.status in FINISHED:
                     mine.remove(task_id)
             if mine:
-                await self.app.wait_change(self.mcp.options.poll)
+                await self.app.runtime.wait_change(self.mcp.options.poll)
         yield _answer(rpc.id, {"_meta": {**meta, META_SERVER: self.server_info()}})
 
 

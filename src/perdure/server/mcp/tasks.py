@@ -179,7 +179,7 @@ def ttl_ms(app: App, run: RunRow) -> int:
     serialises a result and its client then refuses the task, so it is a number.
     A `keep_last`-only policy has no time bound and also reports `FOREVER_MS`.
     """
-    definition = app.workflows.get(run.workflow)
+    definition = app.runtime.workflows.get(run.workflow)
     retention = definition.retention if definition else None
     if retention is None or retention.keep_days is None:
         return FOREVER_MS
@@ -207,7 +207,7 @@ async def tool_result(app: App, run: RunRow) -> types.CallToolResult:
     wrapped as `{"result": value}`. The text content is the string itself, or the JSON.
     """
     if run.status == COMPLETED:
-        text = await unblob_text(app.store, run.result)
+        text = await unblob_text(app.runtime.store, run.result)
         value = Redactor().value(json.loads(text)) if text else None
         shown = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True)
         structured = value if isinstance(value, dict) else {"result": value}
