@@ -192,7 +192,7 @@ def test_a_provider_added_with_one_class_and_one_line_is_seen_everywhere(
     openai_server.key = "rotated"  # the server refuses the placeholder key: the run parks
     app = perdure.App(f"sqlite:///{tmp_path}/added.db")
     try:
-        run_id = app.start(Agent(app, spec).workflow, {"prompt": "hello"}).id
+        run_id = app.start(Agent(app.runtime, spec).workflow, {"prompt": "hello"}).id
         TestWorker(app).run_until_idle()
         run = app.get_run(run_id)
         assert run.status == PAUSED

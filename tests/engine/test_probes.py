@@ -279,10 +279,10 @@ def test_explain_says_what_the_probe_did_and_will_do(app: perdure.App, worker: T
     payments.crash_after_effect = True
     app.start(wf, "o8", run_id="r8")
     crashed(app, worker, "r8")
-    [before] = explain(app, app.get_run("r8"), app.journal("r8"))
+    [before] = explain(app.runtime, app.get_run("r8"), app.journal("r8"))
     assert before.recovery.startswith("asks probe") and "find" in before.recovery
     worker.run_until_idle()
-    [after] = explain(app, app.get_run("r8"), app.journal("r8"))
+    [after] = explain(app.runtime, app.get_run("r8"), app.journal("r8"))
     assert after.state == "done"
     assert '"re-o8-0"' in after.detail and "settled by probe" in after.detail
 

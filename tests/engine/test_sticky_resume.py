@@ -253,7 +253,7 @@ def test_only_a_run_that_wakes_soon_is_kept_in_memory(
     handle = app.start(nap, run_id="n")
     worker.run_until_idle()
     assert handle.status() == "sleeping"
-    assert ("n" in sticky.cache_of(app).kept) == (seconds <= sticky.HORIZON)
+    assert ("n" in sticky.cache_of(app.runtime).kept) == (seconds <= sticky.HORIZON)
     clock.advance(seconds + 1)
     worker.run_until_idle()
     assert handle.result(timeout=5) == "rested"

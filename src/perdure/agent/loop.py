@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import aborts, durable, observers
 from ..engine.effects import Effect
 from ..engine.retry import Retry
+from ..engine.runtime import runtime_of
 from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
 from ..store.agent_sql import Budget, Reservation, UsageRow
@@ -51,7 +52,7 @@ TOOL_EFFECTS: tuple[Effect, ...] = ("once", "keyed", "idempotent", "read")
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
-    from ..engine.runtime import Runtime
+    from ..engine.runtime import HasRuntime, Runtime
 
 log = logging.getLogger("perdure.agent")
 
@@ -126,13 +127,13 @@ class Agent:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Runtime | HasRuntime,
         spec: AgentSpec,
         *,
         providers: dict[str, ModelProvider] | None = None,
         tools: list[Tool] | None = None,
     ) -> None:
-        self.runtime = runtime
+        self.runtime = runtime_of(runtime)  # an App is taken too: it holds one
         self.spec = spec
         self.name = f"agent:{spec.name}"
         self.providers: dict[str, ModelProvider] = dict(providers or {})
