@@ -15,13 +15,14 @@ from .engine.retention import GcReport
 from .engine.retry import seconds
 from .engine.runtime import Runtime
 from .engine.worker import Worker, WorkerOptions, run_until_signalled
-from .store.base import Entry, RunRow, ScheduleRow, TickRow
+from .store.base import Entry, RunRow
 from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import plans, schedules
 from .triggers.events import EventTriggers
 from .triggers.inbox import add_inbox
 from .triggers.listing import TriggerStatus, list_triggers
 from .triggers.messages import MessageTrigger, add_message_trigger
+from .triggers.schedule_sql import ScheduleRow, Schedules, TickRow
 from .triggers.table_changes import add_table_change, table_changes
 from .triggers.webhooks import Webhooks, add_webhook
 
@@ -105,11 +106,13 @@ class App(Runtime):
 
     def schedules(self) -> list[ScheduleRow]:
         """Every schedule in the store (declared in code once a worker started, or added)."""
-        return self.sync(self.store.list_schedules(), "App.schedules()")  # type: ignore[no-any-return]
+        rows = Schedules(self.store).list_schedules()
+        return self.sync(rows, "App.schedules()")  # type: ignore[no-any-return]
 
     def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRow]:
         """A schedule's recent ticks, newest first: fired, skipped, missed or queued, and why."""
-        return self.sync(self.store.schedule_ticks(name, limit=limit), "App.schedule_ticks()")  # type: ignore[no-any-return]
+        ticks = Schedules(self.store).schedule_ticks(name, limit=limit)
+        return self.sync(ticks, "App.schedule_ticks()")  # type: ignore[no-any-return]
 
     def triggers(self) -> list[TriggerStatus]:
         """Every trigger (schedules, inbox folders, webhooks, events, table changes, message

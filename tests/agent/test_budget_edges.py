@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from wire_servers import CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -74,11 +75,11 @@ def test_a_reply_without_usage_keeps_its_reservation_counted_and_marked(
         handle = app.start(agent.workflow, {"prompt": "hello"}, run_id="q1")
         TestWorker(app).run_until_idle()
         assert handle.result(timeout=5)["status"] == "done"
-        [held] = app.sync(app.store.reservations("quiet", 0.0), "held")
+        [held] = app.sync(Budgets(app.store).reservations("quiet", 0.0), "held")
         assert held.state == "estimated" and held.tokens >= server.served[0].total
-        spent, _ = app.sync(app.store.spent("quiet", 0.0), "spent")
+        spent, _ = app.sync(Budgets(app.store).spent("quiet", 0.0), "spent")
         assert spent == held.tokens  # counted, at the estimate
-        assert app.sync(app.store.usage("quiet", 0.0), "usage") == []
+        assert app.sync(Budgets(app.store).usage("quiet", 0.0), "usage") == []
     finally:
         app.close()
     shown = CliRunner().invoke(cli, ["--db", db, "usage", "--since", "30000d"])

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -108,7 +109,7 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         [stopped] = [e for e in app.sync(app.store.journal("n1"), "j") if e.kind == "step.stopped"]
         data = json.loads(stopped.data or "{}")
         assert data["aborted"] is True and data["effect"] == "keyed"
-        [held] = app.sync(app.store.reservations("slow", 0.0), "reservations")
+        [held] = app.sync(Budgets(app.store).reservations("slow", 0.0), "reservations")
         assert held.state == "aborted"
         assert data["estimate"]["tokens"] == held.tokens and data["estimate"]["sent"] is True
         if scope != "workflow":
@@ -130,8 +131,8 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         assert handle.result(timeout=60)["status"] == "done"
         server.hurry.set()  # the aborted call's handler finishes (billed, its reply unread)
         wait_for("the aborted call billed", lambda: len(server.served) == 2, timeout=60)
-        recorded = app.sync(app.store.usage("slow", 0.0), "usage")
-        still = app.sync(app.store.reservations("slow", 0.0), "reservations")
+        recorded = app.sync(Budgets(app.store).usage("slow", 0.0), "usage")
+        still = app.sync(Budgets(app.store).reservations("slow", 0.0), "reservations")
         assert len(server.requests) == len(server.served) == len(recorded) + len(still) == 2
         assert [r.state for r in still] == ["aborted"]
         assert recorded[0].input_tokens + recorded[0].output_tokens == server.served[-1].total

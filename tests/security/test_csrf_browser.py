@@ -15,6 +15,7 @@ import pytest
 from served import Served, free_port
 
 import perdure
+from perdure.server.access_sql import Access
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -77,7 +78,7 @@ def test_a_page_on_another_port_cannot_act_for_a_signed_in_admin(
     reader = perdure.App(serve.db)
     try:
         assert reader.get_run("victim").status == "pending"
-        audit = reader.sync(reader.store.audit_log(target="run:victim", limit=10), "audit")
+        audit = reader.sync(Access(reader.store).audit_log(target="run:victim", limit=10), "audit")
         assert [(a.action, a.actor) for a in audit] == [("run.start", "sec-operate")]
     finally:
         reader.close()

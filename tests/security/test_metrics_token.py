@@ -12,6 +12,7 @@ from served import Served, start
 
 from perdure import App
 from perdure.server.access import digest
+from perdure.server.access_sql import Access
 
 KINDS = ["serve", "worker"]
 Scraped = Callable[..., AbstractContextManager[Served]]
@@ -59,7 +60,7 @@ def test_metrics_need_the_read_scope(scraped: Served) -> None:
     store = App(scraped.db)
     try:
         store.sync(store.open_store(), "")
-        store.sync(store.store.add_token("noscope", "sec-none", digest(token), "", 0.0), "")
+        store.sync(Access(store.store).add_token("noscope", "sec-none", digest(token), "", 0.0), "")
     finally:
         store.close()
     with scraped.client() as http:

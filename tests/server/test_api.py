@@ -21,11 +21,11 @@ import pytest
 import uvicorn
 
 import perdure
+from perdure.agent.budget_sql import Budgets, UsageRow
 from perdure.server import create_app, sse
 from perdure.server.access import Principal, create_token
 from perdure.server.api import ENDPOINTS
 from perdure.server.throttle import Throttle
-from perdure.store.agent_sql import UsageRow
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -573,11 +573,10 @@ def test_workflow_pauses(client: TestClient, tokens: dict[str, str]) -> None:
 def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perdure.App) -> None:
     """Usage is grouped by agent, run or day; an admin sets a budget (audited), which shows with
     what was spent this hour and day; an operate token cannot; a bad grouping is 400."""
+    budgets = Budgets(app.store)
     now = app.clock.now()
     for i, (run, tokens_in) in enumerate((("t-1", 100), ("t-1", 50), ("t-2", 10))):
-        app.sync(
-            app.store.record_usage(UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)), "u"
-        )
+        app.sync(budgets.record_usage(UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)), "u")
     read = auth(tokens["read"])
     by_agent = client.get("/api/v1/usage", headers=read).json()["groups"]
     assert by_agent == [
@@ -587,7 +586,7 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     assert [(g["run_id"], g["calls"]) for g in by_run] == [("t-1", 2), ("t-2", 1)]
     assert client.get(f"/api/v1/usage?since={now + 1}", headers=read).json()["groups"] == []
     assert client.get("/api/v1/usage?by=week", headers=read).json()["field"] == "by"
-    app.sync(app.store.declare_agent("triage", "{}", now), "declare")  # a worker serves it
+    app.sync(budgets.declare_agent("triage", "{}", now), "declare")  # a worker serves it
     limits = {"tokens_per_day": 1000, "cost_per_hour": 2.5}
     refused = client.put("/api/v1/budgets/triage", json=limits, headers=auth(tokens["operate"]))
     assert refused.status_code == 403
@@ -621,10 +620,11 @@ def test_shared_budgets(client: TestClient, tokens: dict[str, str], app: perdure
     """A budget agents share is read and changed like an agent's: only the limits given
     change (admin, audited), it shows its agents and what they spent; a shared budget no
     agent names is 404, a negative limit 422."""
+    budgets = Budgets(app.store)
     now = app.clock.now()
-    app.sync(app.store.declare_agent("triage", '{"shared": "team-a"}', now), "declare")
+    app.sync(budgets.declare_agent("triage", '{"shared": "team-a"}', now), "declare")
     row = UsageRow("t-1", 0, "triage", "m", 100, 5, 0.5, now, pool="team-a")
-    app.sync(app.store.record_usage(row), "usage")
+    app.sync(budgets.record_usage(row), "usage")
     read, admin = auth(tokens["read"]), auth(tokens["admin"])
     got = client.get("/api/v1/budgets/shared/team-a", headers=read).json()
     assert got["agents"] == ["triage"] and got["spent"]["day"] == {"tokens": 105, "cost": 0.5}

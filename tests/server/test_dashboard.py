@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets, SharedBudget, UsageRow
 from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, SharedBudget, UsageRow
-from perdure.store.dead_sql import DeadMessage
+from perdure.server.access_sql import Access
 from perdure.testing import TestClock, TestWorker
+from perdure.triggers.dead_sql import DeadMessage, DeadMessages
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
     warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
@@ -115,6 +116,7 @@ def text_of(html: str) -> str:
 def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
     """The server for `app` with a run at a gate, a question, a failed run, a completed run,
     a schedule with missed ticks, an agent's usage and budget."""
+    budgets = Budgets(app.store)
     register(app)
     app.start("gated", "g", run_id="gate-1")
     app.start("asking", "q", run_id="ask-1")
@@ -125,14 +127,14 @@ def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
     clock.advance(timedelta(hours=3, minutes=30))
     worker.run_until_idle()  # the schedule's ticks are late: skipped, with the reason
     now = clock.now()
-    app.sync(app.store.put_budget(Budget("helper", tokens_per_day=1000), now), "budget")
+    app.sync(budgets.put_budget(Budget("helper", tokens_per_day=1000), now), "budget")
     for i, tokens in enumerate((300, 450)):
         usage = UsageRow("quick-1", i, "helper", "m", tokens, 0, 0.01, now - 129600 * i)
-        app.sync(app.store.record_usage(usage), "usage")
+        app.sync(budgets.record_usage(usage), "usage")
     app.on_message(perdure.sources.RabbitMQ("amqp://guest:pw@127.0.0.1:5672/", "orders"),
                    "quick", name="orders")  # fmt: skip
     dead = DeadMessage("orders", "m-9", "rabbitmq", "payload is not JSON", "{oops", 5, now)
-    app.sync(app.store.add_dead_message(dead), "dead")
+    app.sync(DeadMessages(app.store).add_dead_message(dead), "dead")
     with TestClient(create_app(app)) as client:
         yield client
 
@@ -239,7 +241,7 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert refused.status_code == 403
     assert "needs the 'approve' scope" in text_of(refused.text)
     assert app.get_run("gate-1").status == "waiting"
-    log = app.sync(app.store.audit_log(), "log")
+    log = app.sync(Access(app.store).audit_log(), "log")
     assert [(r.action, r.outcome) for r in log] == [
         ("gate.approve", "refused"), ("session.start", "ok"), ("token.create", "ok"),
     ]  # fmt: skip
@@ -263,7 +265,7 @@ def test_a_form_without_the_csrf_token_is_refused(app: perdure.App, server: Test
     assert app.handle("gate-1").result(timeout=5) == (
         "went on with {'approve': True, 'comment': 'fine'}"
     )
-    [decision, _, _] = app.sync(app.store.audit_log(), "log")
+    [decision, _, _] = app.sync(Access(app.store).audit_log(), "log")
     assert (decision.actor, decision.action) == ("ana", "gate.approve")
     assert decision.target == "run:gate-1"
     run_page = text_of(server.get("/ui/runs/gate-1").text)
@@ -363,7 +365,7 @@ def test_schedules_are_paused_and_resumed_by_admins_only(
     done = server.post("/ui/schedules/act", data={**form, "csrf": csrf})
     assert done.status_code == 200 and "none while paused" in text_of(done.text)
     assert app.schedules()[0].paused
-    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "schedule.pause"
+    assert app.sync(Access(app.store).audit_log(limit=1), "log")[0].action == "schedule.pause"
 
 
 def test_runs_list_filters_by_status_and_workflow_searches_ids_and_pages(
@@ -483,7 +485,7 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
     TestWorker(app).run_until_idle()
     assert app.handle("mail-1").result(timeout=5) == "mailed ana@example.org"
     assert sent == ["ana@example.org"]
-    assert app.sync(app.store.audit_log(limit=1), "log")[0].action == "run.resolve"
+    assert app.sync(Access(app.store).audit_log(limit=1), "log")[0].action == "run.resolve"
 
 
 def test_the_workers_page_shows_leases_and_pauses(
@@ -523,7 +525,7 @@ def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: Te
         form = {"csrf": csrf, "name": "hourly", "action": verb}
         assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
     rows = [(r.actor, r.action, r.target, r.outcome)
-            for r in reversed(app.sync(app.store.audit_log(), "log"))
+            for r in reversed(app.sync(Access(app.store).audit_log(), "log"))
             if r.action not in ("token.create", "session.start")]  # fmt: skip
     assert rows == [
         ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
@@ -600,7 +602,7 @@ def test_a_copied_session_cookie_dies_with_sign_out(app: perdure.App, server: Te
         assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
         [gone] = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
         assert "max-age=0" in gone.lower()  # the dead cookie is cleared, not sent again
-    actions = [a.action for a in app.sync(app.store.audit_log(), "audit")]
+    actions = [a.action for a in app.sync(Access(app.store).audit_log(), "audit")]
     assert actions[:2] == ["session.end", "session.start"]
 
 
@@ -696,7 +698,7 @@ def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
     assert done.status_code == 200 and "calls in flight aborted" in text_of(done.text)
     [state] = app.sync(app.store.heartbeat("w1", ["busy-1"], clock.now() + 30), "beat")
     assert state.pause_requested and state.abort
-    [audit] = app.sync(app.store.audit_log(target="run:busy-1", limit=1), "audit")
+    [audit] = app.sync(Access(app.store).audit_log(target="run:busy-1", limit=1), "audit")
     assert audit.action == "run.pause" and json.loads(audit.detail)["now"] is True
 
 
@@ -705,11 +707,12 @@ def test_the_agents_page_shows_each_shared_budget_with_its_agents(
 ) -> None:
     """A budget agents share shows beside the agents: spent this hour and day against its
     limits, and which agents share it."""
+    budgets = Budgets(app.store)
     now = clock.now()
-    app.sync(app.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare")
-    app.sync(app.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s")
+    app.sync(budgets.declare_agent("helper", '{"shared": "team-a"}', now), "declare")
+    app.sync(budgets.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s")
     row = UsageRow("quick-1", 9, "helper", "m", 500, 0, 0.0, now, pool="team-a")
-    app.sync(app.store.record_usage(row), "usage")
+    app.sync(budgets.record_usage(row), "usage")
     sign_in(server, token(app, "read"))
     page = text_of(server.get("/ui/agents").text)
     assert "Shared budgets team-a shared by helper" in page

@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets, UsageRow
 from perdure.server import create_app, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, UsageRow
 
 pytestmark = pytest.mark.slow
 
@@ -92,9 +92,10 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     made = operations.create_token(served, local_operator(), "ana", ["approve"])
     _, token = served.sync(made, "token")  # as `perdure token create` does: audited
     now = served.clock.now()
-    served.sync(served.store.put_budget(Budget("triage", tokens_per_hour=5000), now), "budget")
+    budget = Budget("triage", tokens_per_hour=5000)
+    served.sync(Budgets(served.store).put_budget(budget, now), "budget")
     usage = UsageRow("deploy-1", 0, "triage", "small", 1200, 300, 0.02, now - 60)
-    served.sync(served.store.record_usage(usage), "usage")
+    served.sync(Budgets(served.store).record_usage(usage), "usage")
     port = free_port()
     config = uvicorn.Config(
         create_app(served), host="127.0.0.1", port=port, log_level="warning",

@@ -12,9 +12,9 @@ from urllib.parse import quote
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budgets, UsageRow
 from perdure.server import create_app, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import UsageRow
 from perdure.store.names import REFUSED
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -44,6 +44,7 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
 
     app.start("waits", run_id="r1")
     _, value = app.sync(operations.create_token(app, local_operator(), "ana", ["read"]), "tok")
+    app.sync(Budgets(app.store).ready(), "budgets")  # the budgets' tables, written below
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
         db.execute("UPDATE runs SET id = ?, queue = ?, waiting_for = ?", (EVIL, EVIL, EVIL))
         db.execute("UPDATE journal SET run_id = ?", (EVIL,))
@@ -52,7 +53,8 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
             (EVIL,),
         )
     usage = UsageRow(EVIL, 0, EVIL, "m", 10, 5, 0.01, app.clock.now())
-    app.sync(app.store.record_usage(usage), "usage")  # usage rows take the agent's name as is
+    # usage rows take the agent's name as is
+    app.sync(Budgets(app.store).record_usage(usage), "usage")
     with TestClient(create_app(app)) as client:
         page = client.get("/ui/login").text
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)

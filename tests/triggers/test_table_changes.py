@@ -18,7 +18,9 @@ import pytest
 import perdure
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
+from perdure.server.access_sql import Access
 from perdure.testing import TestWorker
+from perdure.triggers.changes_sql import Outbox
 
 pytestmark = pytest.mark.postgres
 
@@ -89,7 +91,7 @@ def test_each_change_starts_one_run_with_its_rows(database: str) -> None:
         origin = [e for e in app.journal(f"table:orders:{changes[0]['id']}")
                   if e.kind == "run.origin"]  # fmt: skip
         assert json.loads(origin[0].data or "{}")["table_change"] == "orders"
-        assert app.sync(app.store.change_counts("orders"), "counts")[0] == 0
+        assert app.sync(Outbox(app.store).change_counts("orders"), "counts")[0] == 0
         TestWorker(app).run_until_idle()
         assert app.get_run(f"table:orders:{changes[0]['id']}").status == "completed"
     finally:
@@ -205,12 +207,13 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         return change
 
     app.on_table_change("orders", wants_int, name="orders")
+    outbox = Outbox(app.store)
     try:
         take_all(app)
         user_sql(database, "INSERT INTO orders (item, qty) VALUES ('a', 1)")
         assert take_all(app) == 1
         assert take_all(app) == 0
-        pending, _, refused, reason = app.sync(app.store.change_counts("orders"), "counts")
+        pending, _, refused, reason = app.sync(outbox.change_counts("orders"), "counts")
         assert (pending, refused) == (0, 1)
         assert reason is not None and "does not fit int" in reason
         assert app.list_runs(workflow="wants_int") == []
@@ -223,8 +226,8 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         )  # fmt: skip
         assert retried.returncode == 0, retried.stderr
         assert "1 refused change(s) pending again" in retried.stdout
-        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (1, 0)
-        audit = app.sync(app.store.audit_log(target="table_change:orders"), "audit")
+        assert app.sync(outbox.change_counts("orders"), "counts")[:3:2] == (1, 0)
+        audit = app.sync(Access(app.store).audit_log(target="table_change:orders"), "audit")
         assert [a.action for a in audit] == ["table_change.retry"]
     finally:
         app.close()
@@ -348,7 +351,7 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
         changes = inputs(app)
         assert len(changes) == len(committed)
         assert sorted(c["key"]["id"] for c in changes.values()) == sorted(committed)
-        assert app.sync(app.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
+        assert app.sync(Outbox(app.store).change_counts("orders"), "counts")[:3:2] == (0, 0)
     finally:
         app.close()
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ..agent.budget_sql import Budgets
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
 from ..agent.spec import AgentSpec, check_grants, duration, load_spec
 from ..agent.tools.builtins import builtin_tools
@@ -158,7 +159,7 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     except ValueError as exc:
         raise PerdureError(f"--since: {exc}") from None
     app = get_app(ctx, existing=True)
-    rows = app.sync(app.store.usage(agent, time.time() - seconds), "usage")
+    rows = app.sync(Budgets(app.store).usage(agent, time.time() - seconds), "usage")
     groups: dict[tuple[str, ...], list[float]] = {}
     for u in rows:
         day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
@@ -171,7 +172,7 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     header = {"run": ["AGENT", "RUN"], "agent": ["AGENT"], "day": ["DAY", "AGENT"]}[by]
     body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
             for k, v in sorted(groups.items())]  # fmt: skip
-    held = app.sync(app.store.reservations(agent, time.time() - seconds), "usage")
+    held = app.sync(Budgets(app.store).reservations(agent, time.time() - seconds), "usage")
     if not body and not held:
         render.echo("no model calls recorded")
         return

@@ -19,14 +19,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..agent.budget_sql import Budgets
 from ..errors import ConfigError, PerdureError, StoreError
+from ..triggers.changes_sql import Outbox
+from ..triggers.dead_sql import DeadMessages
+from ..triggers.schedule_sql import Schedules
 from .access import Principal, check_scopes, new_token_id, record
 from .access import create_token as _create_token
+from .access_sql import Access
 
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.retention import GcReport
-    from ..store.base import RunRow, ScheduleRow
+    from ..store.base import RunRow
+    from ..triggers.schedule_sql import ScheduleRow
     from ..triggers.schedules import Schedule
 
 APPROVE_PREFIX = "event:approve:"
@@ -348,7 +354,7 @@ async def delete_schedule(app: App, who: Principal, name: str) -> None:
 
     async def do() -> None:
         await app.open_store()
-        if await app.store.get_schedule(name) is None:
+        if await Schedules(app.store).get_schedule(name) is None:
             raise PerdureError(f"no schedule named {name!r} (list them: perdure schedules ls)")
         await schedules.delete(app, name)
 
@@ -360,7 +366,7 @@ async def retry_table_changes(app: App, who: Principal, name: str) -> int:
 
     async def do() -> int:
         await app.open_store()
-        return await app.store.retry_changes(name)
+        return await Outbox(app.store).retry_changes(name)
 
     action = Action("table_change.retry", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -371,7 +377,7 @@ async def uninstall_table_trigger(app: App, who: Principal, name: str) -> int:
 
     async def do() -> int:
         await app.open_store()
-        return await app.store.uninstall_table_trigger(name)
+        return await Outbox(app.store).uninstall_table_trigger(name)
 
     action = Action("table_change.uninstall", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -382,7 +388,7 @@ async def forget_dead_message(app: App, who: Principal, trigger: str, message_id
 
     async def do() -> None:
         await app.open_store()
-        if not await app.store.forget_dead_message(trigger, message_id):
+        if not await DeadMessages(app.store).forget_dead_message(trigger, message_id):
             raise PerdureError(f"no dead message {message_id!r} of trigger {trigger!r} (list "
                                "them: perdure dead ls)")  # fmt: skip
 
@@ -424,7 +430,7 @@ async def set_budget(
             return await budgets.set_budget(app, agent, None)
         if not given:
             raise _no_limit_given(f"budget {agent}")
-        stored = await app.store.get_budget(agent)
+        stored = await Budgets(app.store).get_budget(agent)
         return await budgets.set_budget(app, agent, budgets.merged(agent, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
@@ -447,7 +453,7 @@ async def set_shared_budget(
             return await budgets.set_shared(app, name, None)
         if not given:
             raise _no_limit_given(f"budget --shared {name}")
-        stored = await app.store.get_shared_budget(name)
+        stored = await Budgets(app.store).get_shared_budget(name)
         return await budgets.set_shared(app, name, budgets.merged_shared(name, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
@@ -473,7 +479,7 @@ async def revoke_token(app: App, who: Principal, token_id: str) -> None:
 
     async def do() -> None:
         await app.open_store()
-        if not await app.store.revoke_token(token_id, app.clock.now()):
+        if not await Access(app.store).revoke_token(token_id, app.clock.now()):
             raise PerdureError(f"{token_id}: no such active token (list them: perdure token ls)")
 
     await perform(app, who, Action("token.revoke", f"token:{token_id}", "admin"), do)

@@ -21,7 +21,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
+from .changes_sql import Outbox
 from .inbox import Inbox
+from .schedule_sql import Schedules
 from .schedules import Scheduler
 from .table_changes import TableChange
 
@@ -85,8 +87,10 @@ async def list_triggers(
 
 async def _schedules(runtime: Runtime, now: float) -> list[TriggerStatus]:
     out = []
-    for row in await runtime.store.list_schedules():
-        missed = await runtime.store.schedule_ticks(row.name, statuses=["missed"], limit=1)
+    for row in await Schedules(runtime.store).list_schedules():
+        missed = await Schedules(runtime.store).schedule_ticks(
+            row.name, statuses=["missed"], limit=1
+        )
         error = f"tick missed: {missed[0].reason}" if missed and missed[0].reason else None
         late = None if row.paused or row.next_fire is None else max(0.0, now - row.next_fire)
         timing = f"cron {row.cron} {row.tz}" if row.cron else f"every {row.every:g}s"
@@ -132,11 +136,11 @@ async def _table_change(runtime: Runtime, change: TableChange, now: float) -> Tr
     detail = f"{t.table} on {', '.join(t.ops)}"
     error = change.last_error
     try:
-        table_found, installed, enabled = await runtime.store.table_trigger_state(t)
+        table_found, installed, enabled = await Outbox(runtime.store).table_trigger_state(t)
     except PerdureError as exc:  # e.g. a table name PostgreSQL cannot parse
         return TriggerStatus("table_change", t.name, change.workflow, "error", None,
                              str(exc), detail)  # fmt: skip
-    pending, oldest, refused, reason = await runtime.store.change_counts(t.name)
+    pending, oldest, refused, reason = await Outbox(runtime.store).change_counts(t.name)
     if not table_found:
         state = "error"
         error = error or f"no table {t.table!r} in the store's database"

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from ..engine.client import Client
 from ..errors import ConfigError, PayloadError, PerdureError, StoreError
 from ..store.base import PENDING
-from ..store.dead_sql import DeadMessage
+from .dead_sql import DeadMessage, DeadMessages
 from .ids import id_problem
 
 if TYPE_CHECKING:
@@ -380,7 +380,7 @@ class MessageTrigger:
         row = DeadMessage(self.trigger, message.identity, self.source.kind, reason,
                           body[:DEAD_BODY_CHARS], len(message.body),
                           self.runtime.clock.now())  # fmt: skip
-        if await self.runtime.store.add_dead_message(row):
+        if await DeadMessages(self.runtime.store).add_dead_message(row):
             self.dead += 1
             log.warning("message trigger %r: message %s is dead: %s", self.trigger,
                         message.identity, reason)  # fmt: skip

@@ -38,7 +38,7 @@ from ..engine.signal import Signal
 from ..errors import ConfigError, PerdureError
 from ..store.base import NewRun
 from ..store.blobs import inline_or_blob
-from ..store.changes_sql import OPS, ChangeRow, TableTrigger
+from .changes_sql import OPS, ChangeRow, Outbox, TableTrigger
 from .ids import check_id
 from .targets import check_one_argument
 
@@ -87,7 +87,7 @@ class TableChange:
     async def install(self) -> bool:
         """Put the trigger on the table, or check it is there as defined; True if changed."""
         await self.runtime.open_store()
-        changed = await self.runtime.store.install_table_trigger(self.trigger)
+        changed = await Outbox(self.runtime.store).install_table_trigger(self.trigger)
         if changed:
             log.info("%s: trigger installed on %s", self.name, self.trigger.table)
         return changed
@@ -108,7 +108,7 @@ class TableChange:
         store = self.runtime.store
         while not worker.stopping.is_set():
             # a read first: an idle look takes no write lock (SQLite) and no write transaction
-            if await store.has_changes(self.trigger.name) and await self.take() >= BATCH:
+            if await Outbox(store).has_changes(self.trigger.name) and await self.take() >= BATCH:
                 await asyncio.sleep(0)
                 continue
             await _first_of(poll, self.wake, worker.stopping)
@@ -129,7 +129,7 @@ class TableChange:
     async def take(self) -> int:
         """Turn one batch of pending changes into runs; returns how many were taken."""
         now = self.runtime.clock.now()
-        taken = await self.runtime.store.take_changes(
+        taken = await Outbox(self.runtime.store).take_changes(
             self.trigger.name, BATCH, lambda change: self._new_run(change, now), now
         )
         if taken.refused:

@@ -13,30 +13,49 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from perdure.store import SQLiteStore
 from perdure.store.access_sql import TokenRow  # noqa: F401  (the old layout: fails on new code)
 from perdure.store.agent_sql import Budget, Limit, Reservation, SharedBudget, UsageRow
-from perdure.store.base import Entry, NewRun, ScheduleAdvance, ScheduleRow, TickRow
 from perdure.store.changes_sql import TableTrigger
 from perdure.store.dead_sql import DeadMessage
+
+from perdure.store import SQLiteStore
+from perdure.store.base import Entry, NewRun, ScheduleAdvance, ScheduleRow, TickRow
 from perdure.store.workers_sql import WorkerRow
 
 NOW = 1_700_000_000.0
 
 
 async def fill(store: SQLiteStore) -> None:
-    await store.create_run(NewRun("run-1", "wf", '{"args":[],"kwargs":{}}', "v1", NOW,
-                                  entries=[Entry(kind="run.started", at=NOW)]))
+    await store.create_run(
+        NewRun(
+            "run-1",
+            "wf",
+            '{"args":[],"kwargs":{}}',
+            "v1",
+            NOW,
+            entries=[Entry(kind="run.started", at=NOW)],
+        )
+    )
     await store.send_event("run-1", "go", '"x"', NOW, key="k1")
     await store.set_pause("workflow", "paused_wf", True, NOW)
     await store.append_stream("run-1", [("token", "0", '"hi"', NOW)], keep=100)
     await store.worker_beat(WorkerRow("w1", "host", 1, NOW, NOW, 4, 0))
     # schedules
-    await store.put_schedule(ScheduleRow("nightly", "wf", cron="0 3 * * *", next_fire=NOW,
-                                         created_at=NOW, updated_at=NOW), replace_state=True)
-    await store.advance_schedule(ScheduleAdvance("nightly", NOW, NOW + 86400, NOW,
-                                                 ticks=[TickRow("nightly", NOW, "skipped",
-                                                                reason="overlap", at=NOW)]))
+    await store.put_schedule(
+        ScheduleRow(
+            "nightly", "wf", cron="0 3 * * *", next_fire=NOW, created_at=NOW, updated_at=NOW
+        ),
+        replace_state=True,
+    )
+    await store.advance_schedule(
+        ScheduleAdvance(
+            "nightly",
+            NOW,
+            NOW + 86400,
+            NOW,
+            ticks=[TickRow("nightly", NOW, "skipped", reason="overlap", at=NOW)],
+        )
+    )
     # budgets and memory
     await store.record_usage(UsageRow("run-1", 3, "helper", "m", 100, 20, 0.5, NOW, pool="team"))
     await store.put_budget(Budget("helper", tokens_per_day=1000), NOW)
