@@ -108,6 +108,7 @@ def test_a_later_script_upgrades_the_tables_in_place(new_store: Callable[[], Sto
     assert run(ProbeV2(upgraded).tags()) == ["plain"]
     assert run(ProbeV2(upgraded).texts()) == ["old"]
     assert version_row(upgraded) == "2"
+    assert run(ProbeV2(store).tags()) == ["plain"]  # the first store sees the new version too
 
 
 def test_tables_of_a_newer_version_are_refused_and_left_alone(

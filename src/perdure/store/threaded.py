@@ -61,7 +61,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         self._completed = 0  # of those, answered (written by the store thread only)
         self._inline_answers = Answers()  # answers only the inline caller's own op
         self._doubtful = False  # a call lost the database: replace the thread's connection
-        self._extended: set[str] = set()  # extensions whose tables are up to date (run_sql)
+        self._extended: set[Extension] = set()  # extensions whose tables are up to date
         self._listeners: list[Callable[[], None]] = []
         self._ended_listeners: list[Callable[[], None]] = []
 
@@ -351,7 +351,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         apart: bool = False,
     ) -> T:
         """The one generic entry (roles.Store.run_sql): `fn(db)` as an op of its own."""
-        if extension is not None and extension.name not in self._extended:
+        if extension is not None and extension not in self._extended:
             await self._extend(extension)
         if apart:
             return await self._apart(fn, write)
@@ -364,7 +364,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         args = (extension, self.url)
         if not await self.perform(Op(extensions.current, args, {}, False), True):
             await self.perform(Op(extensions.migrate, args, {}, True), False)
-        self._extended.add(extension.name)
+        self._extended.add(extension)
 
     async def _apart(self, fn: Callable[[Db], T], write: bool) -> T:
         """`run_sql(apart=True)`: where the store has one connection (SQLite), an op like
