@@ -113,6 +113,7 @@ ENDED = "ended"  # the payload of a notification that a run ended and nothing el
 _names = ["runs", "journal", "events", "blobs", "perdure_meta", "pauses", "workers", "run_streams"]
 _TABLES = re.compile(rf"\b({'|'.join(_names)})\b")
 _adding = threading.Lock()
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def add_tables(names: Iterable[str]) -> None:
@@ -130,9 +131,6 @@ def add_tables(names: Iterable[str]) -> None:
         _names.extend(new)
         _TABLES = re.compile(rf"\b({'|'.join(_names)})\b")
         _pyformat.cache_clear()
-
-
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 @lru_cache(maxsize=1024)

@@ -28,7 +28,6 @@ from ..extras import require_extra
 from . import migrations
 from .batching import Op
 from .dialect import ENDED, Db, PostgresDb
-from .dialect import for_postgres as for_postgres  # where it was (tools import it from here)
 from .pg_session import SessionLock
 from .threaded import ThreadedStore
 from .workers_sql import WorkerRow, sessions_gone

@@ -420,15 +420,14 @@ class Scheduler:
         if not self._synced:
             await self.sync(now)
         started = 0
-        for row in await Schedules(self.runtime.store).due_schedules(now):
+        table = Schedules(self.runtime.store)
+        for row in await table.due_schedules(now):
             if row.workflow not in self.runtime.workflows:
                 continue  # a worker that has this workflow's code will handle it
             prefix = f"sched:{row.name}:"
-            active = await Schedules(self.runtime.store).active_runs(prefix)
+            active = await table.active_runs(prefix)
             queued = (
-                await Schedules(self.runtime.store).schedule_ticks(
-                    row.name, statuses=["queued"], limit=1000
-                )
+                await table.schedule_ticks(row.name, statuses=["queued"], limit=1000)
                 if row.overlap == "queue"
                 else []
             )
@@ -437,7 +436,7 @@ class Scheduler:
             advance = step(self.runtime, row, now, active, queued, parked)
             if not (advance.ticks or advance.cancel) and advance.next_fire == row.next_fire:
                 continue
-            if await Schedules(self.runtime.store).advance_schedule(advance):
+            if await table.advance_schedule(advance):
                 started += len(advance.new_runs)
                 was_queued = {q.fire_at for q in queued}  # counted when first queued
                 for tick in advance.ticks:

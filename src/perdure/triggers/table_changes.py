@@ -105,10 +105,10 @@ class TableChange:
         listening = self._subscribe()
         self.wake.listen()
         poll = POLL if listening and self.trigger.notify else POLL_UNLISTENED
-        store = self.runtime.store
+        outbox = Outbox(self.runtime.store)
         while not worker.stopping.is_set():
             # a read first: an idle look takes no write lock (SQLite) and no write transaction
-            if await Outbox(store).has_changes(self.trigger.name) and await self.take() >= BATCH:
+            if await outbox.has_changes(self.trigger.name) and await self.take() >= BATCH:
                 await asyncio.sleep(0)
                 continue
             await _first_of(poll, self.wake, worker.stopping)
