@@ -1,8 +1,8 @@
 """Stores made before each extension kept its own tables: opened by this perdure they keep
 every row, run no DDL again, and each extension records its version on first use.
 
-`legacy/store_v20.db` was made by perdure 6c846c3 (legacy/make_store_v20.py), a row or
-more in every table; `legacy/migrations_v20.py` holds that perdure's migrations, to build a
+`store_v20/store.db` was made by perdure 6c846c3 (store_v20/make_store.py), a row or
+more in every table; `store_v20/migrations.py` holds that perdure's migrations, to build a
 PostgreSQL schema (or an older SQLite file) the same way.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from legacy.migrations_v20 import LEGACY
+from store_v20.migrations import LEGACY
 
 from fresh_stores import PG_URL
 from perdure.agent.budget_sql import BUDGETS, Budgets
@@ -33,7 +33,7 @@ from perdure.triggers.dead_sql import DEAD, DeadMessages
 from perdure.triggers.schedule_sql import SCHEDULES, Schedules
 
 T = TypeVar("T")
-STORE_V20 = Path(__file__).with_name("legacy") / "store_v20.db"
+STORE_V20 = Path(__file__).with_name("store_v20") / "store.db"
 EXTENSIONS = (SCHEDULES, BUDGETS, MEMORY, ACCESS, OUTBOX, DEAD, AGENT_SESSIONS)
 NOW = 1_700_000_000.0
 

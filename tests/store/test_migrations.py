@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from legacy.migrations_v20 import LEGACY
+from store_v20.migrations import LEGACY
 
 import perdure
 from perdure.server.access_sql import Access

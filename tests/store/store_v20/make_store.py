@@ -1,5 +1,5 @@
-"""How `store_v20.db` was made: run with perdure at 6c846c3 (the last schema before each
-extension kept its own tables), `PYTHONPATH=<that checkout>/src python make_store_v20.py`.
+"""How `store.db` was made: run with perdure at 6c846c3 (the last schema before each
+extension kept its own tables), `PYTHONPATH=<that checkout>/src python make_store.py`.
 
 It writes one row (or a few) into every table through that code's own store methods, so the
 upgrade test (tests/store/test_extension_upgrade.py) opens a store exactly as it left one.
@@ -102,4 +102,4 @@ def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("store_v20.db"))
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("store.db"))
