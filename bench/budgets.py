@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from perdure.agent.budget_sql import Budgets
+
 from .common import ROOT, Table
 
 sys.path.insert(0, str(ROOT / "tests" / "agent"))  # the counting server the tests use
@@ -51,9 +53,9 @@ def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
     from wire_servers import COUNTING_SPEC, CountingServer
 
     import perdure
+    from perdure.agent.budget_sql import Budget
     from perdure.agent.loop import Agent, raise_budget
     from perdure.agent.spec import load_spec
-    from perdure.store.agent_sql import Budget
     from perdure.testing import TestWorker
 
     server = CountingServer(latency=0.05).start()
@@ -76,8 +78,8 @@ def measure(kind: str, runs: int, folder: Path) -> dict[str, Any]:
         woken = app.runtime.sync(raise_budget(app.runtime, "bench", raised), "raise")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent2 = sum(s.total for s in server.served)
-        usage = app.runtime.sync(app.runtime.store.usage("bench", 0.0), "usage")
-        held = app.runtime.sync(app.runtime.store.reservations("bench", 0.0), "held")
+        usage = app.runtime.sync(Budgets(app.runtime.store).usage("bench", 0.0), "usage")
+        held = app.runtime.sync(Budgets(app.runtime.store).reservations("bench", 0.0), "held")
         return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
                 "served": len(server.served), "recorded": len(usage) + len(held),
                 "woken": woken, "spent/2B": spent2 / (2 * budget)}  # fmt: skip
@@ -94,9 +96,9 @@ def measure_shared(kind: str, runs: int, folder: Path) -> dict[str, Any]:
 
     import perdure
     from perdure.agent import budgets
+    from perdure.agent.budget_sql import SharedBudget
     from perdure.agent.loop import Agent
     from perdure.agent.spec import load_spec
-    from perdure.store.agent_sql import SharedBudget
     from perdure.testing import TestWorker
 
     server = CountingServer(latency=0.05).start()
@@ -125,8 +127,8 @@ def measure_shared(kind: str, runs: int, folder: Path) -> dict[str, Any]:
         woken = app.runtime.sync(budgets.set_shared(app.runtime, "team", doubled), "raise")
         TestWorker(app, concurrency=runs).run_until_idle()
         spent2 = sum(s.total for s in server.served)
-        usage = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
-        held = app.runtime.sync(app.runtime.store.reservations(None, 0.0), "held")
+        usage = app.runtime.sync(Budgets(app.runtime.store).usage(None, 0.0), "usage")
+        held = app.runtime.sync(Budgets(app.runtime.store).reservations(None, 0.0), "held")
         per_agent = {a.spec.name: sum(u.input_tokens + u.output_tokens for u in usage
                                       if u.agent == a.spec.name) for a in agents}  # fmt: skip
         return {"store": kind, "runs": runs, "B": budget, "spent/B": spent / budget,
@@ -142,7 +144,7 @@ def measure_shared(kind: str, runs: int, folder: Path) -> dict[str, Any]:
 def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
     """Milliseconds of one reserve + settle, on the store alone (one caller)."""
     import perdure
-    from perdure.store.agent_sql import Limit, Reservation, UsageRow
+    from perdure.agent.budget_sql import Limit, Reservation, UsageRow
 
     url, schema = _store_url(kind, folder)
     app = perdure.App(url)
@@ -155,8 +157,9 @@ def reservation_cost(kind: str, folder: Path, calls: int = 300) -> float:
         for i in range(calls):
             held = Reservation(f"r{i}", 1, 0, "bench", "fast", "m", 1200, 0.001, "open", 0.0)
             now = time.time()
-            assert await store.reserve(held, limits, now) is None
-            await store.settle(held, UsageRow(f"r{i}", 1, "bench", "m", 100, 900, 0.001, now))
+            assert await Budgets(store).reserve(held, limits, now) is None
+            used = UsageRow(f"r{i}", 1, "bench", "m", 100, 900, 0.001, now)
+            await Budgets(store).settle(held, used)
         return (time.perf_counter() - began) * 1000 / calls
 
     try:

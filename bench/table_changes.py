@@ -52,7 +52,7 @@ CASES = {  # rows per transaction, synchronous_commit
 def silent_trigger(conn: Any, schema: str) -> None:
     """perdure's trigger function for `silent` as `notify=False` makes it: the outbox write
     alone."""
-    from perdure.store.changes_sql import TableTrigger, function_body
+    from perdure.triggers.changes_sql import TableTrigger, function_body
 
     body = function_body(schema, TableTrigger("silent", "silent", ("insert",), notify=False),
                          f"{schema}.silent", ["id"])  # fmt: skip

@@ -46,9 +46,10 @@ from .errors import (
     SyncInAsyncError,
     WaitTimeout,
 )
-from .store.base import Entry, QueueSpec, RunRow, RunStatus, ScheduleRow, TickRow
+from .store.base import Entry, QueueSpec, RunRow, RunStatus
 from .triggers import sources
 from .triggers.messages import MessageTrigger
+from .triggers.schedule_sql import ScheduleRow, TickRow
 
 __version__ = "0.1.0"
 

@@ -17,11 +17,12 @@ from .engine.retry import seconds
 from .engine.runtime import Runtime
 from .engine.triggers import TriggerStatus
 from .engine.worker import Worker, WorkerOptions, run_until_signalled
-from .store.base import Entry, RunRow, ScheduleRow, TickRow
+from .store.base import Entry, RunRow
 from .store.blobs import DEFAULT_BLOB_THRESHOLD
 from .triggers import events, plans, schedules
 from .triggers.inbox import add_inbox
 from .triggers.messages import add_message_trigger
+from .triggers.schedule_sql import ScheduleRow, Schedules, TickRow
 from .triggers.table_changes import TableChange, add_table_change
 from .triggers.webhooks import add_webhook
 
@@ -154,12 +155,12 @@ class App:
 
     def schedules(self) -> list[ScheduleRow]:
         """Every schedule in the store (declared in code once a worker started, or added)."""
-        return self._sync(self.runtime.store.list_schedules(), "App.schedules()")
+        return self._sync(Schedules(self.runtime.store).list_schedules(), "App.schedules()")
 
     def schedule_ticks(self, name: str, *, limit: int = 50) -> list[TickRow]:
         """A schedule's recent ticks, newest first: fired, skipped, missed or queued, and why."""
         return self._sync(
-            self.runtime.store.schedule_ticks(name, limit=limit), "App.schedule_ticks()"
+            Schedules(self.runtime.store).schedule_ticks(name, limit=limit), "App.schedule_ticks()"
         )
 
     def triggers(self) -> list[TriggerStatus]:

@@ -10,9 +10,9 @@ import pytest
 from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets
 from perdure.agent.loop import Agent, raise_budget
 from perdure.agent.spec import load_spec
-from perdure.store.agent_sql import Budget
 from perdure.testing import TestClock, TestWorker
 
 
@@ -45,7 +45,7 @@ def test_ten_concurrent_runs_never_spend_past_the_token_budget(
         parked = [h for h in handles if h.status() == "waiting"]
         assert len(done) == len(server.served) and len(done) + len(parked) == 10
         assert len(done) >= 3  # the budget was used, not refused wholesale
-        recorded = app.runtime.sync(app.runtime.store.usage("spender", 0.0), "usage")
+        recorded = app.runtime.sync(Budgets(app.runtime.store).usage("spender", 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded) == billed
         per_call = max(s.total for s in server.served)
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from wire_servers import CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -74,11 +75,11 @@ def test_a_reply_without_usage_keeps_its_reservation_counted_and_marked(
         handle = app.start(agent.workflow, {"prompt": "hello"}, run_id="q1")
         TestWorker(app).run_until_idle()
         assert handle.result(timeout=5)["status"] == "done"
-        [held] = app.runtime.sync(app.runtime.store.reservations("quiet", 0.0), "held")
+        [held] = app.runtime.sync(Budgets(app.runtime.store).reservations("quiet", 0.0), "held")
         assert held.state == "estimated" and held.tokens >= server.served[0].total
-        spent, _ = app.runtime.sync(app.runtime.store.spent("quiet", 0.0), "spent")
+        spent, _ = app.runtime.sync(Budgets(app.runtime.store).spent("quiet", 0.0), "spent")
         assert spent == held.tokens  # counted, at the estimate
-        assert app.runtime.sync(app.runtime.store.usage("quiet", 0.0), "usage") == []
+        assert app.runtime.sync(Budgets(app.runtime.store).usage("quiet", 0.0), "usage") == []
     finally:
         app.close()
     shown = CliRunner().invoke(cli, ["--db", db, "usage", "--since", "30000d"])

@@ -14,10 +14,11 @@ from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
 from perdure.agent import budgets
+from perdure.agent.budget_sql import Budgets, SharedBudget
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
-from perdure.store.agent_sql import SharedBudget
+from perdure.server.access_sql import Access
 from perdure.testing import TestClock, TestWorker
 
 
@@ -64,7 +65,7 @@ def test_two_agents_never_spend_past_their_shared_budget_or_their_own(
         assert beta_billed < billed <= 5000
         alone = 5000 // min(s.total for s in server.served)  # alpha's calls alone would fit
         assert len(server.served) - 1 < alone  # beta's call took its room in the pool
-        recorded = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
+        recorded = app.runtime.sync(Budgets(app.runtime.store).usage(None, 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded) == billed
         assert {u.pool for u in recorded} == {"team-a"}
         assert {u.agent for u in recorded} == {"alpha", "beta"}
@@ -79,7 +80,7 @@ def test_two_agents_never_spend_past_their_shared_budget_or_their_own(
         TestWorker(app, concurrency=12).run_until_idle()
         billed = sum(s.total for s in server.served)
         assert 5000 < billed <= 8000
-        recorded = app.runtime.sync(app.runtime.store.usage(None, 0.0), "usage")
+        recorded = app.runtime.sync(Budgets(app.runtime.store).usage(None, 0.0), "usage")
         assert sum(u.input_tokens + u.output_tokens for u in recorded if u.agent == "beta") <= 1200
         shown = app.runtime.sync(budgets.describe_shared(app.runtime, "team-a"), "describe")
         assert shown["spent"]["day"]["tokens"] == billed
@@ -116,7 +117,7 @@ def test_the_budget_command_shows_and_changes_a_shared_budget_and_refuses_bad_in
         assert code == 0 and "changed; 0 parked run(s) woken" in out
         code, out = budget("--shared", "team-a", "--cost-per-day", "2.5")
         assert code == 0
-        stored = app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get")
+        stored = app.runtime.sync(Budgets(app.runtime.store).get_shared_budget("team-a"), "get")
         assert stored == SharedBudget("team-a", tokens_per_day=5000, cost_per_day=2.5)
         code, out = budget("alpha")
         assert code == 0 and "also held to the shared budget team-a" in out
@@ -135,13 +136,20 @@ def test_the_budget_command_shows_and_changes_a_shared_budget_and_refuses_bad_in
                 continue
             assert code != 0 and message in out, out
             assert len(out.strip().splitlines()) == 1, out
-        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get") == stored
-        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-b"), "get") is None
+        assert (
+            app.runtime.sync(Budgets(app.runtime.store).get_shared_budget("team-a"), "get")
+            == stored
+        )
+        assert (
+            app.runtime.sync(Budgets(app.runtime.store).get_shared_budget("team-b"), "get") is None
+        )
         code, out = budget("--shared", "team-a", "--reset")
         assert code == 0 and "limits forgotten" in out
-        assert app.runtime.sync(app.runtime.store.get_shared_budget("team-a"), "get") is None
+        assert (
+            app.runtime.sync(Budgets(app.runtime.store).get_shared_budget("team-a"), "get") is None
+        )
         audit = app.runtime.sync(
-            app.runtime.store.audit_log(target="shared:team-a", limit=10), "audit"
+            Access(app.runtime.store).audit_log(target="shared:team-a", limit=10), "audit"
         )
         assert [a.action for a in audit if a.outcome == "ok"] == ["budget.set"] * 3
     finally:

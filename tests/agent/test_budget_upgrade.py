@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets
 from perdure.agent.loop import Agent, raise_budget
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
-from perdure.store.agent_sql import Budget
 from perdure.store.base import Entry, NewRun
 from perdure.testing import TestClock, TestWorker
 
@@ -59,6 +59,6 @@ def test_a_run_parked_before_reservations_replays_and_finishes(tmp_path: Path) -
         assert woken == 1
         worker.run_until_idle()
         assert app.handle("two").result(timeout=5)["answer"] == "second" and model.calls == 1
-        assert len(app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")) == 1
+        assert len(app.runtime.sync(Budgets(app.runtime.store).usage("helper", 0.0), "usage")) == 1
     finally:
         app.close()

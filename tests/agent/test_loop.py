@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets
 from perdure.agent.loop import Agent, raise_budget
+from perdure.agent.memory_sql import AgentMemory
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
 from perdure.agent.tools import ToolContext, tool
-from perdure.store.agent_sql import Budget
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 SPEC = """
@@ -88,7 +89,7 @@ def test_tools_run_and_finish_needs_the_acceptance(
     assert tool_turns[0].content == "alpha beta"  # the tool's result went back, paired by id
     [asked] = [m for m in model.requests[1].messages if m.role == "assistant"]
     assert tool_turns[0].tool_call_id == asked.tool_calls[0].id
-    usage = app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")
+    usage = app.runtime.sync(Budgets(app.runtime.store).usage("helper", 0.0), "usage")
     assert len(usage) == 3 and sum(u.input_tokens + u.output_tokens for u in usage) == model.tokens
     assert result["cost"] == pytest.approx(sum(u.cost for u in usage)) and result["cost"] > 0
 
@@ -123,7 +124,7 @@ def test_the_same_failing_call_stops_the_loop(
     worker.run_until_idle()
     with pytest.raises(perdure.RunFailed, match="repeated 2 times"):
         handle.result(timeout=5)
-    notes = app.runtime.sync(app.runtime.store.get_notes("helper"), "notes")
+    notes = app.runtime.sync(AgentMemory(app.runtime.store).get_notes("helper"), "notes")
     assert " failed: x: the same failing call read_file" in notes  # a failed run leaves notes
 
 
@@ -327,7 +328,7 @@ def test_compaction_summaries_count_toward_the_runs_tokens_and_its_limit(
     handle = app.start(agent.workflow, {"prompt": "read a lot"}, run_id="c1")
     worker.run_until_idle()
     result = handle.result(timeout=5)
-    used, _ = app.runtime.sync(app.runtime.store.run_spent("c1"), "spent")
+    used, _ = app.runtime.sync(Budgets(app.runtime.store).run_spent("c1"), "spent")
     assert result["tokens"] == used  # the summary's tokens included
     other = perdure.App(f"sqlite:///{tmp_path}/c2.db", clock=TestClock())
     try:
@@ -339,7 +340,7 @@ def test_compaction_summaries_count_toward_the_runs_tokens_and_its_limit(
         TestWorker(other).run_until_idle()
         with pytest.raises(perdure.RunFailed, match="token limit"):
             capped.result(timeout=5)
-        spent, _ = other.runtime.sync(other.runtime.store.run_spent("c2"), "spent")
+        spent, _ = other.runtime.sync(Budgets(other.runtime.store).run_spent("c2"), "spent")
         assert spent <= used - 1
     finally:
         other.close()

@@ -21,6 +21,7 @@ import pytest
 from wire_servers import AnthropicServer, OpenAIServer, WireServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.messages import Message, ModelRequest, ModelResponse
 from perdure.agent.models import provider_for
@@ -115,7 +116,7 @@ def journal(app: perdure.App, run_id: str, kind: str, name: str) -> list[Any]:
 def usage_rows(app: perdure.App, run_id: str) -> list[Any]:
     return [
         u
-        for u in app.runtime.sync(app.runtime.store.usage("nightly", 0.0), "usage")
+        for u in app.runtime.sync(Budgets(app.runtime.store).usage("nightly", 0.0), "usage")
         if u.run_id == run_id
     ]
 

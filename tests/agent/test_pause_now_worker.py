@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -112,7 +113,9 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         ]
         data = json.loads(stopped.data or "{}")
         assert data["aborted"] is True and data["effect"] == "keyed"
-        [held] = app.runtime.sync(app.runtime.store.reservations("slow", 0.0), "reservations")
+        [held] = app.runtime.sync(
+            Budgets(app.runtime.store).reservations("slow", 0.0), "reservations"
+        )
         assert held.state == "aborted"
         assert data["estimate"]["tokens"] == held.tokens and data["estimate"]["sent"] is True
         if scope != "workflow":
@@ -134,8 +137,10 @@ def test_pause_now_cuts_off_a_model_call_in_another_process(
         assert handle.result(timeout=60)["status"] == "done"
         server.hurry.set()  # the aborted call's handler finishes (billed, its reply unread)
         wait_for("the aborted call billed", lambda: len(server.served) == 2, timeout=60)
-        recorded = app.runtime.sync(app.runtime.store.usage("slow", 0.0), "usage")
-        still = app.runtime.sync(app.runtime.store.reservations("slow", 0.0), "reservations")
+        recorded = app.runtime.sync(Budgets(app.runtime.store).usage("slow", 0.0), "usage")
+        still = app.runtime.sync(
+            Budgets(app.runtime.store).reservations("slow", 0.0), "reservations"
+        )
         assert len(server.requests) == len(server.served) == len(recorded) + len(still) == 2
         assert [r.state for r in still] == ["aborted"]
         assert recorded[0].input_tokens + recorded[0].output_tokens == server.served[-1].total

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from wire_servers import CountingServer
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -108,8 +109,10 @@ def test_a_worker_killed_around_model_calls_leaves_every_billed_request_in_usage
             assert h.result(timeout=90)["status"] == "done"
         time.sleep(1.0)  # calls cut off mid-answer finish billing on the server side
 
-        usage = app.runtime.sync(app.runtime.store.usage("billed", 0.0), "usage")
-        held = app.runtime.sync(app.runtime.store.reservations("billed", 0.0), "reservations")
+        usage = app.runtime.sync(Budgets(app.runtime.store).usage("billed", 0.0), "usage")
+        held = app.runtime.sync(
+            Budgets(app.runtime.store).reservations("billed", 0.0), "reservations"
+        )
         billed = sorted(s.total for s in server.served)
         settled = sorted(u.input_tokens + u.output_tokens for u in usage)
         assert len(held) >= 2 and all(r.state == "unknown" for r in held)  # cut off twice or more

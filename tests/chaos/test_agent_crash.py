@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
 
 HERE = Path(__file__).resolve().parent
@@ -488,7 +489,9 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                 "result": app.handle(run).result(timeout=1) if row.status == COMPLETED else None,
                 "turns": [s.turn for s in seen],
                 "tokens": sum(s.tokens for s in seen),
-                "stored_tokens": app.runtime.sync(app.runtime.store.run_spent(run), "run_spent")[0],
+                "stored_tokens": app.runtime.sync(
+                    Budgets(app.runtime.store).run_spent(run), "run_spent"
+                )[0],
                 "transcript": transcript(seen[-1].messages, run) if seen else None,
                 "ledger": ledger_of(ledger, run),
                 # the ledger tool's step: the first tool call (the second is finish)

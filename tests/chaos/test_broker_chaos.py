@@ -25,6 +25,7 @@ import pytest
 from fresh_stores import fresh_store_url
 from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
+from perdure.triggers.dead_sql import DeadMessages
 from process_stops import stop_processes
 
 HERE = Path(__file__).resolve().parent
@@ -373,7 +374,7 @@ async def chaos(workdir: Path, kind: str, store_env: dict[str, str]) -> None:
                 assert run_id in charged, f"{run_id} completed without its charge"
         parked = [run_id for run_id, state in status.items() if state == NEEDS_ATTENTION]
         assert len(parked) <= kills * 2 * 16  # only charges a kill interrupted
-        assert await app.runtime.store.dead_messages() == []
+        assert await DeadMessages(app.runtime.store).dead_messages() == []
         redelivered = workers.logs_count("redelivered message(s) found their runs")
         if self_kills:  # a batch committed and never acknowledged came back: no new runs
             assert redelivered > 0

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from perdure.agent.budget_sql import Budgets
+
 HERE = Path(__file__).resolve().parent
 WIRE = HERE.parent / "agent" / "wire_servers.py"
 APP_FILE = HERE / "agent_crash_app.py"
@@ -119,7 +121,7 @@ def test_kill_9_during_a_hung_model_call_calls_again_on_recovery_and_bills_once(
         model = [e for e in journal if e.kind == "step.outcome" and e.name.endswith(".model")]
         assert len(model) == 1
         assert any(e.kind == "run.recovered" for e in journal)
-        usage = app.runtime.sync(app.runtime.store.usage("outage", 0.0), "usage")
+        usage = app.runtime.sync(Budgets(app.runtime.store).usage("outage", 0.0), "usage")
         assert [(u.run_id, u.input_tokens) for u in usage] == [(run_id, wire.INPUT_TOKENS)]
     finally:
         for proc in procs:

@@ -15,9 +15,10 @@ from types import ModuleType
 import pytest
 from click.testing import CliRunner, Result
 
+from perdure.agent.budget_sql import Budgets
 from perdure.cli.main import cli
 from perdure.server.access import record
-from perdure.store.access_sql import AuditRow
+from perdure.server.access_sql import Access, AuditRow
 from perdure.testing import SimulatedCrash, TestWorker
 
 ME = f"cli:{getpass.getuser()}@{socket.gethostname()}"  # who runs the tests, where
@@ -40,7 +41,7 @@ def app_module() -> ModuleType:
 def log() -> list[AuditRow]:
     app = app_module().app
     return list(
-        reversed(app.runtime.sync(app.runtime.store.audit_log(limit=1000), "log"))
+        reversed(app.runtime.sync(Access(app.runtime.store).audit_log(limit=1000), "log"))
     )  # oldest first
 
 
@@ -88,7 +89,7 @@ def test_every_cli_operator_action_is_audited_with_its_actor_target_and_outcome(
     token_id = ok("token", "create", "bot", "--scope", "read").split()[1]
     ok("token", "revoke", token_id)
     app.runtime.sync(
-        app.runtime.store.declare_agent("triage", "{}", 0.0), "declare"
+        Budgets(app.runtime.store).declare_agent("triage", "{}", 0.0), "declare"
     )  # a worker serves it
     ok("budget", "triage", "--tokens-per-day", "1000")
     ok("gc")

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from perdure.cli.main import cli
+from perdure.server.access_sql import Access
 from perdure.testing import SimulatedCrash, TestWorker
+from perdure.triggers.dead_sql import DeadMessages
 
 HERE = Path(__file__).parent
 
@@ -346,11 +348,11 @@ def test_pause_and_resume_a_whole_workflow(env: dict[str, str]) -> None:
 def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
     """A broker message that could start no run shows in `perdure stuck` and `perdure dead`,
     with the reason, until an operator forgets it (audited)."""
-    from perdure.store.dead_sql import DeadMessage
+    from perdure.triggers.dead_sql import DeadMessage
 
     app = app_module().app
     dead = DeadMessage("orders", "m-7", "redis", "payload is not JSON (line 1)", "{x", 2, 1.0)
-    app.runtime.sync(app.runtime.store.add_dead_message(dead), "dead")
+    app.runtime.sync(DeadMessages(app.runtime.store).add_dead_message(dead), "dead")
     result = CliRunner().invoke(cli, ["stuck"])
     assert result.exit_code == 1, result.output
     header, row = result.output.strip().splitlines()
@@ -365,7 +367,7 @@ def test_stuck_lists_dead_messages(env: dict[str, str]) -> None:
     again = CliRunner().invoke(cli, ["dead", "forget", "orders", "m-7"])
     assert again.exit_code != 0 and "no dead message 'm-7' of trigger 'orders'" in again.output
     assert len(again.output.strip().splitlines()) == 1
-    audit = app.runtime.sync(app.runtime.store.audit_log("message:orders:m-7"), "audit")
+    audit = app.runtime.sync(Access(app.runtime.store).audit_log("message:orders:m-7"), "audit")
     assert [(a.action, a.outcome) for a in audit] == [
         ("dead_message.forget", "refused"), ("dead_message.forget", "ok"),
     ]  # fmt: skip

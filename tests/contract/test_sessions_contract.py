@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from perdure.server.access_sql import Access
 from perdure.store.base import Store
 
 T = TypeVar("T")
@@ -17,37 +18,40 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def test_a_session_lives_until_signed_out(store: Store) -> None:
-    run(store.add_token("t1", "ana", "tokenhash1", "read operate", 1.0))
-    run(store.add_session("s1", "t1", 10.0, forget_before=0.0))
-    found = run(store.find_session("s1"))
+    access = Access(store)
+    run(access.add_token("t1", "ana", "tokenhash1", "read operate", 1.0))
+    run(access.add_session("s1", "t1", 10.0, forget_before=0.0))
+    found = run(access.find_session("s1"))
     assert found is not None
     assert (found.token_id, found.name, found.scopes, found.created_at, found.seen_at) == (
         "t1", "ana", "read operate", 10.0, 10.0,
     )  # fmt: skip
-    run(store.touch_session("s1", 50.0))
-    run(store.touch_session("s1", 40.0))  # an older touch never moves it back
-    assert run(store.find_session("s1")).seen_at == 50.0  # type: ignore[union-attr]
-    assert run(store.find_session("other")) is None
-    assert run(store.end_session("s1", 60.0)) is True
-    assert run(store.end_session("s1", 61.0)) is False
-    assert run(store.find_session("s1")) is None
+    run(access.touch_session("s1", 50.0))
+    run(access.touch_session("s1", 40.0))  # an older touch never moves it back
+    assert run(access.find_session("s1")).seen_at == 50.0  # type: ignore[union-attr]
+    assert run(access.find_session("other")) is None
+    assert run(access.end_session("s1", 60.0)) is True
+    assert run(access.end_session("s1", 61.0)) is False
+    assert run(access.find_session("s1")) is None
 
 
 def test_revoking_the_token_ends_its_sessions(store: Store) -> None:
-    run(store.add_token("t1", "ana", "tokenhash1", "admin", 1.0))
-    run(store.add_token("t2", "bob", "tokenhash2", "read", 1.0))
+    access = Access(store)
+    run(access.add_token("t1", "ana", "tokenhash1", "admin", 1.0))
+    run(access.add_token("t2", "bob", "tokenhash2", "read", 1.0))
     for digest, token in (("s1", "t1"), ("s2", "t1"), ("s3", "t2")):
-        run(store.add_session(digest, token, 10.0, forget_before=0.0))
-    assert run(store.revoke_token("t1", 20.0))
-    assert [run(store.find_session(s)) is not None for s in ("s1", "s2", "s3")] == [
+        run(access.add_session(digest, token, 10.0, forget_before=0.0))
+    assert run(access.revoke_token("t1", 20.0))
+    assert [run(access.find_session(s)) is not None for s in ("s1", "s2", "s3")] == [
         False, False, True,
     ]  # fmt: skip
 
 
 def test_sessions_dead_long_ago_are_forgotten(store: Store) -> None:
-    run(store.add_token("t1", "ana", "tokenhash1", "read", 1.0))
-    run(store.add_session("old", "t1", 10.0, forget_before=0.0))
-    run(store.add_session("recent", "t1", 100.0, forget_before=0.0))
-    run(store.add_session("new", "t1", 200.0, forget_before=50.0))
-    assert run(store.find_session("old")) is None
-    assert run(store.find_session("recent")) is not None
+    access = Access(store)
+    run(access.add_token("t1", "ana", "tokenhash1", "read", 1.0))
+    run(access.add_session("old", "t1", 10.0, forget_before=0.0))
+    run(access.add_session("recent", "t1", 100.0, forget_before=0.0))
+    run(access.add_session("new", "t1", 200.0, forget_before=50.0))
+    assert run(access.find_session("old")) is None
+    assert run(access.find_session("recent")) is not None

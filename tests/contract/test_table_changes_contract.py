@@ -12,7 +12,7 @@ from typing import Any
 from tests_contract_support import PG_URL
 
 from perdure.store.base import NewRun, Store
-from perdure.store.changes_sql import ChangeRow, TableTrigger
+from perdure.triggers.changes_sql import ChangeRow, Outbox, TableTrigger
 
 CHANGES = 300
 
@@ -40,14 +40,15 @@ def test_racing_stores_start_each_committed_change_once(
     first, second = new_store(), new_store()
 
     async def scenario() -> tuple[int, list[str]]:
+        outbox = Outbox(first)
         await first.open()
         await second.open()
         conn, table = user_connection(store_url)
         with closing(conn):
             conn.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, item TEXT)")
             trigger = TableTrigger("t", table, ("insert",))
-            assert await first.install_table_trigger(trigger) is True
-            assert await second.install_table_trigger(trigger) is False
+            assert await outbox.install_table_trigger(trigger) is True
+            assert await Outbox(second).install_table_trigger(trigger) is False
             for i in range(CHANGES):
                 conn.execute("BEGIN")
                 conn.execute(f"INSERT INTO {table} (id, item) VALUES ({i}, 'x')")
@@ -55,14 +56,14 @@ def test_racing_stores_start_each_committed_change_once(
         started = 0
         while True:
             taken = await asyncio.gather(
-                *(s.take_changes("t", 25, build, 0.0) for s in (first, second, first, second))
+                *(Outbox(s).take_changes("t", 25, build, 0.0) for s in [first, second] * 2)
             )
             started += sum(t.started for t in taken)
             if not any(t.started for t in taken):
                 break
         runs = await first.list_runs(limit=10_000)
-        assert await first.change_counts("t") == (0, None, 0, None)
-        assert await first.has_changes("t") is False
+        assert await outbox.change_counts("t") == (0, None, 0, None)
+        assert await outbox.has_changes("t") is False
         return started, [r.id for r in runs]
 
     started, ids = asyncio.run(scenario())

@@ -7,6 +7,7 @@ import pytest
 import perdure
 from perdure.server import operations
 from perdure.server.access import Principal
+from perdure.server.access_sql import Access
 
 
 def assert_decided_once(
@@ -16,7 +17,7 @@ def assert_decided_once(
     (approve or deny) done, the second refused."""
     with pytest.raises(perdure.PerdureError, match="not waiting at that gate"):
         app.runtime.sync(operations.decide(app, who, run_id, call_id, True), "decide")
-    audit = app.runtime.sync(app.runtime.store.audit_log(f"run:{run_id}"), "audit")
+    audit = app.runtime.sync(Access(app.runtime.store).audit_log(f"run:{run_id}"), "audit")
     assert [(a.action, a.outcome) for a in reversed(audit)] == [
         ("gate.approve" if approve else "gate.deny", "ok"),
         ("gate.approve", "refused"),

@@ -26,6 +26,7 @@ from openai import AsyncOpenAI
 from pydantic import TypeAdapter
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.integrations.openai_agents import Runner, tool_effect
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
@@ -354,7 +355,7 @@ def test_usage_shows_per_model_call(app: perdure.App, worker: TestWorker, server
     handle = app.start(workflow, "refund o42", run_id="r-usage")
     worker.run_until_idle()
     assert handle.status() == "completed"
-    rows = app.runtime.sync(app.runtime.store.usage("refunds", 0.0), "usage")
+    rows = app.runtime.sync(Budgets(app.runtime.store).usage("refunds", 0.0), "usage")
     assert [(r.run_id, r.model, r.input_tokens, r.output_tokens) for r in rows] == [
         ("r-usage", "scripted", 21, 7)
     ] * 4

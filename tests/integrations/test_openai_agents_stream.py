@@ -20,10 +20,10 @@ from test_openai_agents import Payments, make_runner, script, shop_agent
 import perdure
 from crash_steps import crash_after, recover
 from perdure.agent import budgets
+from perdure.agent.budget_sql import Budget, Budgets
 from perdure.integrations.openai_agents import REJECTED, Runner
 from perdure.server import operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget
 from perdure.testing import TestClock, TestWorker
 
 agents.set_tracing_disabled(True)
@@ -207,7 +207,7 @@ def test_a_spent_budget_parks_the_run_before_the_call_and_a_raise_wakes_it(
     assert woken == 1
     worker.run_until_idle()
     assert handle.result() == "Order o42 was refunded." and len(server.requests) == 4
-    rows = app.runtime.sync(app.runtime.store.usage("refunds", 0.0), "usage")
+    rows = app.runtime.sync(Budgets(app.runtime.store).usage("refunds", 0.0), "usage")
     assert len(rows) == 4  # the refused call cost nothing and was never recorded as used
 
 

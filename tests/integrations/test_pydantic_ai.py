@@ -20,6 +20,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
@@ -199,7 +200,7 @@ def test_deps_are_rebuilt_from_json_and_usage_is_recorded_once_per_request(
     worker.run_until_idle()
     assert "eu: shipped" in durable.result(handle).output
     assert seen == [Shop("eu")]
-    rows = app.runtime.sync(app.runtime.store.usage(NAME, 0.0), "usage")
+    rows = app.runtime.sync(Budgets(app.runtime.store).usage(NAME, 0.0), "usage")
     assert [(r.run_id, r.position) for r in rows] == [(handle.id, 0), (handle.id, 2)]
     assert all(r.input_tokens > 0 and r.model == "test" for r in rows)
 

@@ -27,11 +27,11 @@ from pydantic_ai.usage import RequestUsage
 import perdure
 from crash_steps import crash_after, crash_and_recover
 from perdure.agent import budgets
+from perdure.agent.budget_sql import Budget
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.server import operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget
 from perdure.testing import TestClock, TestWorker
 
 NAME = "pydantic_ai:shop"

@@ -15,6 +15,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 import perdure
 from crash_steps import crash_after, recover
+from perdure.agent.budget_sql import Budgets
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
@@ -218,5 +219,5 @@ def test_an_openai_compatible_sse_stream_is_read_back_and_its_usage_recorded(
 
     pieces = app.runtime.sync(texts(), "test")
     assert "".join(pieces) == "Order 42 is on its way." and len(pieces) > 3
-    rows = app.runtime.sync(app.runtime.store.usage(NAME, 0.0), "usage")
+    rows = app.runtime.sync(Budgets(app.runtime.store).usage(NAME, 0.0), "usage")
     assert [(r.run_id, r.input_tokens, r.output_tokens) for r in rows] == [("s-sse", 21, 7)]

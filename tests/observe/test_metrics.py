@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 import perdure
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
@@ -149,7 +150,7 @@ def test_metrics_after_runs_retries_takeover_ticks_and_an_agent(
     assert value(found, "perdure_schedule_ticks_total", status="missed") == 3
     assert value(found, "perdure_schedule_ticks_total", status="skipped") == 1
 
-    usage = app.runtime.sync(app.runtime.store.usage("helper", 0.0), "usage")
+    usage = app.runtime.sync(Budgets(app.runtime.store).usage("helper", 0.0), "usage")
     assert [(u.input_tokens, u.output_tokens) for u in usage] == [(120, 30)]
     assert value(found, "perdure_model_tokens_total", agent="helper", direction="input") == 120
     assert value(found, "perdure_model_tokens_total", agent="helper", direction="output") == 30

@@ -15,6 +15,7 @@ import pytest
 from served import Served, free_port
 
 import perdure
+from perdure.server.access_sql import Access
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -78,7 +79,7 @@ def test_a_page_on_another_port_cannot_act_for_a_signed_in_admin(
     try:
         assert reader.get_run("victim").status == "pending"
         audit = reader.runtime.sync(
-            reader.runtime.store.audit_log(target="run:victim", limit=10), "audit"
+            Access(reader.runtime.store).audit_log(target="run:victim", limit=10), "audit"
         )
         assert [(a.action, a.actor) for a in audit] == [("run.start", "sec-operate")]
     finally:

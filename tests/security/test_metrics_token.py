@@ -12,6 +12,7 @@ from served import Served, start
 
 from perdure import App
 from perdure.server.access import digest
+from perdure.server.access_sql import Access
 
 KINDS = ["serve", "worker"]
 Scraped = Callable[..., AbstractContextManager[Served]]
@@ -60,7 +61,7 @@ def test_metrics_need_the_read_scope(scraped: Served) -> None:
     try:
         store.runtime.sync(store.runtime.open_store(), "")
         store.runtime.sync(
-            store.runtime.store.add_token("noscope", "sec-none", digest(token), "", 0.0), ""
+            Access(store.runtime.store).add_token("noscope", "sec-none", digest(token), "", 0.0), ""
         )
     finally:
         store.close()

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 import perdure
 from perdure.cli.main import cli
 from perdure.server.access import Principal, authenticate, digest, record
+from perdure.server.access_sql import Access
 
 
 def test_a_token_is_shown_once_stored_hashed_and_revocable(tmp_path: Path) -> None:
@@ -33,7 +34,7 @@ def test_a_token_is_shown_once_stored_hashed_and_revocable(tmp_path: Path) -> No
         revoked = CliRunner().invoke(cli, ["--db", db, "token", "revoke", token_id])
         assert revoked.output.strip() == f"{token_id}: revoked"
         assert app.runtime.sync(authenticate(app, f"Bearer {token}"), "auth") is None
-        log = app.runtime.sync(app.runtime.store.audit_log(), "audit")
+        log = app.runtime.sync(Access(app.runtime.store).audit_log(), "audit")
         assert [r.action for r in log] == ["token.revoke", "token.create"]
         assert token not in json.dumps([r.detail for r in log])
     finally:
@@ -48,11 +49,13 @@ def test_admin_allows_everything_and_the_audit_log_pages(tmp_path: Path) -> None
             app.runtime.sync(record(app, "ana", "run.approve", f"run:r{i}", {"comment": "ok"}), "a")
             for i in range(5)
         ]
-        page = app.runtime.sync(app.runtime.store.audit_log(limit=2), "log")
+        page = app.runtime.sync(Access(app.runtime.store).audit_log(limit=2), "log")
         assert [r.id for r in page] == ids[:-3:-1]
-        older = app.runtime.sync(app.runtime.store.audit_log(limit=10, before=page[-1].id), "log")
+        older = app.runtime.sync(
+            Access(app.runtime.store).audit_log(limit=10, before=page[-1].id), "log"
+        )
         assert [r.id for r in older] == ids[-3::-1]
-        [one] = app.runtime.sync(app.runtime.store.audit_log(target="run:r1"), "log")
+        [one] = app.runtime.sync(Access(app.runtime.store).audit_log(target="run:r1"), "log")
         assert (one.actor, json.loads(one.detail)) == ("ana", {"comment": "ok"})
     finally:
         app.close()

@@ -21,11 +21,11 @@ import pytest
 import uvicorn
 
 import perdure
+from perdure.agent.budget_sql import Budgets, UsageRow
 from perdure.server import create_app, sse
 from perdure.server.access import Principal, create_token
 from perdure.server.api import ENDPOINTS
 from perdure.server.throttle import Throttle
-from perdure.store.agent_sql import UsageRow
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -576,7 +576,9 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     now = app.clock.now()
     for i, (run, tokens_in) in enumerate((("t-1", 100), ("t-1", 50), ("t-2", 10))):
         app.runtime.sync(
-            app.runtime.store.record_usage(UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)),
+            Budgets(app.runtime.store).record_usage(
+                UsageRow(run, i, "triage", "m", tokens_in, 5, 0.5, now)
+            ),
             "u",
         )
     read = auth(tokens["read"])
@@ -589,7 +591,7 @@ def test_usage_and_budgets(client: TestClient, tokens: dict[str, str], app: perd
     assert client.get(f"/api/v1/usage?since={now + 1}", headers=read).json()["groups"] == []
     assert client.get("/api/v1/usage?by=week", headers=read).json()["field"] == "by"
     app.runtime.sync(
-        app.runtime.store.declare_agent("triage", "{}", now), "declare"
+        Budgets(app.runtime.store).declare_agent("triage", "{}", now), "declare"
     )  # a worker serves it
     limits = {"tokens_per_day": 1000, "cost_per_hour": 2.5}
     refused = client.put("/api/v1/budgets/triage", json=limits, headers=auth(tokens["operate"]))
@@ -626,10 +628,10 @@ def test_shared_budgets(client: TestClient, tokens: dict[str, str], app: perdure
     agent names is 404, a negative limit 422."""
     now = app.clock.now()
     app.runtime.sync(
-        app.runtime.store.declare_agent("triage", '{"shared": "team-a"}', now), "declare"
+        Budgets(app.runtime.store).declare_agent("triage", '{"shared": "team-a"}', now), "declare"
     )
     row = UsageRow("t-1", 0, "triage", "m", 100, 5, 0.5, now, pool="team-a")
-    app.runtime.sync(app.runtime.store.record_usage(row), "usage")
+    app.runtime.sync(Budgets(app.runtime.store).record_usage(row), "usage")
     read, admin = auth(tokens["read"]), auth(tokens["admin"])
     got = client.get("/api/v1/budgets/shared/team-a", headers=read).json()
     assert got["agents"] == ["triage"] and got["spent"]["day"] == {"tokens": 105, "cost": 0.5}

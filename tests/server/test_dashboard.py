@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets, SharedBudget, UsageRow
 from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, SharedBudget, UsageRow
-from perdure.store.dead_sql import DeadMessage
+from perdure.server.access_sql import Access
 from perdure.testing import TestClock, TestWorker
+from perdure.triggers.dead_sql import DeadMessage, DeadMessages
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
     warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
@@ -126,15 +127,15 @@ def server(app: perdure.App, clock: TestClock) -> Iterator[TestClient]:
     worker.run_until_idle()  # the schedule's ticks are late: skipped, with the reason
     now = clock.now()
     app.runtime.sync(
-        app.runtime.store.put_budget(Budget("helper", tokens_per_day=1000), now), "budget"
+        Budgets(app.runtime.store).put_budget(Budget("helper", tokens_per_day=1000), now), "budget"
     )
     for i, tokens in enumerate((300, 450)):
         usage = UsageRow("quick-1", i, "helper", "m", tokens, 0, 0.01, now - 129600 * i)
-        app.runtime.sync(app.runtime.store.record_usage(usage), "usage")
+        app.runtime.sync(Budgets(app.runtime.store).record_usage(usage), "usage")
     app.on_message(perdure.sources.RabbitMQ("amqp://guest:pw@127.0.0.1:5672/", "orders"),
                    "quick", name="orders")  # fmt: skip
     dead = DeadMessage("orders", "m-9", "rabbitmq", "payload is not JSON", "{oops", 5, now)
-    app.runtime.sync(app.runtime.store.add_dead_message(dead), "dead")
+    app.runtime.sync(DeadMessages(app.runtime.store).add_dead_message(dead), "dead")
     with TestClient(create_app(app)) as client:
         yield client
 
@@ -241,7 +242,7 @@ def test_a_read_only_token_cannot_approve_a_gate(app: perdure.App, server: TestC
     assert refused.status_code == 403
     assert "needs the 'approve' scope" in text_of(refused.text)
     assert app.get_run("gate-1").status == "waiting"
-    log = app.runtime.sync(app.runtime.store.audit_log(), "log")
+    log = app.runtime.sync(Access(app.runtime.store).audit_log(), "log")
     assert [(r.action, r.outcome) for r in log] == [
         ("gate.approve", "refused"), ("session.start", "ok"), ("token.create", "ok"),
     ]  # fmt: skip
@@ -265,7 +266,7 @@ def test_a_form_without_the_csrf_token_is_refused(app: perdure.App, server: Test
     assert app.handle("gate-1").result(timeout=5) == (
         "went on with {'approve': True, 'comment': 'fine'}"
     )
-    [decision, _, _] = app.runtime.sync(app.runtime.store.audit_log(), "log")
+    [decision, _, _] = app.runtime.sync(Access(app.runtime.store).audit_log(), "log")
     assert (decision.actor, decision.action) == ("ana", "gate.approve")
     assert decision.target == "run:gate-1"
     run_page = text_of(server.get("/ui/runs/gate-1").text)
@@ -366,7 +367,8 @@ def test_schedules_are_paused_and_resumed_by_admins_only(
     assert done.status_code == 200 and "none while paused" in text_of(done.text)
     assert app.schedules()[0].paused
     assert (
-        app.runtime.sync(app.runtime.store.audit_log(limit=1), "log")[0].action == "schedule.pause"
+        app.runtime.sync(Access(app.runtime.store).audit_log(limit=1), "log")[0].action
+        == "schedule.pause"
     )
 
 
@@ -487,7 +489,10 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
     TestWorker(app).run_until_idle()
     assert app.handle("mail-1").result(timeout=5) == "mailed ana@example.org"
     assert sent == ["ana@example.org"]
-    assert app.runtime.sync(app.runtime.store.audit_log(limit=1), "log")[0].action == "run.resolve"
+    assert (
+        app.runtime.sync(Access(app.runtime.store).audit_log(limit=1), "log")[0].action
+        == "run.resolve"
+    )
 
 
 def test_the_workers_page_shows_leases_and_pauses(
@@ -529,7 +534,7 @@ def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: Te
         form = {"csrf": csrf, "name": "hourly", "action": verb}
         assert server.post("/ui/schedules/act", data=form).status_code == 200, verb
     rows = [(r.actor, r.action, r.target, r.outcome)
-            for r in reversed(app.runtime.sync(app.runtime.store.audit_log(), "log"))
+            for r in reversed(app.runtime.sync(Access(app.runtime.store).audit_log(), "log"))
             if r.action not in ("token.create", "session.start")]  # fmt: skip
     assert rows == [
         ("ana", "gate.answer", "run:ask-1", "ok"), ("olga", "run.pause", "run:gate-1", "ok"),
@@ -606,7 +611,7 @@ def test_a_copied_session_cookie_dies_with_sign_out(app: perdure.App, server: Te
         assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
         [gone] = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
         assert "max-age=0" in gone.lower()  # the dead cookie is cleared, not sent again
-    actions = [a.action for a in app.runtime.sync(app.runtime.store.audit_log(), "audit")]
+    actions = [a.action for a in app.runtime.sync(Access(app.runtime.store).audit_log(), "audit")]
     assert actions[:2] == ["session.end", "session.start"]
 
 
@@ -706,7 +711,9 @@ def test_pause_now_on_a_running_run_tells_its_worker_to_abort_its_calls(
         app.runtime.store.heartbeat("w1", ["busy-1"], clock.now() + 30), "beat"
     )
     assert state.pause_requested and state.abort
-    [audit] = app.runtime.sync(app.runtime.store.audit_log(target="run:busy-1", limit=1), "audit")
+    [audit] = app.runtime.sync(
+        Access(app.runtime.store).audit_log(target="run:busy-1", limit=1), "audit"
+    )
     assert audit.action == "run.pause" and json.loads(audit.detail)["now"] is True
 
 
@@ -717,13 +724,16 @@ def test_the_agents_page_shows_each_shared_budget_with_its_agents(
     limits, and which agents share it."""
     now = clock.now()
     app.runtime.sync(
-        app.runtime.store.declare_agent("helper", '{"shared": "team-a"}', now), "declare"
+        Budgets(app.runtime.store).declare_agent("helper", '{"shared": "team-a"}', now), "declare"
     )
     app.runtime.sync(
-        app.runtime.store.put_shared_budget(SharedBudget("team-a", tokens_per_day=2000), now), "s"
+        Budgets(app.runtime.store).put_shared_budget(
+            SharedBudget("team-a", tokens_per_day=2000), now
+        ),
+        "s",
     )
     row = UsageRow("quick-1", 9, "helper", "m", 500, 0, 0.0, now, pool="team-a")
-    app.runtime.sync(app.runtime.store.record_usage(row), "usage")
+    app.runtime.sync(Budgets(app.runtime.store).record_usage(row), "usage")
     sign_in(server, token(app, "read"))
     page = text_of(server.get("/ui/agents").text)
     assert "Shared budgets team-a shared by helper" in page

@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budget, Budgets, UsageRow
 from perdure.server import create_app, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import Budget, UsageRow
 
 pytestmark = pytest.mark.slow
 
@@ -93,10 +93,11 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     _, token = served.runtime.sync(made, "token")  # as `perdure token create` does: audited
     now = served.clock.now()
     served.runtime.sync(
-        served.runtime.store.put_budget(Budget("triage", tokens_per_hour=5000), now), "budget"
+        Budgets(served.runtime.store).put_budget(Budget("triage", tokens_per_hour=5000), now),
+        "budget",
     )
     usage = UsageRow("deploy-1", 0, "triage", "small", 1200, 300, 0.02, now - 60)
-    served.runtime.sync(served.runtime.store.record_usage(usage), "usage")
+    served.runtime.sync(Budgets(served.runtime.store).record_usage(usage), "usage")
     port = free_port()
     config = uvicorn.Config(
         create_app(served), host="127.0.0.1", port=port, log_level="warning",

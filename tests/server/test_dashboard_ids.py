@@ -12,9 +12,9 @@ from urllib.parse import quote
 import pytest
 
 import perdure
+from perdure.agent.budget_sql import Budgets, UsageRow
 from perdure.server import create_app, operations
 from perdure.server.access import local_operator
-from perdure.store.agent_sql import UsageRow
 from perdure.store.names import REFUSED
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -55,7 +55,7 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
         )
     usage = UsageRow(EVIL, 0, EVIL, "m", 10, 5, 0.01, app.clock.now())
     app.runtime.sync(
-        app.runtime.store.record_usage(usage), "usage"
+        Budgets(app.runtime.store).record_usage(usage), "usage"
     )  # usage rows take the agent's name as is
     with TestClient(create_app(app)) as client:
         page = client.get("/ui/login").text

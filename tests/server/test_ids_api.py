@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import perdure
 from perdure.server import create_app
 from perdure.server.access import create_token
+from perdure.server.access_sql import Access
 from perdure.store.names import MAX_RUN_ID, REFUSED, BadName, problem
 
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
@@ -123,4 +124,4 @@ def test_a_token_name_meets_the_rule(app: perdure.App) -> None:
         app.runtime.sync(create_token(app, "ana\x1b[31m", ["read"]), "token")
     with pytest.raises(BadName, match=r"at most 100"):
         app.runtime.sync(create_token(app, "n" * 101, ["read"]), "token")
-    assert app.runtime.sync(app.runtime.store.list_tokens(), "tokens") == []
+    assert app.runtime.sync(Access(app.runtime.store).list_tokens(), "tokens") == []

@@ -35,6 +35,7 @@ from perdure.agent.loop import Agent
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
 from perdure.server.access import Principal, create_token
+from perdure.server.access_sql import Access
 from perdure.server.mcp import McpOptions, PerdureMcp, status_of, workflow_tools
 from perdure.server.mcp.server import LOCAL_SCOPES, Requestor
 from perdure.server.mcp.stateless import Rpc, Stateless
@@ -347,7 +348,7 @@ def test_mcp_starts_cancels_and_refusals_are_audited(mcp_app: perdure.App) -> No
                 with pytest.raises(McpError):
                     await refused
             assert (await session.call_tool("add", {})).isError is True
-            log = list(reversed(await mcp_app.runtime.store.audit_log()))
+            log = list(reversed(await Access(mcp_app.runtime.store).audit_log()))
             rows = [(r.actor, r.action, r.target, r.outcome) for r in log]
             assert rows[:4] == [
                 ("mcp:tester", "run.start", f"run:{task_id}", "ok"),
@@ -482,7 +483,7 @@ def test_a_gate_is_input_required_and_answered_through_elicitation(
             assert "colour.txt" in asked[1].message
             assert all((p.model_dump(by_alias=True)["_meta"] or {}).get(RELATED)
                        == {"taskId": task_id} for p in asked)  # fmt: skip
-            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
+            audit = await Access(mcp_app.runtime.store).audit_log(target=f"run:{task_id}")
             actions = {(r.action, r.actor) for r in audit}
             assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester"),
                     ("run.start", "mcp:tester")} <= actions  # fmt: skip
@@ -534,7 +535,7 @@ def test_a_declined_approval_denies_the_call(mcp_app: perdure.App, tmp_path: Pat
             result = await tasks(session).get_task_result(task_id, t.CallToolResult)
             assert result.structuredContent is not None
             assert result.structuredContent["status"] == "done"
-            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
+            audit = await Access(mcp_app.runtime.store).audit_log(target=f"run:{task_id}")
             assert "gate.deny" in {r.action for r in audit}
 
     asyncio.run(main())
@@ -781,7 +782,9 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             with pytest.raises(McpError) as refused:
                 await tasks(session).call_tool_as_task("ask", {})
             assert "operate" in refused.value.error.message
-            [audited] = await admin.runtime.store.audit_log(actor="reader")  # refused, and recorded
+            [audited] = await Access(admin.runtime.store).audit_log(
+                actor="reader"
+            )  # refused, and recorded
             assert (audited.action, audited.outcome) == ("run.start", "refused")
             assert "'operate' scope" in audited.reason
 
@@ -793,7 +796,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
             result = await tasks(session).get_task_result(gated, t.CallToolResult)
             assert result.structuredContent == {"result": "green"}
             assert asked == [f"Run {gated} asks for an answer."]
-            audit = await admin.runtime.store.audit_log(target=f"run:{gated}")
+            audit = await Access(admin.runtime.store).audit_log(target=f"run:{gated}")
             assert ("gate.answer", "mcp-client") in {(r.action, r.actor) for r in audit}
 
         first = AsyncExitStack()
@@ -943,7 +946,7 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
             assert await mcp_app.runtime.store.next_event(task_id, f"approve:{call_id}") is None
             question_call = next(iter(seen)).split(":")[1]
             assert await mcp_app.runtime.store.next_event(task_id, f"human:{question_call}") is None
-            audit = await mcp_app.runtime.store.audit_log(target=f"run:{task_id}")
+            audit = await Access(mcp_app.runtime.store).audit_log(target=f"run:{task_id}")
             assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester")} <= {
                 (r.action, r.actor) for r in audit}  # fmt: skip
         finally:

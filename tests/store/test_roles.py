@@ -1,11 +1,15 @@
 """The store protocol by role, and the tables that implement it: every role method of the SQL
-stores is one line naming its SQL function, which takes exactly the role's parameters."""
+stores is one line naming its SQL function, which takes exactly the role's parameters; the
+core is small and takes no Python callable but through its one generic entry."""
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import typing
 from typing import Any
 
+from perdure.store import base, dialect, extensions, roles, stream_sql, workers_sql
 from perdure.store.methods import Operation
 from perdure.store.postgres import PostgresStore
 from perdure.store.roles import ROLES, Store
@@ -13,8 +17,9 @@ from perdure.store.sqlite import SQLiteStore
 from perdure.store.threaded import ThreadedStore
 
 # role methods a store answers itself, because they differ by database
-OWN = {"worker_session", "sessions_gone", "server_time", "install_table_trigger",
-       "table_trigger_state", "uninstall_table_trigger"}  # fmt: skip
+OWN = {"worker_session", "sessions_gone"}
+CORE_LIMIT = 30  # methods of the core protocol: its roles, open, close and run_sql
+GENERIC = "run_sql"  # the one method that takes a Python callable
 
 
 def _role_methods() -> dict[str, Any]:
@@ -77,14 +82,69 @@ def test_store_is_every_role() -> None:
 
 def test_a_method_is_bound_once_per_store_unless_overridden(tmp_path: Any) -> None:
     """A table method is kept on the store after its first use; a subclass's own method of
-    the same name (PostgreSQL's worker_stopped) is never shadowed by the table's."""
+    the same name (PostgreSQL's worker_beat) is never shadowed by the table's."""
     store = SQLiteStore(str(tmp_path / "s.db"))
     assert store.get_run is store.get_run
-    assert (
-        inspect.getattr_static(PostgresStore, "worker_stopped")
-        is vars(PostgresStore)["worker_stopped"]
-    )
+    own = vars(PostgresStore)["worker_beat"]
+    assert inspect.getattr_static(PostgresStore, "worker_beat") is own
     pg = object.__new__(PostgresStore)  # not connected: only attribute lookup is tested
-    first = pg.worker_stopped
-    assert first.__func__ is vars(PostgresStore)["worker_stopped"]  # type: ignore[attr-defined]
-    assert "worker_stopped" not in vars(pg)
+    first = pg.worker_beat
+    assert first.__func__ is vars(PostgresStore)["worker_beat"]  # type: ignore[attr-defined]
+    assert "worker_beat" not in vars(pg)
+
+
+def _core_methods() -> dict[str, Any]:
+    """Every method of the core protocol: its roles' and Store's own (open, close, run_sql)."""
+    found = _role_methods()
+    found.update(
+        (name, member)
+        for name, member in vars(Store).items()
+        if inspect.iscoroutinefunction(member)
+    )
+    return found
+
+
+def test_the_core_protocol_is_small() -> None:
+    """The core store (runs, streams, leases, workers, open, close and the generic entry) has
+    at most CORE_LIMIT methods: an extension's tables are reached through run_sql."""
+    methods = _core_methods()
+    assert {"open", "close", GENERIC} <= set(methods)
+    assert len(methods) <= CORE_LIMIT, sorted(methods)
+
+
+def _hints(method: Any) -> dict[str, Any]:
+    """A method's parameter and return types, its TYPE_CHECKING-only names resolved."""
+    names: dict[str, Any] = dict(globals())
+    for module in (base, dialect, extensions, stream_sql, workers_sql, roles):
+        names.update(vars(module))
+    return typing.get_type_hints(method, globalns=names)
+
+
+def _callable(hint: Any) -> bool:
+    """Whether `hint` is or holds a callable type (Callable[...], a union with one, ...)."""
+    if hint is collections.abc.Callable or typing.get_origin(hint) is collections.abc.Callable:
+        return True
+    return any(_callable(arg) for arg in typing.get_args(hint))
+
+
+def test_no_role_method_takes_a_callable_but_the_generic_entry() -> None:
+    """The store takes rows, ids and bytes; a Python callable reaches it through run_sql only."""
+    taking = {
+        name
+        for name, method in _core_methods().items()
+        if any(_callable(hint) for key, hint in _hints(method).items() if key != "return")
+    }
+    assert taking == {GENERIC}
+
+
+def test_the_callable_check_sees_a_callable_parameter() -> None:
+    """The check above finds a callable parameter, bare or in a union, and ignores rows."""
+
+    class Probe(typing.Protocol):
+        async def bare(self, fn: collections.abc.Callable[[int], bool]) -> None: ...
+        async def optional(self, fn: collections.abc.Callable[[], None] | None) -> None: ...
+        async def rows(self, row: workers_sql.WorkerRow, n: int) -> None: ...
+
+    assert _callable(_hints(Probe.bare)["fn"])
+    assert _callable(_hints(Probe.optional)["fn"])
+    assert not any(_callable(h) for h in _hints(Probe.rows).values())

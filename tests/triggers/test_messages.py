@@ -29,6 +29,7 @@ from message_brokers import (
 import perdure
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
+from perdure.triggers.dead_sql import DeadMessages
 from perdure.triggers.messages import MessageTrigger, content_identity
 
 
@@ -95,12 +96,15 @@ def test_rabbitmq_one_run_per_message_id_and_poison_is_dead(tmp_path: Path) -> N
             expected.add(f"msg:orders:{content_identity(b'not usable', twin)}")
 
             async def settled() -> bool:
-                dead = await app.runtime.store.dead_messages("orders")
+                dead = await DeadMessages(app.runtime.store).dead_messages("orders")
                 return await run_ids(app, "take_order") == expected and len(dead) == 3
 
             await until(settled)
             await until(lambda: _lag_is(trigger, 0))
-            dead = {d.message_id: d.reason for d in await app.runtime.store.dead_messages()}
+            dead = {
+                d.message_id: d.reason
+                for d in await DeadMessages(app.runtime.store).dead_messages()
+            }
             assert dead["bad-json"].startswith("payload is not JSON")
             assert dead["too-big"].startswith("payload of 321 bytes is over the limit of 200")
             assert "input check" in dead["bad-type"] and "qty" in dead["bad-type"]
@@ -283,7 +287,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
                 return await run_ids(app, "take_order") == expected and info["pending"] == 0
 
             await until(done)
-            dead = await app.runtime.store.dead_messages("orders")
+            dead = await DeadMessages(app.runtime.store).dead_messages("orders")
             assert [d.reason.split(" (")[0] for d in dead] == ["payload is not JSON"]
             assert await client.xlen(dead_stream) == 1
             assert await trigger.source.lag() == 0
@@ -337,7 +341,7 @@ def test_jetstream_one_run_per_stream_sequence_and_unacked_messages_come_back(
                 await until(done)
 
             await with_worker(app, scenario)
-            dead = await app.runtime.store.dead_messages("orders")
+            dead = await DeadMessages(app.runtime.store).dead_messages("orders")
             assert [(d.message_id, d.reason.split(" (")[0]) for d in dead] == [
                 (f"{stream}:9", "payload is not JSON")
             ]
@@ -393,7 +397,7 @@ def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None
             dead = await asyncio.wait_for(anext(client.messages), 20)
             assert bytes(dead.payload) == b"\x00binary"
             assert ("message-id", "bin") in dead.properties.UserProperty
-            rows = await app.runtime.store.dead_messages("orders")
+            rows = await DeadMessages(app.runtime.store).dead_messages("orders")
             assert [r.message_id for r in rows] == ["bin"]
 
     asyncio.run(with_worker(app, scenario))
@@ -530,14 +534,14 @@ def test_a_message_whose_run_id_names_another_workflows_run_is_dead(tmp_path: Pa
             await conn.close()
 
     asyncio.run(main())
-    [dead] = app.runtime.sync(app.runtime.store.dead_messages(), "dead")
+    [dead] = app.runtime.sync(DeadMessages(app.runtime.store).dead_messages(), "dead")
     assert dead.message_id == "taken" and dead.reason.startswith("cannot start its run: ")
     assert "already names a run of workflow 'other'" in dead.reason
     assert trigger.started == 0
 
 
 async def _dead_count(app: perdure.App, n: int) -> bool:
-    return len(await app.runtime.store.dead_messages()) == n
+    return len(await DeadMessages(app.runtime.store).dead_messages()) == n
 
 
 def test_mqtt_needs_workers_with_a_stable_id(tmp_path: Path) -> None:

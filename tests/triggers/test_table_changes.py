@@ -18,7 +18,9 @@ import pytest
 import perdure
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
+from perdure.server.access_sql import Access
 from perdure.testing import TestWorker
+from perdure.triggers.changes_sql import Outbox
 from perdure.triggers.table_changes import TableChange
 
 pytestmark = pytest.mark.postgres
@@ -90,7 +92,7 @@ def test_each_change_starts_one_run_with_its_rows(database: str) -> None:
         origin = [e for e in app.journal(f"table:orders:{changes[0]['id']}")
                   if e.kind == "run.origin"]  # fmt: skip
         assert json.loads(origin[0].data or "{}")["table_change"] == "orders"
-        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[0] == 0
+        assert app.runtime.sync(Outbox(app.runtime.store).change_counts("orders"), "counts")[0] == 0
         TestWorker(app).run_until_idle()
         assert app.get_run(f"table:orders:{changes[0]['id']}").status == "completed"
     finally:
@@ -212,7 +214,7 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         assert take_all(app) == 1
         assert take_all(app) == 0
         pending, _, refused, reason = app.runtime.sync(
-            app.runtime.store.change_counts("orders"), "counts"
+            Outbox(app.runtime.store).change_counts("orders"), "counts"
         )
         assert (pending, refused) == (0, 1)
         assert reason is not None and "does not fit int" in reason
@@ -226,8 +228,12 @@ def test_a_change_the_workflow_refuses_is_kept_with_the_reason(database: str) ->
         )  # fmt: skip
         assert retried.returncode == 0, retried.stderr
         assert "1 refused change(s) pending again" in retried.stdout
-        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[:3:2] == (1, 0)
-        audit = app.runtime.sync(app.runtime.store.audit_log(target="table_change:orders"), "audit")
+        assert app.runtime.sync(Outbox(app.runtime.store).change_counts("orders"), "counts")[
+            :3:2
+        ] == (1, 0)
+        audit = app.runtime.sync(
+            Access(app.runtime.store).audit_log(target="table_change:orders"), "audit"
+        )
         assert [a.action for a in audit] == ["table_change.retry"]
     finally:
         app.close()
@@ -351,7 +357,9 @@ def test_exactly_the_committed_changes_start_runs(database: str) -> None:
         changes = inputs(app)
         assert len(changes) == len(committed)
         assert sorted(c["key"]["id"] for c in changes.values()) == sorted(committed)
-        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[:3:2] == (0, 0)
+        assert app.runtime.sync(Outbox(app.runtime.store).change_counts("orders"), "counts")[
+            :3:2
+        ] == (0, 0)
     finally:
         app.close()
 

@@ -22,6 +22,7 @@ import pytest
 from test_table_changes import wait_until, write_orders
 
 from module_files import load_file
+from perdure.triggers.changes_sql import Outbox
 from perdure.triggers.table_changes import TableChange
 from process_stops import stop_processes
 
@@ -113,7 +114,7 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
         assert len(keys) == len(set(keys)), "a change started two runs"
         assert set(keys) == committed
         assert {int(json.loads(r.result or "0")) for r in runs} == committed
-        assert app.runtime.sync(app.runtime.store.change_counts("orders"), "counts")[0] == 0
+        assert app.runtime.sync(Outbox(app.runtime.store).change_counts("orders"), "counts")[0] == 0
         assert kills == 2
         assert len(workers.alive()) == WORKERS, workers.text()
     finally:

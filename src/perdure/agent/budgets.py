@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
-from ..store.agent_sql import Budget, Limit, SharedBudget
 from ..store.base import FINISHED
+from .budget_sql import Budget, Budgets, Limit, SharedBudget
 from .messages import ModelRequest
 from .spec import AgentSpec, BudgetSpec, Limits
 
@@ -121,12 +121,12 @@ async def declare(runtime: Runtime, spec: AgentSpec) -> None:
     command can tell a known agent and show where each limit comes from."""
     text = json.dumps(spec.budget.model_dump())
     await runtime.open_store()
-    await runtime.store.declare_agent(spec.name, text, runtime.clock.now())
+    await Budgets(runtime.store).declare_agent(spec.name, text, runtime.clock.now())
 
 
 async def declared(runtime: Runtime, agent: str) -> BudgetSpec | None:
     """The spec budget a worker serving `agent` declared (PerdureError if none ever did)."""
-    text = await runtime.store.declared_agent(agent)
+    text = await Budgets(runtime.store).declared_agent(agent)
     if text is None:
         raise UnknownAgent(
             f"no agent named {agent!r} (an agent is known once a worker serves it: "
@@ -138,7 +138,7 @@ async def declared(runtime: Runtime, agent: str) -> BudgetSpec | None:
 async def current(runtime: Runtime, agent: str) -> InForce:
     """The budget in force for a known agent (PerdureError for an unknown one)."""
     spec = await declared(runtime, agent)
-    return in_force(agent, spec, await runtime.store.get_budget(agent))
+    return in_force(agent, spec, await Budgets(runtime.store).get_budget(agent))
 
 
 async def headroom(
@@ -152,9 +152,9 @@ async def headroom(
         assert limit.window is not None
         since = now - limit.window
         if limit.pool is not None:
-            used_tokens, used_cost = await runtime.store.pool_spent(limit.pool, since)
+            used_tokens, used_cost = await Budgets(runtime.store).pool_spent(limit.pool, since)
         else:
-            used_tokens, used_cost = await runtime.store.spent(budget.agent, since)
+            used_tokens, used_cost = await Budgets(runtime.store).spent(budget.agent, since)
         if limit.tokens is not None:
             tokens_left = min(tokens_left, limit.tokens - used_tokens)
         if limit.cost is not None:
@@ -169,19 +169,19 @@ async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
     hint, the reservation decides."""
     from ..engine.client import Client
 
-    parked = await runtime.store.budget_parked(agent)
+    parked = await Budgets(runtime.store).budget_parked(agent)
     if not parked:
         return 0
-    force = in_force(agent, spec, await runtime.store.get_budget(agent))
+    force = in_force(agent, spec, await Budgets(runtime.store).get_budget(agent))
     shared = None
     if spec is not None and spec.shared is not None:
-        shared = await runtime.store.get_shared_budget(spec.shared)
+        shared = await Budgets(runtime.store).get_shared_budget(spec.shared)
     tokens_left, cost_left = await headroom(runtime, force.budget, shared)
     woken = 0
     for run_id, tokens, cost in parked:
         run = await runtime.store.get_run(run_id)
         if run is None or run.status in FINISHED:  # ended while parked: it waits no more
-            await runtime.store.budget_unpark(run_id)
+            await Budgets(runtime.store).budget_unpark(run_id)
             continue
         if tokens > tokens_left or cost > cost_left + 1e-12:
             break
@@ -189,7 +189,7 @@ async def wake(runtime: Runtime, agent: str, spec: BudgetSpec | None) -> int:
         try:  # it keeps its place in the queue until its reservation is made
             await Client(runtime).send_event(run_id, BUDGET_EVENT, None)
         except PerdureError:  # the run is gone (cancelled, deleted): it waits no more
-            await runtime.store.budget_unpark(run_id)
+            await Budgets(runtime.store).budget_unpark(run_id)
             continue
         woken += 1
     return woken
@@ -209,7 +209,7 @@ async def freed(runtime: Runtime, agent: str, spec: BudgetSpec) -> int:
 async def members(runtime: Runtime, shared: str) -> list[tuple[str, BudgetSpec]]:
     """The agents whose declared spec shares `shared`, with their spec budgets."""
     found = []
-    for agent, text in await runtime.store.declared_agents():
+    for agent, text in await Budgets(runtime.store).declared_agents():
         spec = BudgetSpec(**json.loads(text))
         if spec.shared == shared:
             found.append((agent, spec))
@@ -220,7 +220,7 @@ async def known_shared(runtime: Runtime, name: str) -> list[tuple[str, BudgetSpe
     """The agents sharing `name`; UnknownAgent (one line) if neither any agent's spec names
     it nor limits were stored for it."""
     sharing = await members(runtime, name)
-    if not sharing and await runtime.store.get_shared_budget(name) is None:
+    if not sharing and await Budgets(runtime.store).get_shared_budget(name) is None:
         raise UnknownAgent(
             f"no shared budget named {name!r} (one is known once an agent's spec names it, "
             f'[budget] shared = "{name}", and a worker serves that agent)'
@@ -233,9 +233,9 @@ async def set_shared(runtime: Runtime, name: str, shared: SharedBudget | None) -
     agents that now fit; returns how many."""
     sharing = await known_shared(runtime, name)
     if shared is None:
-        await runtime.store.clear_shared_budget(name)
+        await Budgets(runtime.store).clear_shared_budget(name)
     else:
-        await runtime.store.put_shared_budget(shared, runtime.clock.now())
+        await Budgets(runtime.store).put_shared_budget(shared, runtime.clock.now())
     woken = 0
     for agent, spec in sharing:
         woken += await wake(runtime, agent, spec)
@@ -255,15 +255,15 @@ async def describe_shared(runtime: Runtime, name: str) -> dict[str, Any]:
     runs are parked for budget. UnknownAgent for a shared budget nobody names."""
     await runtime.open_store()
     sharing = await known_shared(runtime, name)
-    stored = await runtime.store.get_shared_budget(name)
+    stored = await Budgets(runtime.store).get_shared_budget(name)
     now = runtime.clock.now()
     spent = {}
     for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
-        tokens, cost = await runtime.store.pool_spent(name, now - seconds)
+        tokens, cost = await Budgets(runtime.store).pool_spent(name, now - seconds)
         spent[window] = {"tokens": tokens, "cost": cost}
     parked = 0
     for agent, _ in sharing:
-        parked += len(await runtime.store.budget_parked(agent))
+        parked += len(await Budgets(runtime.store).budget_parked(agent))
     limits = {k: (getattr(stored, k) if stored is not None else None) for k in LIMITS}
     return {"shared": name, "limits": limits, "spent": spent,
             "agents": [agent for agent, _ in sharing], "parked": parked}  # fmt: skip
@@ -285,13 +285,13 @@ def merged(agent: str, stored: Budget | None, changes: dict[str, Any]) -> Budget
 async def set_budget(runtime: Runtime, agent: str, budget: Budget | None) -> int:
     """Store a budget (None: forget the stored one, the spec's is in force again) and wake
     the parked runs that now fit; returns how many (the operations refuse unknown agents)."""
-    text = await runtime.store.declared_agent(agent)
+    text = await Budgets(runtime.store).declared_agent(agent)
     spec = BudgetSpec(**json.loads(text)) if text is not None else None
     if budget is None:
-        await runtime.store.clear_budget(agent)
+        await Budgets(runtime.store).clear_budget(agent)
     else:
-        await runtime.store.put_budget(budget, runtime.clock.now())
-    queued = {run_id for run_id, _, _ in await runtime.store.budget_parked(agent)}
+        await Budgets(runtime.store).put_budget(budget, runtime.clock.now())
+    queued = {run_id for run_id, _, _ in await Budgets(runtime.store).budget_parked(agent)}
     return await wake(runtime, agent, spec) + await _wake_legacy(runtime, agent, queued)
 
 
@@ -317,16 +317,16 @@ async def describe(runtime: Runtime, agent: str) -> dict[str, Any]:
     how many runs are parked for budget. PerdureError for an unknown agent."""
     await runtime.open_store()
     spec = await declared(runtime, agent)
-    force = in_force(agent, spec, await runtime.store.get_budget(agent))
-    stored = await runtime.store.get_budget(agent)
+    force = in_force(agent, spec, await Budgets(runtime.store).get_budget(agent))
+    stored = await Budgets(runtime.store).get_budget(agent)
     now = runtime.clock.now()
     spent = {}
     for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
-        tokens, cost = await runtime.store.spent(agent, now - seconds)
+        tokens, cost = await Budgets(runtime.store).spent(agent, now - seconds)
         spent[window] = {"tokens": tokens, "cost": cost}
     limits = None
     if stored is not None:
         limits = {k: getattr(stored, k) for k in LIMITS}
     return {"agent": agent, "budget": limits, "in_force": force.to_dict(), "spent": spent,
-            "parked": len(await runtime.store.budget_parked(agent)),
+            "parked": len(await Budgets(runtime.store).budget_parked(agent)),
             "shared": spec.shared if spec is not None else None}  # fmt: skip

@@ -35,10 +35,11 @@ from ..engine.retry import Retry
 from ..engine.runtime import runtime_of
 from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
-from ..store.agent_sql import Budget, Reservation, UsageRow
 from . import budgets
+from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from .grounding import check as check_grounding
+from .memory_sql import AgentMemory
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
 from .providers.registry import provider_class
@@ -86,17 +87,16 @@ class StoreMemory:
         self.runtime, self.agent, self.run_id = runtime, agent, run_id
 
     async def remember(self, text: str, tags: list[str]) -> str:
-        found = await self.runtime.store.recall(self.agent, text, 20)
+        memory = AgentMemory(self.runtime.store)
+        found = await memory.recall(self.agent, text, 20)
         for row in found:  # idempotent: the same note again (e.g. after a crash) is not kept twice
             if row.text == text and row.tags == " ".join(tags):
                 return str(row.id)
         now = self.runtime.clock.now()
-        return str(
-            await self.runtime.store.remember(self.agent, text, " ".join(tags), self.run_id, now)
-        )
+        return str(await memory.remember(self.agent, text, " ".join(tags), self.run_id, now))
 
     async def recall(self, query: str, limit: int) -> list[dict[str, Any]]:
-        rows = await self.runtime.store.recall(self.agent, query, limit)
+        rows = await AgentMemory(self.runtime.store).recall(self.agent, query, limit)
         return [{"text": r.text, "tags": r.tags, "run_id": r.run_id} for r in rows]
 
 
@@ -218,7 +218,9 @@ class Agent:
             try:
                 response = await aborts.abortable(self.provider(tier).complete(req), "model call")
             except aborts.CallAborted as cut:  # pause --now: counted at its reservation
-                await runtime.store.release_reservation(held, "aborted" if cut.sent else None)
+                await Budgets(runtime.store).release_reservation(
+                    held, "aborted" if cut.sent else None
+                )
                 await budgets.freed(runtime, spec.name, spec.budget)
                 estimate = {"tier": tier, "model": held.model, "tokens": held.tokens,
                             "cost": held.cost, "sent": cut.sent}  # fmt: skip
@@ -227,7 +229,7 @@ class Agent:
                         else f"model call on tier {tier!r} (not sent)")  # fmt: skip
                 raise cut.with_details(what, estimate=estimate) from None
             except ModelAuthError as exc:  # parks the run (ParkRun) until an operator resumes
-                await runtime.store.release_reservation(held, None)
+                await Budgets(runtime.store).release_reservation(held, None)
                 if tier not in self._given:  # the next attempt reads the key again
                     self.providers.pop(tier, None)
                 raise ModelAuthError(
@@ -237,7 +239,7 @@ class Agent:
             except (ModelError, ModelRetryable) as exc:
                 # an error answer was not paid; a reply never read (timeout) may have been
                 paid = isinstance(exc, ModelRetryable) and str(exc).endswith("(timeout)")
-                await runtime.store.release_reservation(held, "unknown" if paid else None)
+                await Budgets(runtime.store).release_reservation(held, "unknown" if paid else None)
                 await budgets.freed(runtime, spec.name, spec.budget)
                 raise
             # cut off otherwise (cancelled, lease lost, crash): the reservation stays held,
@@ -250,7 +252,7 @@ class Agent:
                 info.run_id, info.position, spec.name, req.model or tier, usage.input_tokens,
                 usage.output_tokens, cost, runtime.clock.now(), pool=held.pool,
             )  # fmt: skip
-            await runtime.store.settle(held, row if usage.total > 0 else None)
+            await Budgets(runtime.store).settle(held, row if usage.total > 0 else None)
             if usage.total > held.tokens:
                 log.warning("agent %s: a call used %d tokens, more than the %d reserved",
                             spec.name, usage.total, held.tokens)  # fmt: skip
@@ -291,10 +293,11 @@ class Agent:
 
         @runtime.step(name=f"{name}.context", effect="read")
         async def read_context(query: str) -> dict[str, Any]:
-            notes = await runtime.store.get_notes(spec.name)
+            memory = AgentMemory(runtime.store)
+            notes = await memory.get_notes(spec.name)
             memories: list[str] = []
             if spec.memory.enabled:
-                rows = await runtime.store.recall(spec.name, query, spec.memory.recall_limit)
+                rows = await memory.recall(spec.name, query, spec.memory.recall_limit)
                 memories = [r.text for r in rows]
             return {"notes": notes, "memories": memories}
 
@@ -330,7 +333,7 @@ class Agent:
         @runtime.step(name=f"{name}.notes", effect="idempotent")
         async def write_notes(line: str) -> None:
             run_id = current_step().run_id
-            notes = await runtime.store.add_note(
+            notes = await AgentMemory(runtime.store).add_note(
                 spec.name, line, run_id, runtime.clock.now(), NOTES_KEPT
             )
             if spec.workspace is not None:
@@ -516,13 +519,14 @@ class Agent:
                 await durable.wait_event(BUDGET_EVENT, timeout=verdict["wait"])
 
     async def _budget_verdict(self) -> dict[str, Any]:
-        stored = await self.runtime.store.get_budget(self.spec.name)
+        stored = await Budgets(self.runtime.store).get_budget(self.spec.name)
         budget = budgets.in_force(self.spec.name, self.spec.budget, stored).budget
         now = self.runtime.clock.now()
         for limit in budgets.window_limits(budget):
             assert limit.window is not None
-            used_tokens, used_cost = await self.runtime.store.spent(self.spec.name,
-                                                                    now - limit.window)  # fmt: skip
+            used_tokens, used_cost = await Budgets(self.runtime.store).spent(
+                self.spec.name, now - limit.window
+            )
             if (limit.tokens is not None and used_tokens >= limit.tokens) or (
                 limit.cost is not None and used_cost >= limit.cost
             ):
@@ -564,8 +568,9 @@ class Agent:
         prompt = budgets.prompt_tokens(req)
         out = req.max_tokens or max(1, model.context_tokens - prompt)
         run_limits = budgets.run_limit(spec.limits)
+        spending = Budgets(runtime.store)
         if spec.limits.max_tokens is not None:
-            used, _ = await runtime.store.run_spent(info.run_id)
+            used, _ = await spending.run_spent(info.run_id)
             room = spec.limits.max_tokens - used - prompt
             if room < 1:
                 raise RunLimitReached(
@@ -574,16 +579,16 @@ class Agent:
                 )
             out = min(out, room)
         req.max_tokens = out
-        force = budgets.in_force(spec.name, spec.budget, await runtime.store.get_budget(spec.name))
+        force = budgets.in_force(spec.name, spec.budget, await spending.get_budget(spec.name))
         pool = spec.budget.shared
-        shared = None if pool is None else await runtime.store.get_shared_budget(pool)
+        shared = None if pool is None else await spending.get_shared_budget(pool)
         held = Reservation(
             info.run_id, info.position, 0, spec.name, tier, req.model or tier, prompt + out,
             model.price.cost(prompt, out), "open", 0.0, pool,
         )  # fmt: skip
         limits = [*run_limits, *budgets.window_limits(force.budget),
                   *budgets.shared_limits(shared)]  # fmt: skip
-        refused = await runtime.store.reserve(held, limits, runtime.clock.now())
+        refused = await spending.reserve(held, limits, runtime.clock.now())
         if refused is None:
             return held
         if refused.limit.window is None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..agent.budget_sql import Budgets
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
 from ..agent.spec import AgentSpec, check_grants, duration, load_spec
 from ..agent.tools.builtins import builtin_tools
@@ -162,7 +163,7 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     except ValueError as exc:
         raise PerdureError(f"--since: {exc}") from None
     app = get_app(ctx, existing=True)
-    rows = app.runtime.sync(app.runtime.store.usage(agent, time.time() - seconds), "usage")
+    rows = app.runtime.sync(Budgets(app.runtime.store).usage(agent, time.time() - seconds), "usage")
     groups: dict[tuple[str, ...], list[float]] = {}
     for u in rows:
         day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
@@ -175,7 +176,9 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     header = {"run": ["AGENT", "RUN"], "agent": ["AGENT"], "day": ["DAY", "AGENT"]}[by]
     body = [[*k, str(int(v[0])), str(int(v[1])), str(int(v[2])), f"{v[3]:.4f}"]
             for k, v in sorted(groups.items())]  # fmt: skip
-    held = app.runtime.sync(app.runtime.store.reservations(agent, time.time() - seconds), "usage")
+    held = app.runtime.sync(
+        Budgets(app.runtime.store).reservations(agent, time.time() - seconds), "usage"
+    )
     if not body and not held:
         render.echo("no model calls recorded")
         return

@@ -7,6 +7,7 @@ import json
 import click
 
 from ..errors import PerdureError
+from ..server.access_sql import Access
 from . import render
 
 SINCE_HELP = "Only entries this recent: 90m, 24h, 7d, an ISO time (UTC) or Unix seconds."
@@ -41,7 +42,7 @@ def audit(
     app = get_app(ctx, existing=True)
     after = parse_since(since, app.clock.now()) if since else None
     rows = app.runtime.sync(
-        app.runtime.store.audit_log(
+        Access(app.runtime.store).audit_log(
             target=f"run:{run_id}" if run_id else target, limit=limit, actor=actor, since=after
         ),
         "audit",

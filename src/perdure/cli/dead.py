@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..server import operations as ops
+from ..triggers.dead_sql import DeadMessages
 from . import render
 
 
@@ -22,7 +23,9 @@ def list_dead(ctx: click.Context, trigger: str | None, limit: int) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    rows = app.runtime.sync(app.runtime.store.dead_messages(trigger, limit=limit), "dead ls")
+    rows = app.runtime.sync(
+        DeadMessages(app.runtime.store).dead_messages(trigger, limit=limit), "dead ls"
+    )
     if not rows:
         render.echo("no dead messages")
         return
@@ -39,7 +42,9 @@ def show(ctx: click.Context, trigger: str, message_id: str) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    rows = app.runtime.sync(app.runtime.store.dead_messages(trigger, limit=100_000), "dead show")
+    rows = app.runtime.sync(
+        DeadMessages(app.runtime.store).dead_messages(trigger, limit=100_000), "dead show"
+    )
     found = next((d for d in rows if d.message_id == message_id), None)
     if found is None:
         raise click.ClickException(f"no dead message {message_id!r} of trigger {trigger!r}")

@@ -15,6 +15,7 @@ from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
+from ..triggers.dead_sql import DeadMessages
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .audit import audit
@@ -145,7 +146,9 @@ def stuck(ctx: click.Context, grace: float) -> None:
         render.echo(f"store: {stall}")
     found = app.runtime.sync(app.client.stuck(grace), "perdure stuck")
     held = app.runtime.sync(blocked(app.runtime), "perdure stuck")
-    dead = app.runtime.sync(app.runtime.store.dead_messages(limit=100), "perdure stuck")
+    dead = app.runtime.sync(
+        DeadMessages(app.runtime.store).dead_messages(limit=100), "perdure stuck"
+    )
     if not found and not held and not dead:
         if stall is not None:
             sys.exit(1)

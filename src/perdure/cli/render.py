@@ -23,8 +23,9 @@ from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
 from ..engine.reasons import reason_of
 from ..observe.redact import Redactor
-from ..store.base import Entry, RunRow, ScheduleRow, TickRow
+from ..store.base import Entry, RunRow
 from ..store.names import escape
+from ..triggers.schedule_sql import ScheduleRow, TickRow
 
 
 def shown(value: object) -> str:

@@ -6,6 +6,7 @@ import click
 
 from ..server import operations as ops
 from ..server.access import SCOPES
+from ..server.access_sql import Access
 from . import render
 
 
@@ -37,7 +38,7 @@ def list_tokens(ctx: click.Context) -> None:
     from .main import get_app
 
     app = get_app(ctx, existing=True)
-    rows = app.runtime.sync(app.runtime.store.list_tokens(), "token ls")
+    rows = app.runtime.sync(Access(app.runtime.store).list_tokens(), "token ls")
     body = [[r.id, r.name, r.scopes, render.when(r.created_at), render.when(r.revoked_at)]
             for r in rows]  # fmt: skip
     render.echo(render.table(body, ["ID", "NAME", "SCOPES", "CREATED", "REVOKED"]) if body

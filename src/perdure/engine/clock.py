@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from ..store.dialect import server_time
+
 if TYPE_CHECKING:
-    from ..store.roles import Leases
+    from ..store.roles import Store
 
 MAX_SKEW = 1.0  # seconds between this host's clock and the store server's worth a warning
 
@@ -33,7 +35,7 @@ class SystemClock:
         return time.time() + self.offset
 
 
-async def follow_server(clock: Clock, store: Leases) -> float | None:
+async def follow_server(clock: Clock, store: Store) -> float | None:
     """Set a SystemClock to `store`'s server time; the offset found (server minus this
     host), or None when the store has no clock of its own (SQLite: one host) or the
     clock is driven (tests). The best of three round trips, halved, is the estimate."""
@@ -42,7 +44,7 @@ async def follow_server(clock: Clock, store: Leases) -> float | None:
     best: tuple[float, float] | None = None
     for _ in range(3):
         sent = time.time()
-        server = await store.server_time()
+        server = await store.run_sql(server_time, write=False)
         got = time.time()
         if server is None:
             return None

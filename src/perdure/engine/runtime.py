@@ -32,7 +32,6 @@ from .steps import Step
 from .triggers import Triggers
 
 if TYPE_CHECKING:
-    from ..store.roles import Leases
     from .context import RunContext
     from .handles import Workflow
 
@@ -352,7 +351,7 @@ class Runtime:
         return spec
 
 
-async def _first_clock(clock: Clock, store: Leases) -> None:
+async def _first_clock(clock: Clock, store: Store) -> None:
     """Follow the server's time before any claim (a server's time is every host's time).
     The server lost just after the store opened (a restart) is waited for a few seconds,
     as the store thread reconnects; still away, it is the one-line start-up error a

@@ -227,7 +227,9 @@ class Worker:
             except StoreError as exc:  # the presence loop registers it then
                 log.warning("worker %s: presence not recorded (%s)", self.id, exc)
             return
-        holder = await self.runtime.store.worker_register(row, lambda r: id_reusable(r, now))
+        holder = await self.runtime.store.worker_register(row)
+        if holder is not None and id_reusable(holder, now):  # stopped or dead: take its place
+            holder = await self.runtime.store.worker_register(row, replaces=holder)
         if holder is not None:
             raise PerdureError(
                 f"worker id {self.id!r} is taken by a live worker (host {holder.host}, "
@@ -622,7 +624,10 @@ class Worker:
         finally:
             if self.crashed is None:  # a (simulated) crash writes nothing more, like kill -9
                 with contextlib.suppress(StoreError, asyncio.CancelledError):
-                    await self.runtime.store.worker_stopped(self.id, self.clock.now())
+                    now = self.clock.now()
+                    stopped = WorkerRow(self.id, host, pid, started, now, self.options.concurrency,
+                                        0, stopped_at=now, proc=proc)  # fmt: skip
+                    await self.runtime.store.worker_beat(stopped)
 
     # -- retention ---------------------------------------------------------------------
 

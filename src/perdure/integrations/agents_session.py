@@ -22,8 +22,9 @@ from agents.memory.session_settings import SessionSettings
 from ..engine.context import current
 from ..engine.steps import Step, current_step
 from ..errors import ConfigError, PayloadError
-from ..store import agent_session_sql
 from ..store.dialect import Db, PostgresDb
+from . import agent_session_sql
+from .agent_session_sql import AgentSessions
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -124,42 +125,48 @@ class PerdureSession(SessionABC):
     def __repr__(self) -> str:
         return f"PerdureSession({self.session_id!r})"
 
-    async def _store(self) -> Any:
+    async def _sessions(self) -> AgentSessions:
+        """The sessions' table in the app's store, up to date (a durable call's step writes
+        it on the step's own connection)."""
         await self.app.open_store()
-        return self.app.store
+        sessions = AgentSessions(self.app.store)
+        await sessions.ready()
+        return sessions
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The conversation so far, oldest first (with `limit`: its latest `limit` items)."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
+        sessions = await self._sessions()
         if current() is not None:
             return await self._steps["get_items"](self.session_id, limit)  # type: ignore[no-any-return]
-        store = await self._store()
-        return [json.loads(row) for row in await store.agent_session_items(self.session_id, limit)]
+        return [
+            json.loads(row) for row in await sessions.agent_session_items(self.session_id, limit)
+        ]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append `items` (exactly once per durable call: the write commits with its step)."""
         if not items:
             return
         rows = [_dumps(item) for item in items]
+        sessions = await self._sessions()
         if current() is not None:
             await self._steps["add_items"](self.session_id, rows)
             return
-        store = await self._store()
-        await store.agent_session_add(self.session_id, rows, self.app.clock.now())
+        await sessions.agent_session_add(self.session_id, rows, self.app.clock.now())
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the latest item (None when the conversation is empty)."""
+        sessions = await self._sessions()
         if current() is not None:
             return await self._steps["pop_item"](self.session_id)  # type: ignore[no-any-return]
-        store = await self._store()
-        row = await store.agent_session_pop(self.session_id)
+        row = await sessions.agent_session_pop(self.session_id)
         return None if row is None else json.loads(row)
 
     async def clear_session(self) -> None:
         """Forget the whole conversation."""
+        sessions = await self._sessions()
         if current() is not None:
             await self._steps["clear_session"](self.session_id)
             return
-        store = await self._store()
-        await store.agent_session_clear(self.session_id)
+        await sessions.agent_session_clear(self.session_id)

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..agent import budgets
+from ..agent.budget_sql import Budgets, Reservation, UsageRow
 from ..agent.budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from ..agent.spec import BudgetSpec, Limits, Price
 from ..engine import durable
 from ..engine.steps import current_step
 from ..errors import ConfigError, WaitTimeout
-from ..store.agent_sql import Reservation, UsageRow
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -102,14 +102,14 @@ class ModelBudget:
         prompt_tokens = int(len(text) / budgets.CHARS_PER_TOKEN) + 1
         out = max_output or self.call_tokens
         limits = budgets.run_limit(Limits(max_tokens=self.max_tokens, max_cost=self.max_cost))
-        stored = await runtime.store.get_budget(self.agent)
+        stored = await Budgets(runtime.store).get_budget(self.agent)
         force = budgets.in_force(self.agent, self.spec, stored)
         held = Reservation(
             info.run_id, info.position, 0, self.agent, "default", model, prompt_tokens + out,
             self.cost(prompt_tokens, out), "open", 0.0,
         )  # fmt: skip
         now = runtime.clock.now()
-        refused = await runtime.store.reserve(
+        refused = await Budgets(runtime.store).reserve(
             held, [*limits, *budgets.window_limits(force.budget)], now
         )
         if refused is None:
@@ -134,13 +134,13 @@ class ModelBudget:
         used_in, used_out = tokens
         row = UsageRow(info.run_id, info.position, self.agent, model, used_in, used_out, cost,
                        runtime.clock.now())  # fmt: skip
-        await runtime.store.settle(held, row if used_in + used_out > 0 else None)
+        await Budgets(runtime.store).settle(held, row if used_in + used_out > 0 else None)
         if 0 < used_in + used_out < held.tokens:
             await budgets.wake(runtime, self.agent, self.spec)
 
     async def release(self, runtime: Runtime, held: Reservation) -> None:
         """The call failed before it was paid: let its reservation go."""
-        await runtime.store.release_reservation(held, None)
+        await Budgets(runtime.store).release_reservation(held, None)
         await budgets.wake(runtime, self.agent, self.spec)
 
 
@@ -152,7 +152,7 @@ async def _declare(runtime: Runtime, budget: ModelBudget) -> None:
     text = json.dumps(budget.spec.model_dump())
     done = _declared.setdefault(runtime, set())
     if (budget.agent, text) not in done:
-        await runtime.store.declare_agent(budget.agent, text, runtime.clock.now())
+        await Budgets(runtime.store).declare_agent(budget.agent, text, runtime.clock.now())
         done.add((budget.agent, text))
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store.names import check
+from .access_sql import Access
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -79,7 +80,7 @@ async def create_token(
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = token_id or new_token_id()
     await app.runtime.open_store()
-    await app.runtime.store.add_token(token_id, name, digest(token), kept, app.clock.now())
+    await Access(app.runtime.store).add_token(token_id, name, digest(token), kept, app.clock.now())
     return token_id, token
 
 
@@ -95,7 +96,7 @@ async def authenticate(app: App, authorization: str | None) -> Principal | None:
     if kind.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
         return None
     await app.runtime.open_store()
-    row = await app.runtime.store.find_token(digest(token.strip()))
+    row = await Access(app.runtime.store).find_token(digest(token.strip()))
     if row is None:
         return None
     return Principal(row.name, frozenset(row.scopes.split()), row.id)
@@ -140,6 +141,6 @@ async def record(
     it ended); `operations.perform` is the one caller for actions."""
     await app.runtime.open_store()
     text = json.dumps(detail, separators=(",", ":"), sort_keys=True, default=str)
-    return await app.runtime.store.audit(
+    return await Access(app.runtime.store).audit(
         app.clock.now(), actor, action, target, text, outcome, reason
     )

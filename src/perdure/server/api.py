@@ -28,17 +28,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..agent.budget_sql import Budgets
 from ..app import App
 from ..engine.client import checked_input, continued_as, unblob_text
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
-from ..store.base import RunRow, ScheduleRow
+from ..store.base import RunRow
 from ..triggers import schedules as sched
 from ..triggers.messages import MessageTrigger
+from ..triggers.schedule_sql import ScheduleRow, Schedules
 from . import operations as ops
 from . import sse
 from .access import Principal, authenticate_request
+from .access_sql import Access
 from .operations import Action, Forbidden, pending_gates, require
 from .throttle import TooManyFailures
 from .validation import (
@@ -416,7 +419,7 @@ async def answer(call: Call) -> Any:
 async def _schedule(call: Call) -> ScheduleRow:
     name = call.path("name")
     await call.app.runtime.open_store()
-    row = await call.app.runtime.store.get_schedule(name)
+    row = await Schedules(call.app.runtime.store).get_schedule(name)
     if row is None:
         raise BadInput(404, f"no schedule named {name!r}", "name")
     return row
@@ -424,7 +427,11 @@ async def _schedule(call: Call) -> ScheduleRow:
 
 async def list_schedules(call: Call) -> Any:
     await call.app.runtime.open_store()
-    return {"schedules": [schedule_json(r) for r in await call.app.runtime.store.list_schedules()]}
+    return {
+        "schedules": [
+            schedule_json(r) for r in await Schedules(call.app.runtime.store).list_schedules()
+        ]
+    }
 
 
 async def list_triggers(call: Call) -> Any:
@@ -437,7 +444,11 @@ async def get_schedule(call: Call) -> Any:
     limit = TICKS.read(call.request)
     after = max(call.app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused or count == 0 else sched.upcoming(row, count, after)
-    ticks = await call.app.runtime.store.schedule_ticks(row.name, limit=limit) if limit else []
+    ticks = (
+        await Schedules(call.app.runtime.store).schedule_ticks(row.name, limit=limit)
+        if limit
+        else []
+    )
     return {
         "schedule": schedule_json(row),
         "upcoming": upcoming,
@@ -509,7 +520,7 @@ async def usage(call: Call) -> Any:
     by = BY.read(call.request)
     await call.app.runtime.open_store()
     totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-    for u in await call.app.runtime.store.usage(agent, since):
+    for u in await Budgets(call.app.runtime.store).usage(agent, since):
         day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
         values = {"agent": u.agent, "run_id": u.run_id, "day": day}
         total = totals[tuple(values[k] for k in USAGE_KEYS[by])]
@@ -599,7 +610,7 @@ async def audit(call: Call) -> Any:
             return {"entries": [], "next_cursor": None}  # the filters narrow together
         target = f"run:{run}"
     await call.app.runtime.open_store()
-    rows = await call.app.runtime.store.audit_log(
+    rows = await Access(call.app.runtime.store).audit_log(
         target=target, limit=limit + 1, before=before, actor=actor, since=since
     )
     page = rows[:limit]

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..agent.budget_sql import Budgets
 from ..app import App
 from ..engine.client import unblob_text
 from ..engine.inspection import explain
@@ -39,9 +40,12 @@ from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..store.names import escape
 from ..triggers import schedules
+from ..triggers.dead_sql import DeadMessages
 from ..triggers.messages import MessageTrigger
+from ..triggers.schedule_sql import Schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
+from .access_sql import Access
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
@@ -466,8 +470,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         error = {"message": str(error)}
     result = redactor.value(_json(await unblob_text(app.runtime.store, run.result)))
     arguments = redactor.value(_json(await unblob_text(app.runtime.store, run.input)))
-    audit = await app.runtime.store.audit_log(target=f"run:{run.id}", limit=100)
-    tokens, cost = await app.runtime.store.run_spent(run.id)
+    audit = await Access(app.runtime.store).audit_log(target=f"run:{run.id}", limit=100)
+    tokens, cost = await Budgets(app.runtime.store).run_spent(run.id)
     children = await app.runtime.store.list_runs(parent_id=run.id, limit=200)
     waiting = run.waiting_for or ""
     gate = run.status == "waiting" and waiting.startswith((APPROVE_PREFIX, QUESTION_PREFIX))
@@ -531,7 +535,7 @@ async def approvals_page(request: Request, app: App, who: Principal) -> Response
     ]
     decided = [
         (a, redactor.value(_json(a.detail)))
-        for a in await app.runtime.store.audit_log(limit=200)
+        for a in await Access(app.runtime.store).audit_log(limit=200)
         if a.action.startswith("gate.") and a.outcome == "ok"
     ][:20]
     return await render(request, who, "approvals.html", pending=gates, decided=decided)
@@ -564,14 +568,16 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
     """Every stored schedule: timing, next fire times, the last fire, missed or skipped ticks."""
     now = app.clock.now()
     shown = []
-    for row in await app.runtime.store.list_schedules():
+    for row in await Schedules(app.runtime.store).list_schedules():
         coming = [] if row.paused else schedules.upcoming(row, 3, now)
         if row.next_fire is not None and not row.paused and row.next_fire <= now:
             coming = [row.next_fire, *coming[:2]]  # due: the next worker pass fires it
-        missed = await app.runtime.store.schedule_ticks(
+        missed = await Schedules(app.runtime.store).schedule_ticks(
             row.name, statuses=("missed", "skipped"), limit=5
         )
-        fired = await app.runtime.store.schedule_ticks(row.name, statuses=("fired",), limit=1)
+        fired = await Schedules(app.runtime.store).schedule_ticks(
+            row.name, statuses=("fired",), limit=1
+        )
         timing = f"cron {row.cron} ({row.tz})" if row.cron else f"every {row.every:g}s"
         shown.append((row, timing, coming, fired[0] if fired else None, missed))
     return await render(request, who, "schedules.html", schedules=shown)
@@ -580,7 +586,7 @@ async def schedules_page(request: Request, app: App, who: Principal) -> Response
 @page
 async def messages_page(request: Request, app: App, who: Principal) -> Response:
     """The app's message triggers and the messages that could start no run, with why."""
-    dead = await app.runtime.store.dead_messages(limit=200)
+    dead = await DeadMessages(app.runtime.store).dead_messages(limit=200)
     triggers = list(app.runtime.triggers.of(MessageTrigger).values())
     states = await asyncio.gather(*(t.probe(PROBE_TIMEOUT) for t in triggers))
     shown = list(zip(triggers, states, strict=True))
@@ -618,7 +624,7 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
     """Per agent: spent against budget this hour and day, and tokens per day (14 days)."""
     now = app.clock.now()
     since = (now // 86400 - 13) * 86400
-    usage = await app.runtime.store.usage(None, since)
+    usage = await Budgets(app.runtime.store).usage(None, since)
     names = sorted(
         {u.agent for u in usage}
         | {w.removeprefix("agent:") for w in app.runtime.workflows if w.startswith("agent:")}
@@ -630,10 +636,10 @@ async def agents_page(request: Request, app: App, who: Principal) -> Response:
         try:  # each limit from the stored budget, else the spec's
             budget: Any = (await current(app.runtime, name)).budget
         except PerdureError:  # no worker has served it yet: only a stored budget is known
-            budget = await app.runtime.store.get_budget(name)
+            budget = await Budgets(app.runtime.store).get_budget(name)
         gauges = []
         for window, seconds in (("hour", 3600.0), ("day", 86400.0)):
-            tokens, cost = await app.runtime.store.spent(name, now - seconds)
+            tokens, cost = await Budgets(app.runtime.store).spent(name, now - seconds)
             token_limit = getattr(budget, f"tokens_per_{window}", None) if budget else None
             cost_limit = getattr(budget, f"cost_per_{window}", None) if budget else None
             gauges.append(_gauge(f"tokens this {window}", tokens, token_limit, "{:,.0f}"))
@@ -660,7 +666,7 @@ async def _shared_gauges(app: App) -> list[dict[str, Any]]:
     from ..agent.budgets import describe_shared
 
     names = set()
-    for _, text in await app.runtime.store.declared_agents():
+    for _, text in await Budgets(app.runtime.store).declared_agents():
         spec = _json(text)
         shared = spec.get("shared") if isinstance(spec, dict) else None
         if isinstance(shared, str):
@@ -729,7 +735,7 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
     actor = query.get("actor") or None
     since_text = query.get("since") or ""
     since = operations.parse_since(since_text, app.clock.now()) if since_text else None
-    rows = await app.runtime.store.audit_log(
+    rows = await Access(app.runtime.store).audit_log(
         target=target, limit=PAGE + 1, before=before, actor=actor, since=since
     )
     redactor = Redactor()
@@ -749,7 +755,7 @@ async def digest(app: App, run_id: str | None) -> str:
     """A short fingerprint of what the pages show; it changes when a run or the log does."""
     counts = await app.runtime.store.count_runs()
     recent = await app.runtime.store.list_runs(limit=50)
-    audit = await app.runtime.store.audit_log(limit=1)
+    audit = await Access(app.runtime.store).audit_log(limit=1)
     parts: list[Any] = [
         sorted(counts.items()),
         [(r.id, r.status, r.updated_at) for r in recent],

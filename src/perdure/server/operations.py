@@ -19,14 +19,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..agent.budget_sql import Budgets
 from ..errors import ConfigError, PerdureError, StoreError
+from ..triggers.changes_sql import Outbox
+from ..triggers.dead_sql import DeadMessages
+from ..triggers.schedule_sql import Schedules
 from .access import Principal, check_scopes, new_token_id, record
 from .access import create_token as _create_token
+from .access_sql import Access
 
 if TYPE_CHECKING:
     from ..app import App
     from ..engine.retention import GcReport
-    from ..store.base import RunRow, ScheduleRow
+    from ..store.base import RunRow
+    from ..triggers.schedule_sql import ScheduleRow
     from ..triggers.schedules import Schedule
 
 APPROVE_PREFIX = "event:approve:"
@@ -352,7 +358,7 @@ async def delete_schedule(app: App, who: Principal, name: str) -> None:
 
     async def do() -> None:
         await app.runtime.open_store()
-        if await app.runtime.store.get_schedule(name) is None:
+        if await Schedules(app.runtime.store).get_schedule(name) is None:
             raise PerdureError(f"no schedule named {name!r} (list them: perdure schedules ls)")
         await schedules.delete(app.runtime, name)
 
@@ -364,7 +370,7 @@ async def retry_table_changes(app: App, who: Principal, name: str) -> int:
 
     async def do() -> int:
         await app.runtime.open_store()
-        return await app.runtime.store.retry_changes(name)
+        return await Outbox(app.runtime.store).retry_changes(name)
 
     action = Action("table_change.retry", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -375,7 +381,7 @@ async def uninstall_table_trigger(app: App, who: Principal, name: str) -> int:
 
     async def do() -> int:
         await app.runtime.open_store()
-        return await app.runtime.store.uninstall_table_trigger(name)
+        return await Outbox(app.runtime.store).uninstall_table_trigger(name)
 
     action = Action("table_change.uninstall", f"table_change:{name}", "admin")
     return await perform(app, who, action, do)
@@ -386,7 +392,7 @@ async def forget_dead_message(app: App, who: Principal, trigger: str, message_id
 
     async def do() -> None:
         await app.runtime.open_store()
-        if not await app.runtime.store.forget_dead_message(trigger, message_id):
+        if not await DeadMessages(app.runtime.store).forget_dead_message(trigger, message_id):
             raise PerdureError(f"no dead message {message_id!r} of trigger {trigger!r} (list "
                                "them: perdure dead ls)")  # fmt: skip
 
@@ -428,7 +434,7 @@ async def set_budget(
             return await budgets.set_budget(app.runtime, agent, None)
         if not given:
             raise _no_limit_given(f"budget {agent}")
-        stored = await app.runtime.store.get_budget(agent)
+        stored = await Budgets(app.runtime.store).get_budget(agent)
         return await budgets.set_budget(app.runtime, agent, budgets.merged(agent, stored, given))
 
     return await perform(app, who, action, do, lambda woken: action.with_detail(woken=woken))
@@ -451,7 +457,7 @@ async def set_shared_budget(
             return await budgets.set_shared(app.runtime, name, None)
         if not given:
             raise _no_limit_given(f"budget --shared {name}")
-        stored = await app.runtime.store.get_shared_budget(name)
+        stored = await Budgets(app.runtime.store).get_shared_budget(name)
         return await budgets.set_shared(
             app.runtime, name, budgets.merged_shared(name, stored, given)
         )
@@ -479,7 +485,7 @@ async def revoke_token(app: App, who: Principal, token_id: str) -> None:
 
     async def do() -> None:
         await app.runtime.open_store()
-        if not await app.runtime.store.revoke_token(token_id, app.clock.now()):
+        if not await Access(app.runtime.store).revoke_token(token_id, app.clock.now()):
             raise PerdureError(f"{token_id}: no such active token (list them: perdure token ls)")
 
     await perform(app, who, Action("token.revoke", f"token:{token_id}", "admin"), do)

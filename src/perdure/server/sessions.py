@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .access import Principal, address_of, digest
+from .access_sql import Access
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -41,7 +42,7 @@ async def start(app: App, who: Principal, policy: SessionPolicy) -> str:
     """A new session for the holder of token `who`: the id to set as the cookie."""
     session = SESSION_PREFIX + secrets.token_urlsafe(32)
     now = app.clock.now()
-    await app.runtime.store.add_session(
+    await Access(app.runtime.store).add_session(
         digest(session), who.token_id, now, now - 2 * policy.absolute
     )
     return session
@@ -56,15 +57,15 @@ async def holder(
     if not session.startswith(SESSION_PREFIX):
         return None
     key = digest(session)
-    row = await app.runtime.store.find_session(key)
+    row = await Access(app.runtime.store).find_session(key)
     if row is None:
         return None
     now = app.clock.now()
     if now - row.seen_at > policy.idle or now - row.created_at > policy.absolute:
-        await app.runtime.store.end_session(key, now)
+        await Access(app.runtime.store).end_session(key, now)
         return None
     if touch and now - row.seen_at >= TOUCH_EVERY:
-        await app.runtime.store.touch_session(key, now)
+        await Access(app.runtime.store).touch_session(key, now)
     return Principal(row.name, frozenset(row.scopes.split()), row.token_id)
 
 
@@ -83,4 +84,4 @@ async def request_holder(
 
 async def end(app: App, session: str) -> None:
     """Sign out: the session is ended for good (a copy of its cookie no longer works)."""
-    await app.runtime.store.end_session(digest(session), app.clock.now())
+    await Access(app.runtime.store).end_session(digest(session), app.clock.now())

@@ -1,5 +1,5 @@
-"""The rows a store moves: runs, journal entries, events, blobs, schedules (its protocol,
-by role, is in roles.py; `Store` is re-exported here).
+"""The rows a store moves: runs, journal entries, events, blobs (its protocol, by role, is
+in roles.py; `Store` is re-exported here).
 
 A store knows nothing of Python callables; it keeps rows and enforces the
 invariants the engine relies on (gap-free journal sequence, one final entry per
@@ -254,52 +254,3 @@ class LeaseState:
     pause_requested: bool
     hold: bool = False  # its workflow or this worker is paused: stop at the next step, release
     abort: bool = False  # paused with `now`: cut off its abortable calls in flight
-
-
-@dataclass(slots=True)
-class ScheduleRow:
-    """A schedule as stored: what it starts, when, its policies, and its next due tick."""
-
-    name: str
-    workflow: str
-    cron: str | None = None  # a cron expression in `tz`, or None with `every`
-    every: float | None = None  # seconds between ticks (aligned to the Unix epoch)
-    tz: str = "UTC"
-    input: str = '{"args":[],"kwargs":{}}'  # the task spec every run receives (JSON)
-    catchup: str = "latest"  # skip | latest | all
-    catchup_limit: int = 10  # `all` fires at most this many missed ticks
-    overlap: str = "skip"  # skip | queue | allow | cancel_previous
-    jitter: float = 0.0  # seconds; each tick fires within [t, t + jitter)
-    grace: float = 60.0  # a tick handled this late is still on time; later ones are missed
-    paused: bool = False
-    next_fire: float | None = None  # the first tick not handled yet
-    source: str = "code"  # code (declared in the app) | api (added by CLI or API)
-    created_at: float = 0.0
-    updated_at: float = 0.0
-
-
-@dataclass(slots=True)
-class TickRow:
-    """What became of one tick: fired (run_id), skipped, missed or queued, and why."""
-
-    schedule: str
-    fire_at: float
-    status: str
-    run_id: str | None = None
-    reason: str | None = None
-    at: float = 0.0
-
-
-@dataclass(slots=True)
-class ScheduleAdvance:
-    """One scheduler step for one schedule, applied only if `next_fire` is still `expected`
-    (so among many workers exactly one handles each tick): record ticks, start runs,
-    cancel runs, move `next_fire` on."""
-
-    name: str
-    expected: float | None
-    next_fire: float | None
-    now: float
-    ticks: list[TickRow] = field(default_factory=list)
-    new_runs: list[NewRun] = field(default_factory=list)
-    cancel: list[str] = field(default_factory=list)

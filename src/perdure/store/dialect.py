@@ -2,13 +2,16 @@
 
 The store's statements are written once, with `?` placeholders and the subset
 of SQL that SQLite and PostgreSQL share (`RETURNING`, `ON CONFLICT`, partial
-indexes); a dialect adapts placeholders, integrity errors and row locking.
+indexes); a dialect adapts placeholders, integrity errors, row locking and the
+column types of migration scripts. On PostgreSQL every table is named with its
+schema: the core's below, an extension's once it declares them (`add_tables`).
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
@@ -33,6 +36,7 @@ class Db:
     # journal itself, so a step's write changes no page of the runs table.
     tail_on_run = False
     channel = ""  # the NOTIFY channel (PostgreSQL)
+    schema = "main"  # where the store's tables are (SQLite: the store's own file)
 
     def __init__(self, conn: Any) -> None:
         self.raw = conn  # handed to transactional steps as `current_step().db`
@@ -58,15 +62,72 @@ class Db:
     def lock_queue(self, name: str) -> None:
         """Serialise claims that count a limited queue (SQLite's BEGIN IMMEDIATE already does)."""
 
+    def lock_schema(self) -> None:
+        """Serialise migrations of the store's schema, whichever process runs them, until the
+        transaction ends (SQLite's BEGIN IMMEDIATE already does)."""
+
+    def statements(self, script: str) -> list[str]:
+        """A migration script's statements for this database: split on `;`, each marked
+        `/*sqlite*/` or `/*postgres*/` kept for that database only."""
+        kept = (
+            _for_dialect(part.strip(), self.dialect) for part in self.translate(script).split(";")
+        )
+        return [text for text in kept if text]
+
+    def translate(self, script: str) -> str:
+        """A migration script (written for SQLite) in this database's column types."""
+        return script
+
+    def server_time(self) -> float | None:
+        """The database server's clock in epoch seconds; None where there is no server
+        (SQLite: a file, on one host)."""
+        return None
+
+
+def server_time(db: Db) -> float | None:
+    """`db.server_time()`, as a function of the connection (`Store.run_sql(server_time, ...)`)."""
+    return db.server_time()
+
+
+def _for_dialect(statement: str, dialect: str) -> str:
+    """A statement marked `/*sqlite*/` or `/*postgres*/` runs on that database only."""
+    for name in ("sqlite", "postgres"):
+        tag = f"/*{name}*/"
+        if statement.startswith(tag):
+            return statement[len(tag) :].strip() if name == dialect else ""
+    return statement
+
+
+def for_postgres(script: str) -> str:
+    """A migration script written for SQLite, in PostgreSQL's types."""
+    script = re.sub(r"\bREAL\b", "DOUBLE PRECISION", script)
+    script = script.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+    return script.replace(") WITHOUT ROWID", ")")
+
 
 ENDED = "ended"  # the payload of a notification that a run ended and nothing else
 
-_TABLES = re.compile(
-    r"\b(runs|journal|events|blobs|perdure_meta|schedules|schedule_ticks|pauses|agent_usage|"
-    r"agent_budgets|agent_memory|agent_notes|api_tokens|audit_log|workers|dashboard_sessions|"
-    r"run_streams|agent_reservations|agent_budget_waits|agent_specs|budget_pools|"
-    r"table_changes|dead_messages|agent_session_items)\b"
-)
+_names = ["runs", "journal", "events", "blobs", "perdure_meta", "pauses", "workers", "run_streams"]
+_TABLES = re.compile(rf"\b({'|'.join(_names)})\b")
+_adding = threading.Lock()
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def add_tables(names: Iterable[str]) -> None:
+    """Name these tables (an extension's) with the store's schema on PostgreSQL as well."""
+    global _TABLES
+    with _adding:
+        new = [n for n in names if n not in _names]
+        if not new:
+            return
+        for name in new:
+            if not _IDENTIFIER.fullmatch(name):
+                raise ValueError(
+                    f"table name {name!r}: use lower-case letters, digits, underscores"
+                )
+        _names.extend(new)
+        _TABLES = re.compile(rf"\b({'|'.join(_names)})\b")
+        _pyformat.cache_clear()
 
 
 @lru_cache(maxsize=1024)
@@ -114,6 +175,17 @@ class PostgresDb(Db):
 
     def notifying(self, ended: bool = False) -> tuple[str, tuple[str, ...]]:
         return " RETURNING pg_notify(?, ?)", (self.channel, ENDED if ended else "")
+
+    def lock_schema(self) -> None:
+        # the key the store's own migration takes too (postgres.py)
+        self.raw.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+
+    def translate(self, script: str) -> str:
+        return for_postgres(script)
+
+    def server_time(self) -> float | None:
+        row = self.raw.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()
+        return float(row[0])
 
     def lock_queue(self, name: str) -> None:
         key = f"perdure-queue:{self.schema}:{name}"

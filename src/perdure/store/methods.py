@@ -14,18 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from . import (
-    access_sql,
-    agent_session_sql,
-    agent_sql,
-    changes_sql,
-    dead_sql,
-    retention,
-    schedule_sql,
-    sqlops,
-    stream_sql,
-    workers_sql,
-)
+from . import retention, sqlops, stream_sql, workers_sql
 from .base import Append
 from .batching import Op
 from .dialect import Db
@@ -181,97 +170,5 @@ class WorkerMethods:
 
     worker_beat = writes(workers_sql.beat)
     worker_register = writes(workers_sql.register)
-    worker_stopped = writes(workers_sql.stopped)
     list_workers = reads(workers_sql.list_workers)
     release_worker = writes(workers_sql.release_worker)
-
-
-class ScheduleMethods:
-    """roles.Schedules."""
-
-    put_schedule = writes(schedule_sql.put_schedule)
-    get_schedule = reads(schedule_sql.get_schedule)
-    list_schedules = reads(schedule_sql.list_schedules)
-    due_schedules = reads(schedule_sql.due_schedules)
-    next_schedule_fire = reads(schedule_sql.next_schedule_fire)
-    advance_schedule = writes(schedule_sql.advance)
-    schedule_ticks = reads(schedule_sql.ticks)
-    set_schedule_paused = writes(schedule_sql.set_paused)
-    delete_schedule = writes(schedule_sql.delete)
-    active_runs = reads(schedule_sql.active_runs)
-
-
-class BudgetMethods:
-    """roles.Budgets: usage per model call, budgets and their reservations."""
-
-    record_usage = writes(agent_sql.record_usage)
-    spent = reads(agent_sql.spent)
-    run_spent = reads(agent_sql.run_spent)
-    usage = reads(agent_sql.usage)
-    get_budget = reads(agent_sql.get_budget)
-    put_budget = writes(agent_sql.put_budget)
-    clear_budget = writes(agent_sql.clear_budget)
-    declare_agent = writes(agent_sql.declare_agent)
-    declared_agent = reads(agent_sql.declared_agent)
-    reserve = writes(agent_sql.reserve)
-    settle = writes(agent_sql.settle)
-    release_reservation = writes(agent_sql.release)
-    reservations = reads(agent_sql.reservations)
-    budget_parked = reads(agent_sql.parked)
-    budget_unpark = writes(agent_sql.unpark)
-    pool_spent = reads(agent_sql.pool_spent)
-    get_shared_budget = reads(agent_sql.get_shared_budget)
-    put_shared_budget = writes(agent_sql.put_shared_budget)
-    clear_shared_budget = writes(agent_sql.clear_shared_budget)
-    declared_agents = reads(agent_sql.declared_agents)
-
-
-class MemoryMethods:
-    """roles.Memory: an agent's long-term memory and progress notes."""
-
-    remember = writes(agent_sql.remember)
-    recall = reads(agent_sql.recall)
-    get_notes = reads(agent_sql.get_notes)
-    add_note = writes(agent_sql.add_note)
-    put_notes = writes(agent_sql.put_notes)
-
-
-class AccessMethods:
-    """roles.Access: API tokens, dashboard sessions, the audit log."""
-
-    add_token = writes(access_sql.add_token)
-    find_token = reads(access_sql.find_token)
-    list_tokens = reads(access_sql.list_tokens)
-    revoke_token = writes(access_sql.revoke_token)
-    add_session = writes(access_sql.add_session)
-    find_session = reads(access_sql.find_session)
-    touch_session = writes(access_sql.touch_session)
-    end_session = writes(access_sql.end_session)
-    audit = writes(access_sql.audit)
-    audit_log = reads(access_sql.audit_log)
-
-
-class SessionMethods:
-    """roles.Sessions: agent sessions' items, for callers outside a run."""
-
-    agent_session_items = reads(agent_session_sql.items)
-    agent_session_add = writes(agent_session_sql.add)
-    agent_session_pop = writes(agent_session_sql.pop)
-    agent_session_clear = writes(agent_session_sql.clear)
-
-
-class MessageMethods:
-    """roles.Messages: dead broker messages."""
-
-    add_dead_message = writes(dead_sql.add_dead)
-    dead_messages = reads(dead_sql.list_dead)
-    forget_dead_message = writes(dead_sql.forget_dead)
-
-
-class TableChangeMethods:
-    """roles.TableChanges: the outbox (the triggers' DDL is each store's own)."""
-
-    take_changes = writes(changes_sql.take)
-    change_counts = reads(changes_sql.pending_counts)
-    has_changes = reads(changes_sql.has_changes)
-    retry_changes = writes(changes_sql.retry_refused)

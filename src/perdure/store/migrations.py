@@ -1,16 +1,21 @@
-"""Schema migrations: an ordered list of scripts and the version recorded in the store.
+"""Schema migrations of the core tables: an ordered list of scripts and the version recorded
+in the store.
 
 Version N of the schema is what the first N scripts build. A store whose
 recorded version is above `LATEST` was written by a newer perdure: opening it
-raises `SchemaVersionError` and changes nothing.
+raises `SchemaVersionError` and changes nothing. An extension's tables have
+migrations and a version row of their own (extensions.py); the scripts that once
+made them here are left empty, so the numbers keep their meaning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 
 from ..errors import SchemaVersionError
 from .dialect import Db
+
+MOVED = ""  # a script whose tables an extension now makes (its `legacy` names the number)
 
 MIGRATIONS: list[str] = [
     # 1: runs, journal, events, blobs
@@ -85,40 +90,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN started_at REAL;
     CREATE INDEX runs_by_queue ON runs (queue, status)
     """,
-    # 4: schedules and their ticks (each tick fired, skipped, missed or queued, with why);
-    # an event's dedup key (the same event delivered twice reaches a run once);
-    # pauses of whole workflows or workers (claims skip them)
+    # 4: an event's dedup key (the same event delivered twice reaches a run once); pauses of
+    # whole workflows or workers (claims skip them). (Schedules and their ticks, made here
+    # before, are triggers/schedule_sql.py's.)
     """
-    CREATE TABLE schedules (
-        name          TEXT PRIMARY KEY,
-        workflow      TEXT NOT NULL,
-        cron          TEXT,
-        every         REAL,
-        tz            TEXT NOT NULL DEFAULT 'UTC',
-        input         TEXT NOT NULL DEFAULT '{"args":[],"kwargs":{}}',
-        catchup       TEXT NOT NULL DEFAULT 'latest',
-        catchup_limit INTEGER NOT NULL DEFAULT 10,
-        overlap       TEXT NOT NULL DEFAULT 'skip',
-        jitter        REAL NOT NULL DEFAULT 0,
-        grace         REAL NOT NULL DEFAULT 60,
-        paused        INTEGER NOT NULL DEFAULT 0,
-        next_fire     REAL,
-        source        TEXT NOT NULL DEFAULT 'code',
-        created_at    REAL NOT NULL,
-        updated_at    REAL NOT NULL
-    );
-    CREATE INDEX schedules_due ON schedules (next_fire) WHERE paused = 0;
-    CREATE TABLE schedule_ticks (
-        schedule  TEXT NOT NULL,
-        fire_at   REAL NOT NULL,
-        status    TEXT NOT NULL,
-        run_id    TEXT,
-        reason    TEXT,
-        at        REAL NOT NULL,
-        PRIMARY KEY (schedule, fire_at)
-    );
-    CREATE INDEX schedule_ticks_queued ON schedule_ticks (schedule, fire_at)
-        WHERE status = 'queued';
     ALTER TABLE events ADD COLUMN dedup_key TEXT;
     CREATE UNIQUE INDEX events_dedup ON events (run_id, dedup_key) WHERE dedup_key IS NOT NULL;
     CREATE TABLE pauses (
@@ -128,70 +103,8 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (scope, name)
     )
     """,
-    # 5: agents: model usage per call (budgets, `perdure usage`), budgets, long-term memory
-    # with full-text search (FTS5 on SQLite, a tsvector on PostgreSQL), progress notes
-    """
-    CREATE TABLE agent_usage (
-        run_id        TEXT NOT NULL,
-        position      INTEGER NOT NULL,
-        agent         TEXT NOT NULL,
-        model         TEXT NOT NULL,
-        input_tokens  INTEGER NOT NULL,
-        output_tokens INTEGER NOT NULL,
-        cost          REAL NOT NULL,
-        at            REAL NOT NULL,
-        PRIMARY KEY (run_id, position)
-    );
-    CREATE INDEX agent_usage_by_agent ON agent_usage (agent, at);
-    CREATE TABLE agent_budgets (
-        agent           TEXT PRIMARY KEY,
-        tokens_per_hour INTEGER,
-        tokens_per_day  INTEGER,
-        cost_per_hour   REAL,
-        cost_per_day    REAL,
-        updated_at      REAL NOT NULL
-    );
-    CREATE TABLE agent_memory (
-        id      INTEGER PRIMARY KEY AUTOINCREMENT,
-        agent   TEXT NOT NULL,
-        text    TEXT NOT NULL,
-        tags    TEXT NOT NULL DEFAULT '',
-        run_id  TEXT,
-        at      REAL NOT NULL
-    );
-    CREATE INDEX agent_memory_by_agent ON agent_memory (agent, id);
-    /*sqlite*/ CREATE VIRTUAL TABLE agent_memory_fts
-        USING fts5(text, tags, agent UNINDEXED, memory_id UNINDEXED);
-    /*postgres*/ ALTER TABLE agent_memory ADD COLUMN tsv tsvector
-        GENERATED ALWAYS AS (to_tsvector('simple', text || ' ' || tags)) STORED;
-    /*postgres*/ CREATE INDEX agent_memory_search ON agent_memory USING gin (tsv);
-    CREATE TABLE agent_notes (
-        agent   TEXT PRIMARY KEY,
-        notes   TEXT NOT NULL,
-        run_id  TEXT,
-        at      REAL NOT NULL
-    )
-    """,
-    # 6: access control: API tokens (stored hashed) and the append-only audit log
-    """
-    CREATE TABLE api_tokens (
-        id          TEXT PRIMARY KEY,
-        name        TEXT NOT NULL,
-        hash        TEXT NOT NULL UNIQUE,
-        scopes      TEXT NOT NULL,
-        created_at  REAL NOT NULL,
-        revoked_at  REAL
-    );
-    CREATE TABLE audit_log (
-        id       INTEGER PRIMARY KEY AUTOINCREMENT,
-        at       REAL NOT NULL,
-        actor    TEXT NOT NULL,
-        action   TEXT NOT NULL,
-        target   TEXT NOT NULL,
-        detail   TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX audit_by_target ON audit_log (target, id)
-    """,
+    MOVED,  # 5: agents' usage, budgets, memory and notes (agent/budget_sql.py, memory_sql.py)
+    MOVED,  # 6: API tokens and the audit log (server/access_sql.py)
     # 7: workers say who and where they are (host, pid) and that they are alive, busy or idle
     """
     CREATE TABLE workers (
@@ -206,26 +119,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX workers_by_heartbeat ON workers (heartbeat_at)
     """,
-    # 8: the audit log says how each action ended (ok, refused, failed) and why, and is
-    # searched by actor; rows written before were all of actions that succeeded
-    """
-    ALTER TABLE audit_log ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';
-    ALTER TABLE audit_log ADD COLUMN reason TEXT NOT NULL DEFAULT '';
-    CREATE INDEX audit_by_actor ON audit_log (actor, id)
-    """,
-    # 9: dashboard sign-ins are server-side sessions (only the session id's hash is kept):
-    # ended on sign-out, dead with their token, expired by the server's idle/absolute limits
-    """
-    CREATE TABLE dashboard_sessions (
-        hash        TEXT PRIMARY KEY,
-        token_id    TEXT NOT NULL,
-        created_at  REAL NOT NULL,
-        seen_at     REAL NOT NULL,
-        ended_at    REAL
-    );
-    CREATE INDEX sessions_by_token ON dashboard_sessions (token_id);
-    CREATE INDEX sessions_by_seen ON dashboard_sessions (seen_at)
-    """,
+    MOVED,  # 8: the audit log's outcome and reason (server/access_sql.py)
+    MOVED,  # 9: dashboard sessions (server/access_sql.py)
     # 10: a run remembers the key of the last fenced write that landed, so a worker whose
     # connection died mid-commit can tell, once the store is back, whether it did
     """
@@ -257,106 +152,16 @@ MIGRATIONS: list[str] = [
     ALTER TABLE workers ADD COLUMN lock_key INTEGER;
     ALTER TABLE workers ADD COLUMN lock_server REAL
     """,
-    # 14 (budgets): a model call reserves its worst case
-    # against the agent's budget before it is sent; the row is the call's durable intent
-    # (tier, model, estimate), settled into agent_usage when the reply comes, kept as
-    # 'unknown' (its estimate counted) when the call was cut off. Runs parked for budget
-    # wait in agent_budget_waits, in the order they parked, with what they asked for.
-    # agent_specs: each agent a worker serves, with its spec's [budget] (JSON).
+    MOVED,  # 14: budget reservations, parked runs, agents' specs (agent/budget_sql.py)
+    # 15 (pause --now; issue 15): a workflow or worker paused with `now` (a run's own is
+    # runs.pause_requested = 2): its workers cut off the abortable calls in flight. (Shared
+    # budgets, made here before, are agent/budget_sql.py's.)
     """
-    CREATE TABLE agent_reservations (
-        run_id    TEXT NOT NULL,
-        position  INTEGER NOT NULL,
-        attempt   INTEGER NOT NULL,
-        agent     TEXT NOT NULL,
-        tier      TEXT NOT NULL,
-        model     TEXT NOT NULL,
-        tokens    INTEGER NOT NULL,
-        cost      REAL NOT NULL,
-        state     TEXT NOT NULL,
-        at        REAL NOT NULL,
-        PRIMARY KEY (run_id, position, attempt)
-    );
-    CREATE INDEX agent_reservations_by_agent ON agent_reservations (agent, state, at);
-    CREATE TABLE agent_budget_waits (
-        run_id    TEXT PRIMARY KEY,
-        agent     TEXT NOT NULL,
-        tokens    INTEGER NOT NULL,
-        cost      REAL NOT NULL,
-        at        REAL NOT NULL
-    );
-    CREATE INDEX agent_budget_waits_by_agent ON agent_budget_waits (agent, at);
-    CREATE TABLE agent_specs (
-        agent   TEXT PRIMARY KEY,
-        budget  TEXT NOT NULL,
-        at      REAL NOT NULL
-    )
+    ALTER TABLE pauses ADD COLUMN abort INTEGER NOT NULL DEFAULT 0
     """,
-    # 15 (pause --now, shared budgets; issue 15). pauses.abort: a workflow or
-    # worker paused with `now` (a run's own is runs.pause_requested = 2): its workers cut
-    # off the abortable calls in flight. budget_pools: a named budget several agents share
-    # ([budget] shared = NAME in their specs), per rolling hour/day; the pool each call
-    # counts against is kept with its reservation and its usage.
-    """
-    ALTER TABLE pauses ADD COLUMN abort INTEGER NOT NULL DEFAULT 0;
-    CREATE TABLE budget_pools (
-        name            TEXT PRIMARY KEY,
-        tokens_per_hour INTEGER,
-        tokens_per_day  INTEGER,
-        cost_per_hour   REAL,
-        cost_per_day    REAL,
-        updated_at      REAL NOT NULL
-    );
-    ALTER TABLE agent_usage ADD COLUMN pool TEXT;
-    ALTER TABLE agent_reservations ADD COLUMN pool TEXT;
-    CREATE INDEX agent_usage_by_pool ON agent_usage (pool, at);
-    CREATE INDEX agent_reservations_by_pool ON agent_reservations (pool, at)
-    """,
-    # 16 (table changes): the transactional outbox of `App.on_table_change`. A trigger
-    # perdure installs on a user's table writes one row per change in the user's own
-    # transaction; a worker turns each row into one run and deletes it in one transaction.
-    # A row that cannot become a run is kept with the reason (`refused`).
-    """
-    CREATE TABLE table_changes (
-        id            INTEGER PRIMARY KEY AUTOINCREMENT,
-        trigger_name  TEXT NOT NULL,
-        op            TEXT NOT NULL,
-        tbl           TEXT NOT NULL,
-        pk            TEXT,
-        new_row       TEXT,
-        old_row       TEXT,
-        at            REAL NOT NULL,
-        refused       TEXT,
-        refused_at    REAL
-    );
-    CREATE INDEX table_changes_pending ON table_changes (trigger_name, id) WHERE refused IS NULL
-    """,
-    # 17 (brokers): a broker message that can start no run (not JSON, refused by the
-    # workflow's input check, over the payload limit), kept with the reason once per
-    # (trigger, message id) and acknowledged, so the broker stops redelivering it
-    """
-    CREATE TABLE dead_messages (
-        trigger     TEXT NOT NULL,
-        message_id  TEXT NOT NULL,
-        kind        TEXT NOT NULL,
-        reason      TEXT NOT NULL,
-        body        TEXT NOT NULL,
-        size        INTEGER NOT NULL,
-        at          REAL NOT NULL,
-        PRIMARY KEY (trigger, message_id)
-    );
-    CREATE INDEX dead_messages_by_at ON dead_messages (at)
-    """,
-    # 18: agent sessions: a framework's conversation history under a session id, in order
-    """
-    CREATE TABLE agent_session_items (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id  TEXT NOT NULL,
-        item        TEXT NOT NULL,
-        at          REAL NOT NULL
-    );
-    CREATE INDEX agent_session_items_by_session ON agent_session_items (session_id, id)
-    """,
+    MOVED,  # 16: the table-change outbox (triggers/changes_sql.py)
+    MOVED,  # 17: dead broker messages (triggers/dead_sql.py)
+    MOVED,  # 18: agent sessions' items (integrations/agent_session_sql.py)
     # 19 (SQLite): runs_by_parent holds child runs only, so a run with no parent (most)
     # writes no page of it when created: one WAL frame fewer per start. Lookups by parent
     # (`parent_id = ?`, `IN`) imply NOT NULL and still use it. PostgreSQL keeps its index.
@@ -370,6 +175,13 @@ MIGRATIONS: list[str] = [
     # then move only on PostgreSQL, and last_append for writes with no entries).
     """
     /*sqlite*/ALTER TABLE journal ADD COLUMN write_key TEXT
+    """,
+    # 21: each extension keeps its own tables and version row from here. What the store's
+    # version was before (if it had one) tells which of an extension's tables perdure
+    # made here once (the extension's `legacy`): kept, not made again.
+    """
+    INSERT INTO perdure_meta (key, value)
+        SELECT 'legacy_version', value FROM perdure_meta WHERE key = 'schema_version'
     """,
 ]
 
@@ -388,12 +200,7 @@ def recorded_version(db: Db, where: str) -> int:
     return version
 
 
-def apply(
-    db: Db,
-    where: str,
-    translate: Callable[[str], str] = lambda script: script,
-    dialect: str = "sqlite",
-) -> int:
+def apply(db: Db, where: str) -> int:
     """Bring the schema `db` reaches up to LATEST inside the caller's transaction.
 
     Returns the version found. Raises SchemaVersionError, changing nothing, if the
@@ -401,23 +208,22 @@ def apply(
     """
     db.execute("CREATE TABLE IF NOT EXISTS perdure_meta (key TEXT PRIMARY KEY, value TEXT)")
     version = recorded_version(db, where)
-    for script in MIGRATIONS[version:]:
-        for statement in translate(script).split(";"):
-            text = _for_dialect(statement.strip(), dialect)
-            if text:
-                db.execute(text)
-    db.execute(
-        "INSERT INTO perdure_meta (key, value) VALUES ('schema_version', ?) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (str(LATEST),),
-    )
+    run_scripts(db, MIGRATIONS[version:])
+    record(db, "schema_version", LATEST)
     return version
 
 
-def _for_dialect(statement: str, dialect: str) -> str:
-    """A statement marked `/*sqlite*/` or `/*postgres*/` runs on that database only."""
-    for name in ("sqlite", "postgres"):
-        tag = f"/*{name}*/"
-        if statement.startswith(tag):
-            return statement[len(tag) :].strip() if name == dialect else ""
-    return statement
+def run_scripts(db: Db, scripts: Sequence[str]) -> None:
+    """Run migration scripts in order, each in `db`'s dialect."""
+    for script in scripts:
+        for statement in db.statements(script):
+            db.execute(statement)
+
+
+def record(db: Db, key: str, version: int) -> None:
+    """Keep `version` as the schema version under `key` in perdure_meta."""
+    db.execute(
+        "INSERT INTO perdure_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, str(version)),
+    )

@@ -25,9 +25,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
 from ..extras import require_extra
-from . import changes_sql, migrations
+from . import migrations
 from .batching import Op
-from .changes_sql import TableTrigger
 from .dialect import ENDED, Db, PostgresDb
 from .pg_session import SessionLock
 from .threaded import ThreadedStore
@@ -35,13 +34,6 @@ from .workers_sql import WorkerRow, sessions_gone
 
 T = TypeVar("T")
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-def for_postgres(script: str) -> str:
-    """A migration script written for SQLite, in PostgreSQL's types."""
-    script = re.sub(r"\bREAL\b", "DOUBLE PRECISION", script)
-    script = script.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
-    return script.replace(") WITHOUT ROWID", ")")
 
 
 def redact(url: str) -> str:
@@ -69,7 +61,6 @@ class PostgresStore(ThreadedStore):
 
     thread_name = "perdure-postgres"
     fused_appends = True
-    server_clock = True
 
     def __init__(self, url: str, *, schema: str | None = None) -> None:
         require_extra("postgres", "the PostgreSQL store")
@@ -223,47 +214,30 @@ class PostgresStore(ThreadedStore):
             except Exception:  # a listener must never stop the notifications
                 logging.getLogger("perdure.store").exception("change listener failed")
 
-    # -- triggers on users' tables: DDL on a connection of its own, never the store thread's
+    # -- run_sql(apart=True): on a connection of its own, never the store thread's
 
-    async def install_table_trigger(self, trigger: TableTrigger) -> bool:
-        return await self._ddl(
-            trigger.name, lambda conn: changes_sql.install_pg(conn, self.schema, trigger)
-        )
-
-    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
-        return await self._ddl(
-            trigger.name, lambda conn: changes_sql.state_pg(conn, self.schema, trigger)
-        )
-
-    async def uninstall_table_trigger(self, trigger: str) -> int:
-        return await self._ddl(
-            trigger, lambda conn: changes_sql.uninstall_pg(conn, self.schema, trigger)
-        )
-
-    async def _ddl(self, name: str, fn: Callable[[Any], T]) -> T:
-        """Run `fn` on a pool connection in a thread: a trigger's DDL may wait for the user's
-        table, and must not hold up the store thread's commits meanwhile."""
+    async def _apart(self, fn: Callable[[Db], T], write: bool) -> T:
+        """Run `fn` on a pool connection in a thread, in a transaction of its own if it
+        writes: it may wait for a user's table (a trigger's DDL), and must not hold up the
+        store thread's commits meanwhile."""
         import psycopg
 
         def call() -> T:
             conn = self._connect()
             try:
-                return fn(conn)
+                if not write:
+                    return fn(self._db(conn))
+                with conn.transaction():
+                    return fn(self._db(conn))
             finally:
                 self._disconnect(conn)
 
         try:
             return await asyncio.to_thread(call)
-        except psycopg.errors.LockNotAvailable:
-            raise StoreError(
-                f"table change trigger {name!r}: its table stayed locked for "
-                f"{changes_sql.LOCK_TIMEOUT} (a long transaction holds it); try again"
-            ) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise StoreUnavailable(f"store {self.url} unreachable ({exc})") from None
         except psycopg.Error as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ConfigError(f"table change trigger {name!r}: {first}") from None
+            raise StoreError(f"store {self.url}: {exc}") from None
 
     def start(self) -> None:
         """Start the store thread, then the listener for other processes' notifications.
@@ -342,10 +316,12 @@ class PostgresStore(ThreadedStore):
         )
         return gone
 
-    async def worker_stopped(self, worker_id: str, now: float) -> None:
-        await super().worker_stopped(worker_id, now)
-        with self._lock:
-            holder = self._sessions.pop(worker_id, None)
+    async def worker_beat(self, row: WorkerRow) -> None:
+        await super().worker_beat(row)
+        if row.stopped_at is None:
+            return
+        with self._lock:  # a worker stopped: its session ends with it
+            holder = self._sessions.pop(row.id, None)
         if holder is not None:
             holder.stop()
 
@@ -378,9 +354,7 @@ class PostgresStore(ThreadedStore):
             # one migrator at a time per schema, whichever host it runs on
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            migrations.apply(
-                db, f"{self.url} (schema {self.schema})", for_postgres, dialect="postgres"
-            )
+            migrations.apply(db, f"{self.url} (schema {self.schema})")
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):  # a lost connection: the error that lost it

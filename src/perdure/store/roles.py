@@ -1,27 +1,21 @@
 """The store protocol, split by role: type against the role a caller needs.
 
 `Store` is every role together, what a store implements. Each role is small and
-moves rows, ids and bytes only; every method is safe across processes. The SQL
-stores implement them with the tables of methods.py (tests/store checks that
-each table's SQL function takes exactly its role's parameters).
+moves rows, ids and bytes only, never a Python callable; every method is safe
+across processes. The SQL stores implement them with the tables of methods.py
+(tests/store checks that each table's SQL function takes exactly its role's
+parameters). An extension's tables are not here: it reaches them through
+`Store.run_sql`, the one method that takes a function (store/extensions.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from .access_sql import AuditRow, SessionRow, TokenRow
-    from .agent_sql import (
-        Budget,
-        Limit,
-        MemoryRow,
-        Refusal,
-        Reservation,
-        SharedBudget,
-        UsageRow,
-    )
     from .base import (
         Append,
         AppendResult,
@@ -34,12 +28,9 @@ if TYPE_CHECKING:
         NewRun,
         QueueSpec,
         RunRow,
-        ScheduleAdvance,
-        ScheduleRow,
-        TickRow,
     )
-    from .changes_sql import Build, TableTrigger, Taken
-    from .dead_sql import DeadMessage
+    from .dialect import Db
+    from .extensions import Extension
     from .stream_sql import StreamRow
     from .workers_sql import WorkerRow
 
@@ -112,18 +103,19 @@ class Leases(Protocol):
         self, scope: str, name: str, paused: bool, now: float, abort: bool = False
     ) -> bool: ...
     async def list_pauses(self) -> list[tuple[str, str, float]]: ...
-    # the server's own clock, in epoch seconds (None: the store has no server, e.g. SQLite)
-    async def server_time(self) -> float | None: ...
 
 
 class Workers(Protocol):
     """The worker registry: who and where workers are, when last alive, and proof of death."""
 
+    # alive now with `row.running` runs, or (`row.stopped_at` set) stopped
     async def worker_beat(self, row: WorkerRow) -> None: ...
+    # `row` under its id, unless a worker holds it: that one's row (None: registered); the
+    # holder is replaced only if it is still the life `replaces` describes (one the caller
+    # judged stopped or dead)
     async def worker_register(
-        self, row: WorkerRow, reusable: Callable[[WorkerRow], bool]
+        self, row: WorkerRow, replaces: WorkerRow | None = None
     ) -> WorkerRow | None: ...
-    async def worker_stopped(self, worker_id: str, now: float) -> None: ...
     async def list_workers(self, since: float) -> list[WorkerRow]: ...
     # proof of death: leases of a dead worker's life handed back (if the registry still
     # shows that life); a session lock held for a worker's life, and the workers whose
@@ -133,138 +125,31 @@ class Workers(Protocol):
     async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]: ...
 
 
-class Schedules(Protocol):
-    """Schedules as rows (perdure.triggers.schedules decides; the store applies, atomically)."""
-
-    async def put_schedule(self, row: ScheduleRow, *, replace_state: bool) -> ScheduleRow: ...
-    async def get_schedule(self, name: str) -> ScheduleRow | None: ...
-    async def list_schedules(self) -> list[ScheduleRow]: ...
-    async def due_schedules(self, now: float) -> list[ScheduleRow]: ...
-    async def next_schedule_fire(self) -> float | None: ...
-    async def advance_schedule(self, advance: ScheduleAdvance) -> bool: ...
-    async def schedule_ticks(
-        self, name: str, *, statuses: Sequence[str] = (), limit: int = 50
-    ) -> list[TickRow]: ...
-    async def set_schedule_paused(
-        self, name: str, paused: bool, now: float, next_fire: float | None
-    ) -> ScheduleRow: ...
-    async def delete_schedule(self, name: str) -> bool: ...
-    async def active_runs(self, id_prefix: str) -> list[RunRow]: ...
+ROLES = (Runs, Streams, Leases, Workers)
 
 
-class Budgets(Protocol):
-    """Agents' spending: usage per model call, budgets, reservations and parked runs."""
-
-    async def record_usage(self, row: UsageRow) -> bool: ...
-    async def spent(self, agent: str, since: float) -> tuple[int, float]: ...
-    async def run_spent(self, run_id: str) -> tuple[int, float]: ...
-    async def usage(self, agent: str | None, since: float) -> list[UsageRow]: ...
-    async def get_budget(self, agent: str) -> Budget | None: ...
-    async def put_budget(self, budget: Budget, now: float) -> None: ...
-    async def clear_budget(self, agent: str) -> bool: ...
-    async def declare_agent(self, agent: str, spec_budget: str, now: float) -> None: ...
-    async def declared_agent(self, agent: str) -> str | None: ...
-    async def reserve(
-        self, reservation: Reservation, limits: list[Limit], now: float
-    ) -> Refusal | None: ...
-    async def settle(self, reservation: Reservation, usage: UsageRow | None) -> bool: ...
-    async def release_reservation(self, reservation: Reservation, state: str | None) -> None: ...
-    async def reservations(self, agent: str | None, since: float) -> list[Reservation]: ...
-    async def budget_parked(self, agent: str) -> list[tuple[str, int, float]]: ...
-    async def budget_unpark(self, run_id: str) -> None: ...
-    # budgets several agents share ([budget] shared = NAME)
-    async def pool_spent(self, pool: str, since: float) -> tuple[int, float]: ...
-    async def get_shared_budget(self, name: str) -> SharedBudget | None: ...
-    async def put_shared_budget(self, budget: SharedBudget, now: float) -> None: ...
-    async def clear_shared_budget(self, name: str) -> bool: ...
-    async def declared_agents(self) -> list[tuple[str, str]]: ...
-
-
-class Memory(Protocol):
-    """Agents' long-term memory and progress notes."""
-
-    async def remember(
-        self, agent: str, text: str, tags: str, run_id: str | None, now: float
-    ) -> int: ...
-    async def recall(self, agent: str, query: str, limit: int) -> list[MemoryRow]: ...
-    async def get_notes(self, agent: str) -> str: ...
-    async def put_notes(self, agent: str, notes: str, run_id: str | None, now: float) -> None: ...
-    async def add_note(
-        self, agent: str, line: str, run_id: str | None, now: float, keep: int = 50
-    ) -> str: ...
-
-
-class Access(Protocol):
-    """Access control: API tokens (hashed), dashboard sessions (hashed ids; found only
-    while unended and their token unrevoked) and the append-only audit log."""
-
-    async def add_token(
-        self, token_id: str, name: str, digest: str, scopes: str, now: float
-    ) -> None: ...
-    async def find_token(self, digest: str) -> TokenRow | None: ...
-    async def list_tokens(self) -> list[TokenRow]: ...
-    async def revoke_token(self, token_id: str, now: float) -> bool: ...
-    async def add_session(
-        self, digest: str, token_id: str, now: float, forget_before: float
-    ) -> None: ...
-    async def find_session(self, digest: str) -> SessionRow | None: ...
-    async def touch_session(self, digest: str, now: float) -> None: ...
-    async def end_session(self, digest: str, now: float) -> bool: ...
-    async def audit(
-        self, at: float, actor: str, action: str, target: str, detail: str,
-        outcome: str = "ok", reason: str = "",
-    ) -> int: ...  # fmt: skip
-    async def audit_log(
-        self, target: str | None = None, limit: int = 100, before: int | None = None,
-        *, actor: str | None = None, since: float | None = None,
-    ) -> list[AuditRow]: ...  # fmt: skip
-
-
-class Sessions(Protocol):
-    """Agent sessions: a framework's conversation history (JSON items) under a session id."""
-
-    async def agent_session_items(self, session_id: str, limit: int | None = None) -> list[str]: ...
-    async def agent_session_add(self, session_id: str, new: list[str], now: float) -> None: ...
-    async def agent_session_pop(self, session_id: str) -> str | None: ...
-    async def agent_session_clear(self, session_id: str) -> int: ...
-
-
-class Messages(Protocol):
-    """Dead messages: broker messages that could start no run, kept once per (trigger, id)."""
-
-    async def add_dead_message(self, row: DeadMessage) -> bool: ...
-    async def dead_messages(
-        self, trigger: str | None = None, limit: int = 100
-    ) -> list[DeadMessage]: ...
-    async def forget_dead_message(self, trigger: str, message_id: str) -> bool: ...
-
-
-class TableChanges(Protocol):
-    """The outbox rows triggers on users' tables write, and the triggers themselves (their
-    DDL is each store's own: PostgreSQL's, or SQLite's for a table in the store's file)."""
-
-    async def take_changes(self, trigger: str, limit: int, build: Build, now: float) -> Taken: ...
-    async def change_counts(self, trigger: str) -> tuple[int, float | None, int, str | None]: ...
-    async def has_changes(self, trigger: str) -> bool: ...
-    async def retry_changes(self, trigger: str) -> int: ...
-    async def install_table_trigger(self, trigger: TableTrigger) -> bool: ...
-    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]: ...
-    async def uninstall_table_trigger(self, trigger: str) -> int: ...
-
-
-ROLES = (
-    Runs, Streams, Leases, Workers, Schedules, Budgets, Memory, Access, Sessions, Messages,
-    TableChanges,
-)  # fmt: skip
-
-
-class Store(
-    Runs, Streams, Leases, Workers, Schedules, Budgets, Memory, Access, Sessions, Messages,
-    TableChanges, Protocol,
-):  # fmt: skip
-    """Where runs, journals, events, schedules, agents' state and access live: every role."""
+class Store(Runs, Streams, Leases, Workers, Protocol):
+    """Where runs, their journals and streams, leases and workers live: every role, and the
+    one generic entry through which an extension (store/extensions.py) reaches its own
+    tables: schedules, agents' budgets and memory, access tokens, table changes, ..."""
 
     url: str
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
+    async def run_sql(
+        self,
+        fn: Callable[[Db], T],
+        *,
+        write: bool,
+        extension: Extension | None = None,
+        apart: bool = False,
+    ) -> T:
+        """`fn(db)` on the store's connection, answered once durable: with `write`, inside a
+        write transaction it may share with other writes (a savepoint of its own), else a
+        read (on the caller's thread when the store thread is idle). `extension`: its
+        tables are brought up to date first (once per opened store). `apart`: in a
+        transaction of its own, off the store thread where the store can (PostgreSQL: a
+        connection of its own), for statements that may wait on other sessions' locks
+        without holding up the store's commits (DDL on a user's table)."""
+        ...

@@ -23,24 +23,12 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailable
-from . import changes_sql, waits
+from . import extensions, waits
 from .base import Append
 from .batching import Answers, Op, commit, read, run_batch
-from .changes_sql import TableTrigger
 from .dialect import Db
-from .methods import (
-    AccessMethods,
-    BudgetMethods,
-    LeaseMethods,
-    MemoryMethods,
-    MessageMethods,
-    RunMethods,
-    ScheduleMethods,
-    SessionMethods,
-    StreamMethods,
-    TableChangeMethods,
-    WorkerMethods,
-)
+from .extensions import Extension
+from .methods import LeaseMethods, RunMethods, StreamMethods, WorkerMethods
 from .waits import Bound
 from .workers_sql import WorkerRow
 
@@ -49,19 +37,7 @@ T = TypeVar("T")
 _MAX_BATCH = 512
 
 
-class ThreadedStore(
-    RunMethods,
-    StreamMethods,
-    LeaseMethods,
-    WorkerMethods,
-    ScheduleMethods,
-    BudgetMethods,
-    MemoryMethods,
-    AccessMethods,
-    SessionMethods,
-    MessageMethods,
-    TableChangeMethods,
-):
+class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
     """A Store whose SQL runs on one thread (or its caller's); subclasses connect, begin
     and migrate."""
 
@@ -69,7 +45,6 @@ class ThreadedStore(
     thread_name = "perdure-store"
     db_errors: tuple[type[Exception], ...] = ()
     fused_appends = False  # a plain append is one statement (see sqlops.plain_append)
-    server_clock = False  # the database has a clock all hosts share (a server: PostgreSQL)
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
@@ -86,6 +61,7 @@ class ThreadedStore(
         self._completed = 0  # of those, answered (written by the store thread only)
         self._inline_answers = Answers()  # answers only the inline caller's own op
         self._doubtful = False  # a call lost the database: replace the thread's connection
+        self._extended: set[Extension] = set()  # extensions whose tables are up to date
         self._listeners: list[Callable[[], None]] = []
         self._ended_listeners: list[Callable[[], None]] = []
 
@@ -204,6 +180,7 @@ class ThreadedStore(
         with self._lock:
             thread, self._thread = self._thread, None
             self._migrated = False
+            self._extended = set()
         if thread is not None:
             self._queue.put(None)
             thread.join()
@@ -363,6 +340,36 @@ class ThreadedStore(
         self._enqueue(Op(fn, (), {}, write, append, future=future))
         return future
 
+    async def run_sql(
+        self,
+        fn: Callable[[Db], T],
+        *,
+        write: bool,
+        extension: Extension | None = None,
+        apart: bool = False,
+    ) -> T:
+        """The one generic entry (roles.Store.run_sql): `fn(db)` as an op of its own."""
+        if extension is not None and extension not in self._extended:
+            await self._extend(extension)
+        if apart:
+            return await self._apart(fn, write)
+        value: T = await self.perform(Op(fn, (), {}, write), not write)
+        return value
+
+    async def _extend(self, extension: Extension) -> None:
+        """Bring an extension's tables up to date in this store: a read when they are (no
+        write lock), else its migrations in a write."""
+        args = (extension, self.url)
+        if not await self.perform(Op(extensions.current, args, {}, False), True):
+            await self.perform(Op(extensions.migrate, args, {}, True), False)
+        self._extended.add(extension)
+
+    async def _apart(self, fn: Callable[[Db], T], write: bool) -> T:
+        """`run_sql(apart=True)`: where the store has one connection (SQLite), an op like
+        any other."""
+        value: T = await self.perform(Op(fn, (), {}, write), not write)
+        return value
+
     def _enqueue(self, op: Op) -> None:
         with self._count_lock:
             self._enqueued += 1
@@ -404,27 +411,6 @@ class ThreadedStore(
     async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]:
         return []
 
-    # a table change trigger's DDL, in SQLite's form (a table in the store's own file);
-    # PostgreSQL runs its own on a connection apart
-    async def install_table_trigger(self, trigger: TableTrigger) -> bool:
-        return bool(await self.perform(Op(changes_sql.install_sqlite, (trigger,), {}, True), False))
-
-    async def table_trigger_state(self, trigger: TableTrigger) -> tuple[bool, bool, bool]:
-        op = Op(changes_sql.state_sqlite, (trigger,), {}, False)
-        found: tuple[bool, bool, bool] = await self.perform(op, True)
-        return found
-
-    async def uninstall_table_trigger(self, trigger: str) -> int:
-        return int(
-            await self.perform(Op(changes_sql.uninstall_sqlite, (trigger,), {}, True), False)
-        )
-
-    async def server_time(self) -> float | None:
-        if not self.server_clock:
-            return None
-        op = Op(_clock, (), {}, write=False)
-        return float(await self.perform(op, True))
-
 
 class _Blocked:
     """An op's answer for a caller with no event loop: the future is yielded up to the
@@ -438,8 +424,3 @@ class _Blocked:
     def __await__(self) -> Generator[Any, None, Any]:
         yield self.future
         return self.future.result()
-
-
-def _clock(db: Db) -> Any:
-    """The database server's clock, in epoch seconds."""
-    return db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0]

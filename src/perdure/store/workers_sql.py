@@ -9,7 +9,6 @@ session lock it holds for its life.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from .dialect import Db
@@ -41,7 +40,13 @@ _SERVER_LIFE = "CAST(EXTRACT(EPOCH FROM pg_postmaster_start_time()) AS DOUBLE PR
 
 
 def beat(conn: Db, row: WorkerRow) -> None:
-    """Register a worker, or record that it is alive and how many runs it holds."""
+    """Register a worker, or record that it is alive and how many runs it holds, or (with
+    `row.stopped_at`) that it stopped."""
+    if row.stopped_at is not None:
+        conn.execute(
+            "UPDATE workers SET stopped_at = ?, running = 0 WHERE id = ?", (row.stopped_at, row.id)
+        )
+        return
     conn.execute(
         "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, concurrency, running, "
         "clock_offset, proc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
@@ -61,9 +66,11 @@ def beat(conn: Db, row: WorkerRow) -> None:
     )
 
 
-def register(conn: Db, row: WorkerRow, reusable: Callable[[WorkerRow], bool]) -> WorkerRow | None:
-    """Register a starting worker under its id, unless the worker already registered under
-    that id is not `reusable` (alive, as far as can be told): then return that one.
+def register(conn: Db, row: WorkerRow, replaces: WorkerRow | None = None) -> WorkerRow | None:
+    """Register a starting worker under its id; None once registered. If a worker is
+    registered under that id already, it is replaced only if it is still the life
+    `replaces` describes (the caller judged that one stopped or dead: same pid, start,
+    last beat and stop); else that worker's row is returned and nothing changes.
 
     The existing row is locked (PostgreSQL) so two workers starting under one id at once
     cannot both take it; SQLite writes one transaction at a time anyway.
@@ -80,7 +87,7 @@ def register(conn: Db, row: WorkerRow, reusable: Callable[[WorkerRow], bool]) ->
         f"SELECT {_COLUMNS} FROM workers WHERE id = ?{lock}",
         (row.id,),
     ).fetchone()
-    if found is not None and not reusable(WorkerRow(*found)):
+    if found is not None and not _same_life(WorkerRow(*found), replaces):
         return WorkerRow(*found)
     conn.execute(
         "UPDATE workers SET host = ?, pid = ?, started_at = ?, heartbeat_at = ?, "
@@ -91,8 +98,12 @@ def register(conn: Db, row: WorkerRow, reusable: Callable[[WorkerRow], bool]) ->
     return None
 
 
-def stopped(conn: Db, worker_id: str, now: float) -> None:
-    conn.execute("UPDATE workers SET stopped_at = ?, running = 0 WHERE id = ?", (now, worker_id))
+def _same_life(found: WorkerRow, seen: WorkerRow | None) -> bool:
+    """Whether the registered `found` is still the worker's life the caller saw (`seen`)."""
+    if seen is None:
+        return False
+    life = ("host", "pid", "started_at", "heartbeat_at", "stopped_at")
+    return all(getattr(found, f) == getattr(seen, f) for f in life)
 
 
 def list_workers(conn: Db, since: float) -> list[WorkerRow]:

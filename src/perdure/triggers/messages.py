@@ -37,7 +37,7 @@ from ..engine.client import Client
 from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PayloadError, PerdureError, StoreError
 from ..store.base import PENDING
-from ..store.dead_sql import DeadMessage
+from .dead_sql import DeadMessage, DeadMessages
 from .ids import id_problem
 
 if TYPE_CHECKING:
@@ -388,7 +388,7 @@ class MessageTrigger:
         row = DeadMessage(self.name, message.identity, self.source.kind, reason,
                           body[:DEAD_BODY_CHARS], len(message.body),
                           self.runtime.clock.now())  # fmt: skip
-        if await self.runtime.store.add_dead_message(row):
+        if await DeadMessages(self.runtime.store).add_dead_message(row):
             self.dead += 1
             log.warning("message trigger %r: message %s is dead: %s", self.name,
                         message.identity, reason)  # fmt: skip

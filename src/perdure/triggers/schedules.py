@@ -54,10 +54,8 @@ from ..store.base import (
     RUNNING,
     NewRun,
     RunRow,
-    ScheduleAdvance,
-    ScheduleRow,
-    TickRow,
 )
+from .schedule_sql import ScheduleAdvance, ScheduleRow, Schedules, TickRow
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
@@ -203,7 +201,7 @@ def make_row(runtime: Runtime, s: Schedule, *, source: str, now: float) -> Sched
 async def save(runtime: Runtime, row: ScheduleRow) -> ScheduleRow:
     """Store a schedule; its next tick is kept unless its timing changed (the store decides,
     atomically: many workers store the same declaration at start)."""
-    return await runtime.store.put_schedule(row, replace_state=False)
+    return await Schedules(runtime.store).put_schedule(row, replace_state=False)
 
 
 # -- one scheduler step ------------------------------------------------------------------------
@@ -425,13 +423,14 @@ class Scheduler:
         if not self._synced:
             await self.sync(now)
         started = 0
-        for row in await self.runtime.store.due_schedules(now):
+        table = Schedules(self.runtime.store)
+        for row in await table.due_schedules(now):
             if row.workflow not in self.runtime.workflows:
                 continue  # a worker that has this workflow's code will handle it
             prefix = f"sched:{row.name}:"
-            active = await self.runtime.store.active_runs(prefix)
+            active = await table.active_runs(prefix)
             queued = (
-                await self.runtime.store.schedule_ticks(row.name, statuses=["queued"], limit=1000)
+                await table.schedule_ticks(row.name, statuses=["queued"], limit=1000)
                 if row.overlap == "queue"
                 else []
             )
@@ -440,7 +439,7 @@ class Scheduler:
             advance = step(self.runtime, row, now, active, queued, parked)
             if not (advance.ticks or advance.cancel) and advance.next_fire == row.next_fire:
                 continue
-            if await self.runtime.store.advance_schedule(advance):
+            if await table.advance_schedule(advance):
                 started += len(advance.new_runs)
                 was_queued = {q.fire_at for q in queued}  # counted when first queued
                 for tick in advance.ticks:
@@ -458,7 +457,7 @@ class Scheduler:
         while not worker.stopping.is_set():
             try:
                 await self.run_pass(worker.clock.now())
-                nxt = await self.runtime.store.next_schedule_fire()
+                nxt = await Schedules(self.runtime.store).next_schedule_fire()
             except StoreError as exc:
                 log.warning("worker %s: scheduler pass failed (%s)", worker.id, exc)
                 nxt = None
@@ -471,8 +470,10 @@ class Scheduler:
         """A row per schedule in the store, then per declared one not stored yet."""
         now = runtime.clock.now()
         out = []
-        for row in await runtime.store.list_schedules():
-            missed = await runtime.store.schedule_ticks(row.name, statuses=["missed"], limit=1)
+        for row in await Schedules(runtime.store).list_schedules():
+            missed = await Schedules(runtime.store).schedule_ticks(
+                row.name, statuses=["missed"], limit=1
+            )
             error = f"tick missed: {missed[0].reason}" if missed and missed[0].reason else None
             late = None if row.paused or row.next_fire is None else max(0.0, now - row.next_fire)
             out.append(TriggerStatus("schedule", row.name, row.workflow,
@@ -575,9 +576,9 @@ async def add(runtime: Runtime, schedule: Schedule) -> ScheduleRow:
 
 
 async def get(runtime: Runtime, name: str) -> ScheduleRow:
-    row = await runtime.store.get_schedule(name)
+    row = await Schedules(runtime.store).get_schedule(name)
     if row is None:
-        known = ", ".join(r.name for r in await runtime.store.list_schedules()) or "none"
+        known = ", ".join(r.name for r in await Schedules(runtime.store).list_schedules()) or "none"
         raise ConfigError(f"no schedule named {name!r} (known: {known})")
     return row
 
@@ -586,7 +587,7 @@ async def pause(runtime: Runtime, name: str) -> ScheduleRow:
     """Stop firing at once; ticks until `resume` are recorded as skipped then."""
     await get(runtime, name)
     # at once: a scheduler reads only unpaused schedules
-    return await runtime.store.set_schedule_paused(name, True, runtime.clock.now(), None)
+    return await Schedules(runtime.store).set_schedule_paused(name, True, runtime.clock.now(), None)
 
 
 async def resume(runtime: Runtime, name: str) -> ScheduleRow:
@@ -597,7 +598,7 @@ async def resume(runtime: Runtime, name: str) -> ScheduleRow:
     now = runtime.clock.now()
     nxt = next_tick(row, now)
     first = row.next_fire  # the first tick the pause held back
-    await runtime.store.set_schedule_paused(name, False, now, nxt)
+    await Schedules(runtime.store).set_schedule_paused(name, False, now, nxt)
     skipped: list[float] = []
     t = first if first is not None and first < nxt else None
     while t is not None and t < nxt and len(skipped) < ENUMERATE_LIMIT:
@@ -607,7 +608,7 @@ async def resume(runtime: Runtime, name: str) -> ScheduleRow:
         span = f"{_iso(skipped[0])} to {_iso(skipped[-1])}"
         why = f"{len(skipped)} tick(s) passed while the schedule was paused ({span})"
         tick = TickRow(name, skipped[0], "skipped", reason=why, at=now)
-        await runtime.store.advance_schedule(
+        await Schedules(runtime.store).advance_schedule(
             ScheduleAdvance(name=name, expected=nxt, next_fire=nxt, now=now, ticks=[tick])
         )
     scheduler_of(runtime).wake.fire()
@@ -616,7 +617,7 @@ async def resume(runtime: Runtime, name: str) -> ScheduleRow:
 
 async def delete(runtime: Runtime, name: str) -> None:
     await get(runtime, name)
-    await runtime.store.delete_schedule(name)
+    await Schedules(runtime.store).delete_schedule(name)
     scheduler_of(runtime).declared.pop(name, None)
 
 
@@ -637,10 +638,10 @@ async def blocked(runtime: Runtime) -> list[Blocked]:
     workflow a run parked itself blocks: each with the run and the command that frees it
     (what `perdure stuck` lists)."""
     found: list[Blocked] = []
-    for row in await runtime.store.list_schedules():
+    for row in await Schedules(runtime.store).list_schedules():
         run = None
         if row.overlap in HOLDING:
-            active = await runtime.store.active_runs(f"sched:{row.name}:")
+            active = await Schedules(runtime.store).active_runs(f"sched:{row.name}:")
             run = active[0] if active and active[0].status in PARKED else None
         if run is None:  # any policy: a run of the workflow that parked itself blocks it
             run = await parked_itself(runtime, row.workflow)
@@ -654,7 +655,7 @@ async def blocked(runtime: Runtime) -> list[Blocked]:
             fix = f"perdure resolve {run.id} {step} --value JSON | --retry | --fail"
         else:
             fix = f"perdure resume {run.id}"
-        ticks = await runtime.store.schedule_ticks(
+        ticks = await Schedules(runtime.store).schedule_ticks(
             row.name, statuses=["skipped", "queued"], limit=1000
         )
         held = sum(1 for t in ticks if run.id in (t.reason or ""))

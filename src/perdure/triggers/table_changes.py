@@ -39,7 +39,7 @@ from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PerdureError
 from ..store.base import NewRun
 from ..store.blobs import inline_or_blob
-from ..store.changes_sql import OPS, ChangeRow, TableTrigger
+from .changes_sql import OPS, ChangeRow, Outbox, TableTrigger
 from .ids import check_id
 from .targets import check_one_argument
 
@@ -91,7 +91,7 @@ class TableChange:
     async def install(self) -> bool:
         """Put the trigger on the table, or check it is there as defined; True if changed."""
         await self.runtime.open_store()
-        changed = await self.runtime.store.install_table_trigger(self.trigger)
+        changed = await Outbox(self.runtime.store).install_table_trigger(self.trigger)
         if changed:
             log.info("%s: trigger installed on %s", self.scope, self.trigger.table)
         return changed
@@ -102,11 +102,11 @@ class TableChange:
         detail = f"{t.table} on {', '.join(t.ops)}"
         error = self.last_error
         try:
-            table_found, installed, enabled = await runtime.store.table_trigger_state(t)
+            table_found, installed, enabled = await Outbox(runtime.store).table_trigger_state(t)
         except PerdureError as exc:  # e.g. a table name PostgreSQL cannot parse
             return [TriggerStatus("table_change", t.name, self.workflow, "error", None,
                                   str(exc), detail)]  # fmt: skip
-        pending, oldest, refused, reason = await runtime.store.change_counts(t.name)
+        pending, oldest, refused, reason = await Outbox(runtime.store).change_counts(t.name)
         if not table_found:
             state = "error"
             error = error or f"no table {t.table!r} in the store's database"
@@ -134,10 +134,10 @@ class TableChange:
         listening = self._subscribe()
         self.wake.listen()
         poll = POLL if listening and self.trigger.notify else POLL_UNLISTENED
-        store = self.runtime.store
+        outbox = Outbox(self.runtime.store)
         while not worker.stopping.is_set():
             # a read first: an idle look takes no write lock (SQLite) and no write transaction
-            if await store.has_changes(self.trigger.name) and await self.take() >= BATCH:
+            if await outbox.has_changes(self.trigger.name) and await self.take() >= BATCH:
                 await asyncio.sleep(0)
                 continue
             await _first_of(poll, self.wake, worker.stopping)
@@ -158,7 +158,7 @@ class TableChange:
     async def take(self) -> int:
         """Turn one batch of pending changes into runs; returns how many were taken."""
         now = self.runtime.clock.now()
-        taken = await self.runtime.store.take_changes(
+        taken = await Outbox(self.runtime.store).take_changes(
             self.trigger.name, BATCH, lambda change: self._new_run(change, now), now
         )
         if taken.refused:

@@ -1,22 +1,111 @@
-"""The SQL of agents' durable state: model usage, budgets, long-term memory, progress notes.
+"""Agents' spending, a store extension: model usage, budgets, shared budgets, reservations
+and runs parked for budget; their tables, SQL and methods (`Budgets(store)`).
 
 Usage rows are keyed by (run, journal position), so recording a model call's
 usage again after a crash changes nothing. Before a call is sent its worst case is
 reserved against every limit that applies, under one lock per agent (SQLite's single
 writer; a transaction-scoped advisory lock on PostgreSQL), so concurrent calls can never
 together pass a budget; the reservation is settled to the call's usage when it returns.
-Memory search is full-text: FTS5 on SQLite, a generated tsvector on PostgreSQL; a query
-matches any of its words.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from .dialect import Db
-from .names import check
+from ..store.dialect import Db
+from ..store.extensions import Extension, Methods, reads, writes
+from ..store.names import check
+
+BUDGETS = Extension(
+    "budgets",
+    [
+        # 1: model usage per call (budgets, `perdure usage`) and agents' budgets
+        """
+        CREATE TABLE agent_usage (
+            run_id        TEXT NOT NULL,
+            position      INTEGER NOT NULL,
+            agent         TEXT NOT NULL,
+            model         TEXT NOT NULL,
+            input_tokens  INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cost          REAL NOT NULL,
+            at            REAL NOT NULL,
+            PRIMARY KEY (run_id, position)
+        );
+        CREATE INDEX agent_usage_by_agent ON agent_usage (agent, at);
+        CREATE TABLE agent_budgets (
+            agent           TEXT PRIMARY KEY,
+            tokens_per_hour INTEGER,
+            tokens_per_day  INTEGER,
+            cost_per_hour   REAL,
+            cost_per_day    REAL,
+            updated_at      REAL NOT NULL
+        )
+        """,
+        # 2: a model call reserves its worst case against the agent's budget before it is
+        # sent; the row is the call's durable intent (tier, model, estimate), settled into
+        # agent_usage when the reply comes, kept as 'unknown' (its estimate counted) when
+        # the call was cut off. Runs parked for budget wait in agent_budget_waits, in the
+        # order they parked, with what they asked for. agent_specs: each agent a worker
+        # serves, with its spec's [budget] (JSON).
+        """
+        CREATE TABLE agent_reservations (
+            run_id    TEXT NOT NULL,
+            position  INTEGER NOT NULL,
+            attempt   INTEGER NOT NULL,
+            agent     TEXT NOT NULL,
+            tier      TEXT NOT NULL,
+            model     TEXT NOT NULL,
+            tokens    INTEGER NOT NULL,
+            cost      REAL NOT NULL,
+            state     TEXT NOT NULL,
+            at        REAL NOT NULL,
+            PRIMARY KEY (run_id, position, attempt)
+        );
+        CREATE INDEX agent_reservations_by_agent ON agent_reservations (agent, state, at);
+        CREATE TABLE agent_budget_waits (
+            run_id    TEXT PRIMARY KEY,
+            agent     TEXT NOT NULL,
+            tokens    INTEGER NOT NULL,
+            cost      REAL NOT NULL,
+            at        REAL NOT NULL
+        );
+        CREATE INDEX agent_budget_waits_by_agent ON agent_budget_waits (agent, at);
+        CREATE TABLE agent_specs (
+            agent   TEXT PRIMARY KEY,
+            budget  TEXT NOT NULL,
+            at      REAL NOT NULL
+        )
+        """,
+        # 3 (shared budgets; issue 15): budget_pools, a named budget several agents share
+        # ([budget] shared = NAME in their specs), per rolling hour/day; the pool each call
+        # counts against is kept with its reservation and its usage.
+        """
+        CREATE TABLE budget_pools (
+            name            TEXT PRIMARY KEY,
+            tokens_per_hour INTEGER,
+            tokens_per_day  INTEGER,
+            cost_per_hour   REAL,
+            cost_per_day    REAL,
+            updated_at      REAL NOT NULL
+        );
+        ALTER TABLE agent_usage ADD COLUMN pool TEXT;
+        ALTER TABLE agent_reservations ADD COLUMN pool TEXT;
+        CREATE INDEX agent_usage_by_pool ON agent_usage (pool, at);
+        CREATE INDEX agent_reservations_by_pool ON agent_reservations (pool, at)
+        """,
+    ],
+    tables=(
+        "agent_usage",
+        "agent_budgets",
+        "agent_reservations",
+        "agent_budget_waits",
+        "agent_specs",
+        "budget_pools",
+    ),
+    legacy=(5, 14, 15),  # made by the core's scripts 5, 14 and 15 before
+)
 
 
 @dataclass(slots=True)
@@ -106,18 +195,6 @@ class Refusal:
                     f"reserved, this call may take {self.asked_tokens}")  # fmt: skip
         return (f"budget {lim.what}: {self.used_cost:.4f} of {lim.cost} used or reserved, "
                 f"this call may cost {self.asked_cost:.4f}")  # fmt: skip
-
-
-@dataclass(slots=True)
-class MemoryRow:
-    """A long-term memory entry of an agent, with the run that wrote it."""
-
-    id: int
-    agent: str
-    text: str
-    tags: str
-    run_id: str | None
-    at: float
 
 
 def record_usage(conn: Db, row: UsageRow) -> bool:
@@ -429,84 +506,29 @@ def clear_budget(conn: Db, agent: str) -> bool:
     return cur.rowcount == 1
 
 
-def remember(conn: Db, agent: str, text: str, tags: str, run_id: str | None, now: float) -> int:
-    row = conn.execute(
-        "INSERT INTO agent_memory (agent, text, tags, run_id, at) VALUES (?, ?, ?, ?, ?) "
-        "RETURNING id",
-        (agent, text, tags, run_id, now),
-    ).fetchone()
-    memory_id = int(row[0])
-    if conn.dialect == "sqlite":
-        conn.execute(
-            "INSERT INTO agent_memory_fts (text, tags, agent, memory_id) VALUES (?, ?, ?, ?)",
-            (text, tags, agent, memory_id),
-        )
-    return memory_id
+class Budgets(Methods):
+    """Agents' spending over one store: usage per model call, budgets, reservations and
+    parked runs."""
 
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def recall(conn: Db, agent: str, query: str, limit: int) -> list[MemoryRow]:
-    """The agent's entries matching any word of `query`, best first; newest first if none."""
-    words = [w.lower() for w in _WORD.findall(query)][:32]
-    columns = "m.id, m.agent, m.text, m.tags, m.run_id, m.at"
-    rows: list[Any]
-    if not words:
-        rows = conn.execute(
-            f"SELECT {columns} FROM agent_memory m WHERE m.agent = ? ORDER BY m.id DESC LIMIT ?",
-            (agent, limit),
-        ).fetchall()
-    elif conn.dialect == "sqlite":
-        match = " OR ".join(f'"{w}"' for w in words)
-        rows = conn.execute(
-            f"SELECT {columns} FROM agent_memory_fts f JOIN agent_memory m ON m.id = f.memory_id "
-            "WHERE agent_memory_fts MATCH ? AND f.agent = ? ORDER BY f.rank LIMIT ?",
-            (match, agent, limit),
-        ).fetchall()
-    else:
-        tsquery = " | ".join(words)
-        rows = conn.execute(
-            f"SELECT {columns} FROM agent_memory m WHERE m.agent = ? "
-            "AND m.tsv @@ to_tsquery('simple', ?) "
-            "ORDER BY ts_rank(m.tsv, to_tsquery('simple', ?)) DESC, m.id DESC LIMIT ?",
-            (agent, tsquery, tsquery, limit),
-        ).fetchall()
-    return [MemoryRow(int(r[0]), r[1], r[2], r[3], r[4], float(r[5])) for r in rows]
-
-
-def get_notes(conn: Db, agent: str) -> str:
-    row = conn.execute("SELECT notes FROM agent_notes WHERE agent = ?", (agent,)).fetchone()
-    return str(row[0]) if row else ""
-
-
-def add_note(
-    conn: Db, agent: str, line: str, run_id: str | None, now: float, keep: int = 50
-) -> str:
-    """Append one line to an agent's progress notes under a row lock, so runs finishing at
-    once each keep theirs; a line already there (a step run again) is not added twice.
-    Only the last `keep` lines stay. Returns the notes after."""
-    conn.execute(
-        "INSERT INTO agent_notes (agent, notes, run_id, at) VALUES (?, '', ?, ?) "
-        "ON CONFLICT (agent) DO NOTHING",
-        (agent, run_id, now),
-    )
-    lock = " FOR UPDATE" if conn.dialect == "postgres" else ""  # SQLite writes one at a time
-    row = conn.execute(f"SELECT notes FROM agent_notes WHERE agent = ?{lock}", (agent,)).fetchone()
-    lines = [x for x in str(row[0]).splitlines() if x.strip()]
-    if line not in lines:
-        lines = [*lines, line][-keep:]
-        conn.execute(
-            "UPDATE agent_notes SET notes = ?, run_id = ?, at = ? WHERE agent = ?",
-            ("\n".join(lines), run_id, now, agent),
-        )
-    return "\n".join(lines)
-
-
-def put_notes(conn: Db, agent: str, notes: str, run_id: str | None, now: float) -> None:
-    conn.execute(
-        "INSERT INTO agent_notes (agent, notes, run_id, at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (agent) DO UPDATE SET notes = excluded.notes, run_id = excluded.run_id, "
-        "at = excluded.at",
-        (agent, notes, run_id, now),
-    )
+    extension = BUDGETS
+    record_usage = writes(record_usage)
+    spent = reads(spent)
+    run_spent = reads(run_spent)
+    usage = reads(usage)
+    get_budget = reads(get_budget)
+    put_budget = writes(put_budget)
+    clear_budget = writes(clear_budget)
+    declare_agent = writes(declare_agent)
+    declared_agent = reads(declared_agent)
+    reserve = writes(reserve)
+    settle = writes(settle)
+    release_reservation = writes(release)
+    reservations = reads(reservations)
+    budget_parked = reads(parked)
+    budget_unpark = writes(unpark)
+    # budgets several agents share ([budget] shared = NAME)
+    pool_spent = reads(pool_spent)
+    get_shared_budget = reads(get_shared_budget)
+    put_shared_budget = writes(put_shared_budget)
+    clear_shared_budget = writes(clear_shared_budget)
+    declared_agents = reads(declared_agents)

@@ -1,10 +1,37 @@
-"""The SQL of dead messages: broker messages that could start no run, kept with the reason."""
+"""The dead messages' store extension: broker messages that could start no run, kept with
+the reason once per (trigger, message id); their table, SQL and methods
+(`DeadMessages(store)`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .dialect import Db
+from ..store.dialect import Db
+from ..store.extensions import Extension, Methods, reads, writes
+
+DEAD = Extension(
+    "dead_messages",
+    [
+        # 1 (brokers): a broker message that can start no run (not JSON, refused by the
+        # workflow's input check, over the payload limit), kept with the reason once per
+        # (trigger, message id) and acknowledged, so the broker stops redelivering it
+        """
+        CREATE TABLE dead_messages (
+            trigger     TEXT NOT NULL,
+            message_id  TEXT NOT NULL,
+            kind        TEXT NOT NULL,
+            reason      TEXT NOT NULL,
+            body        TEXT NOT NULL,
+            size        INTEGER NOT NULL,
+            at          REAL NOT NULL,
+            PRIMARY KEY (trigger, message_id)
+        );
+        CREATE INDEX dead_messages_by_at ON dead_messages (at)
+        """,
+    ],
+    tables=("dead_messages",),
+    legacy=(17,),  # made by the core's script 17 before
+)
 
 
 @dataclass(slots=True)
@@ -48,3 +75,12 @@ def forget_dead(conn: Db, trigger: str, message_id: str) -> bool:
         "DELETE FROM dead_messages WHERE trigger = ? AND message_id = ?", (trigger, message_id)
     )
     return bool(cur.rowcount)
+
+
+class DeadMessages(Methods):
+    """The dead messages' methods over one store."""
+
+    extension = DEAD
+    add_dead_message = writes(add_dead)
+    dead_messages = reads(list_dead)
+    forget_dead_message = writes(forget_dead)

@@ -1,26 +1,32 @@
-"""The SQL of table changes: the outbox rows user-table triggers write, and the triggers.
+"""The table changes' store extension: the outbox rows user-table triggers write, the
+triggers themselves, their migrations and methods (`Outbox(store)`).
 
 `take` turns outbox rows into runs: in one transaction it locks a batch of a
 trigger's rows (other workers skip them), creates one run per row and deletes
 the row, so a run exists exactly when its row is gone, however workers race or
-die. `install_pg` puts the trigger on a user's table in PostgreSQL: a function
-of perdure's schema, generated per trigger, that inserts the change into
+die. `install` puts the trigger on a user's table. On PostgreSQL: a function of
+perdure's schema, generated per trigger, that inserts the change into
 `table_changes` in the user's transaction and NOTIFYs the schema's changes
-channel. Installing again changes nothing unless the definition changed.
+channel, installed on a connection apart from the store thread's (its DDL may
+wait for the user's table). On SQLite: one trigger per operation on a table in
+the store's own file. Installing again changes nothing unless the definition
+changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from .base import NewRun
-from .dialect import Db
-from .sqlops import create_run
+from ..errors import ConfigError, StoreError
+from ..store.base import NewRun
+from ..store.dialect import Db
+from ..store.extensions import Extension, Methods, reads, writes
+from ..store.sqlops import create_run
 
 OPS = ("insert", "update", "delete")
 LOCK_TIMEOUT = "5s"  # an install waits this long for the user's table, then says so
@@ -86,6 +92,34 @@ class Taken:
 
 Build = Callable[[ChangeRow], NewRun | str]  # a run for the change, or why there is none
 
+OUTBOX = Extension(
+    "table_changes",
+    [
+        # 1: the transactional outbox of `App.on_table_change`. A trigger perdure installs
+        # on a user's table writes one row per change in the user's own transaction; a
+        # worker turns each row into one run and deletes it in one transaction. A row that
+        # cannot become a run is kept with the reason (`refused`).
+        """
+        CREATE TABLE table_changes (
+            id            INTEGER PRIMARY KEY AUTOINCREMENT,
+            trigger_name  TEXT NOT NULL,
+            op            TEXT NOT NULL,
+            tbl           TEXT NOT NULL,
+            pk            TEXT,
+            new_row       TEXT,
+            old_row       TEXT,
+            at            REAL NOT NULL,
+            refused       TEXT,
+            refused_at    REAL
+        );
+        CREATE INDEX table_changes_pending ON table_changes (trigger_name, id)
+            WHERE refused IS NULL
+        """,
+    ],
+    tables=("table_changes",),
+    legacy=(16,),  # made by the core's script 16 before
+)
+
 
 def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
@@ -137,6 +171,15 @@ def pending_counts(db: Db, trigger: str) -> tuple[int, float | None, int, str | 
     return int(pending), oldest, int(refused), last[0] if last else None
 
 
+def has_changes(db: Db, trigger: str) -> bool:
+    """Whether `trigger` has a pending change (a read: no write lock for an idle look)."""
+    row = db.execute(
+        "SELECT 1 FROM table_changes WHERE trigger_name = ? AND refused IS NULL LIMIT 1",
+        (trigger,),
+    ).fetchone()
+    return row is not None
+
+
 def retry_refused(db: Db, trigger: str) -> int:
     """Make `trigger`'s refused changes pending again (after the workflow was fixed)."""
     cur = db.execute(
@@ -147,6 +190,21 @@ def retry_refused(db: Db, trigger: str) -> int:
     if cur.rowcount:
         db.notify()
     return cur.rowcount
+
+
+def install(db: Db, t: TableTrigger) -> bool:
+    """Put `t` on its table, or check it is there as defined; True if anything changed."""
+    return install_pg(db, t) if db.dialect == "postgres" else install_sqlite(db, t)
+
+
+def trigger_state(db: Db, t: TableTrigger) -> tuple[bool, bool, bool]:
+    """(table found, trigger installed, trigger enabled) as the database shows them now."""
+    return state_pg(db, t) if db.dialect == "postgres" else state_sqlite(db, t)
+
+
+def uninstall(db: Db, trigger: str) -> int:
+    """Drop the trigger `trigger` (the changes it recorded stay); how many were dropped."""
+    return uninstall_pg(db, trigger) if db.dialect == "postgres" else uninstall_sqlite(db, trigger)
 
 
 # -- PostgreSQL: the trigger on the user's table ---------------------------------------------
@@ -226,16 +284,37 @@ def _resolve(cur: Any, t: TableTrigger) -> tuple[int, str, str, list[str]]:
     return oid, nsp, rel, [r[0] for r in cur.fetchall()]
 
 
-def install_pg(conn: Any, schema: str, t: TableTrigger) -> bool:
+@contextmanager
+def _pg_errors(name: str) -> Iterator[None]:
+    """PostgreSQL's errors of a trigger's DDL as one line naming the trigger (a lost
+    connection is left to the store, which says the store is unavailable)."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.LockNotAvailable:
+        raise StoreError(
+            f"table change trigger {name!r}: its table stayed locked for {LOCK_TIMEOUT} (a "
+            "long transaction holds it); try again"
+        ) from None
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"table change trigger {name!r}: {first}") from None
+
+
+def install_pg(db: Db, t: TableTrigger) -> bool:
     """Put `t` on its table (idempotently); True if anything had to change.
 
-    Runs in its own transaction on `conn` (a psycopg connection in autocommit mode).
-    The DDL locks the user's table briefly; it is skipped when the trigger and its
+    Runs in the write transaction of a connection apart (`run_sql(apart=True)`). The
+    DDL locks the user's table briefly; it is skipped when the trigger and its
     function already carry this definition's fingerprint. Several workers installing
     at once take turns (an advisory lock per schema).
     """
+    schema = db.schema
     tg_name, fn_name = names_of(schema, t.name)
-    with conn.transaction(), conn.cursor() as cur:
+    with _pg_errors(t.name), db.raw.cursor() as cur:
         cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         oid, nsp, rel, key = _resolve(cur, t)
         body = function_body(schema, t, f"{nsp}.{rel}", key)
@@ -287,10 +366,10 @@ def _current(
     return (trigger[0] if trigger else None, function[0] if function else None)
 
 
-def state_pg(conn: Any, schema: str, t: TableTrigger) -> tuple[bool, bool, bool]:
+def state_pg(db: Db, t: TableTrigger) -> tuple[bool, bool, bool]:
     """(table found, trigger installed, trigger enabled) as PostgreSQL shows them now."""
-    tg_name, _ = names_of(schema, t.name)
-    with conn.cursor() as cur:
+    tg_name, _ = names_of(db.schema, t.name)
+    with _pg_errors(t.name), db.raw.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)::oid", (t.table,))
         row = cur.fetchone()
         if row is None or row[0] is None:
@@ -303,11 +382,12 @@ def state_pg(conn: Any, schema: str, t: TableTrigger) -> tuple[bool, bool, bool]
     return True, found is not None, found is not None and found[0] != "D"
 
 
-def uninstall_pg(conn: Any, schema: str, trigger: str) -> int:
+def uninstall_pg(db: Db, trigger: str) -> int:
     """Drop perdure's trigger `trigger` from whichever table holds it, and its function;
     the changes it already recorded stay. Returns how many triggers were dropped."""
+    schema = db.schema
     tg_name, fn_name = names_of(schema, trigger)
-    with conn.transaction(), conn.cursor() as cur:
+    with _pg_errors(trigger), db.raw.cursor() as cur:
         cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         cur.execute("SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = %s", (tg_name,))
         tables = [r[0] for r in cur.fetchall()]
@@ -318,15 +398,6 @@ def uninstall_pg(conn: Any, schema: str, trigger: str) -> int:
 
 
 # -- SQLite: triggers on a table in the store's own file -----------------------------------------
-
-
-def has_changes(db: Db, trigger: str) -> bool:
-    """Whether `trigger` has a pending change (a read: no write lock for an idle look)."""
-    row = db.execute(
-        "SELECT 1 FROM table_changes WHERE trigger_name = ? AND refused IS NULL LIMIT 1",
-        (trigger,),
-    ).fetchone()
-    return row is not None
 
 
 def _sqlite_table(db: Db, t: TableTrigger) -> tuple[str, list[str], list[str]] | None:
@@ -419,3 +490,18 @@ def uninstall_sqlite(db: Db, trigger: str) -> int:
             db.execute(f"DROP TRIGGER {_ident(name)}")
             dropped = 1
     return dropped
+
+
+class Outbox(Methods):
+    """The table changes' methods over one store: the outbox rows and the triggers that
+    write them (a trigger's DDL apart from the store's batches: it may wait for the
+    user's table)."""
+
+    extension = OUTBOX
+    take_changes = writes(take)
+    change_counts = reads(pending_counts)
+    has_changes = reads(has_changes)
+    retry_changes = writes(retry_refused)
+    install_table_trigger = writes(install, apart=True)
+    table_trigger_state = reads(trigger_state, apart=True)
+    uninstall_table_trigger = writes(uninstall, apart=True)

@@ -1,14 +1,64 @@
-"""The SQL of access control: API tokens and dashboard sessions (only their hashes are
-stored) and the audit log.
+"""Access control's store extension: API tokens and dashboard sessions (only their hashes
+are stored) and the audit log; their tables, SQL and methods (`Access(store)`).
 
 The audit log is append-only: perdure has no statement that updates or deletes it.
+Plain Python (no starlette): the core CLI (`perdure token`, `perdure audit`) uses it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .dialect import Db
+from ..store.dialect import Db
+from ..store.extensions import Extension, Methods, reads, writes
+
+ACCESS = Extension(
+    "access",
+    [
+        # 1: API tokens (stored hashed) and the append-only audit log
+        """
+        CREATE TABLE api_tokens (
+            id          TEXT PRIMARY KEY,
+            name        TEXT NOT NULL,
+            hash        TEXT NOT NULL UNIQUE,
+            scopes      TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            revoked_at  REAL
+        );
+        CREATE TABLE audit_log (
+            id       INTEGER PRIMARY KEY AUTOINCREMENT,
+            at       REAL NOT NULL,
+            actor    TEXT NOT NULL,
+            action   TEXT NOT NULL,
+            target   TEXT NOT NULL,
+            detail   TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_by_target ON audit_log (target, id)
+        """,
+        # 2: the audit log says how each action ended (ok, refused, failed) and why, and is
+        # searched by actor; rows written before were all of actions that succeeded
+        """
+        ALTER TABLE audit_log ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';
+        ALTER TABLE audit_log ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+        CREATE INDEX audit_by_actor ON audit_log (actor, id)
+        """,
+        # 3: dashboard sign-ins are server-side sessions (only the session id's hash is
+        # kept): ended on sign-out, dead with their token, expired by the server's limits
+        """
+        CREATE TABLE dashboard_sessions (
+            hash        TEXT PRIMARY KEY,
+            token_id    TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            seen_at     REAL NOT NULL,
+            ended_at    REAL
+        );
+        CREATE INDEX sessions_by_token ON dashboard_sessions (token_id);
+        CREATE INDEX sessions_by_seen ON dashboard_sessions (seen_at)
+        """,
+    ],
+    tables=("api_tokens", "audit_log", "dashboard_sessions"),
+    legacy=(6, 8, 9),  # made by the core's scripts 6, 8 and 9 before
+)
 
 
 @dataclass(slots=True)
@@ -150,3 +200,20 @@ def audit_log(
         (*params, limit),
     ).fetchall()
     return [AuditRow(*r) for r in rows]
+
+
+class Access(Methods):
+    """Access control's methods over one store: API tokens (hashed), dashboard sessions
+    (hashed ids; found only while unended and their token unrevoked), the audit log."""
+
+    extension = ACCESS
+    add_token = writes(add_token)
+    find_token = reads(find_token)
+    list_tokens = reads(list_tokens)
+    revoke_token = writes(revoke_token)
+    add_session = writes(add_session)
+    find_session = reads(find_session)
+    touch_session = writes(touch_session)
+    end_session = writes(end_session)
+    audit = writes(audit)
+    audit_log = reads(audit_log)

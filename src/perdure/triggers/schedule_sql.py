@@ -1,4 +1,5 @@
-"""The SQL of schedules, ticks and pauses, shared by SQLite and PostgreSQL.
+"""The schedules' store extension: their rows, tables, migrations, SQL (shared by SQLite
+and PostgreSQL) and methods (`Schedules(store)`).
 
 A scheduler step is a compare-and-set on `next_fire`: whichever worker moves it
 first records the ticks and creates their runs in the same transaction; the
@@ -9,13 +10,106 @@ even a step applied twice could not start a tick twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreError
-from .base import TERMINAL, RunRow, ScheduleAdvance, ScheduleRow, TickRow
-from .dialect import Db
-from .names import check
-from .sqlops import _RUN_COLUMNS, _run, cancel_tree, create_run
+from ..store.base import TERMINAL, NewRun, RunRow
+from ..store.dialect import Db
+from ..store.extensions import Extension, Methods, reads, writes
+from ..store.names import check
+from ..store.sqlops import _RUN_COLUMNS, _run, cancel_tree, create_run
+
+
+@dataclass(slots=True)
+class ScheduleRow:
+    """A schedule as stored: what it starts, when, its policies, and its next due tick."""
+
+    name: str
+    workflow: str
+    cron: str | None = None  # a cron expression in `tz`, or None with `every`
+    every: float | None = None  # seconds between ticks (aligned to the Unix epoch)
+    tz: str = "UTC"
+    input: str = '{"args":[],"kwargs":{}}'  # the task spec every run receives (JSON)
+    catchup: str = "latest"  # skip | latest | all
+    catchup_limit: int = 10  # `all` fires at most this many missed ticks
+    overlap: str = "skip"  # skip | queue | allow | cancel_previous
+    jitter: float = 0.0  # seconds; each tick fires within [t, t + jitter)
+    grace: float = 60.0  # a tick handled this late is still on time; later ones are missed
+    paused: bool = False
+    next_fire: float | None = None  # the first tick not handled yet
+    source: str = "code"  # code (declared in the app) | api (added by CLI or API)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(slots=True)
+class TickRow:
+    """What became of one tick: fired (run_id), skipped, missed or queued, and why."""
+
+    schedule: str
+    fire_at: float
+    status: str
+    run_id: str | None = None
+    reason: str | None = None
+    at: float = 0.0
+
+
+@dataclass(slots=True)
+class ScheduleAdvance:
+    """One scheduler step for one schedule, applied only if `next_fire` is still `expected`
+    (so among many workers exactly one handles each tick): record ticks, start runs,
+    cancel runs, move `next_fire` on."""
+
+    name: str
+    expected: float | None
+    next_fire: float | None
+    now: float
+    ticks: list[TickRow] = field(default_factory=list)
+    new_runs: list[NewRun] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)
+
+
+SCHEDULES = Extension(
+    "schedules",
+    [
+        # 1: schedules and their ticks (each tick fired, skipped, missed or queued, with why)
+        """
+        CREATE TABLE schedules (
+            name          TEXT PRIMARY KEY,
+            workflow      TEXT NOT NULL,
+            cron          TEXT,
+            every         REAL,
+            tz            TEXT NOT NULL DEFAULT 'UTC',
+            input         TEXT NOT NULL DEFAULT '{"args":[],"kwargs":{}}',
+            catchup       TEXT NOT NULL DEFAULT 'latest',
+            catchup_limit INTEGER NOT NULL DEFAULT 10,
+            overlap       TEXT NOT NULL DEFAULT 'skip',
+            jitter        REAL NOT NULL DEFAULT 0,
+            grace         REAL NOT NULL DEFAULT 60,
+            paused        INTEGER NOT NULL DEFAULT 0,
+            next_fire     REAL,
+            source        TEXT NOT NULL DEFAULT 'code',
+            created_at    REAL NOT NULL,
+            updated_at    REAL NOT NULL
+        );
+        CREATE INDEX schedules_due ON schedules (next_fire) WHERE paused = 0;
+        CREATE TABLE schedule_ticks (
+            schedule  TEXT NOT NULL,
+            fire_at   REAL NOT NULL,
+            status    TEXT NOT NULL,
+            run_id    TEXT,
+            reason    TEXT,
+            at        REAL NOT NULL,
+            PRIMARY KEY (schedule, fire_at)
+        );
+        CREATE INDEX schedule_ticks_queued ON schedule_ticks (schedule, fire_at)
+            WHERE status = 'queued'
+        """,
+    ],
+    tables=("schedules", "schedule_ticks"),
+    legacy=(4,),  # made by the core's script 4 before
+)
 
 _COLUMNS = (
     "name, workflow, cron, every, tz, input, catchup, catchup_limit, overlap, jitter, grace, "
@@ -166,3 +260,20 @@ def active_runs(conn: Db, id_prefix: str) -> list[RunRow]:
         (id_prefix, end),
     ).fetchall()
     return [_run(r) for r in rows]
+
+
+class Schedules(Methods):
+    """The schedules' methods over one store: perdure.triggers.schedules decides, these
+    apply (a scheduler step atomically)."""
+
+    extension = SCHEDULES
+    put_schedule = writes(put_schedule)
+    get_schedule = reads(get_schedule)
+    list_schedules = reads(list_schedules)
+    due_schedules = reads(due_schedules)
+    next_schedule_fire = reads(next_schedule_fire)
+    advance_schedule = writes(advance)
+    schedule_ticks = reads(ticks)
+    set_schedule_paused = writes(set_paused)
+    delete_schedule = writes(delete)
+    active_runs = reads(active_runs)
