@@ -153,7 +153,8 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
             ]
             for row in rows:
                 app.runtime.sync(app.runtime.store.worker_beat(row), "beat")
-            app.runtime.sync(app.runtime.store.worker_stopped("stopper", now - 5), "stopped")
+            stopped = WorkerRow("stopper", host, os.getppid(), 1.0, now, 4, 0, stopped_at=now - 5)
+            app.runtime.sync(app.runtime.store.worker_beat(stopped), "stopped")
 
             def why(owner: str | None) -> str:
                 return asyncio.run(how_lost(app.runtime.store, owner, now, SILENT_AFTER))

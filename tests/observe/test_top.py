@@ -112,7 +112,8 @@ def test_an_idle_worker_shows_from_the_registry_with_its_heartbeat(app: perdure.
     gone = WorkerRow("box:8:bbb", "box", 8, now - 100, now - 50, 8, 0)
     app.runtime.sync(app.runtime.store.worker_beat(idle), "beat")
     app.runtime.sync(app.runtime.store.worker_beat(gone), "beat")
-    app.runtime.sync(app.runtime.store.worker_stopped("box:8:bbb", now - 40), "stop")
+    stopped = WorkerRow("box:8:bbb", "box", 8, now - 100, now - 50, 8, 0, stopped_at=now - 40)
+    app.runtime.sync(app.runtime.store.worker_beat(stopped), "stop")
     frame = app.runtime.sync(snapshot(app.runtime), "top")
     [line] = frame.workers
     assert (line.id, line.runs, line.lease_left) == ("box:7:aaa", 0, None)

@@ -46,6 +46,7 @@ def signed_in(app: perdure.App, db_url: str) -> Iterator[TestClient]:
     _, value = app.runtime.sync(
         operations.create_token(app, local_operator(), "ana", ["read"]), "tok"
     )
+    app.runtime.sync(Budgets(app.runtime.store).ready(), "budgets")  # its tables, written below
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
         db.execute("UPDATE runs SET id = ?, queue = ?, waiting_for = ?", (EVIL, EVIL, EVIL))
         db.execute("UPDATE journal SET run_id = ?", (EVIL,))
