@@ -148,3 +148,15 @@ def test_the_callable_check_sees_a_callable_parameter() -> None:
     assert _callable(_hints(Probe.bare)["fn"])
     assert _callable(_hints(Probe.optional)["fn"])
     assert not any(_callable(h) for h in _hints(Probe.rows).values())
+
+
+def test_what_only_some_stores_have_is_a_role_of_its_own(tmp_path: Any) -> None:
+    """The engine asks `isinstance(store, Role)` for what one database has and the other has
+    not (no getattr reaches a store): SQLite has one write lock for every process, and
+    PostgreSQL wakes other processes with notices."""
+    from perdure.store.roles import Notices, WriteLock
+
+    sqlite = SQLiteStore(str(tmp_path / "s.db"))
+    pg = object.__new__(PostgresStore)  # not connected: only the type is asked
+    assert isinstance(sqlite, WriteLock) and not isinstance(sqlite, Notices)
+    assert isinstance(pg, Notices) and not isinstance(pg, WriteLock)

@@ -15,6 +15,7 @@ from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
+from ..store.sqlite import SQLiteStore
 from ..triggers.dead_sql import DeadMessages
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
@@ -81,7 +82,8 @@ def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = Fal
     if need_code and not spec:
         raise PerdureError("this command needs your workflows: pass --app module:attribute")
     app = load_app(spec, db)
-    path = getattr(app.runtime.store, "path", None)
+    store = app.runtime.store
+    path = store.path if isinstance(store, SQLiteStore) else None
     if existing and path and path != ":memory:" and not os.path.exists(path):
         raise PerdureError(
             f"no perdure store at {os.path.abspath(path)} (pass --db or set PERDURE_DB)"

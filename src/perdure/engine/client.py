@@ -43,6 +43,7 @@ from ..store.base import (
 )
 from ..store.blobs import blob_ref, inline_or_blob
 from ..store.names import check_run_id
+from ..store.roles import WriteLock
 from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
@@ -199,7 +200,7 @@ class Client:
             check_run_id(run_id)  # before any work; the store checks every run it creates too
         definition, encoded = checked_input(self.runtime, workflow, args, kwargs or {})
         if timeout is None:
-            timeout = getattr(self.store, "busy_timeout", None)
+            timeout = self.store.busy_timeout if isinstance(self.store, WriteLock) else None
         elif not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"timeout={timeout!r}: give seconds greater than 0, or None")
         with waits.bounded(timeout):
@@ -363,8 +364,7 @@ class Client:
         """One line if the store's global write lock (SQLite) has been held so long that every
         writer is stalled, naming the holder; None if not, or if the store has no such lock.
         Cheap: reads one small record, and probes the lock only when that record is old."""
-        check = getattr(self.store, "write_lock_stall", None)
-        return check() if check is not None else None
+        return self.store.write_lock_stall() if isinstance(self.store, WriteLock) else None
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to finish; return its result or raise `RunFailed`. A run that

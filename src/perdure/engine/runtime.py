@@ -19,6 +19,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..store import open_store, store_url
 from ..store.base import QueueSpec, RunRow, Store
 from ..store.blobs import DEFAULT_BLOB_THRESHOLD
+from ..store.roles import Notices
 from .clock import Clock, SystemClock, follow_server
 from .effects import Effect, check_effect
 from .portal import Portal
@@ -142,9 +143,8 @@ class Runtime:
         if not self._opened:
             store = self.store
             await store.open()
-            subscribe = getattr(store, "subscribe", None)
-            if subscribe is not None:  # other processes' new work wakes this one's workers
-                subscribe(self.notify, self._ended_elsewhere)
+            if isinstance(store, Notices):  # other processes' new work wakes this one's workers
+                store.listen(self)
             await _first_clock(self.clock, store)
             self._opened = True
 
@@ -173,7 +173,7 @@ class Runtime:
         for listener in self.on_notify:
             listener()
 
-    def _ended_elsewhere(self) -> None:
+    def ended_elsewhere(self) -> None:
         """Another process ended a run: its waiters here read it; workers claim only if a
         queue with limits may have a slot free (a run's end frees nothing else they count)."""
         if self.queues:
@@ -363,7 +363,7 @@ async def _first_clock(clock: Clock, store: Store) -> None:
             return
         except StoreUnavailable as exc:
             if delay > 2.0:
-                where = getattr(store, "url", "the store")
+                where = store.url
                 raise ConfigError(
                     f"cannot connect to PostgreSQL at {where}: lost during start-up ({exc})"
                 ) from None

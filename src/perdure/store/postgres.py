@@ -29,6 +29,7 @@ from . import migrations
 from .batching import Op
 from .dialect import ENDED, Db, PostgresDb
 from .pg_session import SessionLock
+from .roles import Listener
 from .threaded import ThreadedStore
 from .workers_sql import WorkerRow, sessions_gone
 
@@ -92,6 +93,7 @@ class PostgresStore(ThreadedStore):
         self._listener: threading.Thread | None = None
         self._wake_listener: tuple[int, int] | None = None  # stop() writes a byte to it
         self._sessions: dict[str, SessionLock] = {}  # worker id -> its session lock
+        self._listeners: list[Listener] = []
         self._change_listeners: list[Callable[[str | None], None]] = []
 
     def _connection_kwargs(self) -> dict[str, Any]:
@@ -201,6 +203,19 @@ class PostgresStore(ThreadedStore):
     def changes_channel(self) -> str:
         """Where the triggers on users' tables NOTIFY (the trigger's name as payload)."""
         return f"perdure_{self.schema}_changes"
+
+    def listen(self, listener: Listener) -> None:
+        """roles.Notices: wake `listener` (from the LISTEN thread) when another process may
+        have made work runnable, or ended a run and nothing else (its result's waiters care;
+        a claim finds nothing new)."""
+        self._listeners.append(listener)
+
+    def _heard(self, ended: bool = False) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener.ended_elsewhere() if ended else listener.notify()
+            except Exception:  # a listener must never stop the notifications
+                logging.getLogger("perdure.store").exception("store listener failed")
 
     def subscribe_changes(self, listener: Callable[[str | None], None]) -> None:
         """Call `listener` (from the listener thread) with a trigger's name when a change

@@ -11,7 +11,7 @@ parameters). An extension's tables are not here: it reaches them through
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -153,3 +153,37 @@ class Store(Runs, Streams, Leases, Workers, Protocol):
         connection of its own), for statements that may wait on other sessions' locks
         without holding up the store's commits (DDL on a user's table)."""
         ...
+
+
+# -- what only some stores have: a caller asks `isinstance(store, Role)` ------------------------
+
+
+class Listener(Protocol):
+    """What a store's notices wake: the engine's runtime."""
+
+    def notify(self) -> None:
+        """Another process may have made work runnable."""
+
+    def ended_elsewhere(self) -> None:
+        """Another process ended a run, and nothing else (its result's waiters care)."""
+
+
+@runtime_checkable
+class Notices(Protocol):
+    """A store whose other processes wake this one (PostgreSQL's LISTEN/NOTIFY); without
+    it, workers poll."""
+
+    def listen(self, listener: Listener) -> None:
+        """Wake `listener` (from the store's own thread) on every notice from now on."""
+
+
+@runtime_checkable
+class WriteLock(Protocol):
+    """A store with one write lock for every process (SQLite): how long a caller waits for
+    it by default, and who has held it too long."""
+
+    busy_timeout: float
+
+    def write_lock_stall(self, older_than: float = ...) -> str | None:
+        """One line naming the holder if the lock was held longer than `older_than`
+        seconds, else None."""

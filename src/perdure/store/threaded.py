@@ -62,27 +62,6 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         self._inline_answers = Answers()  # answers only the inline caller's own op
         self._doubtful = False  # a call lost the database: replace the thread's connection
         self._extended: set[Extension] = set()  # extensions whose tables are up to date
-        self._listeners: list[Callable[[], None]] = []
-        self._ended_listeners: list[Callable[[], None]] = []
-
-    def subscribe(
-        self, listener: Callable[[], None], ended: Callable[[], None] | None = None
-    ) -> None:
-        """Call `listener` (from any thread) when another process may have made work runnable,
-        and `ended` (else `listener`) when another process ended a run and nothing else (its
-        result's waiters care; a claim finds nothing new).
-
-        Stores without cross-process notifications never call them; workers then poll.
-        """
-        self._listeners.append(listener)
-        self._ended_listeners.append(ended or listener)
-
-    def _heard(self, ended: bool = False) -> None:
-        for listener in list(self._ended_listeners if ended else self._listeners):
-            try:
-                listener()
-            except Exception:  # a listener must never stop the notifications
-                log.exception("store listener failed")
 
     # -- what a database adds ------------------------------------------------------
 

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError, StoreError
 from ..store.base import NewRun
@@ -31,6 +31,16 @@ from ..store.sqlops import create_run
 OPS = ("insert", "update", "delete")
 LOCK_TIMEOUT = "5s"  # an install waits this long for the user's table, then says so
 _COLUMNS = "id, trigger_name, op, tbl, pk, new_row, old_row, at"
+
+
+@runtime_checkable
+class ChangeNotices(Protocol):
+    """A store whose LISTEN thread also hears the triggers on users' tables (PostgreSQL):
+    a trigger's loop wakes at a change instead of polling."""
+
+    def subscribe_changes(self, listener: Callable[[str | None], None]) -> None:
+        """Call `listener` with a trigger's name when a change it recorded commits, and with
+        None when notifications may have been missed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PerdureError
 from ..store.base import NewRun
 from ..store.blobs import inline_or_blob
-from .changes_sql import OPS, ChangeRow, Outbox, TableTrigger
+from .changes_sql import OPS, ChangeNotices, ChangeRow, Outbox, TableTrigger
 from .ids import check_id
 from .targets import check_one_argument
 
@@ -143,12 +143,12 @@ class TableChange:
             await _first_of(poll, self.wake, worker.stopping)
 
     def _subscribe(self) -> bool:
-        subscribe = getattr(self.runtime.store, "subscribe_changes", None)
-        if subscribe is None:
+        store = self.runtime.store
+        if not isinstance(store, ChangeNotices):
             return False
         if not self._subscribed:
             self._subscribed = True
-            subscribe(self._heard)
+            store.subscribe_changes(self._heard)
         return True
 
     def _heard(self, trigger: str | None) -> None:
