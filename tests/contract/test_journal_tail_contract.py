@@ -6,6 +6,7 @@ that commit or fail, takeovers, writes sent again after a lost connection."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -13,7 +14,8 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perdure.store.base import Append, Entry, NewRun, Store
+from perdure.store import sqlops
+from perdure.store.base import Append, AppendResult, Entry, NewRun, Store
 
 T = TypeVar("T")
 _RUNS = itertools.count()
@@ -26,6 +28,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def _entries(kind: str, n: int) -> list[Entry]:
     return [Entry(kind=kind, name="s", data=str(i), at=1.0) for i in range(n)]
+
+
+async def _send(store: Store, write: Append, body: Any) -> AppendResult:
+    """A write as the engine sends it: through `append`, or with a body in its transaction
+    through the store's generic entry."""
+    if body is None:
+        return await store.append(write)
+    with_body = functools.partial(sqlops.append_with_body, append=write, body=body)
+    return await store.run_sql(with_body, write=True)
 
 
 def _ok(conn: Any) -> str:
@@ -51,6 +62,7 @@ def test_every_mix_of_writes_keeps_one_gap_free_journal(
     [claim] = run(store.claim("w0", now, 30.0, 10, [run_id]))
     epoch, expected = claim.run.lease_epoch, 0
     landed: list[Append] = []
+    bodies: dict[str | None, Any] = {}  # a write's body (transactional), by its key
     for i, (kind, n) in enumerate(writes):
         key = f"{run_id}:{i}"
         if kind == "step":
@@ -63,19 +75,21 @@ def test_every_mix_of_writes_keeps_one_gap_free_journal(
         elif kind in ("tx_ok", "tx_fail"):
             body = _ok if kind == "tx_ok" else _fail
             entries = [*_entries("step.intent", n - 1), Entry(kind="step.outcome", at=1.0)]
-            write = Append(run_id, epoch, entries, tx_body=body, key=key)
+            write = Append(run_id, epoch, entries, key=key)
+            bodies[key] = body
         elif kind == "retry":
             if landed:  # a worker sends its last write again (it waits for that one)
                 again = landed[-1]
-                run(store.append(Append(run_id, again.epoch, list(again.entries),
-                                        key=again.key, retry=True)))  # fmt: skip
+                resent = Append(run_id, again.epoch, list(again.entries), key=again.key,
+                                retry=True)  # fmt: skip
+                run(_send(store, resent, bodies.get(again.key)))
             continue
         else:  # another worker takes the run over once its lease ran out
             now += 31.0
             [taken] = run(store.claim(f"w{i}", now, 30.0, 10, [run_id]))
             epoch, expected = taken.run.lease_epoch, expected + 1  # + its run.recovered
             continue
-        result = run(store.append(write))
+        result = run(_send(store, write, bodies.get(write.key)))
         assert (result.tx_error is not None) == (kind == "tx_fail")
         expected += n - (kind == "tx_fail")
         if write.key is not None:  # a failed body's write lands too (all but its outcome)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 import perdure
+from perdure.store import sqlops
 from perdure.store.base import (
     Append,
     Blob,
@@ -275,16 +277,22 @@ def test_transactional_body_commits_with_its_outcome_or_not_at_all(store: Store)
         conn.execute("INSERT INTO credits VALUES (8)")
         raise ValueError("no")
 
-    ok = run(store.append(Append("r1", epoch, [entry("step.outcome", 0, True)], tx_body=create)))
+    def with_body(write: Append, body: Any) -> Any:
+        """A write with a body in its transaction: through the one generic entry."""
+        return store.run_sql(
+            functools.partial(sqlops.append_with_body, append=write, body=body), write=True
+        )
+
+    ok = run(with_body(Append("r1", epoch, [entry("step.outcome", 0, True)]), create))
     assert ok.tx_data == '{"value":7}' and ok.tx_error is None
-    bad = run(store.append(Append("r1", epoch, [entry("step.outcome", 1, True)], tx_body=fail)))
+    bad = run(with_body(Append("r1", epoch, [entry("step.outcome", 1, True)]), fail))
     assert isinstance(bad.tx_error, ValueError)
     assert [e.position for e in run(store.journal("r1"))] == [0]
 
     def count(conn: Any) -> str:
         return str(conn.execute("SELECT COUNT(*) FROM credits").fetchone()[0])
 
-    probe = run(store.append(Append("r1", None, [entry("run.note")], tx_body=count)))
+    probe = run(with_body(Append("r1", None, [entry("run.note")]), count))
     assert probe.tx_data == "1"
     run(store.append(Append("r1", epoch, [entry("step.intent", 2)])))
     assert [e.seq for e in run(store.journal("r1"))] == [0, 1, 2]  # the failed body's seq is reused

@@ -5,6 +5,7 @@ lock is reported only while it is really held."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -201,8 +202,9 @@ def test_a_transactional_body_in_a_shared_batch_is_named(tmp_path: Path) -> None
         return '{"value": 1}'
 
     entry = Entry(kind="step.outcome", name="charge", position=0, final=True, at=1.0)
-    write = Append(run_id="r-tx", epoch=None, entries=[entry], tx_body=body)
-    done = store.submit(lambda c: sqlops.append(c, write), write=True, append=write)
+    write = Append(run_id="r-tx", epoch=None, entries=[entry])
+    with_body = functools.partial(sqlops.append_with_body, append=write, body=body)
+    done = store.submit(with_body, write=True)
     try:
         assert inside.wait(10)
         line = store.write_lock_stall(older_than=0.0)

@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import itertools
 import logging
 import math
@@ -39,6 +40,7 @@ from ..errors import (
     StoreUnavailable,
     WorkerStopping,
 )
+from ..store import sqlops
 from ..store.base import (
     RUNNING,
     TERMINAL,
@@ -50,6 +52,7 @@ from ..store.base import (
     OperatorRequest,
     RunRow,
     Store,
+    TxBody,
 )
 from ..store.blobs import inline_or_blob
 from . import observers
@@ -438,23 +441,28 @@ class RunContext:
         fields: dict[str, Any] | None = None,
         new_runs: list[NewRun] | None = None,
         consume_event: int | None = None,
-        tx_body: Any = None,
+        body: TxBody | None = None,
         stop_if_requested: bool = False,
     ) -> AppendResult:
         """Commit buffered entries plus `entries` (and a status change) in one transaction:
         the one way a run's journal is written. The store commits it on the calling thread
-        when it can, else on its own thread, shared with other runs' writes."""
+        when it can, else on its own thread, shared with other runs' writes. `body`: a
+        function the store runs in that transaction, whose JSON is the last entry's data
+        (a transactional step's), through the store's one generic entry."""
         if self.stream is not None and self.stream.rows:
             await self.stream.settle()
         append = self._take(entries, stop_if_requested=stop_if_requested)
         append.status, append.new_runs = status, new_runs or []
         if fields:
             append.fields.update(fields)
-        append.consume_event, append.tx_body = consume_event, tx_body
+        append.consume_event = consume_event
         try:
-            result = await self.store.append(append)
+            if body is None:
+                result = await self.store.append(append)
+            else:
+                result = await self._send(append, body)
         except WRITE_FAILURES as exc:
-            result = await self._not_landed(append, len(entries), exc)
+            result = await self._not_landed(append, len(entries), exc, body)
         if (
             result.status == RUNNING
             and not result.cancel_requested
@@ -463,14 +471,22 @@ class RunContext:
             return result  # the common answer: the run goes on as it was
         return self._applied(result, append)
 
-    async def _not_landed(self, append: Append, added: int, exc: Exception) -> AppendResult:
+    async def _send(self, append: Append, body: TxBody | None) -> AppendResult:
+        if body is None:
+            return await self.store.append(append)
+        with_body = functools.partial(sqlops.append_with_body, append=append, body=body)
+        return await self.store.run_sql(with_body, write=True)
+
+    async def _not_landed(
+        self, append: Append, added: int, exc: Exception, body: TxBody | None = None
+    ) -> AppendResult:
         """A write met `exc`: land it once the store is back, or unwind (an operator's
         request, a lost lease, a store gone for good). `added`: the entries the caller gave,
         after the buffered ones in `append`."""
         try:
             if not isinstance(exc, StoreUnavailable):
                 raise exc
-            return await self._land(append, exc)
+            return await self._land(append, exc, body)
         except OperatorRequest as request:
             self._refused(request, append, added)
             await self.checkpoint()
@@ -480,7 +496,9 @@ class RunContext:
         except StoreUnavailable as gone:
             raise self._unreachable(gone) from None
 
-    async def _land(self, append: Append, first: StoreUnavailable) -> AppendResult:
+    async def _land(
+        self, append: Append, first: StoreUnavailable, body: TxBody | None = None
+    ) -> AppendResult:
         """The store went away during a write: send the same write again, with backoff,
         until it lands (a first try that landed unseen is recognised by its key, and
         not written twice), the lease turns out taken (LeaseLost: the fence refuses it)
@@ -496,7 +514,7 @@ class RunContext:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MOST)
             try:
-                result = await self.store.append(again)
+                result = await self._send(again, body)
             except StoreUnavailable:
                 continue
             log.warning("worker %s: run %s: store back after %.1fs; recorded what it held",

@@ -85,7 +85,7 @@ async def finish(ctx: RunContext, signal: ContinueAsNew) -> str:
             "wake_at": None,
         },
         new_runs=[new],
-        tx_body=functools.partial(_move_events, ctx.run_id, new_id),
+        body=functools.partial(_move_events, ctx.run_id, new_id),
     )
     if result.tx_error is not None:
         raise PerdureError(

@@ -369,7 +369,7 @@ async def _transactional(call: StepCall) -> Any:
     entry = call.entry("step.outcome", final=True)
     observers.step_started(ctx, info)
     started = time.monotonic()
-    result = await ctx.write(entry, tx_body=body)
+    result = await ctx.write(entry, body=body)
     observers.step_finished(ctx, info, started, result.tx_error)
     if result.tx_error is not None:
         ctx.by_position[call.pos].remove(entry)

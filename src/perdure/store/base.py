@@ -158,8 +158,9 @@ TxBody = Callable[[Any], str]
 class Append:
     """One atomic write for one run: entries, status and fields, fenced by lease epoch.
 
-    `epoch=None` marks an operator/client write (not fenced). `tx_body`, when set,
-    runs inside the same transaction and returns the JSON of the final entry's data.
+    `epoch=None` marks an operator/client write (not fenced). A write whose last entry a
+    function computes in its transaction (a transactional step's) is `sqlops.append_with_body`,
+    through the store's generic entry, `run_sql`: this row carries no function.
     """
 
     run_id: str
@@ -170,9 +171,8 @@ class Append:
     new_runs: list[NewRun] = field(default_factory=list)
     blobs: list[Blob] = field(default_factory=list)
     consume_event: int | None = None
-    tx_body: TxBody | None = None
     expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
-    blob_threshold: int | None = None  # store tx_body data over this size as a blob
+    blob_threshold: int | None = None  # a body's entry data over this size goes to a blob
     stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
     inline_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
     key: str | None = None  # names this write: kept by the run when it lands (fenced writes)
@@ -186,8 +186,8 @@ class AppendResult:
     status: str
     cancel_requested: bool
     pause_requested: bool
-    tx_data: str | None = None
-    tx_error: Exception | None = None  # the transactional body raised; its entry was not written
+    tx_data: str | None = None  # what a body (append_with_body) returned
+    tx_error: Exception | None = None  # the body raised; its entry was not written
 
 
 @dataclass(slots=True)

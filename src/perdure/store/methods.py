@@ -105,6 +105,16 @@ def _bound(store: Performer, spec: Operation[Any, Any], method: Any) -> Any:
     return method
 
 
+def bind_all(store: Performer) -> None:
+    """Bind every table method of `store`'s class now (a store does so when made): the
+    first call of each then finds it bound, as every later one does."""
+    for klass in reversed(type(store).__mro__):
+        for name, member in vars(klass).items():
+            overridden = id(getattr(type(store), name, None)) != id(member)  # by a subclass
+            if isinstance(member, Operation) and not overridden:
+                _bound(store, member, _method(store, member))
+
+
 def reads(fn: Callable[Concatenate[Db, P], T]) -> Operation[P, T]:
     """A read: run on the caller's thread whenever the store thread is idle."""
     return Operation(fn, write=False)

@@ -11,6 +11,7 @@ waiter warns after WARN_AFTER seconds naming it, and `perdure stuck` and
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError, StoreUnavailable
-from . import checkpoints, migrations
+from . import checkpoints, migrations, sqlops
+from .base import Append
 from .batching import Op
 from .dialect import Db
 from .lockholder import HolderFile, holder_path, process_state, read_holder
@@ -32,6 +34,16 @@ LOCK_SLICE = 0.25  # seconds SQLite itself waits for a lock before Python looks 
 WARN_AFTER = 3.0  # a writer waiting this long for the lock logs who holds it
 WARN_EVERY = 30.0  # and again this often while it still waits
 STALL_AFTER = 5.0  # `perdure stuck` and /readyz report a lock held longer than this
+
+
+def _with_body(op: Op) -> Append | None:
+    """The run's write an op of `run_sql` makes with a body in its transaction
+    (sqlops.append_with_body, e.g. a transactional step's), for the lock-holder record."""
+    fn = op.fn
+    if isinstance(fn, functools.partial) and fn.func is sqlops.append_with_body:
+        found = fn.keywords.get("append")
+        return found if isinstance(found, Append) else None
+    return None
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -230,8 +242,11 @@ class SQLiteStore(ThreadedStore):
         for op in ops:
             if op.append is not None:
                 runs.append(op.append.run_id)
-                if step is None and op.append.tx_body is not None:
-                    step = next((e.name for e in op.append.entries if e.name), None)
+            elif _with_body(op) is not None:  # a body in the transaction (run_sql)
+                append = _with_body(op)
+                assert append is not None
+                runs.append(append.run_id)
+                step = step or next((e.name for e in append.entries if e.name), None)
         self._holder_conn = conn
         self._holder.hold("transactional step" if step else "write", runs, step)
 

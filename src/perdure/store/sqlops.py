@@ -33,6 +33,7 @@ from .base import (
     OperatorRequest,
     QueueSpec,
     RunRow,
+    TxBody,
 )
 from .blobs import blob_ref, inline_or_blob
 from .dialect import ENDED, Db
@@ -433,7 +434,6 @@ def plain_append(a: Append) -> bool:
         and not a.new_runs
         and not a.blobs
         and a.consume_event is None
-        and a.tx_body is None
         and a.expect_status is None
         and not a.retry
     )
@@ -504,7 +504,7 @@ def append_plain(conn: Conn, appends: Sequence[Append]) -> list[AppendResult | E
     return results
 
 
-def _landed(conn: Conn, a: Append) -> AppendResult | None:
+def _landed(conn: Conn, a: Append, body: bool = False) -> AppendResult | None:
     """A retried write whose first try landed (its key is the run's last, or on SQLite on
     an entry of its journal): what it found then, as far as the run still says (a
     transactional body's result from its entry)."""
@@ -516,7 +516,7 @@ def _landed(conn: Conn, a: Append) -> AppendResult | None:
     if row[0] != a.key and (conn.tail_on_run or not _keyed_entry(conn, a)):
         return None
     tx_data = None
-    if a.tx_body is not None and a.entries:
+    if body and a.entries:
         last = a.entries[-1]
         found = conn.execute(
             "SELECT data FROM journal WHERE run_id = ? AND position = ? "
@@ -546,11 +546,25 @@ def _keyed_entry(conn: Conn, a: Append) -> bool:
 
 
 def append(conn: Conn, append: Append) -> AppendResult:
+    """One run's write: its entries, status and fields, fenced by the lease epoch."""
+    return _append(conn, append, None)
+
+
+def append_with_body(conn: Conn, append: Append, body: TxBody) -> AppendResult:
+    """`append` whose last entry is the outcome of `body`, run in the same transaction (a
+    transactional step, continue_as_new's hand-over): `body(raw connection)` returns that
+    entry's data (JSON text). A body that raises is undone, its entry left out and its error
+    given back in the result (`tx_error`); the rest of the write lands. Reached through the
+    store's one generic entry, `run_sql` (the store's methods take rows, not functions)."""
+    return _append(conn, append, body)
+
+
+def _append(conn: Conn, append: Append, body: TxBody | None) -> AppendResult:
     if append.retry and append.key is not None:
-        landed = _landed(conn, append)
+        landed = _landed(conn, append, body is not None)
         if landed is not None:
             return landed
-    plain = plain_append(append)
+    plain = body is None and plain_append(append)
     if plain and conn.fused_append:
         [result] = append_plain(conn, [append])
         if isinstance(result, Exception):
@@ -577,11 +591,11 @@ def append(conn: Conn, append: Append) -> AppendResult:
     _insert_blobs(conn, append.blobs)
     tx_data, tx_error = None, None
     entries = list(append.entries)
-    if append.tx_body is not None:
+    if body is not None:
         conn.execute("SAVEPOINT tx_body")
         try:
             conn.user_scope()
-            tx_data = append.tx_body(conn.raw)
+            tx_data = body(conn.raw)
         except Exception as exc:  # the user's transaction failed: undo it, keep the rest
             conn.execute("ROLLBACK TO tx_body")
             tx_error = exc

@@ -28,7 +28,7 @@ from .base import Append
 from .batching import Answers, Op, commit, read, run_batch
 from .dialect import Db
 from .extensions import Extension
-from .methods import LeaseMethods, RunMethods, StreamMethods, WorkerMethods
+from .methods import LeaseMethods, RunMethods, StreamMethods, WorkerMethods, bind_all
 from .waits import Bound
 from .workers_sql import WorkerRow
 
@@ -47,6 +47,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
     fused_appends = False  # a plain append is one statement (see sqlops.plain_append)
 
     def __init__(self) -> None:
+        bind_all(self)
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
