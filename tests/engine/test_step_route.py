@@ -139,9 +139,9 @@ def test_a_once_step_touches_few_functions(
     with fresh_store_url(kind, tmp_path) as url:
         assert asyncio.run(main(url)) == sum(range(1, STEPS + 1))
     first, warm = tracer.traces["first"], tracer.traces["warm"]
-    named = sorted(f"{path}:{name}" for path, _, name in first | warm)
-    assert len(warm) <= ROUTE_LIMIT, named
-    assert len(first) <= ROUTE_LIMIT, named
+    named = " ".join(sorted(f"{path}:{name}" for path, _, name in first | warm))
+    assert len(warm) <= ROUTE_LIMIT, " ".join(sorted(f"{p}:{n}" for p, _, n in warm))
+    assert len(first) <= ROUTE_LIMIT, " ".join(sorted(f"{p}:{n}" for p, _, n in first))
     steps = {name for path, _, name in first | warm if path == "/engine/steps.py"}
     assert "_attempt" in steps
     assert not sync or "_execute" not in steps, named  # a sync workflow's own thread
