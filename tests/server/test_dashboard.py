@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 import perdure
 from perdure.observe.redact import Redactor
 from perdure.server import create_app, dashboard, operations
