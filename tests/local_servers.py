@@ -31,10 +31,10 @@ def wait_listening(
     first or `within` seconds pass (showing `log()`, what the server said)."""
     deadline = time.monotonic() + within
     while True:
-        said = f"\n{log()}" if log is not None else ""
-        assert process is None or process.poll() is None, f"the server exited{said}"
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
+        said = f"\n{log()}" if log is not None else ""
+        assert process is None or process.poll() is None, f"the server exited{said}"
         assert time.monotonic() < deadline, f"nothing listens on port {port}{said}"
         time.sleep(0.05)
 
@@ -58,11 +58,11 @@ def live_server(app: perdure.App) -> Iterator[str]:
     )
     thread.start()
     deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive(), "uvicorn stopped before it started"
-        assert time.monotonic() < deadline, "uvicorn did not start within 20 s"
-        time.sleep(0.01)
     try:
+        while not server.started:
+            assert thread.is_alive(), "uvicorn stopped before it started"
+            assert time.monotonic() < deadline, "uvicorn did not start within 20 s"
+            time.sleep(0.01)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
