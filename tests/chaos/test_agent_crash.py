@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 
 import perdure
+from extras_needed import require
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
 from waits import wait_for
 
@@ -352,6 +353,7 @@ class Case:
 def test_agent_crash_at_each_kill_point_for_each_tool_effect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require("models", "openai")
     model = FakeModel().start()
     spec_path = tmp_path / "agent.toml"
     spec_path.write_text(SPEC.format(agent=AGENT, base_url=model.base_url, key_env=KEY_ENV))

@@ -21,6 +21,7 @@ from types import ModuleType
 
 import pytest
 
+from extras_needed import require
 from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
@@ -58,6 +59,7 @@ def test_kill_9_during_a_hung_model_call_calls_again_on_recovery_and_bills_once(
 ) -> None:
     """SIGKILL while the model call hangs: the hung call never answered, the new worker's
     call is answered, the run completes with one model outcome and one usage row."""
+    require("models", "openai")
     wire = load(WIRE, "wire_servers")
     server = wire.OpenAIServer().start()
     server.hang_next()
