@@ -16,6 +16,9 @@ from fresh_stores import fresh_store_url
 
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
+    """An OpenAI-compatible server that bills; its tests' agents call it through the openai
+    SDK (they skip without the models extra)."""
+    require("models", "openai")
     s = CountingServer(latency=0.3).start()  # long enough for all first calls to overlap
     yield s
     s.stop()

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -34,6 +35,8 @@ BOUND = 20.0  # seconds the abort may take (a heartbeat is a second while busy)
 
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
+    """The billing server, SLOW to answer the first call; called through the openai SDK."""
+    require("models", "openai")
     s = CountingServer(latency=SLOW).start()
     yield s
     s.hurry.set()

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from wire_servers import CountingServer
 
 import perdure
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -54,6 +55,8 @@ tokens_per_day = 1000000
 
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
+    """The billing server, answering in 0.8 s; called through the openai SDK."""
+    require("models", "openai")
     s = CountingServer(latency=0.8).start()
     yield s
     s.stop()
