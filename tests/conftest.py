@@ -1,4 +1,6 @@
-"""Shared fixtures: a driven clock, an App on a fresh SQLite file, and an in-process worker."""
+"""Shared fixtures: a driven clock, an App on a fresh SQLite file, an in-process worker, a
+fresh PostgreSQL schema; a `postgres` test skips without the postgres extra, and the plugin
+that fails a CI session in which a test skipped for a missing extra."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ import pytest
 
 import perdure
 from perdure.testing import TestClock, TestWorker
+
+# Loaded before anything imports it (so that pytest may rewrite its asserts): the fixtures
+# and hooks below import it, and fresh_stores, when they run.
+pytest_plugins = ["extras_needed"]
 
 
 @pytest.fixture
@@ -35,3 +41,21 @@ def app(db_url: str, clock: TestClock) -> Iterator[perdure.App]:
 def worker(app: perdure.App) -> TestWorker:
     """An in-process worker for `app`; `worker.run_until_idle()` runs everything runnable."""
     return TestWorker(app)
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh schema on the machine's PostgreSQL, dropped after the test."""
+    from fresh_stores import fresh_store_url
+
+    with fresh_store_url("postgres", tmp_path) as url:
+        yield url
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `postgres` needs the postgres extra (the store's driver): without it,
+    it skips naming the extra."""
+    if item.get_closest_marker("postgres") is not None:
+        from extras_needed import require
+
+        require("postgres")

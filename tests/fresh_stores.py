@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from extras_needed import needs
+
 PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -18,8 +22,7 @@ def fresh_store_url(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path}/store.db"
         return
-    import psycopg
-
+    psycopg = pytest.importorskip("psycopg", reason=needs("postgres"))
     schema = f"t_{uuid.uuid4().hex[:12]}"
     yield f"{PG_URL}?schema={schema}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:

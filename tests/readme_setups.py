@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from local_servers import free_port
+
 if TYPE_CHECKING:
     from readme_support import Sandbox, ShellResult
 
@@ -262,7 +264,7 @@ assert sent_sms == ["o-7"], sent_sms
 
 def serve(sandbox: Sandbox) -> None:
     """`perdure --app shop:app serve` on a free port, which replaces the block's 8000."""
-    port = sandbox.free_port()
+    port = free_port()
     sandbox.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     sandbox.background(f"perdure --app shop:app serve --port {port}", line=0, ready_port=port)
 

@@ -25,6 +25,7 @@ from typing import NoReturn
 import click
 import pytest
 
+from perdure.extras import EXTRAS
 from readme_doc import README, Block
 from readme_setups import PY_CHECKS, PY_SETUPS, PY_WRAPS, SHELL_CHECKS, SHELL_SETUPS
 
@@ -85,12 +86,6 @@ class Sandbox:
         for old, new in self.replacements:
             text = text.replace(old, new)
         return text
-
-    @staticmethod
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
 
     def run(self, command: str, timeout: float = CMD_TIMEOUT) -> ShellResult:
         """Run one shell command in the sandbox and capture its output."""
@@ -168,6 +163,35 @@ class Sandbox:
                 )
         self.backgrounds.clear()
         return problems
+
+
+# The extra a `perdure` subcommand serves with, and the one each integration module needs.
+SERVES_WITH = {"serve": "server", "mcp": "mcp", "top": "observe"}
+INTEGRATIONS = {"openai_agents": "openai-agents", "pydantic_ai": "pydantic-ai"}
+
+
+def extras_needed(block: Block, blocks: list[Block]) -> list[tuple[str, str]]:
+    """(extra, module) for each optional extra the block needs to run: for a python block
+    (and those it continues), the modules it imports; for a shell block, the `perdure`
+    subcommands it serves with (`setup=serve` is `perdure serve`)."""
+    owner = {m.split(".")[0]: x for x, modules in reversed(EXTRAS.items()) for m in modules}
+    needed: list[tuple[str, str]] = []
+    if block.lang == "python":
+        for member in chain(block, blocks):
+            for name in re.findall(r"^\s*(?:from|import)\s+([\w.]+)", member.source, re.M):
+                parts = name.split(".")
+                if parts[:2] == ["perdure", "integrations"] and parts[2:3][0] in INTEGRATIONS:
+                    extra = INTEGRATIONS[parts[2]]
+                    needed.append((extra, EXTRAS[extra][0]))
+                elif parts[0] in owner:
+                    needed.append((owner[parts[0]], parts[0]))
+    elif block.lang in SHELL_LANGS:
+        words = {w for _, command in commands(block) for w in command.split()}
+        words |= {"serve"} if "serve" in block.names("setup") else set()
+        for command, extra in SERVES_WITH.items():
+            if command in words:
+                needed.append((extra, EXTRAS[extra][0]))
+    return list(dict.fromkeys(needed))
 
 
 def where(line: int) -> str:

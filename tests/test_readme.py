@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pytest
 
+from extras_needed import require
 from readme_doc import KEYS, Block, ReadmeError, parse, readme_blocks
 from readme_setups import PY_CHECKS, PY_SETUPS, PY_WRAPS, SHELL_CHECKS, SHELL_SETUPS
 from readme_support import (
@@ -63,6 +64,7 @@ from readme_support import (
     check_json,
     check_synopsis,
     commands,
+    extras_needed,
     is_long_running,
     run_python,
     run_shell,
@@ -106,6 +108,9 @@ def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]
 @pytest.mark.parametrize(("block", "store"), cases())
 def test_block(block: Block, store: str, sandbox: Sandbox) -> None:
     """The README block does what it shows (run, served, validated or parsed, as declared)."""
+    if not block.has("no-run"):
+        for extra, module in extras_needed(block, BLOCKS):
+            require(extra, module)
     check_block(block, BLOCKS, sandbox)
 
 

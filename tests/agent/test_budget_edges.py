@@ -13,6 +13,7 @@ from wire_servers import CountingServer
 
 import perdure
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -63,6 +64,7 @@ def test_a_reply_without_usage_keeps_its_reservation_counted_and_marked(
 ) -> None:
     """The server bills but says nothing of usage: the call's reservation stays as its
     estimate (state 'estimated'), counts against the budget, and is listed apart."""
+    require("models", "openai")
     monkeypatch.setenv("PERDURE_TEST_COUNTING_KEY", "k")
     server.no_usage = True
     path = tmp_path / "a.toml"

@@ -14,6 +14,7 @@ from types import ModuleType
 
 import pytest
 
+from extras_needed import require
 from perdure.agent.grounding import unsupported
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,8 @@ def _demo() -> ModuleType:
     ["scripted", "local"],  # local: scripts/setup.sh local (the test command installs it)
 )
 def test_the_inbox_demo_summarises_each_file_once_across_a_kill(tmp_path: Path, model: str) -> None:
+    if model == "local":
+        require("local")
     demo = _demo()
     outcome = demo.run_demo(model, tmp_path / "demo", timeout=240.0)
     names = list(demo.SAMPLES)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from extras_needed import require
 from perdure.agent.local_model import (
     KNOWN_MODELS,
     KnownModel,
@@ -63,6 +64,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_local_model_summarises_through_the_openai_sdk() -> None:
+    require("local")
     from openai import AsyncOpenAI
 
     lm = LocalModel()
@@ -120,11 +122,13 @@ def test_local_model_summarises_through_the_openai_sdk() -> None:
 
 
 def test_the_model_file_ships_with_the_extra() -> None:
+    require("local")
     path = find_model_path()
     assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
 
 
 def test_a_broken_model_file_fails_with_a_clear_error(tmp_path: Path) -> None:
+    require("local")
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"not a gguf file")
     lm = LocalModel(bad, startup_timeout=30)
@@ -144,6 +148,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_the_server_exits_when_the_worker_that_started_it_is_killed() -> None:
+    require("local")
     script = (
         "from perdure.agent.local_model import ensure_local_model\n"
         "import time\n"
@@ -268,6 +273,7 @@ def test_local_large_is_a_model_choice() -> None:
 
 def test_the_large_local_model_answers_a_chat() -> None:
     """Qwen2.5-Coder-1.5B, joined from its 22 parts, loads and summarises (needs the extra)."""
+    require("local-large")
     from openai import OpenAI
 
     lm = LocalModel(model=LARGE, startup_timeout=180)

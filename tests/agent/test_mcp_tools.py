@@ -4,14 +4,17 @@ Streamable HTTP; ungranted ones are never offered nor called."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from extras_needed import needs
+from local_servers import free_port, wait_listening
+
+pytest.importorskip("mcp", reason=needs("mcp"))
 
 from perdure.agent.messages import ToolCall
 from perdure.agent.tools import Boundary, PreparedCall, Refusal, Tool, Toolbox
@@ -99,24 +102,14 @@ def test_server_config_is_checked() -> None:
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The fixture server over Streamable HTTP on 127.0.0.1."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, FIXTURE, "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("the Streamable HTTP fixture server did not start")
+        wait_listening(port, process, within=20)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ from wire_servers import AnthropicServer, OpenAIServer, WireServer
 
 import perdure
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
+from fresh_stores import fresh_store_url
 from perdure.agent.loop import Agent
 from perdure.agent.messages import Message, ModelRequest, ModelResponse
 from perdure.agent.models import provider_for
@@ -38,7 +39,6 @@ from perdure.testing import TestClock, TestWorker
 from perdure.triggers import schedules
 
 KEY_ENV = "OUTAGE_TEST_KEY"
-PG = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 SPEC = """
 name = "nightly"
 goal = "Say hello"
@@ -62,30 +62,10 @@ enabled = false
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def any_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[perdure.App]:
     """An App on a fresh SQLite file or PostgreSQL schema, driven by a TestClock."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    url = f"sqlite:///{tmp_path}/park.db" if request.param == "sqlite" else f"{PG}?schema={schema}"
-    app = perdure.App(url, clock=TestClock())
-    yield app
-    app.close()
-    if request.param == "postgres":
-        import psycopg
-
-        with psycopg.connect(PG, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture
-def openai_server() -> Iterator[OpenAIServer]:
-    server = OpenAIServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def anthropic_server() -> Iterator[AnthropicServer]:
-    server = AnthropicServer().start()
-    yield server
-    server.stop()
+    with fresh_store_url(request.param, tmp_path) as url:
+        app = perdure.App(url, clock=TestClock())
+        yield app
+        app.close()
 
 
 def write_spec(
@@ -232,6 +212,7 @@ def test_a_hung_server_times_out_per_the_timeout_and_is_retryable(
 def test_a_server_that_never_accepts_fails_after_connect_timeout() -> None:
     """A port whose accept queue is full (SYNs dropped) fails the call after
     `connect_timeout`, named as such, not after the (much longer) read timeout."""
+    require("models", "openai")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)

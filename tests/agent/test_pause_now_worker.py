@@ -23,6 +23,7 @@ from wire_servers import COUNTING_SPEC, CountingServer
 
 import perdure
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -35,6 +36,8 @@ BOUND = 20.0  # seconds the abort may take (a heartbeat is a second while busy)
 
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
+    """The billing server, SLOW to answer the first call; called through the openai SDK."""
+    require("models", "openai")
     s = CountingServer(latency=SLOW).start()
     yield s
     s.hurry.set()

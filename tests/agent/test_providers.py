@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 from wire_servers import INPUT_TOKENS, OUTPUT_TOKENS, AnthropicServer, OpenAIServer
 
+from extras_needed import require
 from perdure.agent.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 from perdure.agent.providers.anthropic import AnthropicModel
 from perdure.agent.providers.base import (
@@ -80,20 +80,6 @@ def call(model: OpenAIModel | AnthropicModel, request: ModelRequest) -> ModelRes
             await model.aclose()
 
     return asyncio.run(go())
-
-
-@pytest.fixture
-def openai_server() -> Iterator[OpenAIServer]:
-    server = OpenAIServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def anthropic_server() -> Iterator[AnthropicServer]:
-    server = AnthropicServer().start()
-    yield server
-    server.stop()
 
 
 def openai_model(server: OpenAIServer, stream: bool = False) -> OpenAIModel:
@@ -341,6 +327,7 @@ def test_openai_400_is_final_with_the_server_message(openai_server: OpenAIServer
 
 def test_openai_connection_refused_is_retryable() -> None:
     """Nothing listening is a ModelRetryable (the step retries it later)."""
+    require("models", "openai")
     server = OpenAIServer().start()
     url = f"{server.origin}/v1"
     server.stop()

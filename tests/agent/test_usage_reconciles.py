@@ -21,6 +21,7 @@ from wire_servers import CountingServer
 
 import perdure
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -55,6 +56,8 @@ tokens_per_day = 1000000
 
 @pytest.fixture
 def server() -> Iterator[CountingServer]:
+    """The billing server, answering in 0.8 s; called through the openai SDK."""
+    require("models", "openai")
     s = CountingServer(latency=0.8).start()
     yield s
     s.stop()

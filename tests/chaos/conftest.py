@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,25 +117,6 @@ def worker_pool(tmp_path: Path) -> Iterator[Callable[..., WorkerPool]]:
     yield make
     for pool in pools:
         pool.reap()
-
-
-def _wait_until(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-@pytest.fixture(scope="session")
-def wait_until() -> Callable[..., Any]:
-    """`wait_until(predicate, timeout, what)`: poll until truthy, else fail naming `what`."""
-    return _wait_until
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from netns import Hosts, missing
+
+from local_servers import free_port
 
 
 def _pg_bin(name: str) -> str | None:
@@ -28,12 +29,6 @@ def _pg_bin(name: str) -> str | None:
         if (bin_dir / name).exists():
             return str(bin_dir / name)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateServer:
@@ -95,7 +90,7 @@ class PrivateServer:
     def start(self) -> None:
         assert self.pg_ctl is not None
         for attempt in range(5):  # another process may take the free port first
-            self.port = _free_port()
+            self.port = free_port()
             try:
                 self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                           "-o", self._options(), "start")  # fmt: skip

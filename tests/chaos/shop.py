@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import perdure
 from perdure.store.base import NEEDS_ATTENTION, TERMINAL, Entry
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -31,18 +31,6 @@ def load_stop_app() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` seconds."""
-    limit = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > limit:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Proc:
@@ -130,7 +118,7 @@ class Shop:
         ]
 
     def wait_started(self, step: str, count: int = 1, timeout: float = 20.0) -> None:
-        wait_for(lambda: len(self.started(step)) >= count, timeout, f"step {step} to start")
+        wait_for(f"step {step} to start", lambda: len(self.started(step)) >= count, timeout=timeout)
 
     def journal(self, run_id: str) -> list[Entry]:
         return self.app.journal(run_id)
@@ -143,9 +131,9 @@ class Shop:
         proc = self.spawn(grace=5.0)
         proc.wait_ready()
         status = wait_for(
-            lambda: (s := self.status(run_id)) in (*TERMINAL, NEEDS_ATTENTION) and s,
-            timeout,
             f"run {run_id} to settle",
+            lambda: (s := self.status(run_id)) in (*TERMINAL, NEEDS_ATTENTION) and s,
+            timeout=timeout,
         )
         proc.signal(signal.SIGTERM)
         proc.wait()

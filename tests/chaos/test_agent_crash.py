@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,7 +46,9 @@ import pytest
 
 import perdure
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 APP_FILE = HERE / "agent_crash_app.py"
@@ -284,17 +285,6 @@ def ledger_of(ledger: Path, run: str) -> list[str]:
     return lines(ledger, f"{run}:")
 
 
-def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 def normalised(value: Any, run: str) -> Any:
     """`value` with the run's name (in prompts, call ids, keys, results) made `<RUN>`."""
     return json.loads(json.dumps(value, sort_keys=True).replace(run, "<RUN>"))
@@ -364,6 +354,7 @@ class Case:
 def test_agent_crash_at_each_kill_point_for_each_tool_effect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require("models", "openai")
     model = FakeModel().start()
     spec_path = tmp_path / "agent.toml"
     spec_path.write_text(SPEC.format(agent=AGENT, base_url=model.base_url, key_env=KEY_ENV))
@@ -447,7 +438,7 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                 status = app.get_run(run).status
                 return status if status == NEEDS_ATTENTION or status in TERMINAL else None
 
-            status = wait(settled, 30, f"{run} to park in needs_attention")
+            status = wait_for(f"{run} to park in needs_attention", settled, timeout=30, every=0.05)
             assert status == NEEDS_ATTENTION, (
                 f"{run}: a once tool interrupted at kill point {case.group} must park the run "
                 f"in needs_attention, but the run is {status}; ledger {ledger_of(ledger, run)}"
@@ -470,7 +461,7 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
             workers.check_alive(killed)
             return all(apps[c.group].get_run(c.run).status in TERMINAL for c in cases)
 
-        wait(all_finished, 45, "every run to finish", interval=0.1)
+        wait_for("every run to finish", all_finished, timeout=45, every=0.1)
         workers.stop_all()
         elapsed = time.monotonic() - started_at
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from extras_needed import require
 from fresh_stores import fresh_store_url
 from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
@@ -291,6 +292,7 @@ def test_every_message_starts_one_run_through_worker_kills(
 ) -> None:
     """1,000 messages, a worker kill -9'd every 1-2.5 s: 1,000 runs, none lost or doubled,
     no charge executed twice, every message acknowledged."""
+    require(kind)  # the broker's client: the extra of the same name
     os.environ.update(store_env)  # the test's own App reads the same store
     try:
         asyncio.run(chaos(tmp_path / "brokers", kind, store_env))

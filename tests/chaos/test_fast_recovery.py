@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import perdure
+from waits import wait_for
 
 PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 LEASE = 30.0  # the default lease: the takeover must come long before it ends
@@ -168,13 +169,6 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(0.01)
-
-
 def recovered(app: perdure.App, run_id: str) -> list[tuple[float, str]]:
     """(when, from whom) of each takeover the run's journal records."""
     return [
@@ -231,12 +225,22 @@ def test_kill_minus_nine_is_taken_over_at_once(
     try:
         ids = [app.start("held", i, run_id=f"r{i}").id for i in range(RUNS)]
         a = s.worker("a", "--concurrency", "128", other_host=where[1] == "other")
-        wait_for(lambda: s.entered(a) == RUNS or a.poll() is not None, 60, "A to hold 100 runs")
+        wait_for(
+            "A to hold 100 runs",
+            lambda: s.entered(a) == RUNS or a.poll() is not None,
+            timeout=60,
+            every=0.01,
+        )
         assert a.poll() is None, s.log("a")
         ends = lease_ends(app, ids)
         if b_is == "live":
             b = s.worker("b")
-            wait_for(lambda: "ready worker=" in s.log("b") or b.poll() is not None, 30, "B")
+            wait_for(
+                "B",
+                lambda: "ready worker=" in s.log("b") or b.poll() is not None,
+                timeout=30,
+                every=0.01,
+            )
         a.send_signal(signal.SIGKILL)
         a.wait()
         killed = time.time()
@@ -278,7 +282,12 @@ def test_a_frozen_worker_keeps_its_runs_until_its_lease_ends(
     try:
         ids = [app.start("held", i, run_id=f"f{i}").id for i in range(5)]
         a = s.worker("a", "--lease", "6", other_host=where[1] == "other")
-        wait_for(lambda: s.entered(a) == 5 or a.poll() is not None, 60, "A to hold 5 runs")
+        wait_for(
+            "A to hold 5 runs",
+            lambda: s.entered(a) == 5 or a.poll() is not None,
+            timeout=60,
+            every=0.01,
+        )
         assert a.poll() is None, s.log("a")
         freeze(a, s.url)
         stopped = time.time()
@@ -286,9 +295,10 @@ def test_a_frozen_worker_keeps_its_runs_until_its_lease_ends(
         (s.folder / "go").write_text("")
         b = s.worker("b")
         wait_for(
-            lambda: completed(app, 5) == 5 or b.poll() is not None,
-            60,
             "B to finish A's runs after A's lease",
+            lambda: completed(app, 5) == 5 or b.poll() is not None,
+            timeout=60,
+            every=0.01,
         )
         assert b.poll() is None, s.log("b")
         waited = []

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from shop import PG_URL, Shop, wait_for
+from shop import PG_URL, Shop
 
 from perdure.cli.main import cli
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
+from waits import wait_for
 
 # SIGINT in the fast runs, SIGTERM too in the slow ones: both mean the same
 SIGNALS = [
@@ -111,7 +112,7 @@ def test_a_signal_before_the_first_step_starts_nothing(shop: Shop) -> None:
     first = shop.spawn(grace=5)
     first.wait_ready()
     run_id = shop.app.start("risky", 0.2, 0.2, 0.8).id
-    wait_for(lambda: shop.app.get_run(run_id).lease_owner, 10, "the run to be claimed")
+    wait_for("the run to be claimed", lambda: shop.app.get_run(run_id).lease_owner, timeout=10)
     first.signal(signal.SIGINT)
     code, took = first.wait()
     assert code == 0 and took < 2.0

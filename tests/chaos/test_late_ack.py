@@ -12,13 +12,20 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("psycopg", reason=needs("postgres"))
+
+import psycopg
 from netns import Hosts
 from private_pg import PrivateServer, served_hosts
+
+from waits import wait_for
 
 LEASE = 2.0
 HOLD = 2.0  # seconds the server holds pay's intent before committing it
@@ -81,13 +88,6 @@ def intent_held(url: str) -> bool:
     return bool(row and row[0])
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
@@ -137,21 +137,32 @@ def test_a_once_intent_acknowledged_after_the_lease_never_runs_its_body(
             late_app.app.start("late", run_id="r1")
         finally:
             sys.path.remove(str(tmp_path))
-        wait_for((tmp_path / "waiting").exists, 60, "A to run the first step")
+        wait_for("A to run the first step", (tmp_path / "waiting").exists, timeout=60, every=0.05)
         hold_the_intent(server.url, schema)
         (tmp_path / "go").write_text("")  # A writes pay's intent; the server holds it
-        wait_for(lambda: intent_held(server.url), 30, "the server to hold pay's intent")
+        wait_for(
+            "the server to hold pay's intent",
+            lambda: intent_held(server.url),
+            timeout=30,
+            every=0.05,
+        )
         # cut now, while the intent is at the server: it lands, its answer is lost. (Cut
         # before the write, a statement of A's own loops sent in the same instant could
         # take both its connections' answers with it, and the intent would never be sent.)
         hosts.partition(host, "server cannot answer")
-        wait_for(lambda: ("step.intent", "pay") in journal(), 30, "pay's intent to land")
+        wait_for(
+            "pay's intent to land",
+            lambda: ("step.intent", "pay") in journal(),
+            timeout=30,
+            every=0.05,
+        )
         spawn("b", outside, [])  # B takes the run over once A's lease has run out
-        wait_for(lambda: status() == "needs_attention", 60, "B to park the run")
+        wait_for("B to park the run", lambda: status() == "needs_attention", timeout=60, every=0.05)
         hosts.heal(host)
         a_log = tmp_path / "a.log"
-        wait_for(lambda: "not starting it" in a_log.read_text() or (tmp_path / "paid").exists(),
-                 120, "A to hear its intent's answer")  # fmt: skip
+        wait_for("A to hear its intent's answer",
+                 lambda: "not starting it" in a_log.read_text() or (tmp_path / "paid").exists(),
+                 timeout=120, every=0.05)  # fmt: skip
         time.sleep(1.0)
         assert not (tmp_path / "paid").exists(), "A ran the once body after losing its lease"
         journaled = journal()

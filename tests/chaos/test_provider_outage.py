@@ -15,16 +15,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
 from perdure.agent.budget_sql import Budgets
+from extras_needed import require
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 WIRE = HERE.parent / "agent" / "wire_servers.py"
@@ -55,21 +54,13 @@ def load(path: Path, name: str) -> ModuleType:
     return module
 
 
-def wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return value
-
-
 @pytest.mark.timeout(120)
 def test_kill_9_during_a_hung_model_call_calls_again_on_recovery_and_bills_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGKILL while the model call hangs: the hung call never answered, the new worker's
     call is answered, the run completes with one model outcome and one usage row."""
+    require("models", "openai")
     wire = load(WIRE, "wire_servers")
     server = wire.OpenAIServer().start()
     server.hang_next()
@@ -103,7 +94,12 @@ def test_kill_9_during_a_hung_model_call_calls_again_on_recovery_and_bills_once(
 
     try:
         first = spawn(0)
-        wait(lambda: server.hung == 1 or first.poll() is not None, 60, "the hung model call")
+        wait_for(
+            "the hung model call",
+            lambda: server.hung == 1 or first.poll() is not None,
+            timeout=60,
+            every=0.05,
+        )
         assert first.poll() is None, (tmp_path / "worker-0.log").read_text()[-3000:]
         assert app.get_run(run_id).status == "running"
         first.send_signal(signal.SIGKILL)  # kill -9 mid-call: nothing flushed, no lease released
@@ -111,8 +107,8 @@ def test_kill_9_during_a_hung_model_call_calls_again_on_recovery_and_bills_once(
         assert server.hung == 1 and len(server.requests) == 1
         # the same host, its pid gone: the new worker takes the run at once, not after 30 s
         second = spawn(1)
-        wait(lambda: app.get_run(run_id).status in ("completed", "failed")
-             or second.poll() is not None, 60, "the recovered run")  # fmt: skip
+        wait_for("the recovered run", lambda: app.get_run(run_id).status in ("completed", "failed")
+             or second.poll() is not None, timeout=60, every=0.05)  # fmt: skip
         log = (tmp_path / "worker-1.log").read_text(errors="replace")
         run = app.get_run(run_id)
         assert run.status == "completed", f"{run.status} {run.error}\n{log[-3000:]}"

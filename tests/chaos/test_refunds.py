@@ -17,6 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_refunds_example import FRAMEWORK_EXTRAS
+
+from extras_needed import require
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -40,6 +43,8 @@ def test_kill_9_every_second_or_so_duplicates_nothing_and_loses_nothing(
     """30 refund conversations under 6 kill -9s: every one finishes (the parked ones once
     resolved), each order refunded and e-mailed exactly once, no `once` tool re-run
     unasked, and the only model calls sent again are ones a kill cut off."""
+    for extra in FRAMEWORK_EXTRAS[framework]:
+        require(extra)
     options = refunds.Options(
         conversations=CONVERSATIONS, concurrency=CONCURRENCY, kills_wanted=KILLS,
         seed=chaos_seed, timeout=300.0,

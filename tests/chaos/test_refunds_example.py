@@ -10,7 +10,12 @@ from types import ModuleType
 
 import pytest
 
+from extras_needed import require
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_agent"
+# The extras each framework of the example needs (pydantic-ai talks to the scripted model
+# server through the openai SDK; the Agents SDK brings it).
+FRAMEWORK_EXTRAS = {"pydantic-ai": ("pydantic-ai", "models"), "agents-sdk": ("openai-agents",)}
 
 
 def demo() -> ModuleType:
@@ -39,6 +44,8 @@ def test_the_demo_refunds_and_emails_each_order_once(
 ) -> None:  # fmt: skip
     """Two conversations: each answers, journals model and tool steps with their effects,
     and the stubs saw one refund and one e-mail per order."""
+    for extra in FRAMEWORK_EXTRAS[framework]:
+        require(extra)
     argv = ["--framework", framework, "--model", model, "--refund", refund, "--orders", "2",
             "--db", f"sqlite:///{tmp_path}/refunds.db", "--timeout", "120"]  # fmt: skip
     assert demo().main(argv) == 0
@@ -71,6 +78,8 @@ def test_the_demo_runs_on_the_local_model(
     """With the llama.cpp model perdure ships (no key), the same agent runs durably: a
     conversation is answered and its first model request is a journaled keyed step. (What
     a 135M model answers varies: neither its words nor its tool calls are asserted.)"""
+    for extra in (*FRAMEWORK_EXTRAS[framework], "local"):
+        require(extra)
     argv = ["--framework", framework, "--model", "local", "--orders", "1",
             "--db", f"sqlite:///{tmp_path}/refunds.db", "--timeout", "240"]  # fmt: skip
     assert demo().main(argv) == 0

@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,6 +36,7 @@ import pytest
 import perdure
 from perdure.store.base import COMPLETED, TERMINAL
 from perdure.triggers.schedules import run_id_for
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 APP_FILE = HERE / "schedule_app.py"
@@ -139,17 +140,6 @@ class Workers:
                 proc.wait()
 
 
-def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 def _sleep_until(wall: float) -> None:
     time.sleep(max(0.0, wall - time.time()))
 
@@ -197,16 +187,18 @@ def test_every_second_schedule_three_workers_one_killed(
             return {p.pid: owners[p.pid] for p in workers.procs if p.poll() is None}
 
         # -- the schedule is stored by the first worker and fires its first tick ------------
-        schedule = _wait(
-            lambda: next((s for s in app.schedules() if s.name == name), None),
-            30,
+        schedule = wait_for(
             "a worker to store the schedule",
+            lambda: next((s for s in app.schedules() if s.name == name), None),
+            timeout=30,
+            every=0.1,
         )
         assert schedule.every == 1.0 and schedule.overlap == "allow", schedule
-        first_fired = _wait(
-            lambda: [t for t in app.schedule_ticks(name, limit=10) if t.status == "fired"],
-            15,
+        first_fired = wait_for(
             "the first fired tick",
+            lambda: [t for t in app.schedule_ticks(name, limit=10) if t.status == "fired"],
+            timeout=15,
+            every=0.1,
         )
         t0 = min(t.fire_at for t in first_fired)
         check_alive()
@@ -245,7 +237,7 @@ def test_every_second_schedule_three_workers_one_killed(
             check_alive(frozenset({victim_pid}))
             return not unfinished()
 
-        _wait(settled, SETTLE_SECONDS, "every tick's run to finish")
+        wait_for("every tick's run to finish", settled, timeout=SETTLE_SECONDS, every=0.1)
         settled_at = time.time()
         survivors = [p for p in workers.procs if p.pid != victim_pid]
         for proc in survivors:

@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shop import Proc, wait_for
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
+from shop import Proc
 from starlette.testclient import TestClient
 
 import perdure
@@ -31,6 +36,7 @@ from perdure.errors import StoreUnavailable
 from perdure.server.app import create_app
 from perdure.store.base import COMPLETED
 from perdure.store.lockholder import process_state
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 FREEZE = 8.0  # seconds the holder stays stopped at least (the checks all run before SIGCONT)
@@ -86,7 +92,7 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
         for run_id in before:
             assert app.handle(run_id).result(timeout=30) == 2 * int(run_id.rsplit("-", 1)[1])
         app.start("held", 7, run_id="held-1")
-        entry = wait_for(lambda: mark.exists() and mark.read_text().strip(), 30, "the step")
+        entry = wait_for("the step", lambda: mark.exists() and mark.read_text().strip(), timeout=30)
         holder = json.loads(entry.splitlines()[0])
         os.kill(holder["pid"], signal.SIGSTOP)
         frozen = holder["pid"]
@@ -124,12 +130,12 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             lines = [ln for ln in text.splitlines() if "waiting" in ln and "write lock" in ln]
             return next((ln for ln in lines if f"pid {frozen}" in ln and "held-1" in ln), None)
 
-        warning = wait_for(warned, 30, "the other worker's warning")
+        warning = wait_for("the other worker's warning", warned, timeout=30)
         print(f"other worker warned: {warning.strip()}")
         assert "stopped (SIGSTOP)" in warning
 
         # 4. `perdure stuck` and /readyz report the held lock (held longer than 5 s)
-        wait_for(lambda: time.monotonic() - stopped_at > 5.5, 10, "the lock to be 5 s old")
+        wait_for("the lock to be 5 s old", lambda: time.monotonic() - stopped_at > 5.5, timeout=10)
         stuck = _stuck(url, env)
         print(f"perdure stuck (exit {stuck.returncode}): {stuck.stdout.strip()}")
         assert stuck.returncode == 1, stuck.stdout + stuck.stderr
@@ -141,7 +147,7 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             print(f"/readyz {ready.status_code}: {ready.json()}")
             assert ready.status_code == 503
             assert f"pid {frozen}" in ready.json()["error"]
-            wait_for(lambda: time.monotonic() - stopped_at > FREEZE, FREEZE, "the freeze")
+            wait_for("the freeze", lambda: time.monotonic() - stopped_at > FREEZE, timeout=FREEZE)
             os.kill(frozen, signal.SIGCONT)
             frozen = None
 
@@ -151,7 +157,9 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             assert not starter.is_alive() and len(during) == QUICK
             results = [app.handle(r).result(timeout=60) for r in during]
             assert results == [2 * (100 + i) for i in range(QUICK)]
-            wait_for(lambda: client.get("/readyz").status_code == 200, 10, "/readyz to clear")
+            wait_for(
+                "/readyz to clear", lambda: client.get("/readyz").status_code == 200, timeout=10
+            )
         assert app.get_run("held-1").status == COMPLETED
         with sqlite3.connect(db) as conn:
             ledger = conn.execute("SELECT run, n FROM stall_ledger").fetchall()
@@ -160,7 +168,9 @@ def test_a_frozen_writer_is_named_bounded_and_nothing_is_lost(tmp_path: Path) ->
             app.get_run("quick-refused")  # the refused start wrote nothing
         clear = _stuck(url, env)
         assert clear.returncode == 0, clear.stdout + clear.stderr
-        got = wait_for(lambda: "got the write lock after" in other.stderr(), 10, "the all-clear")
+        got = wait_for(
+            "the all-clear", lambda: "got the write lock after" in other.stderr(), timeout=10
+        )
         assert got
         runs = app.list_runs(limit=1000)
         statuses = [r.status for r in runs]

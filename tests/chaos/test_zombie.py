@@ -15,6 +15,7 @@ import pytest
 
 from perdure.errors import LeaseLost
 from perdure.store.base import Append, Entry
+from waits import wait_for
 
 LEASE = 1.5
 
@@ -29,7 +30,7 @@ def _journal_summary(entries: list[Entry]) -> str:
 
 @pytest.mark.slow
 def test_sigstopped_worker_is_fenced_after_takeover(
-    tmp_path: Path, chaos_app: ModuleType, worker_pool: Any, wait_until: Any
+    tmp_path: Path, chaos_app: ModuleType, worker_pool: Any
 ) -> None:
     """Worker A, frozen mid-step past its lease, is replaced by B and nothing it writes lands."""
     workdir = tmp_path / "zombie"
@@ -48,7 +49,9 @@ def test_sigstopped_worker_is_fenced_after_takeover(
     try:
         a = pool.spawn("A")
         app.start("zombie", run_id=run_id)
-        wait_until(lambda: ledger("zombie_block", "enter", "A"), 30, "worker A to enter its step")
+        wait_for(
+            "worker A to enter its step", lambda: ledger("zombie_block", "enter", "A"), timeout=30
+        )
 
         # A holds the run and is inside zombie_block; freeze it there.
         freeze_outside_transaction(a.pid, workdir / chaos_app.STORE_DB)
@@ -67,7 +70,7 @@ def test_sigstopped_worker_is_fenced_after_takeover(
 
         # B starts; it may claim the run only once A's lease has expired.
         b = pool.spawn("B")
-        wait_until(lambda: ledger("zombie_hold", "enter", "B"), 30, "worker B to take over")
+        wait_for("worker B to take over", lambda: ledger("zombie_hold", "enter", "B"), timeout=30)
         took_over_after = time.monotonic() - stopped_at
         assert took_over_after >= LEASE * 0.5, f"B took over after only {took_over_after:.2f}s"
         mid = app.journal(run_id)
@@ -87,11 +90,11 @@ def test_sigstopped_worker_is_fenced_after_takeover(
         # A's finished step now tries to record "A:<pid>" at the same position.
         (workdir / "release_a").touch()
         os.kill(a.pid, signal.SIGCONT)
-        wait_until(lambda: ledger("zombie_block", "return", "A"), 30, "A's step to return")
-        refusal = wait_until(
-            lambda: _refusal_line(pool.log_text(a), run_id),
-            30,
+        wait_for("A's step to return", lambda: ledger("zombie_block", "return", "A"), timeout=30)
+        refusal = wait_for(
             "worker A to log that its write or lease was refused",
+            lambda: _refusal_line(pool.log_text(a), run_id),
+            timeout=30,
         )
         # Let A do anything else it would do (claim loop, heartbeat) before looking again.
         time.sleep(LEASE)

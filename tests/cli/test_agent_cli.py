@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
+from extras_needed import require
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli
@@ -62,6 +63,7 @@ def test_validate_run_usage_and_budget(tmp_path: Path) -> None:
 
 
 def test_a_spec_grants_an_mcp_servers_tools(tmp_path: Path) -> None:
+    require("mcp")
     fixture = Path(__file__).parents[1] / "agent" / "mcp_server_fixture.py"
     spec_path = tmp_path / "agent.toml"
     spec_path.write_text(

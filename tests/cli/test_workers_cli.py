@@ -15,10 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
+from live_workers import worker_task
 from module_files import load_file
 from perdure.cli.main import cli
 from perdure.engine.worker import WorkerOptions, id_reusable, public_url
 from perdure.store.workers_sql import WorkerRow
+from waits import wait_for
 
 
 def test_workers_report_host_pid_load_and_state(tmp_path: Path) -> None:
@@ -32,14 +34,11 @@ def test_workers_report_host_pid_load_and_state(tmp_path: Path) -> None:
     seen: dict[str, str] = {}
 
     async def main() -> None:
-        worker = app.worker(concurrency=3, lease=3.0)
-        task = asyncio.create_task(worker.run())
-        await app.start_async(nap)
-        await asyncio.sleep(0.2)
-        shown = await asyncio.to_thread(CliRunner().invoke, cli, ["--db", db, "workers"])
-        seen["alive"] = shown.output
-        worker.stop()
-        await asyncio.wait_for(task, 10)
+        async with worker_task(app, concurrency=3, lease=3.0) as worker:
+            await app.start_async(nap)
+            await asyncio.sleep(0.2)
+            shown = await asyncio.to_thread(CliRunner().invoke, cli, ["--db", db, "workers"])
+            seen["alive"] = shown.output
         seen["id"] = worker.id
 
     try:
@@ -108,7 +107,7 @@ def test_a_live_workers_id_is_refused_and_a_dead_ones_is_reused(shop: Any) -> No
     first.wait()
     again = shop.spawn(grace=5, worker_id="billing")  # the 30 s lease has not expired
     assert again.wait_ready().startswith("ready worker=billing ")
-    _shop_module().wait_for(lambda: len(shop.started("prepare")) == 2, 10, "recovery")
+    wait_for("recovery", lambda: len(shop.started("prepare")) == 2, timeout=10)
     assert shop.app.get_run(run_id).lease_owner == "billing"
 
 
@@ -117,18 +116,12 @@ def test_worker_ids_are_unique_in_one_process_too(db_url: str) -> None:
     app = perdure.App(db_url)
 
     async def main() -> str:
-        first = app.worker(WorkerOptions(id="w1", lease=3.0))
-        task = asyncio.create_task(first.run())
-        await asyncio.wait_for(first.ready.wait(), 10)
-        with pytest.raises(perdure.PerdureError, match="'w1' is taken by a live worker"):
-            await app.worker(WorkerOptions(id="w1")).run()
-        first.stop()
-        await asyncio.wait_for(task, 10)
-        again = app.worker(WorkerOptions(id="w1", lease=3.0))
-        task = asyncio.create_task(again.run())
-        await asyncio.wait_for(again.ready.wait(), 10)
-        again.stop()
-        await asyncio.wait_for(task, 10)
+        async with worker_task(app, WorkerOptions(id="w1", lease=3.0)) as first:
+            await asyncio.wait_for(first.ready.wait(), 10)
+            with pytest.raises(perdure.PerdureError, match="'w1' is taken by a live worker"):
+                await app.worker(WorkerOptions(id="w1")).run()
+        async with worker_task(app, WorkerOptions(id="w1", lease=3.0)) as again:
+            await asyncio.wait_for(again.ready.wait(), 10)
         return again.id
 
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -11,16 +11,13 @@ import pytest
 
 import perdure
 import perdure.engine.steps
+from live_workers import worker_task
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for_async
 
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll an async predicate until it holds; fail the test after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    limit = loop.time() + timeout
-    while not await predicate():
-        assert loop.time() < limit, "the expected state was not reached in time"
-        await asyncio.sleep(0.02)
+# The live workers' lease. The app's clock stands still, so it never lapses: a short one only
+# makes the heartbeat (every third of it) that carries another process's request come sooner.
+LEASE = 0.6
 
 
 async def status_is(app: perdure.App, run_id: str, *statuses: str) -> bool:
@@ -174,19 +171,14 @@ def test_cancel_running_async_step(app: perdure.App, operator: perdure.App) -> N
         await after()
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3, poll=0.02)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.02):
             handle = await app.start_async(wf)
-            await wait_until(lambda: asyncio.sleep(0, "started" in seen))
+            await wait_for_async("the step started", lambda: "started" in seen)
             loop = asyncio.get_running_loop()
             began = loop.time()
             assert await operator.client.cancel(handle.id) == "cancelling"
-            await wait_until(lambda: status_is(app, handle.id, "cancelled"), timeout=8)
-            assert loop.time() - began < 3.0  # heartbeats come every second while busy
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
+            await wait_for_async("cancelled", lambda: status_is(app, handle.id, "cancelled"), 8)
+            assert loop.time() - began < 3.0  # a heartbeat comes every LEASE / 3 while busy
         assert seen == ["started", "cancelled"]
         kinds = [e.kind for e in await app.client.journal(handle.id)]
         assert kinds[-2:] == ["run.cancel_requested", "run.cancelled"]
@@ -220,19 +212,14 @@ def test_cancel_running_sync_workflow_stops_at_next_step(
         after()
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3, poll=0.02)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.02):
             handle = await app.start_async(wf)
-            await wait_until(lambda: asyncio.sleep(0, "gate" in seen))
+            await wait_for_async("the gate step", lambda: "gate" in seen)
             assert await operator.client.cancel(handle.id) == "cancelling"
             if operator is not app:
-                await asyncio.sleep(1.5)  # at least one heartbeat carries the request over
+                await asyncio.sleep(LEASE)  # heartbeats (every LEASE / 3) carry the request over
             release.set()
-            await wait_until(lambda: status_is(app, handle.id, "cancelled"), timeout=8)
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
+            await wait_for_async("cancelled", lambda: status_is(app, handle.id, "cancelled"), 8)
         assert seen == ["gate"]
 
     asyncio.run(main())
@@ -263,6 +250,27 @@ def register_two_steps(application: perdure.App, seen: list[str], operate: Any) 
     return two_steps
 
 
+def register_held_first(application: perdure.App, seen: list[str], release: asyncio.Event) -> Any:
+    """An async workflow of two steps; the first runs until `release` is set."""
+
+    @application.step
+    async def first() -> None:
+        seen.append("first")
+        await release.wait()
+
+    @application.step
+    def second() -> None:
+        seen.append("second")
+
+    @application.workflow
+    async def wf() -> str:
+        await first()
+        await second()
+        return "done"
+
+    return wf
+
+
 def test_cancel_requested_during_a_step_stops_before_the_next_step(
     app: perdure.App, worker: TestWorker
 ) -> None:
@@ -275,14 +283,18 @@ def test_cancel_requested_during_a_step_stops_before_the_next_step(
     assert handle.status() == "cancelled"
 
 
-def test_cancel_from_another_process_stops_before_the_next_step(
+@pytest.mark.parametrize(("operation", "status"), [("cancel", "cancelled"), ("pause", "paused")])
+def test_a_request_from_another_process_stops_before_the_next_step(
     app: perdure.App,
     db_url: str,
     clock: TestClock,
     worker: TestWorker,
     monkeypatch: pytest.MonkeyPatch,
+    operation: str,
+    status: str,
 ) -> None:
-    """A cancel from another process while a step runs ends the run before the next once step."""
+    """A cancel (or pause) from another process while a step runs ends (parks) the run before
+    the next once step."""
     # A flush (after a slow first step, or by the linger timer) would learn of the request by
     # chance (e.g. on a busy machine); the guarantee must not depend on that, so those paths
     # are switched off here.
@@ -291,11 +303,11 @@ def test_cancel_from_another_process_stops_before_the_next_step(
     seen: list[str] = []
     operator = perdure.App(db_url, clock=clock)
     try:
-        wf = register_two_steps(app, seen, operator.cancel)
+        wf = register_two_steps(app, seen, getattr(operator, operation))
         handle = app.start(wf)
         worker.run_until_idle()
         assert seen == ["first"]
-        assert handle.status() == "cancelled"
+        assert handle.status() == status
     finally:
         operator.close()
 
@@ -401,34 +413,18 @@ def test_pause_running_run_takes_effect_at_next_step(
     """A pause requested mid-step lets that step finish, then parks the run before the next."""
     release = asyncio.Event()
     seen: list[str] = []
-
-    @app.step
-    async def first() -> None:
-        seen.append("first")
-        await release.wait()
-
-    @app.step
-    def second() -> None:
-        seen.append("second")
-
-    @app.workflow
-    async def wf() -> str:
-        await first()
-        await second()
-        return "done"
+    wf = register_held_first(app, seen, release)
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3, poll=0.02)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.02):
             handle = await app.start_async(wf)
-            await wait_until(lambda: asyncio.sleep(0, seen == ["first"]))
+            await wait_for_async("the first step", lambda: seen == ["first"])
             assert await operator.client.pause(handle.id) == "running"
             assert (await app.client.get(handle.id)).pause_requested
             if operator is not app:
-                await asyncio.sleep(1.5)  # at least one heartbeat carries the request over
+                await asyncio.sleep(LEASE)  # heartbeats (every LEASE / 3) carry the request over
             release.set()
-            await wait_until(lambda: status_is(app, handle.id, "paused"))
+            await wait_for_async("paused", lambda: status_is(app, handle.id, "paused"))
             await asyncio.sleep(0.2)
             assert seen == ["first"]
             kinds = [e.kind for e in await app.client.journal(handle.id)]
@@ -437,9 +433,6 @@ def test_pause_running_run_takes_effect_at_next_step(
             assert await app.client.resume(handle.id) in ("pending", "running")
             assert await handle.result_async(timeout=5) == "done"
             assert seen == ["first", "second"]
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     asyncio.run(main())
 
@@ -460,57 +453,16 @@ def test_pause_requested_during_a_step_stops_before_the_next_step(
     assert seen == ["first", "second"]
 
 
-def test_pause_from_another_process_stops_before_the_next_step(
-    app: perdure.App,
-    db_url: str,
-    clock: TestClock,
-    worker: TestWorker,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A pause from another process while a step runs parks the run before the next once step."""
-    # A flush (after a slow first step, or by the linger timer) would learn of the request by
-    # chance (e.g. on a busy machine); the guarantee must not depend on that, so those paths
-    # are switched off here.
-    monkeypatch.setattr(perdure.engine.steps, "LINGER", 3600.0)
-    monkeypatch.setattr(perdure.engine.context, "LINGER", 3600.0)
-    seen: list[str] = []
-    operator = perdure.App(db_url, clock=clock)
-    try:
-        wf = register_two_steps(app, seen, operator.pause)
-        handle = app.start(wf)
-        worker.run_until_idle()
-        assert seen == ["first"]
-        assert handle.status() == "paused"
-    finally:
-        operator.close()
-
-
 def test_resume_of_pause_request_before_boundary_cancels_the_pause(app: perdure.App) -> None:
     """Resuming a run whose pause was only requested withdraws the request; it never parks."""
     release = asyncio.Event()
     seen: list[str] = []
-
-    @app.step
-    async def first() -> None:
-        seen.append("first")
-        await release.wait()
-
-    @app.step
-    def second() -> None:
-        seen.append("second")
-
-    @app.workflow
-    async def wf() -> str:
-        await first()
-        await second()
-        return "done"
+    wf = register_held_first(app, seen, release)
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3, poll=0.02)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.02):
             handle = await app.start_async(wf)
-            await wait_until(lambda: asyncio.sleep(0, seen == ["first"]))
+            await wait_for_async("the first step", lambda: seen == ["first"])
             await app.client.pause(handle.id)
             assert await app.client.resume(handle.id) == "running"
             release.set()
@@ -518,9 +470,6 @@ def test_resume_of_pause_request_before_boundary_cancels_the_pause(app: perdure.
             assert seen == ["first", "second"]
             kinds = [e.kind for e in await app.client.journal(handle.id)]
             assert "run.paused" not in kinds
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     asyncio.run(main())
 

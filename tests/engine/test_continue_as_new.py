@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
+from extras_needed import require
 from perdure.cli.main import cli
 from perdure.engine import continuation
 from perdure.engine.client import continued_as, origin_of
 from perdure.observe.redact import Redactor
-from perdure.server.api import run_summary
 from perdure.testing import TestClock, TestWorker
 
 
@@ -204,8 +204,8 @@ def test_sync_workflows_continue_as_new_too(app: perdure.App, worker: TestWorker
     assert handle.latest() == "s~3"
 
 
-def test_show_and_the_api_name_the_link(app: perdure.App, worker: TestWorker, db_url: str) -> None:
-    """`perdure show` prints both directions of the link; the API's run JSON has continued_as."""
+def test_show_names_the_link(app: perdure.App, worker: TestWorker, db_url: str) -> None:
+    """`perdure show` prints both directions of the link, `perdure explain` the next run."""
     counter = counter_app(app)
     app.start(counter, 0, 3, run_id="c")
     worker.run_until_idle()
@@ -216,6 +216,16 @@ def test_show_and_the_api_name_the_link(app: perdure.App, worker: TestWorker, db
     assert "run.continued" in shown.output
     explained = CliRunner().invoke(cli, ["--db", db_url, "explain", "c"])
     assert "continued as   c~2" in explained.output
+
+
+def test_the_api_names_the_link(app: perdure.App, worker: TestWorker) -> None:
+    """The API's run JSON has continued_as: the next run's id, or None for the last."""
+    require("server")
+    from perdure.server.api import run_summary
+
+    counter = counter_app(app)
+    app.start(counter, 0, 3, run_id="c")
+    worker.run_until_idle()
     assert run_summary(app.get_run("c"), Redactor())["continued_as"] == "c~2"
     assert run_summary(app.get_run("c~3"), Redactor())["continued_as"] is None
 

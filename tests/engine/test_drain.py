@@ -11,17 +11,11 @@ from typing import Any
 import pytest
 
 import perdure
+from live_workers import worker_task
 from perdure.engine.inspection import explain
 from perdure.store.base import Append, AppendResult
 from perdure.testing import TestWorker
-
-
-async def until(flag: Any, timeout: float = 10.0) -> None:
-    """Wait until `flag()` holds; fail after `timeout` seconds."""
-    limit = time.monotonic() + timeout
-    while not flag():
-        assert time.monotonic() < limit, "the expected state was not reached in time"
-        await asyncio.sleep(0.01)
+from waits import wait_for_async
 
 
 def reasons(app: perdure.App, run_id: str) -> list[str]:
@@ -59,7 +53,7 @@ def test_stop_hands_the_run_back_at_the_next_step_without_waiting_the_grace(
         worker = app.worker(concurrency=2, lease=30, poll=0.02, grace=30)
         task = asyncio.create_task(worker.run())
         handle = await app.start_async(job)
-        await until(lambda: calls == ["one"])
+        await wait_for_async("the first step", lambda: calls == ["one"])
         worker.stop()
         go.set()
         began = time.monotonic()
@@ -95,7 +89,7 @@ def test_a_draining_worker_keeps_renewing_its_leases(db_url: str) -> None:
         worker = app.worker(lease=0.6, poll=0.02, grace=10)
         task = asyncio.create_task(worker.run())
         handle = await app.start_async(job)
-        await until(lambda: worker.executing() == 1)
+        await wait_for_async("a step executing", lambda: worker.executing() == 1)
         worker.stop()
         left = []
         for _ in range(4):
@@ -129,7 +123,7 @@ def test_a_second_stop_abandons_a_once_step_and_recovery_says_stopped(app: perdu
         worker = app.worker(lease=30, poll=0.02, grace=30)
         task = asyncio.create_task(worker.run())
         handle = await app.start_async(job)
-        await until(lambda: worker.executing() == 1)
+        await wait_for_async("a step executing", lambda: worker.executing() == 1)
         worker.stop()
         await asyncio.sleep(0.1)
         worker.stop()
@@ -242,7 +236,7 @@ def test_a_short_sleep_met_while_stopping_hands_the_run_back(db_url: str) -> Non
         worker = app.worker(lease=30, poll=0.02, grace=30)
         task = asyncio.create_task(worker.run())
         handle = await app.start_async(job)
-        await until(lambda: worker.executing() == 1)
+        await wait_for_async("a step executing", lambda: worker.executing() == 1)
         worker.stop()
         began = time.monotonic()
         go.set()
@@ -250,11 +244,8 @@ def test_a_short_sleep_met_while_stopping_hands_the_run_back(db_url: str) -> Non
         run = await app.client.get(handle.id)
         assert (run.status, run.lease_until) == ("running", 0)
         took = time.monotonic() - began
-        again = app.worker(lease=30, poll=0.02)
-        task = asyncio.create_task(again.run())
-        assert await handle.result_async(timeout=10) == "first"
-        again.stop()
-        await asyncio.wait_for(task, 10)
+        async with worker_task(app, lease=30, poll=0.02):
+            assert await handle.result_async(timeout=10) == "first"
         return run.status, took
 
     try:

@@ -10,7 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 import perdure
+from live_workers import worker_task
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for_async
 
 
 def unconsumed(app: perdure.App, run_id: str, name: str) -> Any:
@@ -297,21 +299,17 @@ def test_send_event_wakes_a_real_worker_promptly(app: perdure.App) -> None:
         return await perdure.wait_event("approve")
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3, poll=5.0)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=3, poll=5.0):
             handle = await app.start_async(approval)
-            loop = asyncio.get_running_loop()
-            limit = loop.time() + 5
-            while await handle.status_async() != "waiting":
-                assert loop.time() < limit
-                await asyncio.sleep(0.01)
+
+            async def waiting() -> bool:
+                return await handle.status_async() == "waiting"
+
+            await wait_for_async("the run waiting", waiting, timeout=5)
             await app.client.send_event(handle.id, "approve", "ok")
+            loop = asyncio.get_running_loop()
             started = loop.time()
             assert await handle.result_async(timeout=3) == "ok"
             assert loop.time() - started < 2.0  # far below the 5 s poll interval
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     asyncio.run(main())

@@ -10,6 +10,7 @@ from typing import Any
 from step_loops import counting_loop, one_after_another
 
 import perdure
+from live_workers import worker_task
 from perdure.engine.client import Client
 from perdure.store.base import RunRow
 
@@ -22,24 +23,20 @@ def test_result_reads_nothing_after_the_run_ended_here(db_url: str) -> None:
     wf = counting_loop(app)
 
     async def main() -> list[Any]:
-        worker = app.worker(concurrency=4, poll=0.01)
-        task = asyncio.create_task(worker.run())
-        store: Any = app.runtime.store
-        get_run, ended = store.get_run, app.runtime.run_ended
+        async with worker_task(app, concurrency=4, poll=0.01, stop_within=30):
+            store: Any = app.runtime.store
+            get_run, ended = store.get_run, app.runtime.run_ended
 
-        async def counted_get(run_id: str) -> RunRow | None:
-            log.append(f"read {run_id}")
-            return await get_run(run_id)  # type: ignore[no-any-return]
+            async def counted_get(run_id: str) -> RunRow | None:
+                log.append(f"read {run_id}")
+                return await get_run(run_id)  # type: ignore[no-any-return]
 
-        def counted_end(row: RunRow) -> None:
-            log.append(f"ended {row.id}")
-            ended(row)
+            def counted_end(row: RunRow) -> None:
+                log.append(f"ended {row.id}")
+                ended(row)
 
-        store.get_run, app.runtime.run_ended = counted_get, counted_end  # type: ignore[method-assign]
-        results = await one_after_another(app, wf, 3)
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-        return results
+            store.get_run, app.runtime.run_ended = counted_get, counted_end  # type: ignore[method-assign]
+            return await one_after_another(app, wf, 3)
 
     try:
         assert asyncio.run(main()) == [3] * 5

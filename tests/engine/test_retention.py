@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 import perdure
+from live_workers import worker_task
 from perdure.engine.client import Client
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for_async
 
 
 def counting(app: perdure.App, retention: perdure.Retention | None, name: str = "job") -> Any:
@@ -205,15 +207,12 @@ def test_the_worker_collects_in_the_background(app: perdure.App) -> None:
 
     async def main() -> None:
         await app.start_async(job, "a", run_id="bg")
-        worker = app.worker(gc_every=0.05, poll=0.01)
-        running = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(10):
-                while await app.client.list_runs():
-                    await asyncio.sleep(0.02)
-        finally:
-            worker.stop()
-            await running
+        async with worker_task(app, gc_every=0.05, poll=0.01):
+
+            async def gone() -> bool:
+                return not await app.client.list_runs()
+
+            await wait_for_async("the run deleted", gone)
 
     app.runtime.sync(main(), "test")
     with pytest.raises(perdure.RunNotFound):
@@ -234,17 +233,10 @@ def test_a_failing_gc_pass_never_stops_the_worker(
     monkeypatch.setattr(Client, "gc", broken)  # every client of the app, the worker's too
 
     async def main() -> str:
-        worker = app.worker(gc_every=0.01, poll=0.01)
-        running = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(10):
-                while len(failures) < 3:
-                    await asyncio.sleep(0.01)
+        async with worker_task(app, gc_every=0.01, poll=0.01):
+            await wait_for_async("three failed gc passes", lambda: len(failures) >= 3)
             handle = await app.start_async(job, "still working")
             return str(await handle.result_async(timeout=10))
-        finally:
-            worker.stop()
-            await running
 
     with caplog.at_level(logging.WARNING, logger="perdure.worker"):
         assert app.runtime.sync(main(), "test") == "did still working"
@@ -257,14 +249,9 @@ def test_worker_gc_can_be_switched_off(app: perdure.App) -> None:
 
     async def main() -> int:
         handle = await app.start_async(job, "a")
-        worker = app.worker(gc_every=None, poll=0.01)
-        running = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, gc_every=None, poll=0.01):
             await handle.result_async(timeout=10)
             await asyncio.sleep(0.2)
             return len(await app.client.list_runs())
-        finally:
-            worker.stop()
-            await running
 
     assert app.runtime.sync(main(), "test") == 1

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 import perdure
+from live_workers import worker_task
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for_async
 
 HOUR = 3600.0
 
@@ -211,15 +213,6 @@ def test_uuid_and_random_differ_between_runs(app: perdure.App, worker: TestWorke
     assert a[1] != b[1]
 
 
-async def _wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    """Poll an async predicate until it holds; fail the test after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    limit = loop.time() + timeout
-    while not await predicate():
-        assert loop.time() < limit, "the expected state was not reached in time"
-        await asyncio.sleep(0.02)
-
-
 def test_sleeping_run_holds_no_worker_slot(app: perdure.App) -> None:
     """A worker with concurrency=1 runs other runs while one run sleeps."""
 
@@ -233,22 +226,17 @@ def test_sleeping_run_holds_no_worker_slot(app: perdure.App) -> None:
         return i * 2
 
     async def main() -> None:
-        worker = app.worker(concurrency=1, lease=3, poll=0.02)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=1, lease=3, poll=0.02) as worker:
             sleeper = await app.start_async(nap)
 
             async def parked() -> bool:
                 return await sleeper.status_async() == "sleeping"
 
-            await _wait_until(parked)
+            await wait_for_async("the run asleep", parked)
             others = [await app.start_async(quick, i) for i in range(3)]
             results = [await h.result_async(timeout=10) for h in others]
             assert results == [0, 2, 4]
             assert await sleeper.status_async() == "sleeping"
             assert sleeper.id not in worker.tasks
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     asyncio.run(main())

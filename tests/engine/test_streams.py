@@ -5,7 +5,6 @@ live run to its end."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from typing import Any
@@ -13,6 +12,8 @@ from typing import Any
 import pytest
 
 import perdure
+from extras_needed import require
+from live_workers import worker_thread
 from perdure.engine import streams
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
@@ -175,22 +176,16 @@ def test_a_reader_follows_a_live_run_to_its_end(tmp_path: Any) -> None:
         return slow()
 
     handle = app.start(slowly)
-    worker = app.worker(perdure.WorkerOptions(poll=0.05, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
     try:
-        seen: list[Any] = []
-        go.set()
-        for chunk in handle.stream():
-            seen.append((chunk.kind, chunk.data))
-        assert seen == [("attempt", {"step": "slow", "position": 0, "attempt": 1}),
-                        *(("chunk", i) for i in range(5))]  # fmt: skip
-        assert handle.status() == "completed"
+        with worker_thread(app, poll=0.05, gc_every=None):
+            seen: list[Any] = []
+            go.set()
+            for chunk in handle.stream():
+                seen.append((chunk.kind, chunk.data))
+            assert seen == [("attempt", {"step": "slow", "position": 0, "attempt": 1}),
+                            *(("chunk", i) for i in range(5))]  # fmt: skip
+            assert handle.status() == "completed"
     finally:
-        loop.call_soon_threadsafe(worker.stop)
-        thread.join(20)
-        loop.close()
         app.close()
 
 
@@ -200,6 +195,7 @@ def test_the_api_serves_a_run_stream_as_sse_with_resume(
     """GET /api/v1/runs/{id}/stream: one event per row (its kind as the event name, its offset
     as `id:`), `end` after the last; Last-Event-ID resumes; 401 without a token, 404 for an
     unknown run."""
+    require("server")
     from starlette.testclient import TestClient
 
     from perdure.server import create_app

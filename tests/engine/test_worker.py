@@ -5,35 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from step_loops import counting_loop, one_after_another
 
 import perdure
+from live_workers import worker_task
 from perdure.store.base import Claim
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from waits import wait_for_async
 
 LEASE = 30.0
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll an async predicate until it holds; fail the test after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    limit = loop.time() + timeout
-    while not await predicate():
-        assert loop.time() < limit, "the expected state was not reached in time"
-        await asyncio.sleep(0.01)
-
-
-def holds(flag: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    """A plain condition as an async predicate for `wait_until`."""
-
-    async def check() -> bool:
-        return flag()
-
-    return check
 
 
 def ghost_claim(app: perdure.App, limit: int = 100) -> list[Claim]:
@@ -65,7 +48,7 @@ def test_stop_drains_running_runs(app: perdure.App) -> None:
         worker = app.worker(concurrency=4, lease=3, poll=0.02, grace=10)
         task = asyncio.create_task(worker.run())
         first = await app.start_async(job, "first")
-        await wait_until(holds(lambda: started == ["first"]))
+        await wait_for_async("the first run started", lambda: started == ["first"])
         worker.stop()
         late = await app.start_async(job, "late")
         await asyncio.sleep(0.2)
@@ -98,12 +81,9 @@ def test_stop_after_grace_releases_leases_for_another_worker(
         return await work()
 
     async def main() -> str:
-        worker = app.worker(concurrency=2, lease=LEASE, poll=0.02, grace=0.2)
-        task = asyncio.create_task(worker.run())
-        handle = await app.start_async(job)
-        await wait_until(holds(lambda: len(calls) == 1))
-        worker.stop()
-        await asyncio.wait_for(task, 10)
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.02, grace=0.2) as worker:
+            handle = await app.start_async(job)
+            await wait_for_async("the step started", lambda: len(calls) == 1)
         run = await app.client.get(handle.id)
         assert run.status == "running"
         assert run.lease_until is not None and run.lease_until <= clock.now()
@@ -191,14 +171,9 @@ def test_concurrency_limit_is_respected(app: perdure.App) -> None:
         return await busy(i)
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=LEASE, poll=0.01)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=LEASE, poll=0.01):
             handles = [await app.start_async(job, i) for i in range(8)]
             assert [await h.result_async(timeout=10) for h in handles] == list(range(8))
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     asyncio.run(main())
     assert peak[0] == 2
@@ -319,7 +294,7 @@ def test_heartbeat_extends_the_lease(app: perdure.App, clock: TestClock) -> None
         thief = app.worker(concurrency=1, lease=LEASE)
         try:
             assert await owner.claim_once() == 1
-            await wait_until(holds(lambda: started == [1]))
+            await wait_for_async("the step started", lambda: started == [1])
             first_until = (await app.client.get(handle.id)).lease_until
             clock.advance(LEASE - 5)
             await owner.heartbeat_once()
@@ -372,7 +347,7 @@ def test_zombie_worker_cannot_write_after_losing_its_lease(
         rescuer = other.worker(concurrency=1, lease=LEASE)
         try:
             assert await zombie.claim_once() == 1  # no heartbeat loop: the lease will lapse
-            await wait_until(holds(lambda: calls == [1]))
+            await wait_for_async("the zombie's step started", lambda: calls == [1])
             zombie_epoch = (await app.client.get(handle.id)).lease_epoch
             clock.advance(LEASE + 1)
             assert await rescuer.claim_once() == 1
@@ -419,7 +394,7 @@ def test_heartbeat_notices_a_lost_lease_and_stops_the_run(
         rescuer = other.worker(concurrency=1, lease=LEASE)
         try:
             await zombie.claim_once()
-            await wait_until(holds(lambda: calls == [1]))
+            await wait_for_async("the zombie's step started", lambda: calls == [1])
             clock.advance(LEASE + 1)
             await rescuer.claim_once()
             await asyncio.wait_for(asyncio.gather(*rescuer.tasks.values()), 5)
@@ -469,10 +444,10 @@ def test_same_app_workers_keep_their_own_runs_apart(app: perdure.App, clock: Tes
         rescuer = app.worker(concurrency=1, lease=LEASE)
         try:
             await zombie.claim_once()
-            await wait_until(holds(lambda: calls == [1]))
+            await wait_for_async("the zombie's step started", lambda: calls == [1])
             clock.advance(LEASE + 1)
             await rescuer.claim_once()
-            await wait_until(holds(lambda: len(calls) == 2))  # the rescuer is in `tail` now
+            await wait_for_async("the rescuer in `tail`", lambda: len(calls) == 2)
             zombie_tasks = list(zombie.tasks.values())
             await zombie.heartbeat_once()
             await asyncio.wait(zombie_tasks, timeout=5)
@@ -498,22 +473,17 @@ def test_one_claim_per_run_started_one_after_another(db_url: str) -> None:
     claims: list[str] = []
 
     async def main() -> list[int]:
-        worker = app.worker(concurrency=4, poll=60.0, gc_every=None)
-        task = asyncio.create_task(worker.run())
-        while not worker.nothing_runnable():  # its first claim found nothing
-            await asyncio.sleep(0.01)
-        store: Any = app.runtime.store
-        claim = store.claim
+        async with worker_task(app, concurrency=4, poll=60.0, gc_every=None, stop_within=30) as w:
+            await wait_for_async("its first claim to find nothing", w.nothing_runnable)
+            store: Any = app.runtime.store
+            claim = store.claim
 
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            claims.append("claim")
-            return await claim(*args, **kwargs)
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                claims.append("claim")
+                return await claim(*args, **kwargs)
 
-        store.claim = counted
-        results = await one_after_another(app, wf, 2)
-        worker.stop()
-        await asyncio.wait_for(task, 30)
-        return results
+            store.claim = counted
+            return await one_after_another(app, wf, 2)
 
     try:
         assert asyncio.run(main()) == [2] * 5
@@ -543,14 +513,11 @@ def test_heartbeats_keep_a_long_run_able_to_start_once_steps(db_url: str) -> Non
         return "done"
 
     async def main() -> str:
-        worker = app.worker(concurrency=1, lease=0.6, poll=0.05, gc_every=None)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(
+            app, concurrency=1, lease=0.6, poll=0.05, gc_every=None, stop_within=30
+        ):
             handle = await app.start_async(long)
             return str(await handle.result_async(20))
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 30)
 
     try:
         assert asyncio.run(main()) == "done"

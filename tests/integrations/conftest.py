@@ -3,8 +3,6 @@ scripted OpenAI-compatible server, and a real worker on its own thread."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from agents_support import wire_servers
 
 import perdure
 from fresh_stores import fresh_store_url
+from live_workers import worker_thread
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -34,11 +33,5 @@ def server() -> Iterator[Any]:
 @pytest.fixture
 def live_worker(app: perdure.App) -> Iterator[perdure.Worker]:
     """A real worker on its own thread and loop, as `perdure worker` runs one."""
-    worker = app.worker(perdure.WorkerOptions(poll=0.02, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    yield worker
-    loop.call_soon_threadsafe(worker.stop)
-    thread.join(20)
-    loop.close()
+    with worker_thread(app, poll=0.02, gc_every=None) as worker:
+        yield worker

@@ -8,17 +8,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crash_steps import crash_after, crash_and_recover, recover
+from extras_needed import needs
+from live_workers import worker_thread
 
-pytest.importorskip("agents")
+pytest.importorskip("agents", reason=needs("openai-agents"))
 
 import agents
 from agents import Agent, ModelResponse, OpenAIChatCompletionsModel, function_tool
@@ -416,32 +415,10 @@ def test_run_sync_waits_for_a_real_worker(app: perdure.App, server: Any) -> None
     agent = shop_agent(server, Payments())
     runner.workflow(agent)  # registered before the worker starts, as at import time
     script(server)
-    worker = app.worker(perdure.WorkerOptions(poll=0.05, gc_every=None))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
-    thread.start()
-    try:
+    with worker_thread(app, poll=0.05, gc_every=None):
         answer = runner.run_sync(agent, "refund o42", run_id="r-sync", timeout=60)
-    finally:
-        loop.call_soon_threadsafe(worker.stop)
-        thread.join(20)
-        loop.close()
     assert answer == "Order o42 was refunded."
     assert app.get_run("r-sync").status == "completed" and len(server.requests) == 4
-
-
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh schema on the machine's PostgreSQL, dropped afterwards."""
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.postgres

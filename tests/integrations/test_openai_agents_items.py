@@ -8,6 +8,12 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+
 import agents
 from agents import ItemHelpers
 from test_openai_agents import Payments, make_runner, script, shop_agent

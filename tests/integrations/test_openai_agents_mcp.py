@@ -13,8 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import agents
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+pytest.importorskip("mcp", reason=needs("mcp"))
+
+import agents
 from agents import Agent, function_tool
 from agents.mcp import MCPServerStdio
 from crashes import app_module, kill_all, worker_process

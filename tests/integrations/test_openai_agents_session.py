@@ -10,8 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import agents
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+
+import agents
 from agents.memory import SessionSettings
 from crashes import app_module, kill_all, worker_process
 from test_openai_agents import Payments, make_runner, script_parallel, shop_agent

@@ -10,8 +10,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import agents
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+
+import agents
 from agents import Agent, function_tool
 from agents_support import wire_servers
 from gate_checks import assert_decided_once

@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
 from crashes import app_module, kill_all, worker_process
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart

@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from gate_checks import assert_decided_once
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client

@@ -9,6 +9,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, PartDeltaEvent, PartStartEvent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel

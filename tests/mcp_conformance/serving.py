@@ -4,8 +4,6 @@ their own (SQLite, or a PostgreSQL database made and dropped for the test), toke
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +15,15 @@ from typing import Any
 
 import httpx
 
+from local_servers import free_port
 from perdure import App
 from perdure.server.access import create_token
+from process_stops import stop_processes
 
 HERE = Path(__file__).parent
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 ACCEPT = {"Accept": "application/json, text/event-stream"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -85,14 +79,7 @@ class Store:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        for server in self.servers:
-            if server.proc.poll() is None:
-                server.proc.send_signal(signal.SIGTERM)
-                try:
-                    server.proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    server.proc.kill()
-                    server.proc.wait()
+        stop_processes([server.proc for server in self.servers], grace=20)
 
 
 @contextmanager

@@ -10,8 +10,13 @@ import time
 import warnings
 from typing import Any
 
-import httpx
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
+import httpx
 from legacy import Session, answer_of
 from mcp import ClientSession
 from mcp import types as t

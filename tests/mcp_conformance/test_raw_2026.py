@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 import httpx
 from serving import MODERN, TASKS, Raw, Store, modern_meta
 

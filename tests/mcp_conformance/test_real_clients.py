@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from serving import Store
 
 HERE = Path(__file__).parent / "clients"

@@ -9,6 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from legacy import Session
 from serving import Raw, Store, postgres_store
 

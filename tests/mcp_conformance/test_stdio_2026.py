@@ -11,6 +11,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from serving import HERE, modern_meta
 
 

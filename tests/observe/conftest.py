@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from perdure.engine import observers
 from perdure.observe import metrics as metrics_module
@@ -29,7 +29,9 @@ def no_observers() -> Iterator[None]:
         if handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
-    structlog.reset_defaults()
+    structlog = sys.modules.get("structlog")  # imported (the observe extra) only if configured
+    if structlog is not None:
+        structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -10,6 +10,11 @@ import sys
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("structlog", reason=needs("observe"))
+
 import structlog
 
 import perdure

@@ -6,8 +6,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("prometheus_client", reason=needs("observe"))
+pytest.importorskip("starlette", reason=needs("server"))
+
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 

@@ -7,6 +7,11 @@ import re
 import sys
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("rich", reason=needs("observe"))
+
 from click.testing import CliRunner
 from rich.console import Console
 

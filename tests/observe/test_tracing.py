@@ -4,6 +4,11 @@ worker; step spans are children of their execution's run span; off unless config
 from __future__ import annotations
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("opentelemetry.sdk.trace", reason=needs("observe"))
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

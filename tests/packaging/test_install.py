@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from local_servers import free_port, wait_listening
 
 pytestmark = pytest.mark.slow
 
@@ -183,12 +184,6 @@ def serving(
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def get(
     url: str,
     within: float = 60,
@@ -324,15 +319,7 @@ def test_a_fresh_install_runs_a_workflow_and_its_extra(
         env = environment(made, PERDURE_DB=sqlite, PERDURE_APP="tiny_app:app")
         with serving(made, "mcp", "--http", "--port", str(port), cwd=tmp_path, env=env,
                      log="mcp.log") as log:  # fmt: skip
-            deadline = time.monotonic() + 60
-            while True:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", port), 0.5),
-                ):
-                    break
-                assert time.monotonic() < deadline, f"perdure mcp never listened\n{log()}"
-                time.sleep(0.2)
+            wait_listening(port, within=60, log=log)
             assert "tools: twice" in log(), log()
     elif extra == "local":
         found = python(made, LOCAL_LOADS, tmp_path)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,17 +14,16 @@ from pathlib import Path
 
 import httpx
 
+from extras_needed import require
+from local_servers import free_port
 from perdure import App
 from perdure.server.access import create_token
+from process_stops import stop_processes
 
 HERE = Path(__file__).parent
 SCOPES = ("read", "operate", "approve", "admin")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# The extra each served command needs: the HTTP server, MCP, a worker's metrics endpoint.
+SERVES_WITH = {"serve": "server", "mcp": "mcp", "worker": "observe"}
 
 
 @dataclass
@@ -76,7 +73,8 @@ def start(
     port_option: str = "--port",
 ) -> Iterator[Served]:
     """Start `perdure COMMAND --port P` (or another `port_option`) and wait until `health`
-    answers (any status)."""
+    answers (any status). The test skips without the extra the command serves with."""
+    require(SERVES_WITH[command[0]])
     port = free_port()
     db = f"sqlite:///{tmp_path}/security.db"
     env = {**os.environ, "PERDURE_DB": db, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
@@ -107,13 +105,7 @@ def start(
             time.sleep(0.05)
         yield served
     finally:
-        if served.proc.poll() is None:
-            served.proc.send_signal(signal.SIGTERM)
-            try:
-                served.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                served.proc.kill()
-                served.proc.wait()
+        stop_processes([served.proc], grace=20)
 
 
 def form_csrf(html: str) -> str:

@@ -11,6 +11,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 from served import Served, sign_in
 
 from perdure.server.limits import MAX_FORM, MAX_OTHER, body_limit

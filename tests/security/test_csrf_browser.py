@@ -12,10 +12,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from served import Served, free_port
+from served import Served
 
 import perdure
 from perdure.server.access_sql import Access
+from local_servers import free_port
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -14,6 +14,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 import httpx
 from served import HERE, Served, form_csrf, perdure, sign_in
 

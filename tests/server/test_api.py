@@ -6,19 +6,21 @@ import base64
 import json
 import logging
 import re
-import socket
 import threading
-import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+
+from extras_needed import needs
+from local_servers import live_server
+from waits import wait_for
+
+pytest.importorskip("starlette", reason=needs("server"))
 
 import perdure
 from perdure.agent.budget_sql import Budgets, UsageRow
@@ -735,28 +737,6 @@ def test_unknown_paths_and_methods_are_json_404_and_405(
 # -- Server-Sent Events ------------------------------------------------------------------------
 
 
-@contextmanager
-def live_server(app: perdure.App) -> Iterator[str]:
-    """`create_app(app)` on uvicorn in a thread, on a free port of 127.0.0.1; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        create_app(app), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 def read_events(response: httpx.Response, into: list[tuple[str, Any]]) -> None:
     """Parse an SSE body into (event, data) pairs (comments as ("comment", text))."""
     event = ""
@@ -787,9 +767,9 @@ def test_the_stream_shows_status_changes_and_journal_entries_until_the_run_ends(
 
         reader = threading.Thread(target=watch)
         reader.start()
-        wait_for(lambda: ("status", "pending") in statuses(events))
+        wait_for("the status pending", lambda: ("status", "pending") in statuses(events))
         worker.run_until_idle()
-        wait_for(lambda: ("status", "waiting") in statuses(events))
+        wait_for("the status waiting", lambda: ("status", "waiting") in statuses(events))
         approve = auth(tokens["approve"])
         assert http.post("/api/v1/gates/g1/c1/approve", headers=approve).status_code == 200
         worker.run_until_idle()
@@ -807,13 +787,6 @@ def statuses(events: list[tuple[str, Any]]) -> list[tuple[str, str]]:
     return [(e, d["status"]) for e, d in events if e == "status"]
 
 
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_the_stream_sends_heartbeats_and_stops_when_the_client_leaves(
     app: perdure.App, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -829,7 +802,7 @@ def test_the_stream_sends_heartbeats_and_stops_when_the_client_leaves(
             while next(lines) != ": heartbeat":
                 pass
             assert len(app.runtime.on_notify) == listeners + 1
-        wait_for(lambda: len(app.runtime.on_notify) == listeners)
+        wait_for("the listener gone", lambda: len(app.runtime.on_notify) == listeners, timeout=10)
 
 
 def test_the_stream_needs_a_known_run(client: TestClient, tokens: dict[str, str]) -> None:

@@ -4,48 +4,28 @@ accepted (positive data acceptance)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+from local_servers import live_server
+
+pytest.importorskip("uvicorn", reason=needs("server"))
+pytest.importorskip("schemathesis", reason=needs("dev"))
+
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext, not_a_server_error, positive_data_acceptance
 
 import perdure
-from perdure.server import create_app, sse
+from perdure.server import sse
 from perdure.server.access import create_token
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 schema = schemathesis.openapi.from_path(DOCUMENT)  # the same as served: see test_openapi.py
-
-
-@contextmanager
-def live_server(app: perdure.App) -> Iterator[str]:
-    """`create_app(app)` on uvicorn in a thread, on a free port of 127.0.0.1; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        create_app(app), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 import perdure
 from perdure.agent.budget_sql import Budget, Budgets, SharedBudget, UsageRow
 from perdure.observe.redact import Redactor

@@ -4,11 +4,8 @@ itself while a real worker, in its own App on the same SQLite file, runs the res
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,9 +16,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from extras_needed import needs
+from live_workers import worker_thread
+from local_servers import live_server
+
+pytest.importorskip("starlette", reason=needs("server"))
+pytest.importorskip("playwright", reason=needs("dev"))
+
 import perdure
 from perdure.agent.budget_sql import Budget, Budgets, UsageRow
 from perdure.server import create_app, operations
+from perdure.server import operations
 from perdure.server.access import local_operator
 
 pytestmark = pytest.mark.slow
@@ -65,13 +70,6 @@ def next_3am_paris() -> str:
     return local.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Stack:
     url: str
@@ -83,8 +81,6 @@ class Stack:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     """uvicorn serving the dashboard on a free port, and a worker, each in its own thread and
     with its own App on one SQLite file (as `perdure serve` and `perdure worker` would)."""
-    import uvicorn
-
     db = f"sqlite:///{tmp_path}/dash.db"
     served, working = perdure.App(db), perdure.App(db)
     register(served)
@@ -98,32 +94,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     )
     usage = UsageRow("deploy-1", 0, "triage", "small", 1200, 300, 0.02, now - 60)
     served.runtime.sync(Budgets(served.runtime.store).record_usage(usage), "usage")
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(served), host="127.0.0.1", port=port, log_level="warning",
-        timeout_graceful_shutdown=2,
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    serving = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    serving.start()
-    loop = asyncio.new_event_loop()
-    worker = working.worker(poll=0.2, gc_every=None, lease=10.0)
-    running = threading.Thread(
-        target=loop.run_until_complete, args=(worker.run(),), name="worker", daemon=True
-    )
-    running.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 20 s"
-        time.sleep(0.05)
     try:
-        yield Stack(f"http://127.0.0.1:{port}", token, served)
+        with (
+            live_server(served) as url,
+            worker_thread(working, poll=0.2, gc_every=None, lease=10.0, stop_within=30),
+        ):
+            yield Stack(url, token, served)
     finally:
-        loop.call_soon_threadsafe(worker.stop)
-        running.join(30)
-        server.should_exit = True
-        serving.join(30)
-        loop.close()
         working.close()
         served.close()
 

@@ -11,6 +11,10 @@ from urllib.parse import quote
 
 import pytest
 
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 import perdure
 from perdure.agent.budget_sql import Budgets, UsageRow
 from perdure.server import create_app, operations

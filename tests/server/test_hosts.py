@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 from perdure.server.hosts import hosts_for, split_host
 
 

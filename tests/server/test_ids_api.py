@@ -5,16 +5,18 @@ and 400 in a path or query; the token name rule holds too."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import perdure
-from perdure.server import create_app
 from perdure.server.access import create_token
 from perdure.server.access_sql import Access
 from perdure.store.names import MAX_RUN_ID, REFUSED, BadName, problem
@@ -22,19 +24,6 @@ from perdure.store.names import MAX_RUN_ID, REFUSED, BadName, problem
 with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClient; httpx works
     warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
     from starlette.testclient import TestClient
-
-
-@pytest.fixture
-def served(app: perdure.App) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """The API of an app with an `echo` workflow, and an admin's headers."""
-
-    @app.workflow(name="echo")
-    def echo(x: Any = None) -> Any:
-        return x
-
-    _, token = app.runtime.sync(create_token(app, "ana", ["admin"]), "token")
-    with TestClient(create_app(app)) as client:
-        yield client, {"Authorization": f"Bearer {token}"}
 
 
 def path(run_id: str) -> str:

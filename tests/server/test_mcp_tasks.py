@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,14 @@ from typing import Any
 
 import httpx
 import pytest
+
+from extras_needed import needs
+from live_workers import worker_task
+from local_servers import free_port, wait_listening
+from process_stops import stop_processes
+
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from mcp import ClientSession, StdioServerParameters
 from mcp import types as t
 from mcp.client.experimental.tasks import ExperimentalClientFeatures
@@ -120,9 +127,9 @@ async def connected(
         ):
             notes.append(root.params)  # type: ignore[arg-type]
 
-    running = app.worker(concurrency=4, poll=0.05) if worker else None
-    runner = asyncio.create_task(running.run()) if running else None
-    try:
+    async with AsyncExitStack() as stack:
+        if worker:
+            await stack.enter_async_context(worker_task(app, concurrency=4, poll=0.05))
         async with create_connected_server_and_client_session(
             server.server,
             elicitation_callback=elicit,  # type: ignore[arg-type]
@@ -130,10 +137,6 @@ async def connected(
             client_info=t.Implementation(name="tester", version="1"),
         ) as session:
             yield session
-    finally:
-        if running is not None and runner is not None:
-            running.stop()
-            await runner
 
 
 async def until(
@@ -666,35 +669,9 @@ def test_stdio_server_killed_between_submit_and_result(served: tuple[Path, str])
         observer.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(folder: Path, argv: list[str], log: str) -> subprocess.Popen[bytes]:
     with (folder / log).open("ab") as out:
         return subprocess.Popen(argv, cwd=folder, stdout=out, stderr=subprocess.STDOUT)
-
-
-def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the server exited"
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"nothing listens on port {port}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def http_session(
@@ -737,17 +714,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     worker = start(folder, perdure_argv(db, "worker", "--poll", "0.1"), "worker.log")
-    server = start(
-        folder,
-        perdure_argv(
-            db,
-            "mcp",
-            "--http",
-            "--port",
-            str(port),
-        ),
-        "http.log",
-    )
+    server = start(folder, perdure_argv(db, "mcp", "--http", "--port", str(port)), "http.log")
     asked: list[str] = []
 
     async def elicit(ctx: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
@@ -807,17 +774,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
         server.kill()  # SIGKILL, right after the submission
         server.wait()
         await close_quietly(first)
-        server = start(
-            folder,
-            perdure_argv(
-                db,
-                "mcp",
-                "--http",
-                "--port",
-                str(port),
-            ),
-            "http.log",
-        )
+        server = start(folder, perdure_argv(db, "mcp", "--http", "--port", str(port)), "http.log")
         wait_listening(port, server)
         async with AsyncExitStack() as stack:
             session = await http_session(stack, url, token, elicit)
@@ -845,8 +802,7 @@ def test_http_needs_a_token_answers_gates_and_survives_a_killed_server(
         wait_listening(port, server)
         asyncio.run(main())
     finally:
-        stop(server)
-        stop(worker)
+        stop_processes([server, worker], grace=20)
         admin.close()
 
 
@@ -916,9 +872,7 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
             await asyncio.sleep(0.05)
 
     async def main() -> None:
-        running = mcp_app.worker(concurrency=4, poll=0.05)
-        runner = asyncio.create_task(running.run())
-        try:
+        async with worker_task(mcp_app, concurrency=4, poll=0.05):
             created = await rpc("tools/call", name="agent_helper", arguments={"prompt": "pick"})
             task_id = created["taskId"]
             assert created["resultType"] == "task"
@@ -949,9 +903,6 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
             audit = await Access(mcp_app.runtime.store).audit_log(target=f"run:{task_id}")
             assert {("gate.answer", "mcp:tester"), ("gate.approve", "mcp:tester")} <= {
                 (r.action, r.actor) for r in audit}  # fmt: skip
-        finally:
-            running.stop()
-            await runner
 
     asyncio.run(main())
     assert (tmp_path / "out" / "colour.txt").read_text() == "blue"

@@ -7,6 +7,11 @@ import re
 import warnings
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
 from starlette.routing import Mount, Route
 
 import perdure

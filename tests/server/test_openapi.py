@@ -6,6 +6,13 @@ import json
 import warnings
 from pathlib import Path
 
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+pytest.importorskip("schemathesis", reason=needs("dev"))
+
 import schemathesis
 from starlette.routing import Route
 

@@ -10,6 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+pytest.importorskip("mcp", reason=needs("mcp"))
+
 from click.testing import CliRunner
 
 import perdure

@@ -4,18 +4,21 @@ and exclusive fields come from the validators, and the two agree on every exampl
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import jsonschema
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+pytest.importorskip("jsonschema", reason=needs("dev"))
+
+import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import perdure
-from perdure.server import create_app
-from perdure.server.access import create_token
 from perdure.server.api import ENDPOINTS
 from perdure.server.openapi import document
 from perdure.server.validation import ID_CURSOR, PATH_PARAMS, RUN_CURSOR
@@ -27,19 +30,6 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClie
 CHECK = settings(
     max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck)
 )
-
-
-@pytest.fixture
-def served(app: perdure.App) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    """The API of an app with an `echo` workflow, and an admin's headers."""
-
-    @app.workflow(name="echo")
-    def echo(x: Any = None) -> Any:
-        return x
-
-    _, token = app.runtime.sync(create_token(app, "ana", ["admin"]), "token")
-    with TestClient(create_app(app)) as client:
-        yield client, {"Authorization": f"Bearer {token}"}
 
 
 def body_schema(name: str) -> jsonschema.Draft202012Validator:

@@ -9,22 +9,26 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("starlette", reason=needs("server"))
+
+import httpx
 from click.testing import CliRunner
 
 import perdure
+from local_servers import free_port
 from perdure.cli.main import cli
 from perdure.server import create_app
 from perdure.testing import TestClock, TestWorker
@@ -36,7 +40,6 @@ with warnings.catch_warnings():  # starlette 1.x prefers httpx2 for its TestClie
 
 HERE = Path(__file__).resolve().parent
 SECRET = "s3cret"
-PG_URL = os.environ.get("PERDURE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def register(app: perdure.App, **options: Any) -> Webhook:
@@ -322,13 +325,6 @@ def test_serve_refuses_a_hook_whose_secret_is_unset(
     assert "HOOK_SECRET is not set" in result.output
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_perdure_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
     """The real `perdure serve` (uvicorn) starts a run for a signed POST and exits 0 on SIGTERM."""
     port = free_port()
@@ -370,17 +366,6 @@ def test_perdure_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         ]
     finally:
         reader.close()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh schema on the machine's PostgreSQL, dropped afterwards."""
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{PG_URL}?schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.postgres

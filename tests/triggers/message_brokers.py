@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import perdure
+from live_workers import worker_task
 from perdure.engine.worker import Worker, WorkerOptions
+from waits import wait_for_async
 
 RABBIT_URL = os.environ.get("PERDURE_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
 REDIS_URL = os.environ.get("PERDURE_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -31,26 +32,17 @@ def body(value: Any) -> bytes:
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    """Wait until `check()` holds (polling a condition, never a fixed sleep), or fail."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.05)
+    """Wait until `check()` holds (a broker's answer may take seconds), or fail naming it."""
+    await wait_for_async(getattr(check, "__name__", "the condition"), check, timeout, every=0.05)
 
 
 async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitable[T]]) -> T:
     """Run a real worker of `app` (its message triggers consuming) while the test runs."""
     options = WorkerOptions(id=unique("worker"), concurrency=8, poll=0.05, gc_every=None,
                             grace=2.0)  # fmt: skip
-    worker = Worker(app.runtime, options)
-    task = asyncio.create_task(worker.run())
-    try:
+    async with worker_task(app, options, stop_within=30) as worker:
         await asyncio.wait_for(worker.ready.wait(), 20)
         return await body_of_test(worker)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 30)
 
 
 async def run_ids(app: perdure.App, workflow: str) -> set[str]:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +27,7 @@ from fresh_stores import fresh_store_url
 from module_files import load_file
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION
 from process_stops import stop_processes
+from waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "inbox_app.py"
@@ -94,17 +95,6 @@ class Workers:
         )
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    limit = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > limit:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def drop_files(folder: Path) -> dict[str, str]:
     """Write FILES files three ways; returns name -> sha256 of the final content."""
     expected: dict[str, str] = {}
@@ -157,9 +147,10 @@ def run_test(workdir: Path, store_env: dict[str, str]) -> None:
         kills = 0
         for threshold in (FILES // 4, FILES * 3 // 5):
             wait_for(
-                lambda n=threshold: len(mod.read_ledger(workdir)) >= n,
-                SETTLE_SECONDS,
                 f"{threshold} ledger lines",
+                lambda n=threshold: len(mod.read_ledger(workdir)) >= n,
+                timeout=SETTLE_SECONDS,
+                every=0.05,
             )
             kills += workers.kill_all()
             workers.spawn(WORKERS)
@@ -170,7 +161,7 @@ def run_test(workdir: Path, store_env: dict[str, str]) -> None:
             done = [r for r in runs if r.status in (COMPLETED, NEEDS_ATTENTION)]
             return runs if len(done) == len(runs) >= FILES else None
 
-        runs = wait_for(settled, SETTLE_SECONDS, f"{FILES} settled runs")
+        runs = wait_for(f"{FILES} settled runs", settled, timeout=SETTLE_SECONDS, every=0.05)
         run_ids = {f"inbox:drop:{digest[:32]}" for digest in expected.values()}
         assert {r.id for r in runs} == run_ids  # one run per file, none for a half-written one
 
@@ -193,9 +184,10 @@ def run_test(workdir: Path, store_env: dict[str, str]) -> None:
             else:
                 app.resolve(run.id, mark.position, retry=True)
         wait_for(
-            lambda: len(app.list_runs(statuses=[COMPLETED], limit=10_000)) == FILES,
-            SETTLE_SECONDS,
             f"{FILES} completed runs",
+            lambda: len(app.list_runs(statuses=[COMPLETED], limit=10_000)) == FILES,
+            timeout=SETTLE_SECONDS,
+            every=0.05,
         )
         ledger = mod.read_ledger(workdir)
         assert sorted(line["name"] for line in ledger) == sorted(expected)  # each exactly once
@@ -206,9 +198,10 @@ def run_test(workdir: Path, store_env: dict[str, str]) -> None:
         new_sha = hashlib.sha256(b"file 7, second edition\n").hexdigest()
         new_id = f"inbox:drop:{new_sha[:32]}"
         wait_for(
-            lambda: any(r.id == new_id for r in app.list_runs(statuses=[COMPLETED], limit=10)),
-            SETTLE_SECONDS,
             "the modified file's run",
+            lambda: any(r.id == new_id for r in app.list_runs(statuses=[COMPLETED], limit=10)),
+            timeout=SETTLE_SECONDS,
+            every=0.05,
         )
         time.sleep(3 * mod.STABLE)  # time enough for a wrong second start to show
         ledger = mod.read_ledger(workdir)

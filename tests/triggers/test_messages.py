@@ -27,6 +27,8 @@ from message_brokers import (
 )
 
 import perdure
+from extras_needed import require
+from live_workers import worker_task
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigError
 from perdure.triggers.dead_sql import DeadMessages
@@ -76,6 +78,7 @@ async def publish(channel: Any, queue: str, data: bytes, message_id: str | None)
 def test_rabbitmq_one_run_per_message_id_and_poison_is_dead(tmp_path: Path) -> None:
     """Redelivered ids start nothing new, an id unfit for a run id is a content hash, and a
     non-JSON, oversized or ill-typed body is dead with its reason and dead-lettered."""
+    require("rabbitmq")
     app = shop(tmp_path)
     queue, dlq = unique("rmq"), unique("rmq-dead")
     trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue, declare=False),
@@ -136,6 +139,7 @@ async def _lag_is(trigger: MessageTrigger, value: int) -> bool:
 def test_rabbitmq_a_paused_workflow_leaves_messages_at_the_broker(tmp_path: Path) -> None:
     """While the workflow is paused the worker takes no message (they wait, counted as
     lag); resumed, each starts its run."""
+    require("rabbitmq")
     app = shop(tmp_path)
     queue = unique("rmq-pause")
     trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue), "take_order")
@@ -178,6 +182,8 @@ def test_a_broker_that_is_down_or_refuses_is_one_line_naming_the_trigger(
 ) -> None:
     """A closed port is `down` (retried, logged with the trigger's name); wrong credentials
     are `refused`; a probe from a process that does not consume says `down` too."""
+    require("nats")
+    require("rabbitmq")
     app = shop(tmp_path)
     down = app.on_message(perdure.sources.RabbitMQ("amqp://guest:guest@127.0.0.1:1/", "q"),
                           "take_order", name="nowhere")  # fmt: skip
@@ -262,6 +268,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
     """Entries read by a consumer that died unacknowledged are taken over (XAUTOCLAIM) and
     start their runs once; a poison entry is copied to the dead stream; nothing stays
     pending."""
+    require("redis")
     import redis.asyncio as aioredis
 
     app = shop(tmp_path)
@@ -307,6 +314,7 @@ def test_jetstream_one_run_per_stream_sequence_and_unacked_messages_come_back(
 ) -> None:
     """Messages a consumer fetched and never acknowledged come back after ack_wait and start
     their runs once; a poison message is terminated and dead; the consumer has no lag."""
+    require("nats")
     import nats
 
     app = shop(tmp_path)
@@ -359,6 +367,7 @@ def test_jetstream_one_run_per_stream_sequence_and_unacked_messages_come_back(
 def test_mqtt_one_run_per_message_id_property_or_content(tmp_path: Path) -> None:
     """QoS 1 messages start one run per `message-id` user property (a resend starts
     nothing), one per content without it; a poison message goes to the dead topic."""
+    require("mqtt")
     import aiomqtt
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
@@ -427,6 +436,7 @@ def test_kafka_without_a_server_is_down_with_one_line_and_names_records_by_offse
     """No Kafka server runs here, so this is what the client allows without one: a broker
     that does not answer leaves the trigger `down` with one log line naming it (and /readyz's
     probe says so), and a record's identity is its topic, partition and offset."""
+    require("kafka")
     from aiokafka.structs import ConsumerRecord
 
     app = shop(tmp_path)
@@ -456,6 +466,7 @@ def test_a_worker_behind_its_pending_runs_stops_taking_messages(tmp_path: Path) 
     """With `max_pending` runs pending (a queue limited to one run at a time, its run held),
     the worker takes no more messages: they wait at the broker; once runs drain, every
     message starts its run."""
+    require("rabbitmq")
     import threading
 
     app = perdure.App(f"sqlite:///{tmp_path}/pressure.db")
@@ -509,6 +520,7 @@ async def _count_of(app: perdure.App, workflow: str, n: int) -> bool:
 def test_a_message_whose_run_id_names_another_workflows_run_is_dead(tmp_path: Path) -> None:
     """The run id a message names already belongs to a run of another workflow (another app
     on the same store): the message is dead with that reason, not redelivered forever."""
+    require("rabbitmq")
     app = shop(tmp_path)
 
     @app.workflow(name="other")
@@ -547,18 +559,14 @@ async def _dead_count(app: perdure.App, n: int) -> bool:
 def test_mqtt_needs_workers_with_a_stable_id(tmp_path: Path) -> None:
     """Without a stable worker id (or client_id=) an MQTT trigger refuses to consume: a
     session left behind by a restart would keep taking its share of the messages."""
+    require("mqtt")
     app = shop(tmp_path)
     trigger = app.on_message(perdure.sources.MQTT(MQTT_HOST, f"{unique('mq')}/#"),
                              "take_order")  # fmt: skip
 
     async def main() -> None:
-        worker = Worker(app.runtime, WorkerOptions(poll=0.05, gc_every=None, grace=1.0))
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, WorkerOptions(poll=0.05, gc_every=None, grace=1.0)):
             await until(lambda: _state_is(trigger, "refused"))
-        finally:
-            worker.stop()
-            await task
 
     asyncio.run(main())
     assert (trigger.last_error or "").startswith(
@@ -571,6 +579,7 @@ class Side:
     """The test's side of one broker: its port, make the queue, publish, count what waits."""
 
     def __init__(self, kind: str) -> None:
+        require(kind)  # each kind's client comes with the extra of the same name
         self.kind, self.name = kind, unique(f"flaky-{kind}").replace("-", "_")
         self.port = {"rabbitmq": 5672, "redis": 6379, "nats": 4222, "mqtt": 1883}[kind]
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 import perdure
+from live_workers import worker_task
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for_async
 
 
 def test_a_paused_workflow_keeps_its_parked_runs_parked(
@@ -105,12 +107,9 @@ def test_a_pause_from_another_process_reaches_a_busy_worker(tmp_path: Path) -> N
         return sum([await tick(i) for i in range(60)])
 
     async def main() -> None:
-        worker = app.worker(concurrency=2, lease=3.0)
-        task = asyncio.create_task(worker.run())
-        try:
+        async with worker_task(app, concurrency=2, lease=3.0):
             handle = await app.start_async(long, run_id="L")
-            while len(done) < 5:
-                await asyncio.sleep(0.02)
+            await wait_for_async("five steps done", lambda: len(done) >= 5)
             await asyncio.to_thread(operator.pause_workflow, "long")
             paused_at = time.monotonic()
             while (await app.runtime.store.get_run("L")).lease_until != 0:  # type: ignore[union-attr]
@@ -121,9 +120,6 @@ def test_a_pause_from_another_process_reaches_a_busy_worker(tmp_path: Path) -> N
             assert len(done) == stopped < 60  # nothing runs while paused
             await asyncio.to_thread(operator.resume_workflow, "long")
             assert await handle.result_async(timeout=30) == sum(range(60))
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 10)
 
     try:
         asyncio.run(main())

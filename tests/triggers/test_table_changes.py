@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -295,17 +295,6 @@ def test_sqlite_table_in_the_store_file_starts_runs_too(tmp_path: Path) -> None:
         assert {r.status for r in app.list_runs(workflow="ship")} == {"completed"}
     finally:
         app.close()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    import time
-
-    limit = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > limit:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def write_orders(url: str, count: int, rollback_every: int = 3) -> set[int]:

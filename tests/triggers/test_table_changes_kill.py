@@ -19,12 +19,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_table_changes import wait_until, write_orders
+from test_table_changes import write_orders
 
 from module_files import load_file
 from perdure.triggers.changes_sql import Outbox
 from perdure.triggers.table_changes import TableChange
 from process_stops import stop_processes
+from waits import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -60,7 +61,12 @@ class Workers:
                 start_new_session=True,
             )
         self.procs.append(proc)
-        wait_until(lambda: "ready worker=" in log.read_text(errors="replace"), 60, "a worker")
+        wait_for(
+            "a worker",
+            lambda: "ready worker=" in log.read_text(errors="replace"),
+            timeout=60,
+            every=0.05,
+        )
         return proc
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
@@ -93,8 +99,9 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
         writer.start()
         kills = 0
         for share in (0.2, 0.5):
-            wait_until(lambda s=share: len(app.list_runs(workflow="ship", limit=10_000))
-                       >= s * INSERTS * 2 / 3, 120, f"{share:.0%} of the runs")  # fmt: skip
+            wait_for(f"{share:.0%} of the runs",
+                     lambda s=share: len(app.list_runs(workflow="ship", limit=10_000))
+                     >= s * INSERTS * 2 / 3, timeout=120, every=0.05)  # fmt: skip
             victim = workers.alive()[0]
             victim.send_signal(signal.SIGKILL)
             victim.wait()
@@ -108,7 +115,7 @@ def test_killed_workers_leave_exactly_one_run_per_committed_change(
             runs = app.list_runs(workflow="ship", limit=10_000)
             return len(runs) >= len(committed) and all(r.status == "completed" for r in runs)
 
-        wait_until(settled, 120, "every run completed")
+        wait_for("every run completed", settled, timeout=120, every=0.05)
         runs = app.list_runs(workflow="ship", limit=10_000)
         keys = [json.loads(r.input)["args"][0]["key"]["id"] for r in runs]
         assert len(keys) == len(set(keys)), "a change started two runs"
