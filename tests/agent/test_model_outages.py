@@ -20,9 +20,9 @@ import pytest
 from wire_servers import AnthropicServer, OpenAIServer, WireServer
 
 import perdure
-from perdure.agent.budget_sql import Budgets
 from extras_needed import require
 from fresh_stores import fresh_store_url
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.messages import Message, ModelRequest, ModelResponse
 from perdure.agent.models import provider_for

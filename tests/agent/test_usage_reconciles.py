@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from wire_servers import CountingServer
 
 import perdure
-from perdure.agent.budget_sql import Budgets
 from extras_needed import require
+from perdure.agent.budget_sql import Budgets
 from perdure.agent.loop import Agent
 from perdure.agent.spec import load_spec
 from perdure.cli.main import cli

@@ -45,8 +45,8 @@ from typing import Any
 import pytest
 
 import perdure
-from perdure.agent.budget_sql import Budgets
 from extras_needed import require
+from perdure.agent.budget_sql import Budgets
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
 from waits import wait_for
 

@@ -21,8 +21,8 @@ from types import ModuleType
 
 import pytest
 
-from perdure.agent.budget_sql import Budgets
 from extras_needed import require
+from perdure.agent.budget_sql import Budgets
 from waits import wait_for
 
 HERE = Path(__file__).resolve().parent

@@ -8,13 +8,14 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from tests_contract_support import PG_URL, drop_schema
 
 import perdure
+from extras_needed import needs
 from perdure.store import open_store
 
+psycopg = pytest.importorskip("psycopg", reason=needs("postgres"))
 pytestmark = pytest.mark.postgres
 
 

@@ -15,8 +15,8 @@ import pytest
 from served import Served
 
 import perdure
-from perdure.server.access_sql import Access
 from local_servers import free_port
+from perdure.server.access_sql import Access
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

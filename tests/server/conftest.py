@@ -28,6 +28,6 @@ def served(app: perdure.App) -> Iterator[tuple[TestClient, dict[str, str]]]:
     def echo(x: Any = None) -> Any:
         return x
 
-    _, token = app.sync(create_token(app, "ana", ["admin"]), "token")
+    _, token = app.runtime.sync(create_token(app, "ana", ["admin"]), "token")
     with TestClient(create_app(app)) as client:
         yield client, {"Authorization": f"Bearer {token}"}

@@ -25,7 +25,6 @@ pytest.importorskip("playwright", reason=needs("dev"))
 
 import perdure
 from perdure.agent.budget_sql import Budget, Budgets, UsageRow
-from perdure.server import create_app, operations
 from perdure.server import operations
 from perdure.server.access import local_operator
 

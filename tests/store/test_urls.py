@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import perdure
+from extras_needed import require
 from perdure.store import DEFAULT_URL, SQLiteStore, open_store, store_url
 
 
@@ -94,6 +95,7 @@ def test_unknown_scheme_is_a_one_line_config_error(url: str) -> None:
 
 def test_postgres_scheme_selects_the_postgres_store() -> None:
     """postgres:// and postgresql:// URLs give a PostgresStore; `?schema=` picks its schema."""
+    require("postgres")
     from perdure.store.postgres import PostgresStore
 
     store = open_store(
@@ -113,6 +115,7 @@ def test_postgres_scheme_selects_the_postgres_store() -> None:
 
 def test_postgres_schema_must_be_a_plain_identifier() -> None:
     """A schema name that is not a plain lower-case identifier is refused before connecting."""
+    require("postgres")
     with pytest.raises(perdure.ConfigError, match="schema"):
         open_store("postgresql://user@host/db?schema=Robert');DROP", environ={})
 
