@@ -16,7 +16,7 @@ import pytest
 
 import perdure
 from fresh_stores import fresh_store_url
-from perdure.engine import inline
+from perdure.engine import context, inline, steps
 
 ROUTE_LIMIT = 40
 SOURCE = str(Path(perdure.__file__).parent)
@@ -66,6 +66,10 @@ def tracer(monkeypatch: pytest.MonkeyPatch) -> Iterator[RouteTrace]:
     a body's pace is learned must not depend on it)."""
     monkeypatch.setattr(inline, "SHORT", 10.0)
     monkeypatch.setattr(inline, "SLOW", 10.0)
+    # a body slowed past LINGER has its outcome committed before the step returns: another
+    # write, not the step's own route (and the time it takes is the machine's, not the code's)
+    monkeypatch.setattr(steps, "LINGER", 60.0)
+    monkeypatch.setattr(context, "LINGER", 60.0)
     trace = RouteTrace()
     threading.setprofile(trace)
     sys.setprofile(trace)

@@ -15,9 +15,10 @@ function, bound to a store:
 
     await Budgets(store).spent("helper", since)
 
-The first call in an opened store brings the extension's tables up to date under its own
-version row (`schema_version:<name>` in perdure_meta); every call then runs its SQL
-function through `run_sql`, batched and committed like the store's own writes.
+A store brings every extension declared by then (imported) up to date as it opens, and one
+declared later at its first call, under its own version row (`schema_version:<name>` in
+perdure_meta); every call then runs its SQL function through `run_sql`, batched and
+committed like the store's own writes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Extension:
         if len(self.legacy) > len(self.migrations):
             raise ValueError(f"extension {self.name!r}: more legacy versions than scripts")
         add_tables(self.tables)
+        _known.append(self)
 
     @property
     def key(self) -> str:
@@ -66,6 +68,16 @@ class Extension:
     @property
     def latest(self) -> int:
         return len(self.migrations)
+
+
+_known: list[Extension] = []  # every extension declared in this process (its module imported)
+
+
+def known() -> list[Extension]:
+    """The extensions this process has declared so far: a store brings them up to date as it
+    opens, so that a later read of one never has to write (a held write lock would make it
+    wait: `perdure stuck` must answer then)."""
+    return list(_known)
 
 
 def version(db: Db, ext: Extension, where: str) -> int:

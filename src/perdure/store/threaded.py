@@ -180,6 +180,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
             return
         try:
             self._migrate(conn)
+            self._extend_known(conn)
         except BaseException as exc:
             lost = self._broken(conn)
             self._disconnect(conn)
@@ -335,6 +336,23 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
             return await self._apart(fn, write)
         value: T = await self.perform(Op(fn, (), {}, write), not write)
         return value
+
+    def _extend_known(self, conn: Any) -> None:
+        """As the store opens: every extension this process has declared up to date, in one
+        write if any is not (none when all are: opening never waits for the lock then)."""
+        db, known = self._db(conn), extensions.known()
+        stale = [ext for ext in known if not extensions.current(db, ext, self.url)]
+        if stale:
+            self._begin(conn)
+            try:
+                for ext in stale:
+                    extensions.migrate(db, ext, self.url)
+                self._finish(conn, "COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._finish(conn, "ROLLBACK")
+                raise
+        self._extended.update(known)
 
     async def _extend(self, extension: Extension) -> None:
         """Bring an extension's tables up to date in this store: a read when they are (no
