@@ -208,21 +208,45 @@ def test_an_older_store_gets_only_the_extension_scripts_it_lacked(tmp_path: Path
     }  # fmt: skip
 
 
-def test_a_fresh_store_makes_an_extensions_tables_only_when_it_is_used(tmp_path: Path) -> None:
-    """A new store has the core tables only; an extension's appear with its first use."""
+def test_a_fresh_store_makes_its_own_extensions_as_it_opens_and_others_at_first_use(
+    tmp_path: Path,
+) -> None:
+    """A new store makes, as it opens, the tables of perdure's own extensions declared by
+    then (so a later read of one never writes: a held lock would make it wait), and writes
+    nothing when it opens again; an extension that is not `at_open` appears at first use."""
+    from perdure.store.extensions import Extension, Methods, reads
+
+    later = Extension("later_notes", ["CREATE TABLE later_notes (line TEXT)"],
+                      tables=("later_notes",))  # fmt: skip
+
+    def lines(db: Db) -> list[str]:
+        return [row[0] for row in db.execute("SELECT line FROM later_notes").fetchall()]
+
+    class Later(Methods):
+        extension = later
+        read = reads(lines)
+
     path = tmp_path / "fresh.db"
     store = SQLiteStore(str(path))
     store.start()
     try:
-        core = {n for t, n, _ in schema_of(path) if t == "table"}
-        run(DeadMessages(store).dead_messages())
+        opened = {n for t, n, _ in schema_of(path) if t == "table"}
+        assert run(DeadMessages(store).dead_messages()) == []
+        assert run(Later(store).read()) == []
         used = {n for t, n, _ in schema_of(path) if t == "table"}
         recorded = meta(store)
     finally:
         store.stop()
-    assert "runs" in core and "dead_messages" not in core and "schedules" not in core
-    assert used - core == {"dead_messages"}
+    assert {"runs", "dead_messages", "schedules", "agent_budgets"} <= opened
+    assert "later_notes" not in opened and used - opened == {"later_notes"}
     assert "legacy_version" not in recorded and recorded[DEAD.key] == "1"
+    again = SQLiteStore(str(path))
+    again.start()
+    try:
+        assert {n for t, n, _ in schema_of(path) if t == "table"} == used
+        assert meta(again) == recorded  # nothing to bring up to date: nothing written
+    finally:
+        again.stop()
 
 
 # -- PostgreSQL: a schema made by the old migrations --------------------------------------

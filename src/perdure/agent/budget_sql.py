@@ -105,6 +105,7 @@ BUDGETS = Extension(
         "budget_pools",
     ),
     legacy=(5, 14, 15),  # made by the core's scripts 5, 14 and 15 before
+    at_open=True,
 )
 
 

@@ -45,6 +45,7 @@ MEMORY = Extension(
     ],
     tables=("agent_memory", "agent_notes"),  # agent_memory_fts: SQLite's only
     legacy=(5,),  # made by the core's script 5 before
+    at_open=True,
 )
 
 

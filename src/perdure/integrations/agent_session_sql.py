@@ -28,6 +28,7 @@ AGENT_SESSIONS = Extension(
     ],
     tables=("agent_session_items",),
     legacy=(18,),  # made by the core's script 18 before
+    at_open=True,
 )
 
 

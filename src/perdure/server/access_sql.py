@@ -58,6 +58,7 @@ ACCESS = Extension(
     ],
     tables=("api_tokens", "audit_log", "dashboard_sessions"),
     legacy=(6, 8, 9),  # made by the core's scripts 6, 8 and 9 before
+    at_open=True,
 )
 
 

@@ -15,8 +15,8 @@ function, bound to a store:
 
     await Budgets(store).spent("helper", since)
 
-A store brings every extension declared by then (imported) up to date as it opens, and one
-declared later at its first call, under its own version row (`schema_version:<name>` in
+A store brings perdure's own extensions (`at_open`) declared by then up to date as it
+opens, and any other at its first call, under its own version row (`schema_version:<name>` in
 perdure_meta); every call then runs its SQL function through `run_sql`, batched and
 committed like the store's own writes.
 """
@@ -47,18 +47,22 @@ class Extension:
 
     `legacy`: for each of its first scripts, the core schema version whose script made
     the same tables before extensions kept their own (a store that old has them already).
+    `at_open`: brought up to date as a store opens once declared (perdure's own extensions),
+    so a read of it never has to write; else at its first call.
     """
 
     name: str
     migrations: Sequence[str]
     tables: Sequence[str]
     legacy: Sequence[int] = ()
+    at_open: bool = False
 
     def __post_init__(self) -> None:
         if len(self.legacy) > len(self.migrations):
             raise ValueError(f"extension {self.name!r}: more legacy versions than scripts")
         add_tables(self.tables)
-        _known.append(self)
+        if self.at_open:
+            _at_open.append(self)
 
     @property
     def key(self) -> str:
@@ -70,14 +74,14 @@ class Extension:
         return len(self.migrations)
 
 
-_known: list[Extension] = []  # every extension declared in this process (its module imported)
+_at_open: list[Extension] = []  # the `at_open` extensions declared in this process so far
 
 
-def known() -> list[Extension]:
-    """The extensions this process has declared so far: a store brings them up to date as it
-    opens, so that a later read of one never has to write (a held write lock would make it
-    wait: `perdure stuck` must answer then)."""
-    return list(_known)
+def at_open() -> list[Extension]:
+    """The `at_open` extensions this process has declared (their modules imported): a store
+    brings them up to date as it opens, so that a later read of one never has to write (a
+    held write lock would make it wait: `perdure stuck` must answer then)."""
+    return list(_at_open)
 
 
 def version(db: Db, ext: Extension, where: str) -> int:

@@ -338,9 +338,9 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         return value
 
     def _extend_known(self, conn: Any) -> None:
-        """As the store opens: every extension this process has declared up to date, in one
-        write if any is not (none when all are: opening never waits for the lock then)."""
-        db, known = self._db(conn), extensions.known()
+        """As the store opens: the `at_open` extensions this process has declared up to date,
+        in one write if any is not (none when all are: opening never waits for the lock)."""
+        db, known = self._db(conn), extensions.at_open()
         stale = [ext for ext in known if not extensions.current(db, ext, self.url)]
         if stale:
             self._begin(conn)

@@ -128,6 +128,7 @@ OUTBOX = Extension(
     ],
     tables=("table_changes",),
     legacy=(16,),  # made by the core's script 16 before
+    at_open=True,
 )
 
 

@@ -31,6 +31,7 @@ DEAD = Extension(
     ],
     tables=("dead_messages",),
     legacy=(17,),  # made by the core's script 17 before
+    at_open=True,
 )
 
 

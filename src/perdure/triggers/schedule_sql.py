@@ -109,6 +109,7 @@ SCHEDULES = Extension(
     ],
     tables=("schedules", "schedule_ticks"),
     legacy=(4,),  # made by the core's script 4 before
+    at_open=True,
 )
 
 _COLUMNS = (
