@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -149,6 +150,9 @@ class Worker:
         self.crashed: BaseException | None = None
         self.claim_unsure = False  # the last claim failed: it may have taken runs unseen
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it claims on
+        # the worker's own context: every run's task starts from it, never from the context
+        # of whoever made the run runnable (a caller's store wait bound, its run or step)
+        self.context = contextvars.copy_context()
         self.reserved = 0  # slots promised to runs being created claimed by it (`reserve`)
         # (work signals, loop time): its last claim looked and left no runnable run
         # behind; it holds until new work is signalled or that time (a timer, a poll)
@@ -192,6 +196,7 @@ class Worker:
             stoppable.append(asyncio.create_task(supervise(service, self), name=service.name))
         stop_wait = asyncio.create_task(self.stopping.wait())
         self.loop = asyncio.get_running_loop()
+        self.context = contextvars.copy_context()
         self._announce()
         self.runtime.takers.append(self)
         loops = [*stoppable, *lasting]
@@ -400,6 +405,7 @@ class Worker:
                 lease=self.options.lease,
             ),
             name=f"perdure-run-{run_id}",
+            context=self.context.copy(),  # e.g. a run adopted inside a bounded App.start()
         )
         self.tasks[run_id] = task
         self.runtime.claimed[run_id] = claim.run
