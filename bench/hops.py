@@ -75,7 +75,7 @@ async def _count(url: str) -> dict[str, Any]:
                 Entry("step.intent", "s", p, at=1.0),
                 Entry("step.outcome", "s", p, "1", final=True, at=1.0),
             ]
-            return Append("r", epoch, entries, inline_ok=inline)
+            return Append("r", epoch, entries, direct_ok=inline)
 
         loop = asyncio.get_running_loop()
 

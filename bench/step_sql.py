@@ -89,7 +89,7 @@ async def _perdure(way: str, path: str) -> Config:
         for e in entries:
             e.at, e.worker = time.time(), "w"
         return Append(RUN, epoch, entries, fields={"updated_at": time.time()},
-                      key=f"bench:{next(keys):x}", inline_ok=True)  # fmt: skip
+                      key=f"bench:{next(keys):x}", direct_ok=True)  # fmt: skip
 
     if way == "store":
 

@@ -16,11 +16,11 @@ import pytest
 
 import perdure
 from fresh_stores import fresh_store_url
-from perdure.engine import context, inline, steps
+from perdure.engine import context, pace, steps
 
 ROUTE_LIMIT = 40
 SOURCE = str(Path(perdure.__file__).parent)
-STEPS = 12  # the first is the first call; the body is learned short after inline.LEARN
+STEPS = 12  # the first is the first call; the body is learned short after pace.LEARN
 
 
 class RouteTrace:
@@ -64,8 +64,8 @@ class RouteTrace:
 def tracer(monkeypatch: pytest.MonkeyPatch) -> Iterator[RouteTrace]:
     """A profile hook on every thread, for the test's duration (which slows every body: how
     a body's pace is learned must not depend on it)."""
-    monkeypatch.setattr(inline, "SHORT", 10.0)
-    monkeypatch.setattr(inline, "SLOW", 10.0)
+    monkeypatch.setattr(pace, "SHORT", 10.0)
+    monkeypatch.setattr(pace, "SLOW", 10.0)
     # a body slowed past LINGER has its outcome committed before the step returns: another
     # write, not the step's own route (and the time it takes is the machine's, not the code's)
     monkeypatch.setattr(steps, "LINGER", 60.0)
@@ -149,6 +149,6 @@ def test_a_once_step_touches_few_functions(
     steps = {name for path, _, name in first | warm if path == "/engine/steps.py"}
     assert "_attempt" in steps
     assert not sync or "_execute" not in steps, named  # a sync workflow's own thread
-    pooled = {name for path, _, name in first if path == "/engine/inline.py"}
+    pooled = {name for path, _, name in first if path == "/engine/pace.py"}
     assert sync or "timed" in pooled  # the first call: its body on the step pool
-    assert sync or not any(path == "/engine/inline.py" for path, _, _ in warm)  # learned
+    assert sync or not any(path == "/engine/pace.py" for path, _, _ in warm)  # learned

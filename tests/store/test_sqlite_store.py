@@ -494,8 +494,8 @@ def test_wal_checkpoints_run_on_their_own_thread(
         threading.Event().wait(0.05)
     assert store._checkpoints.done >= 2
     assert "perdure-checkpoint" in {t.name for t in threading.enumerate()}
-    assert store._inline_db is not None
-    backstop = store._inline_db.raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert store._direct_db is not None
+    backstop = store._direct_db.raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     assert backstop == checkpoints.BACKSTOP
     store.stop()
     assert "perdure-checkpoint" not in {t.name for t in threading.enumerate()}

@@ -29,7 +29,7 @@ def test_an_unexpected_error_fails_the_batch_not_the_thread(
         real(db, conn, batch, answers)
 
     monkeypatch.setattr(threaded, "run_batch", broken_once)
-    monkeypatch.setattr(store, "_inline_connect", lambda: None)  # every call via the thread
+    monkeypatch.setattr(store, "_direct_connect", lambda: None)  # every call via the thread
 
     def new(run_id: str) -> NewRun:
         return NewRun(id=run_id, workflow="wf", input="{}", code_version="", now=1.0)

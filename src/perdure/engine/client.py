@@ -41,7 +41,7 @@ from ..store.base import (
     RunRow,
     Store,
 )
-from ..store.blobs import blob_ref, inline_or_blob
+from ..store.blobs import blob_ref, in_row_or_blob
 from ..store.names import check_run_id
 from ..store.roles import WriteLock
 from .codec import dumps, from_json, loads
@@ -227,7 +227,7 @@ class Client:
         a worker of this process has a slot free on this loop and nothing else to run, the
         run is created claimed by it (one transaction, no claim): the third value says so."""
         await self.runtime.open_store()
-        text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
+        text, blob = in_row_or_blob(encoded, self.runtime.blob_threshold)
         now = self.runtime.clock.now()
         limit = deadline if deadline is not None else definition.deadline
         new = NewRun(

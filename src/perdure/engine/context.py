@@ -54,7 +54,7 @@ from ..store.base import (
     Store,
     TxBody,
 )
-from ..store.blobs import inline_or_blob
+from ..store.blobs import in_row_or_blob
 from . import observers
 from .client import origin_of
 from .codec import dumps, loads
@@ -140,7 +140,7 @@ class RunContext:
         self.position = 0
         self.buffer: list[Entry] = []
         self.buffered_at = 0.0  # time.monotonic() when the oldest buffered entry came
-        self.precious = False  # a buffered entry must be committed before the next step body
+        self.commit_first = False  # a buffered entry must be committed before the next step body
         self._linger: asyncio.TimerHandle | None = None
         self._arming = False  # a sync workflow's thread asked the loop to arm the timer
         self.background: set[asyncio.Task[None]] = set()
@@ -158,7 +158,7 @@ class RunContext:
         self.task: asyncio.Task[Any] | None = None
         self.executing: dict[int, StepInfo] = {}  # steps whose body runs now, by position
         # the step calls of an async workflow under way (the task of each), and who waits
-        # for them to end (a sibling parking the run: settle_inflight)
+        # for them to end (a sibling parking the run: await_siblings)
         self.inflight: dict[object, asyncio.Task[Any] | None] = {}
         self._settling: list[asyncio.Future[None]] = []
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
@@ -218,7 +218,7 @@ class RunContext:
         A divergence is sticky: code that caught NonDeterminismError gets it again.
         """
         phase = self.state.phase
-        if phase is Phase.LOST or phase is Phase.ENDED:  # RunState.stopped, without a call
+        if phase is Phase.LOST or phase is Phase.RELEASED:  # RunState.stopped, without a call
             raise WorkerStopping()
         if self.diverged is not None:
             raise self.diverged
@@ -243,10 +243,10 @@ class RunContext:
             return self.state
 
     def close(self) -> None:
-        """This execution is over: a running one is ENDED (a lost or checking one stays so)."""
+        """This execution is over: a running one is RELEASED (a lost or checking one stays so)."""
         with self._state_lock:
             if self.state.phase is Phase.RUNNING:
-                self.state = replace(self.state, phase=Phase.ENDED)
+                self.state = replace(self.state, phase=Phase.RELEASED)
 
     def rearm(self, run: RunRow) -> None:
         """A kept context under the run's next claim: running, asked only what its row says."""
@@ -278,7 +278,7 @@ class RunContext:
     def reopen(self) -> None:
         """The runner writes the run's end after a parking write (a failure, a cancel)."""
         with self._state_lock:
-            if self.state.phase is Phase.ENDED:
+            if self.state.phase is Phase.RELEASED:
                 self.state = replace(self.state, phase=Phase.RUNNING)
 
     def request_cancel(self) -> None:
@@ -368,7 +368,7 @@ class RunContext:
             else (None if data is None else dumps(data, where or f"{kind} {name}"))
         )
         if text is not None and len(text) > self.runtime.blob_threshold:
-            text, blob = inline_or_blob(text, self.runtime.blob_threshold)
+            text, blob = in_row_or_blob(text, self.runtime.blob_threshold)
             if blob is not None:
                 with self.buffer_lock:
                     self.blobs.append(blob)
@@ -386,16 +386,16 @@ class RunContext:
             self.by_position.setdefault(position, []).append(entry)
         return entry
 
-    def buffer_entry(self, entry: Entry, *, precious: bool = False) -> None:
+    def buffer_entry(self, entry: Entry, *, commit_first: bool = False) -> None:
         """Queue a re-creatable entry, committed within LINGER (see the module docstring);
-        `precious` ones (a once step's outcome) also before the next step body starts,
+        `commit_first` ones (a once step's outcome) also before the next step body starts,
         since losing them would park the run."""
         with self.buffer_lock:
             if not self.buffer:
                 self.buffered_at = time.monotonic()
             self.buffer.append(entry)
-            if precious:
-                self.precious = True
+            if commit_first:
+                self.commit_first = True
         if self._linger is None and not self._arming:
             if threading.get_ident() == self.loop_thread:
                 self._arm_linger()
@@ -450,7 +450,7 @@ class RunContext:
         function the store runs in that transaction, whose JSON is the last entry's data
         (a transactional step's), through the store's one generic entry."""
         if self.stream is not None and self.stream.rows:
-            await self.stream.settle()
+            await self.stream.flush_or_keep()
         append = self._take(entries, stop_if_requested=stop_if_requested)
         append.status, append.new_runs = status, new_runs or []
         if fields:
@@ -528,14 +528,14 @@ class RunContext:
         phase = self.state.phase
         if phase is Phase.LOST:
             raise WorkerStopping()
-        if phase is Phase.ENDED:
+        if phase is Phase.RELEASED:
             raise RunSuspended("already parked by a sibling")
         if phase is Phase.CHECKING:
             raise ReplayEnd(self.position)
         with self.buffer_lock:
             buffered, self.buffer = self.buffer, []
             blobs, self.blobs = self.blobs, []
-            self.precious = False
+            self.commit_first = False
         return Append(
             run_id=self.run.id,
             epoch=self.epoch,
@@ -544,7 +544,7 @@ class RunContext:
             blobs=blobs,
             blob_threshold=self.runtime.blob_threshold,
             stop_if_requested=stop_if_requested,
-            inline_ok=len(self.runtime.active) <= 1,
+            direct_ok=len(self.runtime.active) <= 1,
             key=f"{_WRITES_OF}{next(_WRITES):x}",
         )
 
@@ -607,7 +607,7 @@ class RunContext:
             or (result.cancel_requested and not state.cancel)
             or (result.pause_requested != state.pause)
         ):
-            phase = Phase.ENDED if ended else None
+            phase = Phase.RELEASED if ended else None
             self.update(phase=phase, cancel=result.cancel_requested or None,
                         pause=result.pause_requested)  # fmt: skip
         return result
@@ -627,11 +627,11 @@ class RunContext:
         if me is not None:
             self.suspending.add(me)
         try:
-            await self.settle_inflight()
+            await self.await_siblings()
         finally:
             if me is not None:
                 self.suspending.discard(me)
-        if self.state.phase is Phase.ENDED:  # parked by a sibling meanwhile: the run stays so
+        if self.state.phase is Phase.RELEASED:  # parked by a sibling meanwhile: the run stays so
             if entries:
                 await self.write(*entries)
             return RunSuspended(reason)
@@ -652,10 +652,10 @@ class RunContext:
             status=status,
             fields={**(fields or {}), "wake_at": wake_at, "lease_owner": None, "lease_until": None},
         )
-        self.update(phase=Phase.ENDED)  # the write's answer said so already
+        self.update(phase=Phase.RELEASED)  # the write's answer said so already
         return RunSuspended(reason)
 
-    async def settle_inflight(self) -> None:
+    async def await_siblings(self) -> None:
         """Let sibling steps started with asyncio.gather record their outcomes first."""
         me = asyncio.current_task()
         while any(t is not me and t not in self.suspending for t in self.inflight.values()):

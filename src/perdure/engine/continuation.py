@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PerdureError
 from ..store.base import COMPLETED, NewRun
-from ..store.blobs import inline_or_blob
+from ..store.blobs import in_row_or_blob
 from .client import CONTINUED, checked_input, origin_entry
 from .codec import dumps_plain
 
@@ -57,7 +57,7 @@ async def finish(ctx: RunContext, signal: ContinueAsNew) -> str:
     new_id = successor_id(ctx.run_id)
     while await ctx.read(functools.partial(ctx.store.get_run, new_id)) is not None:
         new_id = successor_id(new_id)  # an id taken by another run (a user's choice)
-    text, blob = inline_or_blob(encoded, runtime.blob_threshold)
+    text, blob = in_row_or_blob(encoded, runtime.blob_threshold)
     now = ctx.now()
     new = NewRun(
         id=new_id,

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ..errors import ConfigError
-from ..store.blobs import inline_or_blob
+from ..store.blobs import in_row_or_blob
 from ..store.names import check_run_id
 from .client import Client, encode_input, origin_entry
 from .context import current
@@ -155,7 +155,7 @@ class Workflow(Generic[P, R]):
         if final is None:
             await ctx.checkpoint()
             child_id = check_run_id(run_id or f"{ctx.run_id}.{pos}")  # raised into the workflow
-            text, blob = inline_or_blob(
+            text, blob = in_row_or_blob(
                 encode_input(self.name, args, kwargs), self.runtime.blob_threshold
             )
             new = NewRun(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .effects import RECOVERY, Effect
-from .inline import Pace
+from .pace import Pace
 from .retention import Retention
 from .retry import Retry
 
@@ -40,7 +40,7 @@ class StepDef:
     return_hint: Any = field(init=False)
     # its outcome is committed before the next step runs: a `once` step's (losing it would
     # park the run), or a `commit=True` step's (re-running it is costly)
-    precious: bool = field(init=False)
+    commit_first: bool = field(init=False)
     where: str = field(init=False)  # how errors name it: "step 'name'"
     result_where: str = field(init=False)
     pace: Pace = field(init=False, default_factory=Pace, repr=False, compare=False)
@@ -48,7 +48,7 @@ class StepDef:
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.return_hint = _hints(self.fn).get("return")
-        self.precious = self.effect == "once" or self.commit
+        self.commit_first = self.effect == "once" or self.commit
         self.where = f"step {self.name!r}"
         self.result_where = f"{self.where} result"
 

@@ -30,7 +30,7 @@ from ..store.base import (
     Entry,
     RunRow,
 )
-from ..store.blobs import BLOB_KEY, inline_or_blob
+from ..store.blobs import BLOB_KEY, in_row_or_blob
 from . import continuation, observers, sticky, streams
 from .client import unblob_text
 from .codec import dumps, loads
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("perdure.worker")
 BLOB_PREFIX = '{"' + BLOB_KEY  # how a blob reference's text starts (store.blobs.blob_ref)
 UNLEASED = {"lease_owner": None, "lease_until": None, "wake_at": None}  # a run's end: no lease
-ENDED = frozenset({"completed", "failed", "cancelled"})  # outcomes after which the run never runs
 
 
 async def load_entries(runtime: Runtime, run_id: str) -> list[Entry]:
@@ -189,7 +188,7 @@ async def _drive(
         contexts.pop(run.id, None)
         if runtime.active.get(run.id) is ctx:
             del runtime.active[run.id]
-        if outcome in ENDED and run.parent_id is None:
+        if outcome in FINISHED and run.parent_id is None:
             runtime.notify_change()  # nothing became runnable
         else:
             runtime.notify()  # parked, handed back or stopped (runnable again), or a parent woke
@@ -214,11 +213,11 @@ async def _run_workflow(
     if result is sticky.PARKED:
         sticky.keep(ctx.runtime, ctx, _last_seq(start))
         return "suspended"
-    await ctx.settle_inflight()
+    await ctx.await_siblings()
     if ctx.diverged is not None:
         raise ctx.diverged  # the workflow swallowed it; the run still must not finish
     await streams.flush(ctx)  # readers see every chunk before the run is done
-    text, blob = inline_or_blob(
+    text, blob = in_row_or_blob(
         dumps(result, f"result of workflow {definition.name!r}"), ctx.runtime.blob_threshold
     )
     if blob is not None:
@@ -234,7 +233,7 @@ Ending = Callable[[RunContext, Any], Awaitable[str]]
 
 
 async def _continued(ctx: RunContext, signal: ContinueAsNew) -> str:
-    await ctx.settle_inflight()
+    await ctx.await_siblings()
     if ctx.diverged is not None:
         await fail(ctx, ctx.diverged)
         return "failed"

@@ -11,7 +11,7 @@ class Phase(enum.Enum):
     """What an execution may still do."""
 
     RUNNING = "running"  # it holds the lease and writes
-    ENDED = "ended"  # its own write parked or ended the run: it holds no lease, writes no more
+    RELEASED = "released"  # its own write parked or ended the run: no lease, writes no more
     LOST = "lost"  # the lease is gone, or the worker gave it up: it writes nothing more
     CHECKING = "checking"  # a replay check: it executes nothing and stops at the journal's end
 
@@ -28,4 +28,4 @@ class RunState:
     @property
     def stopped(self) -> bool:
         """Lost or ended: the workflow's code must unwind at its next step boundary."""
-        return self.phase is Phase.LOST or self.phase is Phase.ENDED
+        return self.phase is Phase.LOST or self.phase is Phase.RELEASED

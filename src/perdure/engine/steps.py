@@ -9,7 +9,7 @@ body runs and how a write waits are choices inside the route, never other routes
 - an async workflow awaits `run_step`; a sync workflow's thread drives the same
   coroutine itself (`context.drive`) until it has to wait for the event loop;
 - a `def` body runs on the calling thread (a sync workflow's own, or the loop once the
-  body has shown itself short: engine/inline.py), else on the step pool; an `async def`
+  body has shown itself short: engine/pace.py), else on the step pool; an `async def`
   body is awaited on the loop;
 - a write is committed on the calling thread when the store is idle and the run is
   alone in its worker, else queued to share a commit (store/threaded.py).
@@ -47,7 +47,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..store.base import NEEDS_ATTENTION, PAUSED, SLEEPING, Entry
-from . import aborts, effects, inline, observers, probes
+from . import aborts, effects, observers, pace, probes
 from .codec import dumps_plain, from_json, quoted, to_json
 from .context import LINGER, RunContext, SimulatedCrash, StepInfo, _current, drive, to_loop
 from .peers import SILENT_AFTER, how_lost
@@ -282,7 +282,7 @@ async def _attempt(call: StepCall) -> Any:
                 raise ctx.lease_ran_out(step.name)
         else:
             ctx.buffer_entry(intent)
-    if ctx.precious:  # a once step's outcome is on disk before another body starts
+    if ctx.commit_first:  # a once step's outcome is on disk before another body starts
         await ctx.flush()
     if ctx.state.hold or step.name in ctx.crash_after_intent:
         await _not_started(call)
@@ -290,10 +290,10 @@ async def _attempt(call: StepCall) -> Any:
     if observers.watching:
         observers.step_started(ctx, info)
     ctx.executing[call.pos] = info
-    here = _running_loop() is None  # a sync workflow's own thread
+    own_thread = _running_loop() is None  # a sync workflow's own thread
     started = time.monotonic()
     try:
-        if step.is_async or step.timeout is not None or not (here or step.pace.inline):
+        if step.is_async or step.timeout is not None or not (own_thread or step.pace.on_loop):
             value = await _execute(call)
         else:
             token = _step_info.set(info)
@@ -304,18 +304,18 @@ async def _attempt(call: StepCall) -> Any:
         data = to_json(value, step.result_where)
     except BaseException as exc:
         ctx.executing.pop(call.pos, None)  # the failure is recorded before any other await
-        if not here and step.pace.inline:
-            step.pace.to_pool()  # it may need a thread of its own (engine/inline.py)
+        if not own_thread and step.pace.on_loop:
+            step.pace.to_pool()  # it may need a thread of its own (engine/pace.py)
         return await _cut_off(call, exc, started)
     elapsed = time.monotonic() - started
-    if elapsed > inline.SLOW and step.pace.inline and not here:
+    if elapsed > pace.SLOW and step.pace.on_loop and not own_thread:
         step.pace.to_pool()
     if observers.watching:
         observers.step_finished(ctx, info, started)
     ms = round(elapsed * 1000, 3)
     outcome = ctx.entry("step.outcome", step.name, position=call.pos, attempt=call.attempt,
                         final=True, data_json=dumps_plain({"value": data, "ms": ms}))  # fmt: skip
-    ctx.buffer_entry(outcome, precious=step.precious)
+    ctx.buffer_entry(outcome, commit_first=step.commit_first)
     ctx.executing.pop(call.pos, None)  # only now: a stop in between finds the outcome buffered
     if elapsed > LINGER or ctx.overdue():  # lost work stays bounded (context.py)
         await ctx.flush()
@@ -324,7 +324,7 @@ async def _attempt(call: StepCall) -> Any:
 
 async def _execute(call: StepCall) -> Any:
     """A body that is awaited on the loop: an `async def` one, a `def` one on the step pool
-    (timed, to learn whether it is short: engine/inline.py), and any with a timeout."""
+    (timed, to learn whether it is short: engine/pace.py), and any with a timeout."""
     await to_loop()  # from a sync workflow's thread, the loop runs the rest
     ctx, step = call.ctx, call.step
     token = _step_info.set(call.info)
@@ -428,7 +428,7 @@ async def _retry(call: StepCall, failure: BaseException) -> Any:
         record = error_record(failure)
         ctx.buffer_entry(
             call.entry("step.outcome", final=True, data={"error": record}),
-            precious=step.precious,
+            commit_first=step.commit_first,
         )
         if ctx.overdue():
             await ctx.flush()

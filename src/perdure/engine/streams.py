@@ -132,7 +132,7 @@ class _Writer:
             self.flushing = None
             done.set_result(None)
 
-    async def settle(self) -> None:
+    async def flush_or_keep(self) -> None:
         """`flush`, a store that cannot take it now keeping the rows for later: before a
         journal write, so what a step streamed is never lost once its outcome is kept."""
         with contextlib.suppress(StoreError):
@@ -155,7 +155,7 @@ async def flush(ctx: RunContext) -> None:
     """Commit the run's buffered chunks now (before the run ends, so readers see them all)."""
     writer = _writers.get(ctx)
     if writer is not None:
-        await writer.settle()
+        await writer.flush_or_keep()
 
 
 class Stream:

@@ -548,7 +548,7 @@ class Worker:
             ctx = self.contexts.get(run_id)
             state = alive.get(run_id)
             task = self.tasks.get(run_id)
-            if ctx is None or task is None or (state is None and ctx.state.phase is Phase.ENDED):
+            if ctx is None or task is None or (state is None and ctx.state.phase is Phase.RELEASED):
                 continue  # gone, or parked by its own write since the heartbeat was sent
             if state is None:
                 log.warning("worker %s lost the lease of run %s", self.id, run_id)

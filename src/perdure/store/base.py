@@ -134,7 +134,7 @@ class QueueSpec:
 
 @dataclass(slots=True)
 class Blob:
-    """A payload stored by reference because it was over the inline size limit."""
+    """A payload stored by reference because it was over the size kept in its row."""
 
     key: str
     data: str
@@ -174,7 +174,7 @@ class Append:
     expect_status: Sequence[str] | None = None  # refuse unless the run is in one of these
     blob_threshold: int | None = None  # a body's entry data over this size goes to a blob
     stop_if_requested: bool = False  # refuse (OperatorRequest) if a cancel or pause is pending
-    inline_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
+    direct_ok: bool = False  # the caller is alone: a store may run this on the caller's thread
     key: str | None = None  # names this write: kept by the run when it lands (fenced writes)
     retry: bool = False  # sent again after a lost connection: if `key` landed, do nothing
 

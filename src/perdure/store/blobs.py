@@ -8,11 +8,11 @@ import json
 from .base import Blob
 
 BLOB_KEY = "$perdure_blob"
-DEFAULT_BLOB_THRESHOLD = 64 * 1024  # bytes of JSON text kept inline
+DEFAULT_BLOB_THRESHOLD = 64 * 1024  # bytes of JSON text kept in the row
 
 
-def inline_or_blob(text: str, threshold: int) -> tuple[str, Blob | None]:
-    """Keep `text` inline if small, else return a reference and the blob to store."""
+def in_row_or_blob(text: str, threshold: int) -> tuple[str, Blob | None]:
+    """Keep `text` in the row if small, else return a reference and the blob to store."""
     if len(text) <= threshold:
         return text, None
     key = hashlib.sha256(text.encode()).hexdigest()

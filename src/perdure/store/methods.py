@@ -4,9 +4,9 @@ A line such as `get_run = reads(sqlops.get_run)` makes `await store.get_run(run_
 the method takes the SQL function's parameters after its connection, builds a
 batching `Op` from its arguments, and hands it to the store, so no store has a
 forwarding method per operation. `reads` run on the caller's thread when the
-store thread is idle; `writes` only when said (`inline=True`), since a queued
+store thread is idle; `writes` only when said (`direct=True`), since a queued
 write may share its commit; `journal_writes` take an `Append`, whose
-`inline_ok` decides. The tables below implement the role protocols of roles.py.
+`direct_ok` decides. The tables below implement the role protocols of roles.py.
 """
 
 from __future__ import annotations
@@ -29,27 +29,27 @@ class Performer(Protocol):
 
     fused_appends: bool
 
-    async def perform(self, op: Op, inline: bool) -> Any: ...
+    async def perform(self, op: Op, direct: bool) -> Any: ...
 
 
 class Operation(Generic[P, T]):
     """A store method made from a SQL function `fn(db, *args)`: whether it writes, whether
     it may run on the caller's thread, and whether its one argument is an `Append`."""
 
-    __slots__ = ("fn", "fuses", "inline", "journal", "name", "write")
+    __slots__ = ("direct", "fn", "fuses", "journal", "name", "write")
 
     def __init__(
         self,
         fn: Callable[Concatenate[Db, P], T],
         *,
         write: bool,
-        inline: bool | None = None,
+        direct: bool | None = None,
         journal: bool = False,
         fuses: Callable[..., bool] | None = None,
     ) -> None:
         self.fn = fn
         self.write = write
-        self.inline = (not write) if inline is None else inline
+        self.direct = (not write) if direct is None else direct
         self.journal = journal
         self.fuses = fuses  # given the arguments: one statement (own transaction) on a fusing store
         self.name = fn.__name__
@@ -72,25 +72,25 @@ class Operation(Generic[P, T]):
 def _method(store: Performer, spec: Operation[Any, Any]) -> Any:
     """The method a store gets for `spec`. Written out per kind, since every store call
     runs it: one call to the store, no more."""
-    fn, write, inline, fuses = spec.fn, spec.write, spec.inline, store.fused_appends
+    fn, write, direct, fuses = spec.fn, spec.write, spec.direct, store.fused_appends
     perform = store.perform
     if spec.journal:
 
         async def journal(append: Append) -> Any:
             op = Op(fn, (append,), {}, True, append, fuses and plain_append(append))
-            return await perform(op, append.inline_ok)
+            return await perform(op, append.direct_ok)
 
         return journal
     alone = spec.fuses if fuses else None
     if alone is not None:  # e.g. a plain create_run on PostgreSQL: no BEGIN, no COMMIT
 
         async def fusing(*args: Any, **kwargs: Any) -> Any:
-            return await perform(Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), inline)
+            return await perform(Op(fn, args, kwargs, write, fused=alone(*args, **kwargs)), direct)
 
         return fusing
 
     async def method(*args: Any, **kwargs: Any) -> Any:
-        return await perform(Op(fn, args, kwargs, write), inline)
+        return await perform(Op(fn, args, kwargs, write), direct)
 
     return method
 
@@ -123,12 +123,12 @@ def reads(fn: Callable[Concatenate[Db, P], T]) -> Operation[P, T]:
 def writes(
     fn: Callable[Concatenate[Db, P], T],
     *,
-    inline: bool = False,
+    direct: bool = False,
     fuses: Callable[..., bool] | None = None,
 ) -> Operation[P, T]:
-    """A write: queued to share a commit, or (`inline`) run by a caller alone; `fuses`: for
+    """A write: queued to share a commit, or (`direct`) run by a caller alone; `fuses`: for
     which arguments it is one statement, its own transaction alone on a fusing store."""
-    return Operation(fn, write=True, inline=inline, fuses=fuses)
+    return Operation(fn, write=True, direct=direct, fuses=fuses)
 
 
 def journal_writes(fn: Callable[[Db, Append], T]) -> Operation[[Append], T]:
@@ -142,7 +142,7 @@ def journal_writes(fn: Callable[[Db, Append], T]) -> Operation[[Append], T]:
 class RunMethods:
     """roles.Runs: runs, their journals, events, blobs and retention."""
 
-    create_run = writes(sqlops.create_run, inline=True, fuses=sqlops.plain_create)
+    create_run = writes(sqlops.create_run, direct=True, fuses=sqlops.plain_create)
     get_run = reads(sqlops.get_run)
     list_runs = reads(sqlops.list_runs)
     count_runs = reads(sqlops.count_runs)
@@ -167,9 +167,9 @@ class StreamMethods:
 class LeaseMethods:
     """roles.Leases: claiming runs, holding them, handing them back, pauses."""
 
-    claim = writes(sqlops.claim, inline=True)
-    heartbeat = writes(sqlops.heartbeat, inline=True)
-    release = writes(sqlops.release, inline=True)
+    claim = writes(sqlops.claim, direct=True)
+    heartbeat = writes(sqlops.heartbeat, direct=True)
+    release = writes(sqlops.release, direct=True)
     next_wake = reads(sqlops.next_wake)
     set_pause = writes(sqlops.set_pause)
     list_pauses = reads(sqlops.list_pauses)

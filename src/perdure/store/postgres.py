@@ -2,7 +2,7 @@
 
 Each process has one bounded connection pool (`?pool_size=`, default 4) that
 everything in it draws from: the store thread (batched writes share a commit,
-as on SQLite), the LISTEN thread, and the inline path of a run alone in its
+as on SQLite), the LISTEN thread, and the direct path of a run alone in its
 process. Steps never hold a connection while they execute. Claims use
 `FOR UPDATE SKIP LOCKED`, so workers on many hosts never wait on each other's
 rows. Tables live in a configurable schema (default `perdure`) so several apps
@@ -43,7 +43,7 @@ def redact(url: str) -> str:
 
 
 _OPTIONS = ("schema", "pooler", "pool_size")
-POOL_SIZE = 4  # store thread, listener, inline path, and one to spare
+POOL_SIZE = 4  # store thread, listener, direct path, and one to spare
 RECONNECT_WAIT = 0.25  # seconds one reconnect attempt of the store thread waits for the pool
 
 
@@ -86,10 +86,10 @@ class PostgresStore(ThreadedStore):
         size = options.get("pool_size", str(POOL_SIZE))
         if not size.isdigit() or int(size) < 1:
             raise ConfigError(f"pool_size={size!r}: use a whole number of connections, 1 or more")
-        # 1: the store thread only (workers poll); 2: and LISTEN; 3 or more: and inline writes
+        # 1: the store thread only (workers poll); 2: and LISTEN; 3 or more: and direct writes
         self.pool_size = int(size)
         self._pool: Any = None
-        self._inline_retry_at = 0.0
+        self._direct_retry_at = 0.0
         self._listener: threading.Thread | None = None
         self._wake_listener: tuple[int, int] | None = None  # stop() writes a byte to it
         self._sessions: dict[str, SessionLock] = {}  # worker id -> its session lock
@@ -157,14 +157,14 @@ class PostgresStore(ThreadedStore):
         else:
             pool.putconn(conn)  # a broken connection is discarded and replaced by the pool
 
-    def _inline_connect(self) -> Any | None:
-        """A pool connection for the inline path; never waits long on the caller's thread."""
-        if self.pool_size < 3 or time.monotonic() < self._inline_retry_at:
+    def _direct_connect(self) -> Any | None:
+        """A pool connection for the direct path; never waits long on the caller's thread."""
+        if self.pool_size < 3 or time.monotonic() < self._direct_retry_at:
             return None
         try:
             return self._connect(timeout=0.05)
         except (ConfigError, StoreUnavailable):
-            self._inline_retry_at = time.monotonic() + 5.0
+            self._direct_retry_at = time.monotonic() + 5.0
             return None
 
     def _broken(self, conn: Any) -> bool:

@@ -193,7 +193,7 @@ class SQLiteStore(ThreadedStore):
         """BEGIN IMMEDIATE, waiting for the write lock as long as it takes (each attempt
         waits LOCK_SLICE inside SQLite), saying who holds it once the wait is long; a store
         being stopped gives up after WARN_AFTER, so a frozen holder cannot block stop().
-        Without `wait` (the inline connection never waits): False if another holds it."""
+        Without `wait` (the direct connection never waits): False if another holds it."""
         waited: _LockWait | None = None
         while True:
             try:
@@ -340,7 +340,7 @@ class SQLiteStore(ThreadedStore):
         finally:
             conn.close()
 
-    def _inline_connect(self) -> sqlite3.Connection | None:
+    def _direct_connect(self) -> sqlite3.Connection | None:
         """The callers' own connection; none for `:memory:` (a second one would be another
         database). It never waits for a lock: a busy database sends the call to the queue."""
         if self.path == ":memory:":

@@ -35,7 +35,7 @@ from .base import (
     RunRow,
     TxBody,
 )
-from .blobs import blob_ref, inline_or_blob
+from .blobs import blob_ref, in_row_or_blob
 from .dialect import ENDED, Db
 from .names import check, check_run_id
 
@@ -608,7 +608,7 @@ def _append(conn: Conn, append: Append, body: TxBody | None) -> AppendResult:
         else:
             stored = tx_data
             if append.blob_threshold is not None:
-                stored, blob = inline_or_blob(tx_data, append.blob_threshold)
+                stored, blob = in_row_or_blob(tx_data, append.blob_threshold)
                 _insert_blobs(conn, [blob] if blob else [])
             entries[-1].data = stored
         conn.execute("RELEASE tx_body")

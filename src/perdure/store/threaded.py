@@ -54,13 +54,13 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         self.commits = 0  # transactions committed, for benchmarks
         # Inline path: a caller may run its own operation on a second connection when the
         # store thread has nothing queued or running (no commit to share, no order to keep).
-        self._inline_db: Db | None = None  # the second connection, with its dialect
-        self._migrated = False  # the store thread has migrated: inline calls may begin
-        self._inline_lock = threading.Lock()
+        self._direct_db: Db | None = None  # the second connection, with its dialect
+        self._migrated = False  # the store thread has migrated: direct calls may begin
+        self._direct_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._enqueued = 0  # operations handed to the store thread
         self._completed = 0  # of those, answered (written by the store thread only)
-        self._inline_answers = Answers()  # answers only the inline caller's own op
+        self._direct_answers = Answers()  # answers only the direct caller's own op
         self._doubtful = False  # a call lost the database: replace the thread's connection
         self._extended: set[Extension] = set()  # extensions whose tables are up to date
 
@@ -106,8 +106,8 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
             f"store {self.url}: no answer within {seconds:g}s; nothing was written"
         )
 
-    def _inline_connect(self) -> Any | None:
-        """A second connection for the inline path, or None to never run inline."""
+    def _direct_connect(self) -> Any | None:
+        """A second connection for the direct path, or None to never run directly."""
         return None
 
     def _broken(self, conn: Any) -> bool:
@@ -115,7 +115,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         return False
 
     def _read_busy(self, exc: BaseException) -> bool:
-        """True when an inline read met a lock it must not wait for (queue it instead)."""
+        """True when a direct read met a lock it must not wait for (queue it instead)."""
         return False
 
     def _start_failure(self, exc: BaseException, *, lost: bool) -> BaseException:
@@ -164,11 +164,11 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         if thread is not None:
             self._queue.put(None)
             thread.join()
-        with self._inline_lock:
-            if self._inline_db is not None:
+        with self._direct_lock:
+            if self._direct_db is not None:
                 with contextlib.suppress(Exception):
-                    self._disconnect(self._inline_db.raw)
-                self._inline_db = None
+                    self._disconnect(self._direct_db.raw)
+                self._direct_db = None
 
     # -- the store thread ---------------------------------------------------------
 
@@ -218,7 +218,7 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
                     for op in batch:
                         answers.give(op, None, error)
                 # Counted done before the answers go out: a caller woken by its answer
-                # finds the thread idle and may run its next operation inline.
+                # finds the thread idle and may run its next operation directly.
                 self._completed += len(batch)
                 answers.send()
                 if self._broken(conn) or self._doubtful:
@@ -268,8 +268,8 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
 
     # -- performing ops -------------------------------------------------------------
 
-    async def perform(self, op: Op, inline: bool) -> Any:
-        """Await `op`: on this thread if `inline` and the store thread is idle (one caller
+    async def perform(self, op: Op, direct: bool) -> Any:
+        """Await `op`: on this thread if `direct` and the store thread is idle (one caller
         alone saves two thread hand-offs and shares no commit), else on the store thread.
         A caller with no event loop (a sync workflow's thread, driven by engine/context.py
         `drive`) is blocked until the answer instead of awaiting it."""
@@ -279,15 +279,15 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         # order to keep): its answer is then `op.value`/`op.error`; a busy store thread, a
         # database busy elsewhere or no second connection queues it instead.
         if (
-            inline
+            direct
             and self._migrated
             and self._completed == self._enqueued
-            and self._inline_lock.acquire(blocking=False)
+            and self._direct_lock.acquire(blocking=False)
         ):
             try:
-                done = self._inline(op)
+                done = self._direct(op)
             finally:
-                self._inline_lock.release()
+                self._direct_lock.release()
             if done:
                 if op.error is not None:
                     raise op.error
@@ -379,22 +379,22 @@ class ThreadedStore(RunMethods, StreamMethods, LeaseMethods, WorkerMethods):
         if op.waiter is not None and not op.waiter.done() and op.abandon():
             op.waiter.set_exception(self._wait_error(bound.seconds))
 
-    def _inline(self, op: Op) -> bool:
-        """`op` on the caller's second connection (the inline lock held); False if it could
+    def _direct(self, op: Op) -> bool:
+        """`op` on the caller's second connection (the direct lock held); False if it could
         not begin (the database is busy elsewhere, or there is no second connection)."""
-        db = self._inline_db
+        db = self._direct_db
         if db is None:
-            conn = self._inline_connect()
+            conn = self._direct_connect()
             if conn is None:
                 return False
-            db = self._inline_db = self._db(conn)
-        answers = self._inline_answers
+            db = self._direct_db = self._db(conn)
+        answers = self._direct_answers
         if op.write:
             done = commit(self, db, [op], answers, wait=False)
         else:
             done = read(self, db, op, answers, wait=False)
         if done and isinstance(op.error, StoreUnavailable):  # lost: a fresh one next time
-            self._inline_db = None
+            self._direct_db = None
             with contextlib.suppress(Exception):
                 self._disconnect(db.raw)
         return done

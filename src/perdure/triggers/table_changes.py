@@ -38,7 +38,7 @@ from ..engine.signal import Signal
 from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PerdureError
 from ..store.base import NewRun
-from ..store.blobs import inline_or_blob
+from ..store.blobs import in_row_or_blob
 from .changes_sql import OPS, ChangeNotices, ChangeRow, Outbox, TableTrigger
 from .ids import check_id
 from .targets import check_one_argument
@@ -177,7 +177,7 @@ class TableChange:
             )
         except PerdureError as exc:
             return str(exc)
-        text, blob = inline_or_blob(encoded, self.runtime.blob_threshold)
+        text, blob = in_row_or_blob(encoded, self.runtime.blob_threshold)
         origin = {"table_change": self.trigger.name, "table": change.table, "op": change.op,
                   "id": change.id}  # fmt: skip
         return NewRun(

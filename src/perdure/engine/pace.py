@@ -1,10 +1,11 @@
-"""Which `def` step bodies of an async workflow run on its event loop, not the step pool.
+"""A step body's pace: which `def` bodies of an async workflow run on its event loop, not
+the step pool.
 
 Handing a body to the pool and back costs two thread wake-ups, more than a short body
 itself costs (a third of the CPU of a run of five such steps). A body that this process
-saw finish in under SHORT seconds LEARN times in a row on the pool runs inline from then
+saw finish in under SHORT seconds LEARN times in a row on the pool runs on the loop from then
 on. A body on the loop holds up every other run of the worker, and its heartbeats, so one
-inline run that takes longer than SLOW, or raises (it may need a thread of its own: a
+run on the loop that takes longer than SLOW, or raises (it may need a thread of its own: a
 blocking perdure call, `asyncio.run`), sends the step back to the pool for good. A step
 with a timeout always runs on the pool: only a thread can be given up on.
 """
@@ -16,19 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-SHORT = 0.0002  # seconds: a pool run this short counts towards running inline
-LEARN = 8  # short pool runs in a row before the body runs inline
-SLOW = 0.002  # seconds: an inline run longer than this sends the step back to the pool
+SHORT = 0.0002  # seconds: a pool run this short counts towards running on the loop
+LEARN = 8  # short pool runs in a row before the body runs on the loop
+SLOW = 0.002  # seconds: a run on the loop longer than this sends the step back to the pool
 
 
 @dataclass(slots=True)
 class Pace:
     """What this process has seen of one step's body (updated from pool threads too; a
-    lost increment only delays the switch). The step route reads `inline` and runs the
+    lost increment only delays the switch). The step route reads `on_loop` and runs the
     body on the loop when it is set, timing it there (engine/steps.py)."""
 
     short_runs: int = 0  # pool runs in a row under SHORT
-    inline: bool = False  # runs on the event loop from now on
+    on_loop: bool = False  # runs on the event loop from now on
     pooled: bool = False  # sent back to the pool for good
 
     def timed(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -37,11 +38,11 @@ class Pace:
         value = fn(*args, **kwargs)
         if time.perf_counter() - started < SHORT:
             self.short_runs += 1
-            self.inline = self.short_runs >= LEARN and not self.pooled
+            self.on_loop = self.short_runs >= LEARN and not self.pooled
         else:
             self.short_runs = 0
         return value
 
     def to_pool(self) -> None:
-        """An inline run was slow, or raised: the body goes back to the pool for good."""
-        self.pooled, self.inline = True, False
+        """A run on the loop was slow, or raised: the body goes back to the pool for good."""
+        self.pooled, self.on_loop = True, False

@@ -15,21 +15,23 @@ from step_loops import loop_workflow
 
 import perdure
 import perdure.testing
-from perdure.engine import inline
+from perdure.engine import pace
 from perdure.testing import TestWorker
 
 
 @pytest.fixture(autouse=True)
-def every_pool_run_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Learning does not depend on how loaded the machine is."""
-    monkeypatch.setattr(inline, "SHORT", 10.0)
+def every_run_is_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Learning, and staying on the loop, do not depend on how loaded the machine is (a test
+    of a slow run sets its own SLOW)."""
+    monkeypatch.setattr(pace, "SHORT", 10.0)
+    monkeypatch.setattr(pace, "SLOW", 1.0)
 
 
 def on_pool(names: list[str]) -> list[bool]:
     return [name.startswith("perdure-step") for name in names]
 
 
-def test_a_short_step_runs_inline_after_learning(app: perdure.App, worker: TestWorker) -> None:
+def test_a_short_step_runs_on_the_loop_after_learning(app: perdure.App, worker: TestWorker) -> None:
     """The first LEARN calls run on the pool, the later ones on the loop, with the same
     results and one outcome per call in the journal."""
     seen: list[str] = []
@@ -43,37 +45,37 @@ def test_a_short_step_runs_inline_after_learning(app: perdure.App, worker: TestW
     async def wf(n: int) -> list[int]:
         return [await bump(i) for i in range(n)]
 
-    handle = app.start(wf, inline.LEARN + 3)
+    handle = app.start(wf, pace.LEARN + 3)
     worker.run_until_idle()
-    assert handle.result(timeout=5) == [i + 1 for i in range(inline.LEARN + 3)]
-    assert on_pool(seen) == [True] * inline.LEARN + [False] * 3
+    assert handle.result(timeout=5) == [i + 1 for i in range(pace.LEARN + 3)]
+    assert on_pool(seen) == [True] * pace.LEARN + [False] * 3
     outcomes = [e for e in app.journal(handle.id) if e.kind == "step.outcome"]
-    assert len(outcomes) == inline.LEARN + 3
+    assert len(outcomes) == pace.LEARN + 3
 
 
-def test_a_slow_inline_run_sends_the_step_back_to_the_pool(
+def test_a_slow_run_on_the_loop_sends_the_step_back_to_the_pool(
     app: perdure.App, worker: TestWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One inline run longer than SLOW and the step runs on the pool from then on."""
-    monkeypatch.setattr(inline, "SLOW", 0.01)
+    """One run on the loop longer than SLOW and the step runs on the pool from then on."""
+    monkeypatch.setattr(pace, "SLOW", 0.01)
     seen: list[str] = []
 
     @app.step(effect="keyed")
     def work(i: int) -> int:
         seen.append(threading.current_thread().name)
-        if i == inline.LEARN:
-            time.sleep(0.05)  # the first inline run: slow
+        if i == pace.LEARN:
+            time.sleep(0.05)  # the first run on the loop: slow
         return i
 
     wf = loop_workflow(app, work)
 
-    handle = app.start(wf, inline.LEARN + 3)
+    handle = app.start(wf, pace.LEARN + 3)
     worker.run_until_idle()
-    assert handle.result(timeout=5) == inline.LEARN + 3
-    assert on_pool(seen) == [True] * inline.LEARN + [False] + [True] * 2
+    assert handle.result(timeout=5) == pace.LEARN + 3
+    assert on_pool(seen) == [True] * pace.LEARN + [False] + [True] * 2
 
 
-def test_an_inline_run_that_raises_sends_the_step_back_to_the_pool(
+def test_a_run_on_the_loop_that_raises_sends_the_step_back_to_the_pool(
     app: perdure.App, worker: TestWorker
 ) -> None:
     """A body that fails on the loop is retried on the pool (it may need a thread)."""
@@ -82,19 +84,19 @@ def test_an_inline_run_that_raises_sends_the_step_back_to_the_pool(
     @app.step(effect="keyed", retry=perdure.Retry(max_attempts=2, initial=0.0, jitter=0.0))
     def work(i: int) -> int:
         seen.append(threading.current_thread().name)
-        if i == inline.LEARN and not on_pool(seen[-1:])[0]:
+        if i == pace.LEARN and not on_pool(seen[-1:])[0]:
             raise RuntimeError("needs a thread of its own")
         return i
 
     wf = loop_workflow(app, work)
 
-    handle = app.start(wf, inline.LEARN + 2)
+    handle = app.start(wf, pace.LEARN + 2)
     worker.run_until_idle()
-    assert handle.result(timeout=5) == inline.LEARN + 2
-    assert on_pool(seen) == [True] * inline.LEARN + [False, True, True]
+    assert handle.result(timeout=5) == pace.LEARN + 2
+    assert on_pool(seen) == [True] * pace.LEARN + [False, True, True]
 
 
-def test_a_step_with_a_timeout_never_runs_inline(app: perdure.App, worker: TestWorker) -> None:
+def test_a_step_with_a_timeout_never_runs_on_the_loop(app: perdure.App, worker: TestWorker) -> None:
     """Only a thread can be given up on: a step with a timeout stays on the pool."""
     seen: list[str] = []
 
@@ -105,9 +107,9 @@ def test_a_step_with_a_timeout_never_runs_inline(app: perdure.App, worker: TestW
 
     wf = loop_workflow(app, work)
 
-    handle = app.start(wf, inline.LEARN + 3)
+    handle = app.start(wf, pace.LEARN + 3)
     worker.run_until_idle()
-    assert handle.result(timeout=5) == inline.LEARN + 3
+    assert handle.result(timeout=5) == pace.LEARN + 3
     assert all(on_pool(seen))
 
 
@@ -188,18 +190,18 @@ def _mixed(app: perdure.App) -> Any:
     return mixed
 
 
-def test_inline_bodies_journal_what_pooled_bodies_journal(
+def test_bodies_on_the_loop_journal_what_pooled_bodies_journal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With every body inline from its first call (LEARN 0: bodies on the loop) and with none
-    ever inline (every body on the step pool), the same workflow returns the same
+    """With every body on the loop from its first call (LEARN 0) and with none
+    ever there (every body on the step pool), the same workflow returns the same
     result and leaves the same journal: retries, a failure caught by the workflow, reads,
     gathered steps, a replay from the top in another process after a sleep, and a return
     value that does not fit its hint."""
     results: dict[int, Any] = {}
     journals: dict[int, Any] = {}
     for learn in (0, 10_000):
-        monkeypatch.setattr(inline, "LEARN", learn)
+        monkeypatch.setattr(pace, "LEARN", learn)
         url, clock = f"sqlite:///{tmp_path}/learn-{learn}.db", perdure.testing.TestClock(1e9)
         first = perdure.App(url, clock=clock)
         handle = first.start(_mixed(first), 3, run_id="mixed")
@@ -229,7 +231,7 @@ def test_a_once_step_waits_its_turn_when_the_store_thread_is_busy(
     idle. Busy with another call, the intent is queued behind it instead: the body still
     runs once, after its intent is on disk, and the journal holds one intent and one
     outcome, as when the store can commit it at once."""
-    monkeypatch.setattr(inline, "LEARN", 0)
+    monkeypatch.setattr(pace, "LEARN", 0)
     gate = threading.Event()
     ran: list[tuple[int, bool]] = []
 
