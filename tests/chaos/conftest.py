@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -151,3 +152,17 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 30))
     print(f"{request.node.name}: seed {seed} (set CHAOS_SEED to replay its choices)")
     return seed
+
+
+@pytest.fixture
+def wait_until() -> Callable[[Callable[[], object], float, str], None]:
+    """Wait for `predicate` to hold, polling every 50 ms; fail naming `what` after `seconds`."""
+
+    def wait(predicate: Callable[[], object], seconds: float, what: str) -> None:
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            if time.monotonic() > deadline:
+                pytest.fail(f"waited {seconds:g}s for {what}")
+            time.sleep(0.05)
+
+    return wait

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -543,6 +544,25 @@ def test_a_retried_write_that_landed_is_not_written_twice(store: Store) -> None:
     run(store.append(Append("r1", epoch, list(unlanded.entries), key="k2", retry=True)))
     outcomes = [e.position for e in run(store.journal("r1")) if e.kind == "step.outcome"]
     assert outcomes == [0, 1]
+
+
+def test_two_writes_of_a_run_held_through_one_outage_land_once_each(store: Store) -> None:
+    """Two writes of one run whose answers were both lost (a buffered outcome's flush and
+    the run's end, sent together before the store went away): both landed, the second took
+    the run's last key; retried in either order, neither is written twice."""
+    run(store.create_run(new("r1")))
+    [claim] = run(store.claim("w1", 100.0, 30.0, 10, ["wf"]))
+    epoch = claim.run.lease_epoch
+    step = Entry(kind="step.failed", name="s", position=0, final=True, at=101.5, worker="w1")
+    end = Entry(kind="run.failed", name="wf", at=101.7, worker="w1")
+    flush = Append("r1", epoch, [step], key="k1")
+    ending = Append("r1", epoch, [end], status="failed", key="k2")
+    run(store.append(flush))
+    run(store.append(ending))
+    for sent in (flush, ending):
+        again = run(store.append(replace(sent, entries=list(sent.entries), retry=True)))
+        assert again.status == "failed"
+    assert [e.kind for e in run(store.journal("r1"))] == ["step.failed", "run.failed"]
 
 
 def test_a_retried_sleep_that_landed_keeps_its_status(store: Store) -> None:

@@ -167,9 +167,16 @@ def test_how_a_lost_holder_left_is_told_apart() -> None:
             assert why("nobody-knows").startswith("its worker nobody-knows was lost")
             # a worker restarted with --id finds its own id on the intent: an earlier process
             store = app.runtime.store
-            reused = asyncio.run(how_lost(store, "far-live", now, SILENT_AFTER, me="far-live"))
+            reused = asyncio.run(
+                how_lost(store, "far-live", now, SILENT_AFTER, me="far-live", written_at=0.5)
+            )
             assert "was restarted under the same id" in reused
             assert "still reports" not in reused
+            # ... unless the intent is younger than the asker's start: it cut itself off
+            itself = asyncio.run(
+                how_lost(store, "far-live", now, SILENT_AFTER, me="far-live", written_at=now - 9)
+            )
+            assert "(this one) is alive but lost its lease" in itself
         finally:
             app.close()
 

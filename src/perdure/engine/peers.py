@@ -209,21 +209,32 @@ class PeerWatch:
 
 
 async def how_lost(
-    store: Workers, owner: str | None, now: float, silent_after: float, *, me: str | None = None
+    store: Workers,
+    owner: str | None,
+    now: float,
+    silent_after: float,
+    *,
+    me: str | None = None,
+    written_at: float | None = None,
 ) -> str:
     """How the previous holder of a run left it, as far as this host can tell: its
     process is gone (died), it stopped, or it is alive yet lost its lease (cut off from
     the store, or frozen, for longer than the lease); for another host, whether it still
-    reports to the registry. `me`: the asking worker; a holder bearing its id (a worker
-    restarted with `--id`) was an earlier process, which had stopped, died or gone silent
-    before `me` could take the id (engine/worker.py `id_reusable`)."""
+    reports to the registry. `me`: the asking worker, `written_at`: when the holder wrote
+    its last entry. A holder bearing the asker's id is the asker itself when that entry is
+    no older than the asker's start (it was cut off, and took its own run back), else an
+    earlier process restarted with `--id`, which had stopped, died or gone silent before
+    `me` could take the id (engine/worker.py `id_reusable`)."""
     if not owner:
         return "its worker was lost"
-    if owner == me:
-        return (f"its worker {owner} was restarted under the same id (the earlier process "
-                "had died, stopped or gone silent)")  # fmt: skip
     rows = {w.id: w for w in await store.list_workers(now - 86_400 * 30)}
     row = rows.get(owner)
+    if owner == me:
+        if row is not None and written_at is not None and written_at >= row.started_at:
+            return (f"its worker {owner} (this one) is alive but lost its lease (cut off "
+                    "from the store, or frozen, for longer than the lease)")  # fmt: skip
+        return (f"its worker {owner} was restarted under the same id (the earlier process "
+                "had died, stopped or gone silent)")  # fmt: skip
     if row is not None and row.stopped_at is not None:
         return f"its worker {owner} stopped"
     where = where_of(owner, {owner: (row.host, row.pid)} if row is not None else None)

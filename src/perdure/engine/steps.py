@@ -197,7 +197,7 @@ async def _resume_from(call: StepCall, last: Entry) -> Entry | None:
             else:
                 why = effects.lost_reason(await ctx.read(
                     lambda: how_lost(ctx.store, last.worker, ctx.now(), SILENT_AFTER,
-                                     me=ctx.worker_id)
+                                     me=ctx.worker_id, written_at=last.at)
                 ))  # fmt: skip
             cause = "stopped" if last.kind == "step.stopped" else "interrupted"
             if step.probe is None:

@@ -513,7 +513,9 @@ def _landed(conn: Conn, a: Append, body: bool = False) -> AppendResult | None:
     ).fetchone()
     if row is None:
         return None
-    if row[0] != a.key and (conn.tail_on_run or not _keyed_entry(conn, a)):
+    if row[0] != a.key and not (
+        _entry_landed(conn, a) if conn.tail_on_run else _keyed_entry(conn, a)
+    ):
         return None
     tx_data = None
     if body and a.entries:
@@ -533,6 +535,23 @@ def _landed(conn: Conn, a: Append, body: bool = False) -> AppendResult | None:
         pause_requested=bool(row[2]),
         tx_data=tx_data,
     )
+
+
+def _entry_landed(conn: Conn, a: Append) -> bool:
+    """PostgreSQL: the first entry of `a` is in the run's journal (so all of `a` landed, in
+    one transaction), though a later write of the run took `last_append` (two writes of one
+    run held through one outage). An entry is told by its kind, position, attempt, worker
+    and time of writing."""
+    if not a.entries:
+        return False
+    e = a.entries[0]
+    found = conn.execute(
+        "SELECT 1 FROM journal WHERE run_id = ? AND kind = ? AND at = ? AND attempt = ? "
+        "AND position IS NOT DISTINCT FROM CAST(? AS INTEGER) "
+        "AND worker IS NOT DISTINCT FROM CAST(? AS TEXT) LIMIT 1",
+        (a.run_id, e.kind, e.at, e.attempt, e.position, e.worker),
+    ).fetchone()
+    return found is not None
 
 
 def _keyed_entry(conn: Conn, a: Append) -> bool:
