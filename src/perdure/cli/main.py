@@ -16,7 +16,6 @@ from ..errors import PerdureError
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
 from ..store.sqlite import SQLiteStore
-from ..triggers.dead_sql import DeadMessages
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .audit import audit
@@ -134,45 +133,44 @@ def list_runs(
 @click.option(
     "--grace", default=60.0, show_default=True, help="Seconds overdue before a run counts."
 )
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (docs/cli-json.md).")
 @click.pass_context
-def stuck(ctx: click.Context, grace: float) -> None:
-    """Runs nobody is moving (lease long expired, timer long due, pending long), schedules
-    held back by a run waiting for an operator, broker messages that could start no run
-    (dead, with the reason), and an SQLite write lock held so long that every writer waits
-    (naming its holder); exit 1 if any."""
-    from ..triggers.schedules import blocked
+def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
+    """Runs waiting for a person (needs_attention, dead, parked by a step) with the reason in
+    full, how long and the command that moves them; runs nobody is moving (lease long
+    expired, timer long due, pending long), schedules held back by a run waiting for an
+    operator, broker messages that could start no run (dead, with the reason), and an SQLite
+    write lock held so long that every writer waits (naming its holder); exit 1 if any."""
+    from ..server.stuck import anything
+    from ..server.stuck import stuck as listing
 
     app = get_app(ctx, existing=True)
-    stall = app.client.write_lock_stall()  # first: the queries below may have to wait for it
-    if stall is not None:
-        render.echo(f"store: {stall}")
-    found = app.runtime.sync(app.client.stuck(grace), "perdure stuck")
-    held = app.runtime.sync(blocked(app.runtime), "perdure stuck")
-    dead = app.runtime.sync(
-        DeadMessages(app.runtime.store).dead_messages(limit=100), "perdure stuck"
-    )
-    if not found and not held and not dead:
-        if stall is not None:
+    found = app.runtime.sync(listing(app, grace), "perdure stuck")
+    if as_json:
+        render.echo(json.dumps(found))
+        sys.exit(1 if anything(found) else 0)
+    if found["store"] is not None:
+        render.echo(f"store: {found['store']}")
+    runs, held, dead = found["runs"], found["schedules"], found["dead_messages"]
+    if not runs and not held and not dead:
+        if found["store"] is not None:
             sys.exit(1)
         render.echo(f"no stuck runs, blocked schedules or dead messages (grace {grace:g}s)")
         return
-    if found:
-        render.echo(
-            render.table(
-                [(r.id, r.workflow, r.status, why) for r, why in found],
-                ("RUN", "WORKFLOW", "STATUS", "WHY"),
-            )
-        )
+    if runs:
+        rows = [(r["run_id"], r["workflow"], r["status"], r["reason"]) for r in runs]
+        render.echo(render.table(rows, ("RUN", "WORKFLOW", "STATUS", "WHY")))
     if held:
-        if found:
+        if runs:
             render.echo()
-        rows = [(b.schedule, b.run_id, b.status, f"{b.held} tick(s)", b.fix) for b in held]
+        blocking = [(b["schedule"], b["run_id"], b["status"], f"{b['held']} tick(s)", b["fix"])
+                    for b in held]  # fmt: skip
         header = ("SCHEDULE", "BLOCKED BY RUN", "STATUS", "HELD BACK", "TO FREE IT")
-        render.echo(render.table(rows, header))
+        render.echo(render.table(blocking, header))
     if dead:
-        if found or held:
+        if runs or held:
             render.echo()
-        lines = [(d.trigger, d.message_id, d.kind, d.reason) for d in dead]
+        lines = [(d["trigger"], d["message_id"], d["kind"], d["reason"]) for d in dead]
         render.echo(render.table(lines, ("MESSAGE TRIGGER", "DEAD MESSAGE", "SOURCE", "WHY")))
     sys.exit(1)
 
@@ -301,17 +299,29 @@ def gc(ctx: click.Context, batch: int) -> None:
 @click.option("--value", default=None, help="Mark the step done with this JSON value.")
 @click.option("--retry", is_flag=True, help="Run the step again.")
 @click.option("--fail", is_flag=True, help="Fail the run.")
+@click.option(
+    "--probe", is_flag=True, help="Ask the step's probe again (done: go on; not done: re-run)."
+)
 @click.pass_context
 def resolve(
-    ctx: click.Context, run_id: str, step: str, value: str | None, retry: bool, fail: bool
+    ctx: click.Context,
+    run_id: str,
+    step: str,
+    value: str | None,
+    retry: bool,
+    fail: bool,
+    probe: bool,
 ) -> None:
-    """Settle a needs_attention STEP (its position or name)."""
-    if sum((value is not None, retry, fail)) != 1:
-        raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
+    """Settle a needs_attention STEP (its position or name): mark it done with a value, run
+    it again, fail the run, or have its probe ask the world again (the worker that takes the
+    run asks: done, the run goes on; not done, the step runs again; cannot tell, it waits
+    here again)."""
+    if sum((value is not None, retry, fail, probe)) != 1:
+        raise PerdureError("resolve: give exactly one of --value JSON, --retry, --fail or --probe")
     target: int | str = int(step) if step.isdigit() else step
     app = get_app(ctx, existing=True)
     settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
-                         retry=retry, fail=fail)  # fmt: skip
+                         retry=retry, fail=fail, probe=probe)  # fmt: skip
     render.echo(act(app, settle, "resolve"))
 
 

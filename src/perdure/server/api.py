@@ -1,6 +1,6 @@
 """The `/api/v1` endpoints of `perdure serve`, one table (`ENDPOINTS`) for routes and OpenAPI.
 
-Every endpoint but `/readyz` and the OpenAPI document needs `Authorization:
+Every endpoint but `/readyz`, `/stuckz` and the OpenAPI document needs `Authorization:
 Bearer <token>` (401 without a valid one) whose scopes allow the endpoint's
 scope (403 otherwise): `read` to look, `operate` to start and steer runs,
 `approve` to answer gates, `admin` for schedules and budgets. Operator actions
@@ -108,6 +108,8 @@ AUDIT_RUN = TextQuery(name="run", description="a run's id (the target run:ID)")
 ACTOR = TextQuery(name="actor", description="who acted, e.g. cli:alice@host1")
 AUDIT_SINCE = SinceQuery(name="since", description="entries this recent: a duration "
                          "(1h, 7d), Unix seconds or an ISO time (UTC)")  # fmt: skip
+GRACE = IntQuery(name="grace", default=60, low=0, high=BIG, description="seconds past its "
+                 "time before a run nobody moves counts")  # fmt: skip
 AUDIT_CURSOR = CursorQuery(name="cursor", pattern=ID_CURSOR,
                            description="`next_cursor` of the previous page")  # fmt: skip
 
@@ -321,14 +323,14 @@ def _run_action(action: str) -> Handler:
 @audits("run.resolve")
 async def resolve_run(call: Call) -> Any:
     body: Resolve = call.body
-    given = [name for name in ("value", "retry", "fail") if name in body.model_fields_set]
+    given = [n for n in ("value", "retry", "fail", "probe") if n in body.model_fields_set]
     chosen = [n for n in given if n == "value" or getattr(body, n)]
     if len(chosen) != 1:
-        raise BadInput(422, "value, retry, fail: give exactly one", "value")
+        raise BadInput(422, "value, retry, fail, probe: give exactly one", "value")
     run_id = call.path("run_id")
     status = await ops.resolve(
         call.app, call.actor, run_id, body.step, value=body.value, retry=bool(body.retry),
-        fail=bool(body.fail), comment=body.comment,
+        fail=bool(body.fail), probe=bool(body.probe), comment=body.comment,
     )  # fmt: skip
     return {"run_id": run_id, "status": status}
 
@@ -619,6 +621,24 @@ async def audit(call: Call) -> Any:
     return {"entries": entries, "next_cursor": cursor}
 
 
+async def list_stuck(call: Call) -> Any:
+    """What waits for a person: the object `perdure stuck --json` prints (server/stuck.py)."""
+    from .stuck import stuck
+
+    return await stuck(call.app, float(GRACE.read(call.request)))
+
+
+async def stuckz(call: Call) -> Any:
+    """For a monitor: 200 when nothing waits for a person, 503 when a run does (or a
+    schedule is held back, a message is dead, the store's write lock stalls), with counts
+    only (no ids, no reasons: it needs no token). Readiness (`/readyz`) is not affected:
+    a run waiting for a person does not make the server unable to serve."""
+    from .stuck import counts, stuck
+
+    found = counts(await stuck(call.app))
+    return JSONResponse(found, 503 if found["stuck"] else 200)
+
+
 async def openapi(call: Call) -> Any:
     from .openapi import document
 
@@ -634,6 +654,9 @@ S = f"{PREFIX}/schedules/{{name}}"
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/readyz", readyz, None, "Readiness: the store answers a query",
              returns="Ready", errors=(503,)),
+    Endpoint("GET", "/stuckz", stuckz, None,
+             "For a monitor: 200 when no run waits for a person, 503 (with counts) when one "
+             "does", returns="StuckCounts", errors=(503,)),
     Endpoint("GET", f"{PREFIX}/openapi.json", openapi, None, "This document", returns="Any"),
     Endpoint("GET", f"{PREFIX}/runs", list_runs, "read", "List runs, newest first",
              params=(STATUS, WORKFLOW, IDS, LIMIT, RUNS_CURSOR), returns="RunPage"),
@@ -657,7 +680,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Resume a paused run, or replay a dead one", body=Comment, returns="Status",
              errors=(404, 409)),
     Endpoint("POST", f"{R}/resolve", resolve_run, "operate",
-             "Settle a needs_attention step: a value, retry, or fail the run", body=Resolve,
+             "Settle a needs_attention step: a value, retry, fail the run, or ask the step's "
+             "probe again", body=Resolve,
              returns="Status", errors=(404, 409)),
     Endpoint("POST", f"{R}/fork", fork_run, "operate",
              "Retry from a step: a new run reusing the first `from_step` positions",
@@ -672,6 +696,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Server-Sent Events: a run's status changes and new journal entries",
              params=(RUN, AFTER),
              returns="Stream", errors=(404, 503)),
+    Endpoint("GET", f"{PREFIX}/stuck", list_stuck, "read",
+             "What waits for a person (needs_attention, dead, parked runs with reason, age and "
+             "fix; runs nobody moves; held schedules; dead messages): `perdure stuck --json`",
+             params=(GRACE,), returns="Stuck"),
     Endpoint("GET", f"{PREFIX}/gates", list_gates, "read",
              "Runs waiting for a person: approvals and questions", returns="Gates"),
     Endpoint("POST", f"{G}/approve", _decision(True), "approve", "Approve a gated tool call",
