@@ -35,6 +35,12 @@ from . import render
     is_flag=True,
     help="Serve --metrics-port without a token (default: a `read` token, as serve's /metrics).",
 )
+@click.option(
+    "--alert-url",
+    envvar="PERDURE_ALERT_URL",
+    default=None,
+    help="POST each run this worker parks for a person, once, as JSON (or PERDURE_ALERT_URL).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -47,16 +53,23 @@ def worker(
     gc_every: float,
     metrics_port: int | None,
     metrics_public: bool,
+    alert_url: str | None,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
     next step boundary, and after --grace seconds leave what still executes to recovery (a
     second signal: at once). Prints one `ready worker=ID store=URL concurrency=N` line on
-    stdout once claiming; logs go to stderr."""
+    stdout once claiming; logs go to stderr. --alert-url: each run this worker parks for a
+    person (a once step in doubt, a dead run, a step that parked it) is POSTed once to the
+    URL as JSON {run_id, workflow, status, cause, reason, fix, step, position}."""
     from ..observe import instrument
     from .main import get_app
 
     if metrics_port is not None:
         require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
+    if alert_url:  # a URL that is not http(s) is one line, before anything starts
+        from ..observe.alerts import alert_on_park
+
+        alert_on_park(alert_url)
     app = get_app(ctx, need_code=True)
     instrument(app.runtime)
     if metrics_port is not None:
