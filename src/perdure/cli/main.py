@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -13,8 +14,10 @@ import click
 from ..app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
+from ..observe.redact import Redactor
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
+from ..server.answers import entry_json, explanation, run_detail, run_summary
 from ..store.sqlite import SQLiteStore
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
@@ -30,6 +33,8 @@ from .top import top
 from .triggers import triggers
 from .workers import worker, workers
 
+JSON_HELP = "Print one JSON object (its schema: docs/cli-json/)."
+WIDE_HELP = "Print every value in full (nothing cut to fit a column)."
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
 
@@ -57,6 +62,7 @@ def parse_json(text: str | None, what: str) -> Any:
 
 
 @click.group(cls=Group)
+@click.version_option(package_name="perdure", prog_name="perdure", message="%(prog)s %(version)s")
 @click.option("--db", envvar="PERDURE_DB", default=None, help=DB_HELP)
 @click.option("--app", "app_spec", envvar="PERDURE_APP", default=None, help=APP_HELP)
 @click.pass_context
@@ -119,13 +125,19 @@ def start(
 @click.option("--status", "statuses", multiple=True, help="Filter by status (repeatable).")
 @click.option("--workflow", default=None, help="Filter by workflow name.")
 @click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def list_runs(
-    ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int
-) -> None:
-    """List runs, newest first."""
+    ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """List runs, newest first, each with the reason it is where it is (in full)."""
     app = get_app(ctx, existing=True)
     rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    if as_json:
+        redactor = Redactor()
+        render.print_json({"runs": [run_summary(r, redactor) for r in rows], "next_cursor": None})
+        return
     render.echo(render.runs(rows, app.runtime.sync(app.client.paused_workflows(), "ls")))
 
 
@@ -147,7 +159,7 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
     app = get_app(ctx, existing=True)
     found = app.runtime.sync(listing(app, grace), "perdure stuck")
     if as_json:
-        render.echo(json.dumps(found))
+        render.print_json(found)
         sys.exit(1 if anything(found) else 0)
     if found["store"] is not None:
         render.echo(f"store: {found['store']}")
@@ -177,28 +189,58 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("run_id")
+@click.option(
+    "--step",
+    "position",
+    type=int,
+    default=None,
+    help="Only this step (its position): every entry in full, errors' tracebacks too.",
+)
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def show(ctx: click.Context, run_id: str) -> None:
-    """A run's status and its journal timeline."""
+def show(
+    ctx: click.Context, run_id: str, position: int | None, wide: bool, as_json: bool
+) -> None:  # fmt: skip
+    """A run's status and its journal timeline (--step N: one step's entries in full, with
+    the traceback of each error)."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
+    if position is not None:
+        entries = [e for e in entries if e.position == position]
+        if not entries:
+            raise PerdureError(f"run {run_id!r} has no step at position {position} "
+                               f"(perdure show {run_id} lists them)")  # fmt: skip
+    if as_json:
+        redactor = Redactor()
+        detail = app.runtime.sync(run_detail(app, run), "show")
+        render.print_json({"run": detail, "entries": [entry_json(e, redactor) for e in entries]})
+        return
+    if position is not None:
+        render.echo(render.step_entries(entries))
+        return
     paused = app.runtime.sync(app.client.paused_workflows(), "show")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, wide=wide))
     render.echo()
-    render.echo(render.timeline(entries))
+    render.echo(render.timeline(entries, wide=wide, run_id=run.id))
 
 
 @cli.command("explain")
 @click.argument("run_id")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def explain_cmd(ctx: click.Context, run_id: str) -> None:
+def explain_cmd(ctx: click.Context, run_id: str, wide: bool, as_json: bool) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
+    if as_json:
+        render.print_json(explanation(run, explain(app.runtime, run, entries)))
+        return
     paused = app.runtime.sync(app.client.paused_workflows(), "explain")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, wide=wide))
     render.echo()
-    render.echo(render.explanation(explain(app.runtime, run, entries)))
+    render.echo(render.explanation(explain(app.runtime, run, entries), wide=wide, run_id=run.id))
 
 
 @cli.command()
@@ -362,10 +404,15 @@ def emit(
 
 
 @cli.command("effects")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def effects_cmd(ctx: click.Context) -> None:
+def effects_cmd(ctx: click.Context, as_json: bool) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    render.echo(render.effects(effects(get_app(ctx, need_code=True).runtime)))
+    rows = effects(get_app(ctx, need_code=True).runtime)
+    if as_json:
+        render.print_json({"steps": [dataclasses.asdict(r) for r in rows]})
+        return
+    render.echo(render.effects(rows))
 
 
 @cli.command("replay-check")

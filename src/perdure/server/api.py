@@ -16,32 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..agent.budget_sql import Budgets
 from ..app import App
-from ..engine.client import checked_input, continued_as, unblob_text
+from ..engine.client import checked_input
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
-from ..store.base import RunRow
 from ..triggers import schedules as sched
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import ScheduleRow, Schedules
+from . import answers, sse
 from . import operations as ops
-from . import sse
 from .access import Principal, authenticate_request
 from .access_sql import Access
+from .answers import (
+    USAGE_KEYS,
+    audit_entry,
+    entry_json,
+    explanation,
+    run_detail,
+    run_summary,
+    schedule_detail,
+    schedule_json,
+)
 from .operations import Action, Forbidden, pending_gates, require
 from .throttle import TooManyFailures
 from .validation import (
@@ -83,7 +88,6 @@ log = logging.getLogger("perdure.server")
 
 PREFIX = "/api/v1"
 READY_TIMEOUT = 5.0  # seconds the store has to answer /readyz
-USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
 
 # The query parameters: each handler reads its own with these, and the document says the same.
 STATUS = StatusQuery(name="status", description="run states, comma-separated (or repeated)")
@@ -163,47 +167,6 @@ class Endpoint:
     returns: str = ""  # a schema of openapi.SCHEMAS for the success response
     status: int = 200
     errors: tuple[int, ...] = ()
-
-
-# -- what responses look like ---------------------------------------------------------------
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
-    return {
-        "id": run.id, "workflow": run.workflow, "status": run.status,
-        "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
-        "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
-        "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
-        "partition_key": run.partition_key, "pause_requested": run.pause_requested,
-        "recoveries": run.recoveries, "code_version": run.code_version,
-        "error": redactor.value(_json(run.error)),
-        "continued_as": continued_as(run),
-    }  # fmt: skip
-
-
-async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
-    redactor = Redactor()
-    return {
-        **run_summary(run, redactor),
-        "input": redactor.value(_json(await unblob_text(app.runtime.store, run.input))),
-        "result": redactor.value(_json(await unblob_text(app.runtime.store, run.result))),
-        "lease_owner": run.lease_owner,
-        "lease_until": run.lease_until,
-        "lease_epoch": run.lease_epoch,
-    }
-
-
-def schedule_json(row: ScheduleRow) -> dict[str, Any]:
-    return {**dataclasses.asdict(row), "input": _json(row.input)}
 
 
 # -- health and runs ----------------------------------------------------------------------------
@@ -295,7 +258,7 @@ async def journal(call: Call) -> Any:
     return {
         "run_id": run.id,
         "status": run.status,
-        "entries": [sse.entry_json(e, redactor) for e in entries],
+        "entries": [entry_json(e, redactor) for e in entries],
         "next_after": entries[-1].seq if more else None,
     }
 
@@ -303,9 +266,7 @@ async def journal(call: Call) -> Any:
 async def explain_run(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     steps = explain(call.app.runtime, run, await call.app.runtime.store.journal(run.id))
-    redactor = Redactor()
-    shown = [{**dataclasses.asdict(s), "detail": redactor.text(s.detail)} for s in steps]
-    return {"run_id": run.id, "status": run.status, "steps": shown}
+    return explanation(run, steps)
 
 
 def _run_action(action: str) -> Handler:
@@ -451,11 +412,7 @@ async def get_schedule(call: Call) -> Any:
         if limit
         else []
     )
-    return {
-        "schedule": schedule_json(row),
-        "upcoming": upcoming,
-        "ticks": [dataclasses.asdict(t) for t in ticks],
-    }
+    return schedule_detail(row, upcoming, ticks)
 
 
 @audits("schedule.add")
@@ -520,20 +477,7 @@ async def usage(call: Call) -> Any:
     agent = AGENT.read(call.request)
     since = SINCE.read(call.request, call.app.clock.now() - 7 * 86400)
     by = BY.read(call.request)
-    await call.app.runtime.open_store()
-    totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-    for u in await Budgets(call.app.runtime.store).usage(agent, since):
-        day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
-        values = {"agent": u.agent, "run_id": u.run_id, "day": day}
-        total = totals[tuple(values[k] for k in USAGE_KEYS[by])]
-        for i, n in enumerate((1, u.input_tokens, u.output_tokens, u.cost)):
-            total[i] += n
-    groups = [
-        {**dict(zip(USAGE_KEYS[by], key, strict=True)), "calls": int(t[0]),
-         "input_tokens": int(t[1]), "output_tokens": int(t[2]), "cost": t[3]}
-        for key, t in sorted(totals.items())
-    ]  # fmt: skip
-    return {"by": by, "since": since, "groups": groups}
+    return await answers.usage(call.app, agent, since, by)
 
 
 async def _budget_json(app: App, agent: str) -> dict[str, Any]:
@@ -616,7 +560,7 @@ async def audit(call: Call) -> Any:
         target=target, limit=limit + 1, before=before, actor=actor, since=since
     )
     page = rows[:limit]
-    entries = [{**dataclasses.asdict(r), "detail": _json(r.detail)} for r in page]
+    entries = [audit_entry(r) for r in page]
     cursor = encode_cursor(page[-1].id) if len(rows) > limit else None
     return {"entries": entries, "next_cursor": cursor}
 

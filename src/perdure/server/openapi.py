@@ -64,7 +64,7 @@ _SUMMARY = dict(
     id=STR, workflow=STR, status=STR, created_at=NUM, updated_at=NUM, started_at=OPT_NUM,
     parent_id=OPT_STR, waiting_for=OPT_STR, wake_at=OPT_NUM, deadline_at=OPT_NUM, queue=STR,
     priority=INT, partition_key=OPT_STR, pause_requested=BOOL, recoveries=INT,
-    code_version=STR, error=ANY, continued_as=OPT_STR,
+    code_version=STR, error=ANY, reason=STR, continued_as=OPT_STR,
 )
 _STATUS_KEYS = "id workflow status created_at updated_at"
 _SCHEDULE = _obj(
