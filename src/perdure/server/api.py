@@ -180,7 +180,8 @@ async def _probe(app: App) -> None:
 async def readyz(call: Call) -> Any:
     """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, if
     the store's write lock (SQLite) has been held so long that every writer is stalled, or
-    if the broker of a message trigger cannot be reached (naming the trigger)."""
+    if the broker of a message trigger cannot be reached (naming the trigger). Runs waiting
+    for a person leave it 200: the server can serve; `/stuckz` is the check for them."""
     stall = call.app.client.write_lock_stall()
     if stall is not None:
         log.warning("readyz: %s", stall)
