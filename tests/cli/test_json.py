@@ -176,3 +176,18 @@ def test_cut_text_says_so_and_wide_and_step_show_it_whole(env: dict[str, str]) -
     assert long in run("explain", "b1", "--wide").output
     missing = CliRunner().invoke(cli, ["show", "b1", "--step", "9"])
     assert missing.exit_code == 2 and "has no step at position 9" in missing.output
+
+
+def test_audit_says_when_it_cut_and_wide_shows_it_whole(env: dict[str, str]) -> None:
+    """A refusal whose reason is longer than the column: `audit` ends it in … and says how to
+    see it whole; `audit --wide` prints it whole."""
+    long_id = "r-" + "y" * 90
+    run("start", "checkout", '["o1"]', "--id", "a1")
+    refused = CliRunner().invoke(cli, ["cancel", long_id])
+    assert refused.exit_code == 2
+    short = run("audit").output
+    reason = short.split("refused: ", 1)[1].splitlines()[0]
+    assert long_id not in reason and reason.rstrip().endswith("…")
+    assert "perdure audit --wide prints every value in full" in short
+    wide = run("audit", "--wide").output
+    assert long_id in wide.split("refused: ", 1)[1] and "cut to fit" not in wide
