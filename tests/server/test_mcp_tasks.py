@@ -411,6 +411,9 @@ def test_status_mapping_covers_every_run_status() -> None:
     assert status_of(run("sleeping", wake_at=0.0), None)[0] == "working"
     attention = status_of(run("needs_attention"), None)
     assert attention[0] == "working" and "perdure resolve r" in (attention[1] or "")
+    probed = json.dumps({"message": "probe find: cannot tell (provider down)", "cause": "probe"})
+    asked = status_of(run("needs_attention", error=probed), None)[1] or ""
+    assert "probe find: cannot tell (provider down)" in asked and asked.endswith("| --probe)")
     dead = status_of(run("dead"), None)
     assert dead[0] == "working" and "perdure resume r" in (dead[1] or "")
     failed = status_of(run("failed", error=json.dumps({"type": "KeyError", "message": "x"})), None)

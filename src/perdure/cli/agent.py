@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..agent.loop import Agent
     from ..app import App
 
+JSON_HELP = "Print one JSON object (docs/cli-json/)."
 MODEL_HELP = (
     "Serve the default tier with this model (local: SmolLM2-135M, local-large:"
     " Qwen2.5-Coder-1.5B, scripted: deterministic, no model)."
@@ -43,10 +44,26 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[App, Agent]:
 @click.command()
 @click.argument("spec_path", metavar="SPEC")
 @click.option("--model", type=click.Choice(MODEL_CHOICES), default="spec", help=MODEL_HELP)
-def validate(spec_path: str, model: str) -> None:
-    """Check an agent spec, and show the tiers that will answer (with --model as given)."""
-    spec = with_model(load_spec(spec_path), model)
-    check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def validate(spec_path: str, model: str, as_json: bool) -> None:
+    """Check an agent spec, and show the tiers that will answer (with --model as given).
+    With --json, a spec that does not pass is {"ok": false, "error": ...} and exit 2."""
+    try:
+        spec = with_model(load_spec(spec_path), model)
+        check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
+    except PerdureError as exc:
+        if not as_json:
+            raise
+        render.print_json({"spec": spec_path, "ok": False, "error": str(exc)})
+        raise SystemExit(2) from None
+    if as_json:
+        tiers = [{"tier": name, "provider": spec.models[name].provider,
+                  "model": spec.models[name].model or spec.models[name].script or None}
+                 for name in spec.routing.order()]  # fmt: skip
+        render.print_json({"spec": spec_path, "ok": True, "agent": spec.name, "tiers": tiers,
+                           "tools": list(spec.tools.grant),
+                           "summary": _describe(spec, model)})  # fmt: skip
+        return
     render.echo(f"{spec_path}: ok: {_describe(spec, model)}")
 
 
@@ -153,8 +170,9 @@ def agent_cmd(
 @click.option("--agent", default=None, help="Only this agent.")
 @click.option("--since", default="7d", show_default=True, help="How far back: 90m, 24h, 7d.")
 @click.option("--by", type=click.Choice(["run", "agent", "day"]), default="day", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
+def usage(ctx: click.Context, agent: str | None, since: str, by: str, as_json: bool) -> None:
     """Tokens and cost of model calls, per run, agent or day."""
     from .main import get_app
 
@@ -163,6 +181,9 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
     except ValueError as exc:
         raise PerdureError(f"--since: {exc}") from None
     app = get_app(ctx, existing=True)
+    if as_json:
+        _usage_json(app, agent, time.time() - seconds, by)
+        return
     rows = app.runtime.sync(Budgets(app.runtime.store).usage(agent, time.time() - seconds), "usage")
     groups: dict[tuple[str, ...], list[float]] = {}
     for u in rows:
@@ -196,6 +217,27 @@ def usage(ctx: click.Context, agent: str | None, since: str, by: str) -> None:
         render.echo("\nCalls whose usage is not known, counted at their reservation:")
         render.echo(render.table(reserved, ["AGENT", "MODEL", "TIER", "OUTCOME", "CALLS",
                                        "TOKENS (EST.)", "COST (EST.)"]))  # fmt: skip
+
+
+def _usage_json(app: App, agent: str | None, since: float, by: str) -> None:
+    """`usage --json`: the API's `Usage` object, and `reserved`: the calls whose usage is not
+    known, counted at their reservation."""
+    from ..server.answers import usage as grouped
+
+    shown = app.runtime.sync(grouped(app, agent, since, by), "usage")
+    held = app.runtime.sync(Budgets(app.runtime.store).reservations(agent, since), "usage")
+    kinds: dict[tuple[str, str, str, str], list[float]] = {}
+    for r in held:
+        total = kinds.setdefault((r.agent, r.model, r.tier, r.state), [0, 0, 0.0])
+        total[0] += 1
+        total[1] += r.tokens
+        total[2] += r.cost
+    shown["reserved"] = [
+        {"agent": k[0], "model": k[1], "tier": k[2], "state": k[3], "outcome": _HELD[k[3]],
+         "calls": int(v[0]), "tokens": int(v[1]), "cost": v[2]}
+        for k, v in sorted(kinds.items())
+    ]  # fmt: skip
+    render.print_json(shown)
 
 
 def _number(value: float) -> str:
@@ -233,6 +275,7 @@ def _limit(option: str, text: str | None, kind: type[int] | type[float]) -> int 
 @click.option("--cost-per-hour", default=None, metavar="X", help="Change this limit only.")
 @click.option("--cost-per-day", default=None, metavar="X", help="Change this limit only.")
 @click.option("--reset", is_flag=True, help="Forget the stored budget: the spec's is in force.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def budget(
     ctx: click.Context,
@@ -243,6 +286,7 @@ def budget(
     cost_per_hour: str | None,
     cost_per_day: str | None,
     reset: bool,
+    as_json: bool,
 ) -> None:
     """Show AGENT's budget in force and where each limit comes from (spec or stored), or
     change only the limits given (--reset: back to the spec's); parked runs that now fit go on.
@@ -263,13 +307,16 @@ def budget(
         raise PerdureError("budget: --reset goes alone (it returns every limit to the spec's)")
     app = get_app(ctx, existing=True)
     if shared is not None:
-        _shared_budget(app, shared, changes, reset)
+        _shared_budget(app, shared, changes, reset, as_json)
         return
     assert agent is not None
     woken = None
     if reset or any(v is not None for v in changes.values()):
         woken = act(app, ops.set_budget(app, operator(), agent, changes, reset=reset), "budget")
     shown = app.runtime.sync(describe(app.runtime, agent), "budget")
+    if as_json:
+        render.print_json(shown if woken is None else {**shown, "woken": woken})
+        return
     rows = []
     for name, value in shown["in_force"].items():
         window = name.rsplit("_", 1)[1]
@@ -287,7 +334,9 @@ def budget(
                    f"{woken} parked run(s) woken")  # fmt: skip
 
 
-def _shared_budget(app: App, name: str, changes: dict[str, Any], reset: bool) -> None:
+def _shared_budget(
+    app: App, name: str, changes: dict[str, Any], reset: bool, as_json: bool = False
+) -> None:
     """`perdure budget --shared NAME [limits]`: change only the limits given, then show them
     with what its agents spent and which agents share it."""
     from ..agent.budgets import describe_shared
@@ -299,6 +348,9 @@ def _shared_budget(app: App, name: str, changes: dict[str, Any], reset: bool) ->
         woken = act(app, ops.set_shared_budget(app, operator(), name, changes, reset=reset),
                     "budget")  # fmt: skip
     shown = app.runtime.sync(describe_shared(app.runtime, name), "budget")
+    if as_json:
+        render.print_json(shown if woken is None else {**shown, "woken": woken})
+        return
     rows = []
     for limit_name, value in shown["limits"].items():
         window = limit_name.rsplit("_", 1)[1]

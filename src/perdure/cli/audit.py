@@ -20,6 +20,7 @@ SINCE_HELP = "Only entries this recent: 90m, 24h, 7d, an ISO time (UTC) or Unix 
 @click.option("--target", default=None, help="Only this target: schedule:NAME, token:ID, ...")
 @click.option("--limit", default=50, show_default=True, help="Entries shown.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--wide", is_flag=True, help="Print reasons and details in full.")
 @click.pass_context
 def audit(
     ctx: click.Context,
@@ -29,6 +30,7 @@ def audit(
     target: str | None,
     limit: int,
     as_json: bool,
+    wide: bool,
 ) -> None:
     """Who did what, to which run, schedule, workflow, worker or token, when, and how it
     ended (ok, refused or failed, with the reason), from every interface."""
@@ -57,13 +59,16 @@ def audit(
     if not rows:
         render.echo("no audit entries" + (" match" if since or actor or run_id or target else ""))
         return
+    width = None if wide else 60
     body = [
         [str(r.id), render.when(r.at), r.actor, r.action, r.target,
-         r.outcome if r.outcome == "ok" else f"{r.outcome}: {_short(r.reason, 60)}",
-         _short(_detail(r.detail), 60)]
+         r.outcome if r.outcome == "ok" else f"{r.outcome}: {render.cut(r.reason, width)}",
+         render.cut(_detail(r.detail), width)]
         for r in rows
     ]  # fmt: skip
     render.echo(render.table(body, ["#", "WHEN", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"]))
+    if not wide and any(len(r.reason) > 60 or len(_detail(r.detail)) > 60 for r in rows):
+        render.echo(render.cut_note("OUTCOME or DETAIL", "perdure audit"))
 
 
 def _detail(text: str) -> str:
@@ -75,7 +80,3 @@ def _detail(text: str) -> str:
         return str(detail)
     return " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
                     for k, v in detail.items())  # fmt: skip
-
-
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

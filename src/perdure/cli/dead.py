@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
+from ..observe.redact import Redactor
 from ..server import operations as ops
 from ..triggers.dead_sql import DeadMessages
 from . import render
@@ -17,8 +20,9 @@ def dead() -> None:
 @dead.command("ls")
 @click.option("--trigger", default=None, help="Only this message trigger's.")
 @click.option("--limit", default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def list_dead(ctx: click.Context, trigger: str | None, limit: int) -> None:
+def list_dead(ctx: click.Context, trigger: str | None, limit: int, as_json: bool) -> None:
     """Dead messages, newest first, with why each could start no run."""
     from .main import get_app
 
@@ -26,6 +30,12 @@ def list_dead(ctx: click.Context, trigger: str | None, limit: int) -> None:
     rows = app.runtime.sync(
         DeadMessages(app.runtime.store).dead_messages(trigger, limit=limit), "dead ls"
     )
+    if as_json:
+        redactor = Redactor()
+        listed = [{**dataclasses.asdict(d), "reason": redactor.text(d.reason),
+                   "body": redactor.text(d.body)} for d in rows]  # fmt: skip
+        render.print_json({"dead_messages": listed})
+        return
     if not rows:
         render.echo("no dead messages")
         return

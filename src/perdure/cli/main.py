@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -13,10 +14,11 @@ import click
 from ..app import App
 from ..engine.inspection import effects, explain, replay_check
 from ..errors import PerdureError
+from ..observe.redact import Redactor
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
+from ..server.answers import entry_json, explanation, run_detail, run_summary
 from ..store.sqlite import SQLiteStore
-from ..triggers.dead_sql import DeadMessages
 from . import render
 from .agent import COMMANDS as AGENT_COMMANDS
 from .audit import audit
@@ -31,6 +33,8 @@ from .top import top
 from .triggers import triggers
 from .workers import worker, workers
 
+JSON_HELP = "Print one JSON object (its schema: docs/cli-json/)."
+WIDE_HELP = "Print every value in full (nothing cut to fit a column)."
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
 DB_HELP = "Store URL (or PERDURE_DB); default sqlite:///.perdure/perdure.db"
 
@@ -58,6 +62,7 @@ def parse_json(text: str | None, what: str) -> Any:
 
 
 @click.group(cls=Group)
+@click.version_option(package_name="perdure", prog_name="perdure", message="%(prog)s %(version)s")
 @click.option("--db", envvar="PERDURE_DB", default=None, help=DB_HELP)
 @click.option("--app", "app_spec", envvar="PERDURE_APP", default=None, help=APP_HELP)
 @click.pass_context
@@ -120,13 +125,19 @@ def start(
 @click.option("--status", "statuses", multiple=True, help="Filter by status (repeatable).")
 @click.option("--workflow", default=None, help="Filter by workflow name.")
 @click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def list_runs(
-    ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int
-) -> None:
-    """List runs, newest first."""
+    ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """List runs, newest first, each with the reason it is where it is (in full)."""
     app = get_app(ctx, existing=True)
     rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    if as_json:
+        redactor = Redactor()
+        render.print_json({"runs": [run_summary(r, redactor) for r in rows], "next_cursor": None})
+        return
     render.echo(render.runs(rows, app.runtime.sync(app.client.paused_workflows(), "ls")))
 
 
@@ -134,73 +145,102 @@ def list_runs(
 @click.option(
     "--grace", default=60.0, show_default=True, help="Seconds overdue before a run counts."
 )
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (docs/cli-json.md).")
 @click.pass_context
-def stuck(ctx: click.Context, grace: float) -> None:
-    """Runs nobody is moving (lease long expired, timer long due, pending long), schedules
-    held back by a run waiting for an operator, broker messages that could start no run
-    (dead, with the reason), and an SQLite write lock held so long that every writer waits
-    (naming its holder); exit 1 if any."""
-    from ..triggers.schedules import blocked
+def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
+    """Runs waiting for a person (needs_attention, dead, parked by a step) with the reason in
+    full, how long and the command that moves them; runs nobody is moving (lease long
+    expired, timer long due, pending long), schedules held back by a run waiting for an
+    operator, broker messages that could start no run (dead, with the reason), and an SQLite
+    write lock held so long that every writer waits (naming its holder); exit 1 if any."""
+    from ..server.stuck import anything
+    from ..server.stuck import stuck as listing
 
     app = get_app(ctx, existing=True)
-    stall = app.client.write_lock_stall()  # first: the queries below may have to wait for it
-    if stall is not None:
-        render.echo(f"store: {stall}")
-    found = app.runtime.sync(app.client.stuck(grace), "perdure stuck")
-    held = app.runtime.sync(blocked(app.runtime), "perdure stuck")
-    dead = app.runtime.sync(
-        DeadMessages(app.runtime.store).dead_messages(limit=100), "perdure stuck"
-    )
-    if not found and not held and not dead:
-        if stall is not None:
+    found = app.runtime.sync(listing(app, grace), "perdure stuck")
+    if as_json:
+        render.print_json(found)
+        sys.exit(1 if anything(found) else 0)
+    if found["store"] is not None:
+        render.echo(f"store: {found['store']}")
+    runs, held, dead = found["runs"], found["schedules"], found["dead_messages"]
+    if not runs and not held and not dead:
+        if found["store"] is not None:
             sys.exit(1)
         render.echo(f"no stuck runs, blocked schedules or dead messages (grace {grace:g}s)")
         return
-    if found:
-        render.echo(
-            render.table(
-                [(r.id, r.workflow, r.status, why) for r, why in found],
-                ("RUN", "WORKFLOW", "STATUS", "WHY"),
-            )
-        )
+    if runs:
+        rows = [(r["run_id"], r["workflow"], r["status"], r["reason"]) for r in runs]
+        render.echo(render.table(rows, ("RUN", "WORKFLOW", "STATUS", "WHY")))
     if held:
-        if found:
+        if runs:
             render.echo()
-        rows = [(b.schedule, b.run_id, b.status, f"{b.held} tick(s)", b.fix) for b in held]
+        blocking = [(b["schedule"], b["run_id"], b["status"], f"{b['held']} tick(s)", b["fix"])
+                    for b in held]  # fmt: skip
         header = ("SCHEDULE", "BLOCKED BY RUN", "STATUS", "HELD BACK", "TO FREE IT")
-        render.echo(render.table(rows, header))
+        render.echo(render.table(blocking, header))
     if dead:
-        if found or held:
+        if runs or held:
             render.echo()
-        lines = [(d.trigger, d.message_id, d.kind, d.reason) for d in dead]
+        lines = [(d["trigger"], d["message_id"], d["kind"], d["reason"]) for d in dead]
         render.echo(render.table(lines, ("MESSAGE TRIGGER", "DEAD MESSAGE", "SOURCE", "WHY")))
     sys.exit(1)
 
 
 @cli.command()
 @click.argument("run_id")
+@click.option(
+    "--step",
+    "position",
+    type=int,
+    default=None,
+    help="Only this step (its position): every entry in full, errors' tracebacks too.",
+)
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def show(ctx: click.Context, run_id: str) -> None:
-    """A run's status and its journal timeline."""
+def show(
+    ctx: click.Context, run_id: str, position: int | None, wide: bool, as_json: bool
+) -> None:  # fmt: skip
+    """A run's status and its journal timeline (--step N: one step's entries in full, with
+    the traceback of each error)."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
+    if position is not None:
+        entries = [e for e in entries if e.position == position]
+        if not entries:
+            raise PerdureError(f"run {run_id!r} has no step at position {position} "
+                               f"(perdure show {run_id} lists them)")  # fmt: skip
+    if as_json:
+        redactor = Redactor()
+        detail = app.runtime.sync(run_detail(app, run), "show")
+        render.print_json({"run": detail, "entries": [entry_json(e, redactor) for e in entries]})
+        return
+    if position is not None:
+        render.echo(render.step_entries(entries))
+        return
     paused = app.runtime.sync(app.client.paused_workflows(), "show")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, wide=wide))
     render.echo()
-    render.echo(render.timeline(entries))
+    render.echo(render.timeline(entries, wide=wide, run_id=run.id))
 
 
 @cli.command("explain")
 @click.argument("run_id")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def explain_cmd(ctx: click.Context, run_id: str) -> None:
+def explain_cmd(ctx: click.Context, run_id: str, wide: bool, as_json: bool) -> None:
     """Per step: what happened and what recovery would do if the worker died now."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
+    if as_json:
+        render.print_json(explanation(run, explain(app.runtime, run, entries)))
+        return
     paused = app.runtime.sync(app.client.paused_workflows(), "explain")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, wide=wide))
     render.echo()
-    render.echo(render.explanation(explain(app.runtime, run, entries)))
+    render.echo(render.explanation(explain(app.runtime, run, entries), wide=wide, run_id=run.id))
 
 
 @cli.command()
@@ -301,17 +341,29 @@ def gc(ctx: click.Context, batch: int) -> None:
 @click.option("--value", default=None, help="Mark the step done with this JSON value.")
 @click.option("--retry", is_flag=True, help="Run the step again.")
 @click.option("--fail", is_flag=True, help="Fail the run.")
+@click.option(
+    "--probe", is_flag=True, help="Ask the step's probe again (done: go on; not done: re-run)."
+)
 @click.pass_context
 def resolve(
-    ctx: click.Context, run_id: str, step: str, value: str | None, retry: bool, fail: bool
+    ctx: click.Context,
+    run_id: str,
+    step: str,
+    value: str | None,
+    retry: bool,
+    fail: bool,
+    probe: bool,
 ) -> None:
-    """Settle a needs_attention STEP (its position or name)."""
-    if sum((value is not None, retry, fail)) != 1:
-        raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
+    """Settle a needs_attention STEP (its position or name): mark it done with a value, run
+    it again, fail the run, or have its probe ask the world again (the worker that takes the
+    run asks: done, the run goes on; not done, the step runs again; cannot tell, it waits
+    here again)."""
+    if sum((value is not None, retry, fail, probe)) != 1:
+        raise PerdureError("resolve: give exactly one of --value JSON, --retry, --fail or --probe")
     target: int | str = int(step) if step.isdigit() else step
     app = get_app(ctx, existing=True)
     settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
-                         retry=retry, fail=fail)  # fmt: skip
+                         retry=retry, fail=fail, probe=probe)  # fmt: skip
     render.echo(act(app, settle, "resolve"))
 
 
@@ -352,10 +404,15 @@ def emit(
 
 
 @cli.command("effects")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def effects_cmd(ctx: click.Context) -> None:
+def effects_cmd(ctx: click.Context, as_json: bool) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    render.echo(render.effects(effects(get_app(ctx, need_code=True).runtime)))
+    rows = effects(get_app(ctx, need_code=True).runtime)
+    if as_json:
+        render.print_json({"steps": [dataclasses.asdict(r) for r in rows]})
+        return
+    render.echo(render.effects(rows))
 
 
 @cli.command("replay-check")

@@ -39,6 +39,24 @@ def echo(text: object = "", *, err: bool = False) -> None:
     click.echo(escape(str(text), keep="\n"), err=err)
 
 
+def print_json(value: object) -> None:
+    """One JSON document on stdout (ASCII: every other character, control ones included, as
+    a JSON escape, so nothing stored can reach the terminal raw)."""
+    click.echo(json.dumps(value))
+
+
+def cut(text: str, width: int | None) -> str:
+    """`text` cut to `width` characters, ending in "…" when cut (None: never cut)."""
+    if width is None or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
+
+
+def cut_note(what: str, command: str) -> str:
+    """The line that says values were cut, and how to see them whole."""
+    return f"({what} cut to fit, ending in …: {command} --wide prints every value in full)"
+
+
 def when(ts: float | None) -> str:
     if ts is None:
         return "-"
@@ -73,9 +91,12 @@ def runs(rows: Sequence[RunRow], paused: Collection[str] = ()) -> str:
     )  # fmt: skip
 
 
-def run_header(run: RunRow, entries: Sequence[Entry] = (), paused: Collection[str] = ()) -> str:
+def run_header(
+    run: RunRow, entries: Sequence[Entry] = (), paused: Collection[str] = (), wide: bool = False
+) -> str:
     """The run's fields (its status as `ls` shows it: `paused` when its workflow is);
-    with its journal, also the run it continued from (continue_as_new)."""
+    with its journal, also the run it continued from (continue_as_new); `wide`: the result
+    uncut and the error's traceback."""
     redactor = Redactor()
     status = shown_status(run, paused)
     held = "  (its workflow is paused: perdure resume --workflow)" if status == "paused" else ""
@@ -104,29 +125,86 @@ def run_header(run: RunRow, entries: Sequence[Entry] = (), paused: Collection[st
             f"(epoch {run.lease_epoch}, recoveries {run.recoveries})"
         )
     if run.result is not None:
-        lines.append(f"result    {shown((redactor.json_text(run.result) or '')[:200])}")
+        result = cut(redactor.json_text(run.result) or "", None if wide else 200)
+        lines.append(f"result    {shown(result)}")
+        if result.endswith("…"):
+            lines.append(cut_note("result", f"perdure show {shown(run.id)}"))
     if run.error is not None:
         err = redactor.value(json.loads(run.error))
+        if not isinstance(err, dict):
+            err = {"message": err}
         lines.append(f"error     {shown(err.get('type'))}: {shown(err.get('message'))}")
+        trace = err.get("traceback")
+        if isinstance(trace, str) and trace:
+            if wide:
+                lines += [f"  {line}" for line in trace.rstrip().splitlines()]
+            else:
+                lines.append(f"          (its traceback: perdure show {shown(run.id)} --wide)")
     return "\n".join(lines)
 
 
-def timeline(entries: Sequence[Entry]) -> str:
+def timeline(entries: Sequence[Entry], wide: bool = False, run_id: str = "RUN") -> str:
+    """The journal, one entry a line; DATA cut to 70 characters unless `wide` (a line says
+    so when anything was cut)."""
     redactor = Redactor()
     rows = []
+    was_cut = False
     for e in entries:
         pos = "" if e.position is None else str(e.position)
         attempt = str(e.attempt) if e.attempt else ""
-        data = (redactor.json_text(e.data) or "")[:70]
+        full = redactor.json_text(e.data) or ""
+        data = cut(full, None if wide else 70)
+        was_cut = was_cut or data != full
         rows.append((str(e.seq), when(e.at), pos, e.kind, e.name, attempt, data))
-    return table(rows, ("SEQ", "AT", "POS", "KIND", "NAME", "ATT", "DATA"))
+    shown_rows = table(rows, ("SEQ", "AT", "POS", "KIND", "NAME", "ATT", "DATA"))
+    if not was_cut:
+        return shown_rows
+    note = cut_note("DATA", f"perdure show {shown(run_id)}")
+    return f"{shown_rows}\n{note}; one step whole: perdure show {shown(run_id)} --step POS"
 
 
-def explanation(reports: Sequence[StepReport]) -> str:
+def step_entries(entries: Sequence[Entry]) -> str:
+    """One step's entries in full: each entry's data as indented JSON, and the traceback of
+    any error in it as text."""
+    redactor = Redactor()
+    out: list[str] = []
+    for e in entries:
+        attempt = f"  attempt {e.attempt}" if e.attempt else ""
+        out.append(f"#{e.seq}  {when(e.at)}  {e.kind}  {shown(e.name)}{attempt}")
+        data = redactor.value(json.loads(e.data)) if e.data else None
+        traces: list[str] = []
+        _pop_tracebacks(data, traces)
+        if data is not None:
+            out += [f"  {line}" for line in json.dumps(data, indent=2).splitlines()]
+        for trace in traces:
+            out.append("  traceback:")
+            out += [f"    {line}" for line in trace.rstrip().splitlines()]
+    return "\n".join(out)
+
+
+def _pop_tracebacks(value: object, into: list[str]) -> None:
+    """Move every `traceback` text out of `value`'s dicts into `into` (shown as text)."""
+    if isinstance(value, dict):
+        trace = value.get("traceback")
+        if isinstance(trace, str):
+            into.append(trace)
+            value["traceback"] = "(below)"
+        for item in value.values():
+            _pop_tracebacks(item, into)
+    elif isinstance(value, list):
+        for item in value:
+            _pop_tracebacks(item, into)
+
+
+def explanation(reports: Sequence[StepReport], wide: bool = False, run_id: str = "RUN") -> str:
+    """Per step, what happened (cut to 60 characters unless `wide`, a line saying so) and
+    what recovery would do now."""
     if not reports:
         return "no steps recorded yet"
     redactor = Redactor()
-    return table(
+    details = [redactor.text(r.detail) for r in reports]
+    width = None if wide else 60
+    shown_rows = table(
         [
             (
                 str(r.position),
@@ -134,13 +212,16 @@ def explanation(reports: Sequence[StepReport]) -> str:
                 r.effect or "-",
                 str(r.attempts or ""),
                 r.state,
-                redactor.text(r.detail)[:60],
+                cut(detail, width),
                 r.recovery,
             )
-            for r in reports
+            for r, detail in zip(reports, details, strict=True)
         ],
         ("POS", "CALL", "EFFECT", "ATT", "STATE", "WHAT HAPPENED", "IF THE WORKER DIED NOW"),
     )
+    if wide or all(len(d) <= 60 for d in details):
+        return shown_rows
+    return f"{shown_rows}\n{cut_note('WHAT HAPPENED', f'perdure explain {shown(run_id)}')}"
 
 
 def effects(rows: Sequence[EffectRow]) -> str:

@@ -6,6 +6,7 @@ import click
 
 from ..errors import PerdureError
 from ..server import operations as ops
+from ..server.answers import schedule_detail, schedule_json
 from ..triggers import schedules as sched
 from . import render
 
@@ -16,12 +17,16 @@ def schedules() -> None:
 
 
 @schedules.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def list_schedules(ctx: click.Context) -> None:
-    """Every schedule with its next fire time."""
+def list_schedules(ctx: click.Context, as_json: bool) -> None:
+    """Every schedule with its next fire time (UTC)."""
     from .main import get_app
 
     app = get_app(ctx, existing=True)
+    if as_json:
+        render.print_json({"schedules": [schedule_json(r) for r in app.schedules()]})
+        return
     render.echo(render.schedules(app.schedules()))
 
 
@@ -29,8 +34,9 @@ def list_schedules(ctx: click.Context) -> None:
 @click.argument("name")
 @click.option("--next", "count", default=5, show_default=True, help="Upcoming fire times.")
 @click.option("--ticks", "limit", default=20, show_default=True, help="Recent ticks shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def show(ctx: click.Context, name: str, count: int, limit: int) -> None:
+def show(ctx: click.Context, name: str, count: int, limit: int, as_json: bool) -> None:
     """A schedule's definition, its next fire times, and its recent ticks with reasons."""
     from .main import get_app
 
@@ -38,7 +44,11 @@ def show(ctx: click.Context, name: str, count: int, limit: int) -> None:
     row = app.runtime.sync(sched.get(app.runtime, name), "schedules show")
     after = max(app.clock.now(), (row.next_fire or 0.0) - 1e-6)
     upcoming = [] if row.paused else sched.upcoming(row, count, after)
-    render.echo(render.schedule(row, upcoming, app.schedule_ticks(name, limit=limit)))
+    ticks = app.schedule_ticks(name, limit=limit)
+    if as_json:
+        render.print_json(schedule_detail(row, list(upcoming), list(ticks)))
+        return
+    render.echo(render.schedule(row, upcoming, ticks))
 
 
 @schedules.command("add")

@@ -12,8 +12,9 @@ from . import render
 
 
 @click.group("triggers", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def triggers(ctx: click.Context) -> None:
+def triggers(ctx: click.Context, as_json: bool) -> None:
     """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
     sources) with its state, lag and last error; exit 1 if one is in error. Without --app,
     only the schedules in the store."""
@@ -23,7 +24,10 @@ def triggers(ctx: click.Context) -> None:
 
     app = get_app(ctx, existing=True)
     rows = app.triggers()
-    render.echo(listing(rows) if rows else "no triggers")
+    if as_json:
+        render.print_json({"triggers": [t.as_dict() for t in rows]})
+    else:
+        render.echo(listing(rows) if rows else "no triggers")
     if any(t.state == "error" for t in rows):
         sys.exit(1)
 

@@ -35,6 +35,12 @@ from . import render
     is_flag=True,
     help="Serve --metrics-port without a token (default: a `read` token, as serve's /metrics).",
 )
+@click.option(
+    "--alert-url",
+    envvar="PERDURE_ALERT_URL",
+    default=None,
+    help="POST each run this worker parks for a person, once, as JSON (or PERDURE_ALERT_URL).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -47,16 +53,23 @@ def worker(
     gc_every: float,
     metrics_port: int | None,
     metrics_public: bool,
+    alert_url: str | None,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
     next step boundary, and after --grace seconds leave what still executes to recovery (a
     second signal: at once). Prints one `ready worker=ID store=URL concurrency=N` line on
-    stdout once claiming; logs go to stderr."""
+    stdout once claiming; logs go to stderr. --alert-url: each run this worker parks for a
+    person (a once step in doubt, a dead run, a step that parked it) is POSTed once to the
+    URL as JSON {run_id, workflow, status, cause, reason, fix, step, position}."""
     from ..observe import instrument
     from .main import get_app
 
     if metrics_port is not None:
         require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
+    if alert_url:  # a URL that is not http(s) is one line, before anything starts
+        from ..observe.alerts import alert_on_park
+
+        alert_on_park(alert_url)
     app = get_app(ctx, need_code=True)
     instrument(app.runtime)
     if metrics_port is not None:
@@ -91,8 +104,9 @@ def worker(
 
 @click.command("workers")
 @click.option("--since", default=3600.0, show_default=True, help="Seconds of history shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def workers(ctx: click.Context, since: float) -> None:
+def workers(ctx: click.Context, since: float, as_json: bool) -> None:
     """Workers (id, host, pid, runs held), how far their host's clock is from the store
     server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive, silent
     (no heartbeat for 30 s: crashed or cut off) or stopped."""
@@ -104,7 +118,8 @@ def workers(ctx: click.Context, since: float) -> None:
     )  # on PostgreSQL the clock is then the server's
     now = app.clock.now()
     rows = app.runtime.sync(app.runtime.store.list_workers(now - since), "workers")
-    if not rows:
+    listed: list[dict[str, object]] = []
+    if not rows and not as_json:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
@@ -116,8 +131,16 @@ def workers(ctx: click.Context, since: float) -> None:
         else:
             state = "alive"
         skew = "-" if w.clock_offset is None else f"{-w.clock_offset:+.1f}s"
+        listed.append({"id": w.id, "host": w.host, "pid": w.pid, "running": w.running,
+                       "concurrency": w.concurrency, "started_at": w.started_at,
+                       "heartbeat_at": w.heartbeat_at, "stopped_at": w.stopped_at,
+                       "clock_ahead": None if w.clock_offset is None else -w.clock_offset,
+                       "state": state.split()[0].lower(), "said": state})  # fmt: skip
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
                      render.when(w.started_at), render.when(w.heartbeat_at), skew,
                      state])  # fmt: skip
+    if as_json:
+        render.print_json({"workers": listed, "at": now})
+        return
     head = ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "CLOCK", "STATE"]
     render.echo(render.table(body, head))

@@ -355,7 +355,9 @@ class Client:
                 said = " ".join(str((json.loads(marks[-1].data or "{}")).get("reason")).split())
         definition = self.runtime.steps.get(str(step))
         options = "--value JSON | --retry | --fail"
-        if definition is not None and definition.probe is not None:
+        if (definition is not None and definition.probe is not None) or record.get(
+            "cause"
+        ) == "probe":  # its probe was asked: a process without the app's code knows it too
             options += " | --probe"
         return (f"needs attention {age} at step {position} ({step}): {said}; to settle it: "
                 f"perdure resolve {run.id} {position} {options}")  # fmt: skip

@@ -1,6 +1,6 @@
 """The `/api/v1` endpoints of `perdure serve`, one table (`ENDPOINTS`) for routes and OpenAPI.
 
-Every endpoint but `/readyz` and the OpenAPI document needs `Authorization:
+Every endpoint but `/readyz`, `/stuckz` and the OpenAPI document needs `Authorization:
 Bearer <token>` (401 without a valid one) whose scopes allow the endpoint's
 scope (403 otherwise): `read` to look, `operate` to start and steer runs,
 `approve` to answer gates, `admin` for schedules and budgets. Operator actions
@@ -16,32 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..agent.budget_sql import Budgets
 from ..app import App
-from ..engine.client import checked_input, continued_as, unblob_text
+from ..engine.client import checked_input
 from ..engine.inspection import explain
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
-from ..store.base import RunRow
 from ..triggers import schedules as sched
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import ScheduleRow, Schedules
+from . import answers, sse
 from . import operations as ops
-from . import sse
 from .access import Principal, authenticate_request
 from .access_sql import Access
+from .answers import (
+    USAGE_KEYS,
+    audit_entry,
+    entry_json,
+    explanation,
+    run_detail,
+    run_summary,
+    schedule_detail,
+    schedule_json,
+)
 from .operations import Action, Forbidden, pending_gates, require
 from .throttle import TooManyFailures
 from .validation import (
@@ -83,7 +88,6 @@ log = logging.getLogger("perdure.server")
 
 PREFIX = "/api/v1"
 READY_TIMEOUT = 5.0  # seconds the store has to answer /readyz
-USAGE_KEYS = {"run": ("agent", "run_id"), "agent": ("agent",), "day": ("day", "agent")}
 
 # The query parameters: each handler reads its own with these, and the document says the same.
 STATUS = StatusQuery(name="status", description="run states, comma-separated (or repeated)")
@@ -108,6 +112,8 @@ AUDIT_RUN = TextQuery(name="run", description="a run's id (the target run:ID)")
 ACTOR = TextQuery(name="actor", description="who acted, e.g. cli:alice@host1")
 AUDIT_SINCE = SinceQuery(name="since", description="entries this recent: a duration "
                          "(1h, 7d), Unix seconds or an ISO time (UTC)")  # fmt: skip
+GRACE = IntQuery(name="grace", default=60, low=0, high=BIG, description="seconds past its "
+                 "time before a run nobody moves counts")  # fmt: skip
 AUDIT_CURSOR = CursorQuery(name="cursor", pattern=ID_CURSOR,
                            description="`next_cursor` of the previous page")  # fmt: skip
 
@@ -163,47 +169,6 @@ class Endpoint:
     errors: tuple[int, ...] = ()
 
 
-# -- what responses look like ---------------------------------------------------------------
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
-    return {
-        "id": run.id, "workflow": run.workflow, "status": run.status,
-        "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
-        "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
-        "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
-        "partition_key": run.partition_key, "pause_requested": run.pause_requested,
-        "recoveries": run.recoveries, "code_version": run.code_version,
-        "error": redactor.value(_json(run.error)),
-        "continued_as": continued_as(run),
-    }  # fmt: skip
-
-
-async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
-    redactor = Redactor()
-    return {
-        **run_summary(run, redactor),
-        "input": redactor.value(_json(await unblob_text(app.runtime.store, run.input))),
-        "result": redactor.value(_json(await unblob_text(app.runtime.store, run.result))),
-        "lease_owner": run.lease_owner,
-        "lease_until": run.lease_until,
-        "lease_epoch": run.lease_epoch,
-    }
-
-
-def schedule_json(row: ScheduleRow) -> dict[str, Any]:
-    return {**dataclasses.asdict(row), "input": _json(row.input)}
-
-
 # -- health and runs ----------------------------------------------------------------------------
 
 
@@ -215,7 +180,8 @@ async def _probe(app: App) -> None:
 async def readyz(call: Call) -> Any:
     """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, if
     the store's write lock (SQLite) has been held so long that every writer is stalled, or
-    if the broker of a message trigger cannot be reached (naming the trigger)."""
+    if the broker of a message trigger cannot be reached (naming the trigger). Runs waiting
+    for a person leave it 200: the server can serve; `/stuckz` is the check for them."""
     stall = call.app.client.write_lock_stall()
     if stall is not None:
         log.warning("readyz: %s", stall)
@@ -293,7 +259,7 @@ async def journal(call: Call) -> Any:
     return {
         "run_id": run.id,
         "status": run.status,
-        "entries": [sse.entry_json(e, redactor) for e in entries],
+        "entries": [entry_json(e, redactor) for e in entries],
         "next_after": entries[-1].seq if more else None,
     }
 
@@ -301,9 +267,7 @@ async def journal(call: Call) -> Any:
 async def explain_run(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     steps = explain(call.app.runtime, run, await call.app.runtime.store.journal(run.id))
-    redactor = Redactor()
-    shown = [{**dataclasses.asdict(s), "detail": redactor.text(s.detail)} for s in steps]
-    return {"run_id": run.id, "status": run.status, "steps": shown}
+    return explanation(run, steps)
 
 
 def _run_action(action: str) -> Handler:
@@ -321,14 +285,14 @@ def _run_action(action: str) -> Handler:
 @audits("run.resolve")
 async def resolve_run(call: Call) -> Any:
     body: Resolve = call.body
-    given = [name for name in ("value", "retry", "fail") if name in body.model_fields_set]
+    given = [n for n in ("value", "retry", "fail", "probe") if n in body.model_fields_set]
     chosen = [n for n in given if n == "value" or getattr(body, n)]
     if len(chosen) != 1:
-        raise BadInput(422, "value, retry, fail: give exactly one", "value")
+        raise BadInput(422, "value, retry, fail, probe: give exactly one", "value")
     run_id = call.path("run_id")
     status = await ops.resolve(
         call.app, call.actor, run_id, body.step, value=body.value, retry=bool(body.retry),
-        fail=bool(body.fail), comment=body.comment,
+        fail=bool(body.fail), probe=bool(body.probe), comment=body.comment,
     )  # fmt: skip
     return {"run_id": run_id, "status": status}
 
@@ -449,11 +413,7 @@ async def get_schedule(call: Call) -> Any:
         if limit
         else []
     )
-    return {
-        "schedule": schedule_json(row),
-        "upcoming": upcoming,
-        "ticks": [dataclasses.asdict(t) for t in ticks],
-    }
+    return schedule_detail(row, upcoming, ticks)
 
 
 @audits("schedule.add")
@@ -518,20 +478,7 @@ async def usage(call: Call) -> Any:
     agent = AGENT.read(call.request)
     since = SINCE.read(call.request, call.app.clock.now() - 7 * 86400)
     by = BY.read(call.request)
-    await call.app.runtime.open_store()
-    totals: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-    for u in await Budgets(call.app.runtime.store).usage(agent, since):
-        day = datetime.fromtimestamp(u.at, UTC).strftime("%Y-%m-%d")
-        values = {"agent": u.agent, "run_id": u.run_id, "day": day}
-        total = totals[tuple(values[k] for k in USAGE_KEYS[by])]
-        for i, n in enumerate((1, u.input_tokens, u.output_tokens, u.cost)):
-            total[i] += n
-    groups = [
-        {**dict(zip(USAGE_KEYS[by], key, strict=True)), "calls": int(t[0]),
-         "input_tokens": int(t[1]), "output_tokens": int(t[2]), "cost": t[3]}
-        for key, t in sorted(totals.items())
-    ]  # fmt: skip
-    return {"by": by, "since": since, "groups": groups}
+    return await answers.usage(call.app, agent, since, by)
 
 
 async def _budget_json(app: App, agent: str) -> dict[str, Any]:
@@ -614,9 +561,27 @@ async def audit(call: Call) -> Any:
         target=target, limit=limit + 1, before=before, actor=actor, since=since
     )
     page = rows[:limit]
-    entries = [{**dataclasses.asdict(r), "detail": _json(r.detail)} for r in page]
+    entries = [audit_entry(r) for r in page]
     cursor = encode_cursor(page[-1].id) if len(rows) > limit else None
     return {"entries": entries, "next_cursor": cursor}
+
+
+async def list_stuck(call: Call) -> Any:
+    """What waits for a person: the object `perdure stuck --json` prints (server/stuck.py)."""
+    from .stuck import stuck
+
+    return await stuck(call.app, float(GRACE.read(call.request)))
+
+
+async def stuckz(call: Call) -> Any:
+    """For a monitor: 200 when nothing waits for a person, 503 when a run does (or a
+    schedule is held back, a message is dead, the store's write lock stalls), with counts
+    only (no ids, no reasons: it needs no token). Readiness (`/readyz`) is not affected:
+    a run waiting for a person does not make the server unable to serve."""
+    from .stuck import counts, stuck
+
+    found = counts(await stuck(call.app))
+    return JSONResponse(found, 503 if found["stuck"] else 200)
 
 
 async def openapi(call: Call) -> Any:
@@ -634,6 +599,9 @@ S = f"{PREFIX}/schedules/{{name}}"
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/readyz", readyz, None, "Readiness: the store answers a query",
              returns="Ready", errors=(503,)),
+    Endpoint("GET", "/stuckz", stuckz, None,
+             "For a monitor: 200 when no run waits for a person, 503 (with counts) when one "
+             "does", returns="StuckCounts", errors=(503,)),
     Endpoint("GET", f"{PREFIX}/openapi.json", openapi, None, "This document", returns="Any"),
     Endpoint("GET", f"{PREFIX}/runs", list_runs, "read", "List runs, newest first",
              params=(STATUS, WORKFLOW, IDS, LIMIT, RUNS_CURSOR), returns="RunPage"),
@@ -657,7 +625,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Resume a paused run, or replay a dead one", body=Comment, returns="Status",
              errors=(404, 409)),
     Endpoint("POST", f"{R}/resolve", resolve_run, "operate",
-             "Settle a needs_attention step: a value, retry, or fail the run", body=Resolve,
+             "Settle a needs_attention step: a value, retry, fail the run, or ask the step's "
+             "probe again", body=Resolve,
              returns="Status", errors=(404, 409)),
     Endpoint("POST", f"{R}/fork", fork_run, "operate",
              "Retry from a step: a new run reusing the first `from_step` positions",
@@ -672,6 +641,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Server-Sent Events: a run's status changes and new journal entries",
              params=(RUN, AFTER),
              returns="Stream", errors=(404, 503)),
+    Endpoint("GET", f"{PREFIX}/stuck", list_stuck, "read",
+             "What waits for a person (needs_attention, dead, parked runs with reason, age and "
+             "fix; runs nobody moves; held schedules; dead messages): `perdure stuck --json`",
+             params=(GRACE,), returns="Stuck"),
     Endpoint("GET", f"{PREFIX}/gates", list_gates, "read",
              "Runs waiting for a person: approvals and questions", returns="Gates"),
     Endpoint("POST", f"{G}/approve", _decision(True), "approve", "Approve a gated tool call",

@@ -60,6 +60,7 @@ FLASH_COOKIE = "perdure_flash"
 REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
 COOKIE_PATH = "/ui"
 PAGE = 50  # rows per page of runs and audit entries
+MAX_WAITING = 50  # runs waiting for a person listed above the runs (all: perdure stuck)
 MAX_PAGE = 1000  # a page number beyond is the last one asked for (never a 500)
 PROBE_TIMEOUT = 2.0  # seconds a message trigger's broker has to answer the Messages page
 MAX_ID = 2**62  # an audit cursor beyond any id (SQL integers end at 2**63)
@@ -344,7 +345,11 @@ async def logout(request: Request, app: App, who: Principal, form: dict[str, str
 
 @page
 async def runs_page(request: Request, app: App, who: Principal) -> Response:
-    """Runs, newest first: filter by status chips and workflow, search ids, page through."""
+    """Runs, newest first: filter by status chips and workflow, search ids, page through;
+    above them, the runs that wait for a person (or that nobody moves), each with its
+    reason and the command that moves it, as `perdure stuck` lists them."""
+    from .stuck import stuck
+
     query = request.query_params
     statuses = [s for s in query.getlist("status") if s in ALL_STATUSES]
     workflow = query.get("workflow") or None
@@ -358,6 +363,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
         rows = [r for r in rows if search.lower() in r.id.lower()]
     shown = rows[start : start + PAGE]
     counts = await app.runtime.store.count_runs()
+    waiting = (await stuck(app))["runs"]
     names = sorted(
         set(app.runtime.workflows) | {r.workflow for r in shown} | {workflow or ""} - {""}
     )
@@ -379,7 +385,8 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
         statuses=statuses, search=search, number=number, total=sum(counts.values()),
         newer=link(page=number - 1) if number > 1 else "",
         older=link(page=number + 1) if len(rows) > start + PAGE else "",
-        clear=link(status=[]),
+        clear=link(status=[]), waiting=waiting[:MAX_WAITING], waiting_total=len(waiting),
+        for_person=sum(1 for w in waiting if w["cause"] != "overdue"),
     )  # fmt: skip
 
 
@@ -401,6 +408,7 @@ class TimelineRow:
     data: str
     state: str = ""
     recovery: str = ""
+    probe: bool = False  # the step has a probe an operator can have asked again
 
 
 def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) -> list[TimelineRow]:
@@ -428,6 +436,8 @@ def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) ->
         )  # fmt: skip
         if report is not None and last.get(report.position) == entry.seq:
             row.state, row.recovery = report.state, report.recovery
+            definition = app.runtime.steps.get(entry.name)
+            row.probe = definition is not None and definition.probe is not None
         rows.append(row)
     return rows
 
@@ -503,16 +513,17 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
 
 @action
 async def run_action(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
-    """cancel | pause | pause_now | resume a run, or retry | fail one of its needs_attention
-    steps."""
+    """cancel | pause | pause_now | resume a run, or retry | fail | probe (ask the step's
+    probe again) one of its needs_attention steps."""
     run_id, verb = form.get("run_id", ""), form.get("action", "")
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
-    if verb in ("retry", "fail"):
+    if verb in ("retry", "fail", "probe"):
         step = int(form["step"]) if form.get("step", "").isdigit() else -1
         options = {"step": step, verb: True}
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
-        return back(request, target, f"Step {step}: {verb} requested; the run is {status}.")
+        asked = "its probe asked again" if verb == "probe" else f"{verb} requested"
+        return back(request, target, f"Step {step}: {asked}; the run is {status}.")
     if verb == "pause_now":  # abort the calls in flight that allow it, then pause
         status = await operations.operate(app, who, "pause", run_id, comment, now=True)
         return back(request, target, f"Pause now: calls in flight aborted; the run is {status}.")

@@ -64,7 +64,7 @@ _SUMMARY = dict(
     id=STR, workflow=STR, status=STR, created_at=NUM, updated_at=NUM, started_at=OPT_NUM,
     parent_id=OPT_STR, waiting_for=OPT_STR, wake_at=OPT_NUM, deadline_at=OPT_NUM, queue=STR,
     priority=INT, partition_key=OPT_STR, pause_requested=BOOL, recoveries=INT,
-    code_version=STR, error=ANY, continued_as=OPT_STR,
+    code_version=STR, error=ANY, reason=STR, continued_as=OPT_STR,
 )
 _STATUS_KEYS = "id workflow status created_at updated_at"
 _SCHEDULE = _obj(
@@ -105,6 +105,27 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "Error": _obj("error", error=STR, field=STR),
     "Ready": _obj("ready", ready=BOOL, error=STR),
+    "Stuck": _obj(
+        "runs schedules dead_messages store grace at", grace=NUM, at=NUM, store=OPT_STR,
+        runs=_array(_obj(
+            "run_id workflow status cause reason since age fix", run_id=STR, workflow=STR,
+            status=STR, reason=STR, since=NUM, age=NUM, fix=OPT_STR,
+            cause={"enum": ["interrupted", "stopped", "probe", "dead", "parked", "overdue"]},
+        )),
+        schedules=_array(_obj(
+            "schedule run_id status since held fix", schedule=STR, run_id=STR, status=STR,
+            since=NUM, held=INT, fix=STR,
+        )),
+        dead_messages=_array(_obj(
+            "trigger message_id kind reason at", trigger=STR, message_id=STR, kind=STR,
+            reason=STR, at=NUM,
+        )),
+    ),
+    "StuckCounts": _obj(
+        "stuck runs causes schedules dead_messages store", stuck=BOOL, runs=INT,
+        causes={"type": "object", "additionalProperties": INT}, schedules=INT,
+        dead_messages=INT, store=BOOL,
+    ),
     "RunSummary": _obj(_STATUS_KEYS, **_SUMMARY),
     "Run": _obj(
         _STATUS_KEYS, **_SUMMARY, input=ANY, result=ANY, lease_owner=OPT_STR,

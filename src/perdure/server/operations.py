@@ -196,17 +196,20 @@ async def resolve(
     value: Any = None,
     retry: bool = False,
     fail: bool = False,
+    probe: bool = False,
     comment: str = "",
 ) -> str:
-    """Settle a needs_attention step: a value (neither `retry` nor `fail`), retry, or fail."""
-    how = "retry" if retry else "fail" if fail else "value"
+    """Settle a needs_attention step: a value (none of `retry`, `fail`, `probe`), retry,
+    fail, or have the step's probe asked again (`probe`)."""
+    how = "retry" if retry else "fail" if fail else "probe" if probe else "value"
     detail = {"step": step, "how": how, "value": value, "comment": comment}
     action = Action("run.resolve", f"run:{run_id}", "operate", detail)
 
     async def do() -> str:
         return await app.client.resolve(
-            run_id, step, value=value, has_value=how == "value", retry=retry, fail=fail
-        )
+            run_id, step, value=value, has_value=how == "value", retry=retry, fail=fail,
+            probe=probe,
+        )  # fmt: skip
 
     return await perform(app, who, action, do)
 
@@ -317,7 +320,8 @@ async def operate(
     if action == "resolve":
         return await resolve(
             app, who, run_id, options["step"], value=options.get("value"),
-            retry=bool(options.get("retry")), fail=bool(options.get("fail")), comment=comment,
+            retry=bool(options.get("retry")), fail=bool(options.get("fail")),
+            probe=bool(options.get("probe")), comment=comment,
         )  # fmt: skip
     if action == "fork":
         forked = await fork(

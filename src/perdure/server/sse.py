@@ -27,7 +27,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..engine.streams import StreamChunk, follow
 from ..errors import PerdureError
 from ..observe.redact import Redactor
-from ..store.base import FINISHED, Entry, RunRow
+from ..store.base import FINISHED, RunRow
+from .answers import entry_json
 
 if TYPE_CHECKING:
     from ..app import App
@@ -39,24 +40,6 @@ MAX_STREAMS = 100  # open streams per server
 BATCH = 500  # journal entries read per poll
 MIN_GAP = 0.05  # seconds between reads however often this process notifies
 RECHECK = 3.0  # seconds between checks that the stream's credential still holds
-
-
-def entry_json(entry: Entry, redactor: Redactor) -> dict[str, Any]:
-    """A journal entry as the API shows it (`data` decoded from its JSON text, masked)."""
-    try:
-        data = None if entry.data is None else json.loads(entry.data)
-    except ValueError:
-        data = entry.data
-    return {
-        "seq": entry.seq,
-        "kind": entry.kind,
-        "name": entry.name,
-        "position": entry.position,
-        "attempt": entry.attempt,
-        "final": entry.final,
-        "at": entry.at,
-        "data": redactor.value(data),
-    }
 
 
 def _frame(event: str, data: Any, event_id: int | None = None) -> str:

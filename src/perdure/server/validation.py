@@ -201,15 +201,21 @@ class StartRun(Body):
 
 
 class Resolve(Comment):
-    """Settle a needs_attention step: give exactly one of `value`, `retry` or `fail`."""
+    """Settle a needs_attention step: give exactly one of `value`, `retry`, `fail` or
+    `probe` (ask the step's probe again: done, the run goes on; not done, the step runs
+    again; cannot tell, the run waits again)."""
 
-    EXACTLY_ONE = (Choice("value"), Choice("retry", true=True), Choice("fail", true=True))
+    EXACTLY_ONE = (
+        Choice("value"), Choice("retry", true=True), Choice("fail", true=True),
+        Choice("probe", true=True),
+    )  # fmt: skip
     step: Annotated[int, Interval(ge=0, le=BIG), INTEGRAL] | Name = Field(
         description="the step's position or name"
     )
     value: Json = Field(None, description="mark the step done with this value")
     retry: bool = False
     fail: bool = False
+    probe: bool = False
 
 
 class Fork(Comment):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import mcp.types as types
 
 from ...engine.client import unblob_text
+from ...engine.reasons import cause_of, reason_of
 from ...observe.redact import Redactor
 from ...store.base import (
     CANCELLED,
@@ -140,9 +141,11 @@ def status_of(run: RunRow, gate: GateQuestion | None) -> tuple[types.TaskStatus,
     elif status == PAUSED:
         message = "paused by an operator; it goes on when resumed"
     elif status == NEEDS_ATTENTION:
+        said = Redactor().text(reason_of(run)) or "a step was interrupted mid-effect"
+        probe = " | --probe" if cause_of(run) == "probe" else ""  # its probe can be asked again
         message = (
-            "needs_attention: a step was interrupted mid-effect; an operator must settle it "
-            f"(perdure resolve {run.id} STEP --value JSON | --retry | --fail)"
+            f"needs_attention: {said}; an operator must settle it "
+            f"(perdure resolve {run.id} STEP --value JSON | --retry | --fail{probe})"
         )
     elif status == DEAD:
         message = (
