@@ -109,11 +109,44 @@ def start(
         )
     app = get_app(ctx, need_code=True)
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
-    run, _ = act(app, ops.start(app, operator(), workflow, positional, keywords, run_id=run_id,
-                                via="cli"), "start")  # fmt: skip
+    run, created = act(app, ops.start(app, operator(), workflow, positional, keywords,
+                                      run_id=run_id, via="cli"), "start")  # fmt: skip
     render.echo(render.shown(run.id))
+    if not created and (run.workflow, json.loads(run.input)) != (
+        workflow,
+        {"args": list(positional), "kwargs": keywords},
+    ):
+        render.echo(f"note: run {render.shown(run.id)} exists already, started "
+                    f"{render.when(run.created_at)} UTC with other arguments "
+                    f"({render.shown(run.workflow)} {render.shown(run.input)}); nothing new "
+                    "was started", err=True)  # fmt: skip
     if wait:
-        render.echo(json.dumps(app.handle(run.id).result()))
+        render.echo(json.dumps(wait_for(app, run.id, ctx)))
+
+
+NO_WORKER_AFTER = 3.0  # seconds `start --wait` waits before it looks for a live worker
+
+
+def wait_for(app: App, run_id: str, ctx: click.Context) -> Any:
+    """The run's result; after NO_WORKER_AFTER seconds without one, if no live worker is
+    registered, say so once (with the command that starts one) and keep waiting."""
+    from ..engine.peers import worker_states
+    from ..errors import WaitTimeout
+
+    handle = app.handle(run_id)
+    try:
+        return handle.result(timeout=NO_WORKER_AFTER)
+    except WaitTimeout:
+        pass
+    now = app.clock.now()
+    states = app.runtime.sync(worker_states(app.runtime.store, now, now - 3600), "start --wait")
+    if not any(state.live for _, state in states):
+        db, spec = ctx.obj
+        where = f" --db {db}" if db else ""
+        render.echo(f"waiting for run {render.shown(run_id)}, but no live worker is registered "
+                    f"on this store: start one with `perdure{where} --app {spec} worker`",
+                    err=True)  # fmt: skip
+    return handle.result()
 
 
 @cli.command("ls")

@@ -66,7 +66,11 @@ def add(
     overlap: str,
     jitter: float,
 ) -> None:
-    """Store a schedule starting WORKFLOW with ARGS (a JSON list or object) every tick."""
+    """Store a schedule (needs --app) starting WORKFLOW with ARGS every tick; times in UTC.
+
+    Usage: perdure --app module:attribute schedules add NAME WORKFLOW [ARGS] [OPTIONS];
+    ARGS is a JSON list (positional) or object (keywords); WORKFLOW must be registered in
+    the app; --cron fires in --tz, and every time printed is UTC."""
     from .main import act, get_app, operator, parse_json
 
     app = get_app(ctx, need_code=True)
@@ -89,7 +93,7 @@ def add(
         jitter=jitter,
     )
     row = act(app, ops.add_schedule(app, operator(), schedule), "schedules add")
-    render.echo(f"{render.shown(row.name)}: next fire {render.when(row.next_fire)}")
+    render.echo(f"{render.shown(row.name)}: next fire {render.when(row.next_fire)} UTC")
 
 
 def _operate(ctx: click.Context, name: str, verb: str) -> None:
@@ -105,7 +109,7 @@ def _operate(ctx: click.Context, name: str, verb: str) -> None:
         act(app, ops.delete_schedule(app, who, name), "schedules delete")
         render.echo(f"{render.shown(name)}: deleted")
         return
-    state = "paused" if row.paused else f"next fire {render.when(row.next_fire)}"
+    state = "paused" if row.paused else f"next fire {render.when(row.next_fire)} UTC"
     render.echo(f"{render.shown(name)}: {state}")
 
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..engine.peers import SILENT_AFTER
+from ..engine.peers import worker_states
 from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
@@ -94,8 +94,9 @@ def worker(
 @click.pass_context
 def workers(ctx: click.Context, since: float) -> None:
     """Workers (id, host, pid, runs held), how far their host's clock is from the store
-    server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive, silent
-    (no heartbeat for 30 s: crashed or cut off) or stopped."""
+    server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive (busy or
+    idle), stopped, dead (with the proof: its process is gone on this host, or its
+    PostgreSQL session ended) or silent (no heartbeat for 30 s, nothing proven)."""
     from .main import get_app
 
     app = get_app(ctx, existing=True)
@@ -103,18 +104,15 @@ def workers(ctx: click.Context, since: float) -> None:
         app.runtime.open_store(), "workers"
     )  # on PostgreSQL the clock is then the server's
     now = app.clock.now()
-    rows = app.runtime.sync(app.runtime.store.list_workers(now - since), "workers")
+    rows = app.runtime.sync(worker_states(app.runtime.store, now, now - since), "workers")
     if not rows:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
-    for w in rows:
-        if w.stopped_at is not None:
+    for w, judged in rows:
+        state = judged.label
+        if judged.state == "stopped" and w.stopped_at is not None:
             state = f"stopped {render.when(w.stopped_at)}"
-        elif now - w.heartbeat_at > SILENT_AFTER:
-            state = f"SILENT for {now - w.heartbeat_at:.0f}s"
-        else:
-            state = "alive"
         skew = "-" if w.clock_offset is None else f"{-w.clock_offset:+.1f}s"
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
                      render.when(w.started_at), render.when(w.heartbeat_at), skew,
