@@ -151,7 +151,7 @@ def test_schedules_add_says_utc_and_its_help_says_it_needs_app(env: dict[str, st
     added = run("schedules", "add", "nightly", "checkout", '["o"]', "--every", "60")
     assert added.stdout.strip() == "nightly: next fire 2026-01-01 00:01:00 UTC"
     listing = run("schedules", "--help").stdout
-    assert "add     Store a schedule (needs --app)" in listing
+    assert "add     Store a schedule (needs --app or --agent)" in listing
     assert (
         "perdure --app module:attribute schedules add" in run("schedules", "add", "--help").stdout
     )

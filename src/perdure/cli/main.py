@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -25,6 +26,7 @@ from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
+from .specs import add_agents, agent_option
 from .tail import tail
 from .tokens import token
 from .top import top
@@ -76,12 +78,24 @@ def act(app: App, coro: Any, what: str) -> Any:
     return app.runtime.sync(coro, what)
 
 
-def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = False) -> App:
-    """The app to act with; `existing` refuses to create a store that is not there yet."""
+def get_app(
+    ctx: click.Context,
+    *,
+    need_code: bool = False,
+    existing: bool = False,
+    agents: Sequence[str] = (),
+    model: str = "spec",
+    works: bool = False,
+) -> App:
+    """The app to act with; `existing` refuses to create a store that is not there yet;
+    `agents`: specs whose agents (and triggers) are added to it (`--agent SPEC`)."""
     db, spec = ctx.obj
-    if need_code and not spec:
-        raise PerdureError("this command needs your workflows: pass --app module:attribute")
+    if need_code and not spec and not agents:
+        raise PerdureError(
+            "this command needs your workflows: pass --app module:attribute or --agent SPEC"
+        )
     app = load_app(spec, db)
+    add_agents(app, agents, model, works=works)
     store = app.runtime.store
     path = store.path if isinstance(store, SQLiteStore) else None
     if existing and path and path != ":memory:" and not os.path.exists(path):
@@ -385,10 +399,12 @@ def emit(
 
 
 @cli.command("effects")
+@agent_option
 @click.pass_context
-def effects_cmd(ctx: click.Context) -> None:
+def effects_cmd(ctx: click.Context, agent_specs: tuple[str, ...]) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    render.echo(render.effects(effects(get_app(ctx, need_code=True).runtime)))
+    app = get_app(ctx, need_code=True, agents=agent_specs)
+    render.echo(render.effects(effects(app.runtime)))
 
 
 @cli.command("replay-check")

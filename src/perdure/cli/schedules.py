@@ -8,6 +8,7 @@ from ..errors import PerdureError
 from ..server import operations as ops
 from ..triggers import schedules as sched
 from . import render
+from .specs import agent_option
 
 
 @click.group("schedules")
@@ -52,6 +53,7 @@ def show(ctx: click.Context, name: str, count: int, limit: int) -> None:
 @click.option("--catchup-limit", default=10, show_default=True)
 @click.option("--overlap", type=click.Choice(sched.OVERLAP), default="skip", show_default=True)
 @click.option("--jitter", type=float, default=0.0, show_default=True, help="Seconds.")
+@agent_option
 @click.pass_context
 def add(
     ctx: click.Context,
@@ -65,15 +67,17 @@ def add(
     catchup_limit: int,
     overlap: str,
     jitter: float,
+    agent_specs: tuple[str, ...],
 ) -> None:
-    """Store a schedule (needs --app) starting WORKFLOW with ARGS every tick; times in UTC.
+    """Store a schedule (needs --app or --agent) starting WORKFLOW every tick; times in UTC.
 
-    Usage: perdure --app module:attribute schedules add NAME WORKFLOW [ARGS] [OPTIONS];
+    Usage: perdure --app module:attribute schedules add NAME WORKFLOW [ARGS] [OPTIONS]
+    (or --agent SPEC, whose agent is the workflow `agent:NAME`);
     ARGS is a JSON list (positional) or object (keywords); WORKFLOW must be registered in
     the app; --cron fires in --tz, and every time printed is UTC."""
     from .main import act, get_app, operator, parse_json
 
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=agent_specs)
     spec = parse_json(args, "ARGS")
     if spec is None:
         spec = []

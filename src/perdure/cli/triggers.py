@@ -9,19 +9,22 @@ import click
 from ..engine.triggers import TriggerStatus
 from ..server import operations as ops
 from . import render
+from .specs import agent_option
 
 
 @click.group("triggers", invoke_without_command=True)
+@agent_option
 @click.pass_context
-def triggers(ctx: click.Context) -> None:
+def triggers(ctx: click.Context, agent_specs: tuple[str, ...]) -> None:
     """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
-    sources) with its state, lag and last error; exit 1 if one is in error. Without --app,
-    only the schedules in the store."""
+    sources) with its state, lag and last error; exit 1 if one is in error. Without --app
+    or --agent, only the schedules in the store."""
+    ctx.meta["perdure.agents"] = agent_specs  # `triggers --agent SPEC install` too
     if ctx.invoked_subcommand is not None:
         return
     from .main import get_app
 
-    app = get_app(ctx, existing=True)
+    app = get_app(ctx, existing=True, agents=agent_specs)
     rows = app.triggers()
     render.echo(listing(rows) if rows else "no triggers")
     if any(t.state == "error" for t in rows):
@@ -47,7 +50,7 @@ def install(ctx: click.Context) -> None:
     worker does when it starts; nothing already recorded is touched."""
     from .main import get_app
 
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=ctx.meta.get("perdure.agents", ()))
     changed = app.install_triggers()
     render.echo(f"installed: {', '.join(changed)}" if changed else "every trigger is up to date")
 

@@ -8,10 +8,12 @@ import sys
 
 import click
 
+from ..agent.serve import MODEL_CHOICES
 from ..engine.peers import worker_states
 from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
+from .specs import agent_option
 
 
 @click.command("worker")
@@ -35,6 +37,11 @@ from . import render
     is_flag=True,
     help="Serve --metrics-port without a token (default: a `read` token, as serve's /metrics).",
 )
+@agent_option
+@click.option(
+    "--model", type=click.Choice(MODEL_CHOICES), default="spec",
+    help="Serve the --agent agents' default tier with this model.",
+)  # fmt: skip
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -47,17 +54,20 @@ def worker(
     gc_every: float,
     metrics_port: int | None,
     metrics_public: bool,
+    agent_specs: tuple[str, ...],
+    model: str,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
     next step boundary, and after --grace seconds leave what still executes to recovery (a
     second signal: at once). Prints one `ready worker=ID store=URL concurrency=N` line on
-    stdout once claiming; logs go to stderr."""
+    stdout once claiming; logs go to stderr. --agent SPEC (no --app needed): also work that
+    agent's runs and serve its trigger."""
     from ..observe import instrument
     from .main import get_app
 
     if metrics_port is not None:
         require_extra("observe", "perdure worker --metrics-port", "prometheus_client")
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=agent_specs, model=model, works=True)
     instrument(app.runtime)
     if metrics_port is not None:
         from ..observe.metrics import serve_metrics
