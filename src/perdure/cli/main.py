@@ -174,7 +174,8 @@ def list_runs(
     """List runs, newest first."""
     app = get_app(ctx, existing=True)
     rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
-    render.echo(render.runs(rows, app.runtime.sync(app.client.paused_workflows(), "ls")))
+    paused = app.runtime.sync(app.client.paused_workflows(), "ls")
+    render.echo(render.runs(rows, paused, app.clock.now()))
 
 
 @cli.command()
@@ -232,7 +233,7 @@ def show(ctx: click.Context, run_id: str) -> None:
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
     paused = app.runtime.sync(app.client.paused_workflows(), "show")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, app.clock.now()))
     render.echo()
     render.echo(render.timeline(entries))
 
@@ -245,7 +246,7 @@ def explain_cmd(ctx: click.Context, run_id: str) -> None:
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
     paused = app.runtime.sync(app.client.paused_workflows(), "explain")
-    render.echo(render.run_header(run, entries, paused))
+    render.echo(render.run_header(run, entries, paused, app.clock.now()))
     render.echo()
     render.echo(render.explanation(explain(app.runtime, run, entries)))
 

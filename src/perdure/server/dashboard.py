@@ -35,6 +35,8 @@ from ..agent.budget_sql import Budgets
 from ..app import App
 from ..engine.client import unblob_text
 from ..engine.inspection import explain
+from ..engine.peers import worker_states
+from ..engine.reasons import claimable, shown_status
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
@@ -114,6 +116,7 @@ def visible(value: Any) -> Any:
 templates.env.finalize = visible
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
+templates.env.globals["shown_status"] = shown_status
 
 
 # -- sign-in, CSRF, rendering ------------------------------------------------------------
@@ -704,23 +707,33 @@ async def triggers_page(request: Request, app: App, who: Principal) -> Response:
 
 @page
 async def workers_page(request: Request, app: App, who: Principal) -> Response:
-    """Workers seen through the leases they hold: runs held, lease expiry; what is paused."""
+    """Every worker heard of in the last hour with its state (the one judgement of
+    `engine.peers.worker_state`: alive busy or idle, stopped, dead with the proof, silent),
+    the runs it holds and their lease; runs no worker holds; what is paused."""
     now = app.clock.now()
     held = await app.runtime.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
     owners: dict[str, list[RunRow]] = {}
     for run in held:
-        owners.setdefault(run.lease_owner or "(unclaimed)", []).append(run)
-    workers = [
-        {
-            "id": owner,
-            "runs": sorted(runs, key=lambda r: r.id),
-            "until": max((r.lease_until or 0.0) for r in runs),
-            "expired": all((r.lease_until or 0.0) < now for r in runs),
-        }
-        for owner, runs in sorted(owners.items())
-    ]
+        if not claimable(run, now) and run.lease_owner:
+            owners.setdefault(run.lease_owner, []).append(run)
+    order = {"alive": 0, "silent": 1, "dead": 2, "stopped": 3}
+    judged = sorted(await worker_states(app.runtime.store, now, now - 3600),
+                    key=lambda w: (order[w[1].state], w[0].id))  # fmt: skip
+    workers = []
+    for row, state in judged:
+        runs = sorted(owners.pop(row.id, []), key=lambda r: r.id)
+        workers.append({"id": row.id, "where": f"{row.host} pid {row.pid}", "state": state,
+                        "load": f"{row.running}/{row.concurrency}", "beat": row.heartbeat_at,
+                        "runs": runs, "until": max((r.lease_until or 0.0) for r in runs)
+                        if runs else None})  # fmt: skip
+    for owner, runs in sorted(owners.items()):  # a lease owner the registry does not know
+        workers.append({"id": owner, "where": "-", "state": None, "load": str(len(runs)),
+                        "beat": None, "runs": sorted(runs, key=lambda r: r.id),
+                        "until": max((r.lease_until or 0.0) for r in runs)})  # fmt: skip
+    unheld = sorted((r for r in held if claimable(r, now)), key=lambda r: r.id)
     pauses = await app.runtime.store.list_pauses()
-    return await render(request, who, "workers.html", workers=workers, pauses=pauses)
+    return await render(request, who, "workers.html", workers=workers, unheld=unheld,
+                        pauses=pauses)  # fmt: skip
 
 
 @page
