@@ -12,7 +12,9 @@ from typing import Any
 import click
 
 from ..app import App
+from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
+from ..engine.progress import executing
 from ..errors import PerdureError
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
@@ -227,15 +229,26 @@ def stuck(ctx: click.Context, grace: float) -> None:
 
 @cli.command()
 @click.argument("run_id")
+@click.option("--all", "every", is_flag=True, help="Also the markers perdure records for itself.")
 @click.pass_context
-def show(ctx: click.Context, run_id: str) -> None:
-    """A run's status and its journal timeline."""
+def show(ctx: click.Context, run_id: str, every: bool) -> None:
+    """A run's status, what it executes now, and its journal timeline."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
     paused = app.runtime.sync(app.client.paused_workflows(), "show")
-    render.echo(render.run_header(run, entries, paused, app.clock.now()))
+    now = app.clock.now()
+    render.echo(render.run_header(run, entries, paused, now))
+    doing = executing(run, entries, app.runtime.sync(latest_stream(app, run.id), "show"), now)
+    if doing is not None:
+        render.echo(f"now       {doing.describe(now)}")
     render.echo()
-    render.echo(render.timeline(entries))
+    render.echo(render.timeline(entries if every else [e for e in entries if not internal(e)]))
+
+
+async def latest_stream(app: App, run_id: str, rows: int = 50) -> list[Any]:
+    """The newest `rows` rows of a run's stream (its attempt markers say what executes)."""
+    last = await app.runtime.store.stream_last(run_id)
+    return list(await app.runtime.store.read_stream(run_id, max(-1, last - rows), rows))
 
 
 @cli.command("explain")

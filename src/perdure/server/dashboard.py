@@ -34,8 +34,10 @@ from starlette.templating import Jinja2Templates
 from ..agent.budget_sql import Budgets
 from ..app import App
 from ..engine.client import unblob_text
+from ..engine.durable import internal
 from ..engine.inspection import explain
 from ..engine.peers import worker_states
+from ..engine.progress import executing
 from ..engine.reasons import claimable, shown_status
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
@@ -467,7 +469,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
     for entry in entries:
         entry.data = await unblob_text(app.runtime.store, entry.data)
     redactor = Redactor()
-    rows = timeline(app, run, entries, redactor)
+    shown = [e for e in entries if not internal(e)]  # perdure's own markers: show --all
+    rows = timeline(app, run, shown, redactor)
     error = redactor.value(_json(run.error)) if run.error else None
     if error is not None and not isinstance(error, dict):
         error = {"message": str(error)}
@@ -490,17 +493,20 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         run.id, max(-1, last - MAX_STREAMED), MAX_STREAMED
     )
     output, _ = outputs(streamed)
+    now = app.clock.now()
+    doing = executing(run, entries, streamed, now)
     for block in output:
         block.text = redactor.text(block.text)
         block.topics = {k: json.dumps(redactor.value(v), default=str)
                         for k, v in block.topics.items()}  # fmt: skip
     return await render(
         request, who, "run.html", run=run, rows=rows[-MAX_ENTRIES:], hidden=len(rows) > MAX_ENTRIES,
-        picture=picture(run, entries, app.clock.now()), output=output[-MAX_OUTPUTS:],
+        picture=picture(run, shown, app.clock.now()), output=output[-MAX_OUTPUTS:],
         older=streamed[0].seq if streamed else 0,  # stream rows before those read
         error=error, result=_pretty(result), arguments=_pretty(arguments),
         audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
         children=children, gate=gate, actions=actions, final=run.status in FINISHED,
+        executing=doing.describe(now) if doing else None,
     )  # fmt: skip
 
 
