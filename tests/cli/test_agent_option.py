@@ -47,13 +47,23 @@ def test_effects_triggers_and_schedules_take_an_agent_spec(folder: Path) -> None
 
 
 def test_a_command_needing_workflows_names_both_ways_to_give_them(folder: Path) -> None:
-    """Without --app or --agent, serve, worker and effects say to pass either, in one line."""
-    for args in (["effects"], ["worker"], ["serve"]):
+    """Without --app or --agent, serve, worker, effects and triggers install say to pass
+    either, in one line."""
+    for args in (["effects"], ["worker"], ["serve"], ["triggers", "install"]):
         refused = run(*args)
         assert refused.exit_code == 2
         assert refused.stderr.strip() == (
             "error: this command needs your workflows: pass --app module:attribute or --agent SPEC"
         )
+
+
+def test_a_command_without_agent_names_only_app(folder: Path) -> None:
+    """`start` takes no --agent, so its refusal names --app only."""
+    refused = run("start", "w")
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == (
+        "error: this command needs your workflows: pass --app module:attribute"
+    )
 
 
 def test_a_broken_spec_is_refused_before_anything_is_served(folder: Path) -> None:

@@ -80,6 +80,15 @@ def act(app: App, coro: Any, what: str) -> Any:
     return app.runtime.sync(coro, what)
 
 
+def takes_agent(ctx: click.Context | None) -> bool:
+    """Does this command (or the group it is under) take `--agent SPEC`?"""
+    while ctx is not None:
+        if any(p.name == "agent_specs" for p in ctx.command.params):
+            return True
+        ctx = ctx.parent
+    return False
+
+
 def get_app(
     ctx: click.Context,
     *,
@@ -93,9 +102,9 @@ def get_app(
     `agents`: specs whose agents (and triggers) are added to it (`--agent SPEC`)."""
     db, spec = ctx.obj
     if need_code and not spec and not agents:
-        raise PerdureError(
-            "this command needs your workflows: pass --app module:attribute or --agent SPEC"
-        )
+        takes = takes_agent(ctx)
+        raise PerdureError("this command needs your workflows: pass --app module:attribute"
+                           + (" or --agent SPEC" if takes else ""))  # fmt: skip
     app = load_app(spec, db)
     add_agents(app, agents, model, works=works)
     store = app.runtime.store
