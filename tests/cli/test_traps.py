@@ -138,6 +138,16 @@ def test_validate_finds_an_mcp_command_on_path_or_from_the_spec_folder(tmp_path:
     assert "ok: agent ok" in result.stdout
 
 
+def test_ls_refuses_a_status_that_does_not_exist(env: dict[str, str]) -> None:
+    """`ls --status bogus` is one line naming the statuses (claimable among them), not an
+    empty list."""
+    assert run("start", "checkout", '["l"]').exit_code == 0
+    refused = run("ls", "--status", "bogus")
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: --status 'bogus': use one of pending, running,")
+    assert refused.stderr.strip().endswith(", claimable")
+
+
 def test_emit_without_a_trigger_names_the_run_flag(env: dict[str, str]) -> None:
     """The hint of an event type nobody listens to names `--run`, the flag that exists."""
     result = run("emit", "nobody.listens", "--id", "e1")

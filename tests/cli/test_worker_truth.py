@@ -46,7 +46,8 @@ def views(shop: Any, client: Any) -> dict[str, str]:
 
 def test_idle_handed_back_and_killed_read_the_same_everywhere(shop: Any) -> None:
     """An idle worker is `alive (idle)` in every view; a run its SIGTERM handed back is
-    `claimable` in ls, the API and the dashboard (not `running`); the stopped worker is
+    `claimable` in ls (and `ls --status claimable`, not `--status running`), the API and the
+    dashboard; the stopped worker is
     stopped; a worker killed with -9 is dead with the proof in every view."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
@@ -82,6 +83,10 @@ def test_idle_handed_back_and_killed_read_the_same_everywhere(shop: Any) -> None
         said = views(shop, client)
         assert re.search(rf"^{run_id}\s+risky\s+claimable ", said["ls"], re.M), said["ls"]
         assert re.search(r"^first .* stopped \d{4}-", said["workers"], re.M)
+        only = CliRunner().invoke(cli, ["--db", shop.url, "ls", "--status", "claimable"])
+        assert run_id in only.output
+        running = CliRunner().invoke(cli, ["--db", shop.url, "ls", "--status", "running"])
+        assert running.output.strip() == "no runs"
         assert "Claimable" in said["page"] and run_id in said["page"]
         assert client.get(f"/api/v1/runs/{run_id}", headers=api).json()["claimable"] is True
         page = client.get(f"/ui/runs/{run_id}").text

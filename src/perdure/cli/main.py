@@ -15,6 +15,7 @@ from ..app import App
 from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
 from ..engine.progress import executing
+from ..engine.reasons import shown_status
 from ..errors import PerdureError
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
@@ -182,11 +183,23 @@ def wait_for(app: App, run_id: str, ctx: click.Context) -> Any:
 def list_runs(
     ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first (`claimable`: running runs no worker holds)."""
+    from ..store.base import ALL_STATUSES
+
+    unknown = sorted(set(statuses) - {*ALL_STATUSES, "claimable"})
+    if unknown:
+        raise PerdureError(f"--status {unknown[0]!r}: use one of "
+                           f"{', '.join((*ALL_STATUSES, 'claimable'))}")  # fmt: skip
     app = get_app(ctx, existing=True)
-    rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    asked = {"running" if s == "claimable" else s for s in statuses}
+    rows = app.list_runs(statuses=sorted(asked), workflow=workflow, limit=limit)
     paused = app.runtime.sync(app.client.paused_workflows(), "ls")
-    render.echo(render.runs(rows, paused, app.clock.now()))
+    now = app.clock.now()
+    if statuses:  # a claimable run is listed as such, not under `running`
+        shown = {r.id: shown_status(r, paused, now) for r in rows}
+        rows = [r for r in rows if shown[r.id] in statuses
+                or (shown[r.id] != "claimable" and r.status in statuses)]  # fmt: skip
+    render.echo(render.runs(rows, paused, now))
 
 
 @cli.command()
