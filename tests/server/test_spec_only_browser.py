@@ -121,3 +121,5 @@ def test_serve_with_an_agent_spec_answers_its_approval_in_chromium(tmp_path: Pat
         for log in logs.values():
             log.close()
     assert target.read_text() == "blue"
+    for name in ("serve", "worker"):  # each says on start which agent it took from the spec
+        assert "; agent painter (no trigger" in (tmp_path / f"{name}.log").read_text()

@@ -107,7 +107,7 @@ def get_app(
         raise PerdureError("this command needs your workflows: pass --app module:attribute"
                            + (" or --agent SPEC" if takes else ""))  # fmt: skip
     app = load_app(spec, db)
-    add_agents(app, agents, model, works=works)
+    ctx.meta["perdure.agents_added"] = add_agents(app, agents, model, works=works)  # said on start
     store = app.runtime.store
     path = store.path if isinstance(store, SQLiteStore) else None
     if existing and path and path != ":memory:" and not os.path.exists(path):

@@ -73,7 +73,9 @@ def serve(
 
     instrument(app.runtime)
     names = ", ".join(sorted(hooks)) or "none"
-    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
+    agents = ctx.meta.get("perdure.agents_added") or ""
+    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}"
+                + (f"; {agents}" if agents else ""), err=True)  # fmt: skip
     limits = ConnectionLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )

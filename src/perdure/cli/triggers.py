@@ -19,7 +19,7 @@ def triggers(ctx: click.Context, agent_specs: tuple[str, ...]) -> None:
     """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
     sources) with its state, lag and last error; exit 1 if one is in error. Without --app
     or --agent, only the schedules in the store."""
-    ctx.meta["perdure.agents"] = agent_specs  # `triggers --agent SPEC install` too
+    ctx.meta["perdure.agent_specs"] = agent_specs  # `triggers --agent SPEC install` too
     if ctx.invoked_subcommand is not None:
         return
     from .main import get_app
@@ -50,7 +50,7 @@ def install(ctx: click.Context) -> None:
     worker does when it starts; nothing already recorded is touched."""
     from .main import get_app
 
-    app = get_app(ctx, need_code=True, agents=ctx.meta.get("perdure.agents", ()))
+    app = get_app(ctx, need_code=True, agents=ctx.meta.get("perdure.agent_specs", ()))
     changed = app.install_triggers()
     render.echo(f"installed: {', '.join(changed)}" if changed else "every trigger is up to date")
 

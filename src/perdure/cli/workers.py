@@ -76,8 +76,10 @@ def worker(
         serve_metrics(
             app.runtime, metrics_port, guard=None if metrics_public else worker_guard(app)
         )
+    agents = ctx.meta.get("perdure.agents_added") or ""
     render.echo(
-        f"perdure worker: {len(app.runtime.workflows)} workflow(s) on {public_url(app.url)}",
+        f"perdure worker: {len(app.runtime.workflows)} workflow(s) on {public_url(app.url)}"
+        + (f"; {agents}" if agents else ""),
         err=True,
     )
     options = WorkerOptions(
