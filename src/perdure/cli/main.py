@@ -12,11 +12,13 @@ from typing import Any
 import click
 
 from ..app import App
+from ..engine.client import unblob_text
 from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
 from ..engine.progress import executing
 from ..engine.reasons import shown_status
 from ..errors import PerdureError
+from ..observe.redact import Redactor
 from ..server import operations as ops
 from ..server.access import Principal, local_operator
 from ..store.sqlite import SQLiteStore
@@ -138,14 +140,17 @@ def start(
     run, created = act(app, ops.start(app, operator(), workflow, positional, keywords,
                                       run_id=run_id, via="cli"), "start")  # fmt: skip
     render.echo(render.shown(run.id))
-    if not created and (run.workflow, json.loads(run.input)) != (
-        workflow,
-        {"args": list(positional), "kwargs": keywords},
-    ):
-        render.echo(f"note: run {render.shown(run.id)} exists already, started "
-                    f"{render.when(run.created_at)} UTC with other arguments "
-                    f"({render.shown(run.workflow)} {render.shown(run.input)}); nothing new "
-                    "was started", err=True)  # fmt: skip
+    if not created:
+        given = app.runtime.sync(unblob_text(app.runtime.store, run.input), "start") or "null"
+        if (run.workflow, json.loads(given)) != (
+            workflow, {"args": list(positional), "kwargs": keywords}
+        ):  # fmt: skip
+            shown = Redactor().json_text(given) or ""  # input may hold secrets: masked first
+            shown = shown if len(shown) <= 200 else shown[:200] + "... (cut at 200 characters)"
+            render.echo(f"note: run {render.shown(run.id)} exists already, started "
+                        f"{render.when(run.created_at)} UTC with other arguments "
+                        f"({render.shown(run.workflow)} {render.shown(shown)}); nothing new "
+                        "was started", err=True)  # fmt: skip
     if wait:
         render.echo(json.dumps(wait_for(app, run.id, ctx)))
 
