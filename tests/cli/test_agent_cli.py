@@ -143,7 +143,7 @@ def test_validate_and_run_refuse_a_grant_of_no_tool(tmp_path: Path) -> None:
     """`grant = ["rm_rf"]`: validate and run exit 2 in one line naming the known tools and
     MCP servers; no run is started. A declared MCP server's SERVER__TOOL grant is valid."""
     spec = tmp_path / "agent.toml"
-    mcp = '\n[[tools.mcp]]\nname = "gh"\ncommand = "github-mcp-server"\n'
+    mcp = '\n[[tools.mcp]]\nname = "gh"\ncommand = "python3"\n'  # a command on PATH
     spec.write_text(SPEC.replace("[tools]", '[tools]\ngrant = ["read_file", "rm_rf"]') + mcp)
     db = f"sqlite:///{tmp_path}/s.db"
     runner = CliRunner()

@@ -50,11 +50,11 @@ def test_workers_report_host_pid_load_and_state(tmp_path: Path) -> None:
         app.close()
     line = next(x for x in seen["alive"].splitlines() if x.startswith(seen["id"]))
     assert socket.gethostname() in line and str(os.getpid()) in line
-    assert line.rstrip().endswith("alive") and "/3" in line
+    assert line.rstrip().endswith(("alive (busy)", "alive (idle)")) and "/3" in line
     mine = next(x for x in after.splitlines() if x.startswith(seen["id"]))
     assert "stopped" in mine
     ghost = next(x for x in after.splitlines() if x.startswith("ghost:1:abc"))
-    assert "SILENT for 1" in ghost and "2/4" in ghost
+    assert "silent: no heartbeat for 1" in ghost and "2/4" in ghost
 
 
 def _shop_module() -> Any:

@@ -130,14 +130,21 @@ def test_fork_of_unfinished_run(app: perdure.App, worker: TestWorker) -> None:
     assert original.status() == "sleeping"
 
 
-def test_fork_past_the_end_reuses_everything(app: perdure.App, worker: TestWorker) -> None:
-    """A fork from beyond the last step reuses every outcome and executes nothing."""
+def test_fork_from_the_end_reuses_everything_and_past_it_is_refused(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A fork from the journal's end reuses every outcome and executes nothing; a step
+    number past the end is refused in one line naming the range (issue 34: an operator's
+    typo is not a silent copy)."""
     p = Pipeline(app)
     original = app.start(p.workflow, 3)
     worker.run_until_idle()
     p.calls.clear()
+    steps = 1 + max(e.position for e in app.journal(original.id) if e.position is not None)
 
-    fork = app.fork(original.id, from_step=100)
+    with pytest.raises(perdure.PerdureError, match=f"it has {steps} step"):
+        app.fork(original.id, from_step=100)
+    fork = app.fork(original.id, from_step=steps)
     worker.run_until_idle()
     assert fork.result(timeout=5) == 39
     assert p.calls == []

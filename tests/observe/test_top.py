@@ -72,7 +72,8 @@ def test_a_frame_shows_workers_queues_and_running_runs(app: perdure.App) -> None
     [run] = frame.runs
     assert (run.id, run.workflow, run.worker, run.step) == (run_id, "pay", worker_id, "charge #1")
     text = text_of(render(frame))
-    assert re.search(rf"{re.escape(worker_id)}\s+1\s+expires in \d+s", text)
+    pattern = rf"{re.escape(worker_id)}\s+not registered\s+1\s+expires in \d+s"
+    assert re.search(pattern, text)  # a TestWorker holds leases without registering
     assert re.search(r"mail\s+0\s+1\s+2 at once, 10/60s", text)
     assert re.search(rf"{run_id}\s+pay\s+default\s+{re.escape(worker_id)}\s+\d+s\s+charge #1", text)
     assert "pending 1" in text and "running 1" in text
@@ -123,3 +124,35 @@ def test_an_idle_worker_shows_from_the_registry_with_its_heartbeat(app: perdure.
     [line] = frame.workers
     assert (line.id, line.runs, line.lease_left) == ("box:7:aaa", 0, None)
     assert line.heartbeat_ago == 4
+    assert line.state == "alive (idle)"
+
+
+def test_top_states_each_worker_as_perdure_workers_does(app: perdure.App) -> None:
+    """Each worker line carries the one judgement of its state: a worker of this host whose
+    process is gone is dead with the proof, one not heard of for a minute is silent."""
+    import socket
+    import subprocess
+
+    from perdure.engine.peers import worker_state
+    from perdure.observe.top import snapshot
+    from perdure.store.workers_sql import WorkerRow
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    now = app.clock.now()
+    host = socket.gethostname()
+    dead = WorkerRow("dead-1", host, gone.pid, now - 100, now - 2, 8, 0)
+    quiet = WorkerRow("quiet-1", "elsewhere", 9, now - 100, now - 60, 8, 0)
+    for row in (dead, quiet):
+        app.runtime.sync(app.runtime.store.worker_beat(row), "beat")
+    frame = app.runtime.sync(snapshot(app.runtime), "top")
+    states = {w.id: w.state for w in frame.workers}
+    assert states == {
+        "dead-1": f"dead: process {gone.pid} is gone on this host ({host})",
+        "quiet-1": "silent: no heartbeat for 60s (crashed, frozen or cut off)",
+    }
+    assert {k: worker_state(r, now).label for k, r in (("dead-1", dead), ("quiet-1", quiet))} == (
+        states
+    )
+    text = text_of(render(frame))
+    assert f"dead: process {gone.pid} is gone" in text

@@ -166,7 +166,7 @@ def test_every_page_renders_what_it_is_for_with_a_read_token(
             "{oops",
         ],
         "/ui/agents": ["helper", "tokens this day", "300 of 1,000 (30%)", "no limit"],
-        "/ui/workers": ["No worker holds a run right now", "Paused"],
+        "/ui/workers": ["No worker has reported in the last hour", "Paused"],
         "/ui/audit": ["token.create", local_operator().name, "token:", "ok"],
     }
     for path, words in expected.items():
@@ -502,8 +502,9 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
 def test_the_workers_page_shows_leases_and_pauses(
     app: perdure.App, server: TestClient, clock: TestClock
 ) -> None:
-    """A run claimed by a worker appears under that worker with its lease expiry; a paused
-    workflow is listed."""
+    """A run claimed by a worker appears under that worker with its lease expiry (a lease
+    owner the registry does not know is said to be not registered); once the lease ran out
+    the run is listed as claimable; a paused workflow is listed."""
     app.start("quick", 5, run_id="held-1")
     claims = app.runtime.sync(
         app.runtime.store.claim("host-a:4242", clock.now(), 30.0, 10, ["quick"]), "claim"
@@ -512,10 +513,12 @@ def test_the_workers_page_shows_leases_and_pauses(
     app.pause_workflow("asking")
     sign_in(server, token(app, "read"))
     shown = text_of(server.get("/ui/workers").text)
-    assert "host-a:4242 1 2026-01-01 03:30:30Z (in 30s) held-1" in shown
+    assert "host-a:4242 - not registered 1 - 2026-01-01 03:30:30Z (in 30s) held-1" in shown
     assert "workflow asking" in shown
     clock.advance(60)
-    assert "(expired 30s ago)" in text_of(server.get("/ui/workers").text)
+    later = text_of(server.get("/ui/workers").text)
+    assert "Claimable" in later and "held-1 quick , last held by host-a:4242" in later
+    assert "No worker has reported in the last hour" in later
 
 
 def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: TestClient) -> None:

@@ -196,7 +196,7 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             for label, words in (
                 ("Schedules", ["nightly", "cron 0 3 * * * (Europe/Paris)", next_3am_paris()]),
                 ("Agents", ["triage", "1,500 of 5,000 (30%)", "Tokens per day"]),
-                ("Workers", ["No worker holds a run right now"]),
+                ("Workers", ["alive (idle)"]),
                 ("Audit log", ["gate.approve", "token.create", "looks right"]),
             ):
                 page.click(f".top nav a:has-text('{label}')")

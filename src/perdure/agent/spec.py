@@ -7,7 +7,9 @@ Relative paths in the spec are relative to the spec's folder.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import tomllib
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
@@ -19,6 +21,15 @@ from pydantic_core import PydanticCustomError
 
 from ..errors import ConfigError
 from .providers.registry import PROVIDERS, provider_class
+
+
+class SpecProblems(ConfigError):
+    """Raised when a spec has problems: every one of them, each `file:line: field: message`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 
@@ -257,8 +268,52 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
 
 
 def load_spec(path: str | Path) -> AgentSpec:
-    """Read and check a spec file; ConfigError with file:line: field: message otherwise."""
-    file = Path(path)
+    """Read and check a spec file; SpecProblems (a ConfigError) with every problem as
+    file:line: field: message otherwise."""
+    spec, text = _parse(Path(path))
+    problems = _reference_problems(spec, Path(path), text)
+    if problems:
+        raise SpecProblems(problems)
+    return spec
+
+
+def validate_spec(path: str | Path, tools: Iterable[str]) -> AgentSpec:
+    """Everything `perdure validate` checks, every problem at once (SpecProblems): the
+    fields, the rules across them, the grants against `tools` and the MCP servers'
+    commands, which must exist where the agent starts them (its spec's folder)."""
+    spec, text = _parse(Path(path))
+    problems = _reference_problems(spec, Path(path), text)
+    problems += grant_problems(spec, tools) + mcp_problems(spec)
+    if problems:
+        raise SpecProblems(problems)
+    return spec
+
+
+def mcp_problems(spec: AgentSpec) -> list[str]:
+    """An MCP server whose command cannot be found: on PATH, or (with a slash) from the
+    spec's folder, where the agent starts it."""
+    problems = []
+    text = _text_of(spec)
+    for i, server in enumerate(spec.tools.mcp):
+        command = server.command
+        if command is None:
+            continue
+        if "/" in command:
+            found = os.access(spec.path(command), os.X_OK) and spec.path(command).is_file()
+        else:
+            found = shutil.which(command) is not None
+        if not found:
+            line = _line_of(text, ("tools", "mcp", i, "command")) if text else None
+            where = f"{spec.file}:{line}" if line else str(spec.file or spec.name)
+            problems.append(
+                f"{where}: tools.mcp.{i}.command: MCP server {server.name!r}: no command "
+                f"{command!r} " + ("from " + str(spec.folder) if "/" in command else "on PATH")
+            )
+    return problems
+
+
+def _parse(file: Path) -> tuple[AgentSpec, str]:
+    """The spec's fields checked one by one (SpecProblems for every one that fails)."""
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
@@ -277,94 +332,108 @@ def load_spec(path: str | Path) -> AgentSpec:
             line = _line_of(text, loc)
             where = f"{file}:{line}" if line else str(file)
             problems.append(f"{where}: {field}: {error['msg']}")
-        raise ConfigError("; ".join(problems)) from None
+        raise SpecProblems(problems) from None
     spec.folder = file.resolve().parent
     spec.file = file
-    _check_references(spec, file, text)
-    return spec
+    return spec, text
 
 
-def _check_references(spec: AgentSpec, file: Path, text: str) -> None:
-    """Cross-field rules pydantic cannot see: tiers exist, one trigger kind, one acceptance."""
+def _text_of(spec: AgentSpec) -> str:
+    if spec.file is None:
+        return ""
+    try:
+        return spec.file.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
-    def fail(loc: tuple[str, ...], message: str) -> ConfigError:
+
+def _reference_problems(spec: AgentSpec, file: Path, text: str) -> list[str]:
+    """Cross-field rules pydantic cannot see (tiers exist, one trigger kind, one
+    acceptance): every one broken, in the file's order."""
+    problems: list[str] = []
+
+    def fail(loc: tuple[str, ...], message: str) -> None:
         line = _line_of(text, loc)
         where = f"{file}:{line}" if line else str(file)
-        return ConfigError(f"{where}: {'.'.join(loc)}: {message}")
+        problems.append(f"{where}: {'.'.join(loc)}: {message}")
 
     if not spec.models:
-        raise fail(("models",), "define at least one model tier, e.g. [models.fast]")
+        fail(("models",), "define at least one model tier, e.g. [models.fast]")
     for field_loc, tier in ((("routing", "default"), spec.routing.default),):
         if tier not in spec.models:
-            raise fail(field_loc, f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")
+            fail(field_loc, f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")
     routing = spec.routing
     if routing.escalate and routing.escalate_after_failures is None:
-        raise fail(("routing", "escalate"), "say after how many failures: escalate_after_failures")
+        fail(("routing", "escalate"), "say after how many failures: escalate_after_failures")
     for tier in routing.order()[1:]:
         if tier not in spec.models:
             field_name = "escalate" if routing.escalate else "escalate_after_failures"
-            raise fail(("routing", field_name),
+            fail(("routing", field_name),
                        f"no model tier {tier!r} (tiers: {', '.join(spec.models)})")  # fmt: skip
     for name, model in spec.models.items():
         builtin = (model.script or "").startswith("builtin:")
         if model.script is not None and not builtin and not spec.path(model.script).is_file():
-            raise fail(("models", name, "script"), f"no file {model.script!r}")
+            fail(("models", name, "script"), f"no file {model.script!r}")
         provider = provider_class(model.provider)
         if provider.default_timeout is None:
             networked = [p for p in PROVIDERS if provider_class(p).default_timeout is not None]
             for field_name in ("timeout", "connect_timeout"):
                 if getattr(model, field_name) is not None:
-                    raise fail(("models", name, field_name),
+                    fail(("models", name, field_name),
                                f"a {model.provider} tier makes no network call; set it on "
                                f"{_either(networked, quote=False)} tiers")  # fmt: skip
         if provider.needs_model and not model.model:
-            raise fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
+            fail(("models", name, "model"), 'name the model, e.g. model = "gpt-4o-mini"')
     costed = [k for k in ("cost_per_hour", "cost_per_day") if getattr(spec.budget, k)]
     costed += ["max_cost"] if spec.limits.max_cost is not None else []
-    for name in routing.order() if costed else ():
+    for name in [t for t in routing.order() if t in spec.models] if costed else ():
         price = spec.models[name].price
         if not price.input_per_mtok and not price.output_per_mtok:
-            raise fail(("models", name, "price"),
+            fail(("models", name, "price"),
                        f"a cost limit is set ({costed[0]}) but this tier has no price, so its "
                        "calls would cost nothing against it; set price = { input_per_mtok = "
                        "..., output_per_mtok = ... }")  # fmt: skip
     acceptance = spec.acceptance
     if acceptance.command is not None and acceptance.python is not None:
-        raise fail(("acceptance", "python"), "give command or python, not both")
+        fail(("acceptance", "python"), "give command or python, not both")
     if acceptance.python is not None and ":" not in acceptance.python:
-        raise fail(("acceptance", "python"), "write it as module:function")
+        fail(("acceptance", "python"), "write it as module:function")
     trigger = spec.trigger
     if trigger is not None:
         kinds = [k for k in ("inbox", "cron", "every", "event", "webhook") if getattr(trigger, k)]
         if len(kinds) > 1 and set(kinds) != {"cron"}:
-            raise fail(("trigger", kinds[1]), f"one trigger kind per agent (also {kinds[0]})")
+            fail(("trigger", kinds[1]), f"one trigger kind per agent (also {kinds[0]})")
         if trigger.webhook and not trigger.secret_env:
-            raise fail(("trigger", "webhook"), 'a webhook needs secret_env = "VARIABLE"')
+            fail(("trigger", "webhook"), 'a webhook needs secret_env = "VARIABLE"')
+    return problems
 
 
 def check_grants(spec: AgentSpec, tools: Iterable[str]) -> None:
-    """Refuse a `tools.grant` entry that names no tool: not one of `tools` (the built-in
-    tools, and any the agent is given in Python), and not `SERVER__TOOL` of a declared MCP
-    server (whose tools are only known once it runs). A pattern (`"*"`, `"gh__*"`) must
-    match at least one of these.
+    """Refuse a `tools.grant` entry that names no tool (see `grant_problems`).
 
     Raises:
-        ConfigError: file:line: tools.grant: the entry, the known tools and the MCP servers.
+        SpecProblems: file:line: tools.grant: the entry, the known tools and the MCP servers.
     """
+    problems = grant_problems(spec, tools)
+    if problems:
+        raise SpecProblems(problems)
+
+
+def grant_problems(spec: AgentSpec, tools: Iterable[str]) -> list[str]:
+    """Every `tools.grant` entry that names no tool: not one of `tools` (the built-in
+    tools, and any the agent is given in Python), and not `SERVER__TOOL` of a declared MCP
+    server (whose tools are only known once it runs). A pattern (`"*"`, `"gh__*"`) must
+    match at least one of these."""
     known = sorted(set(tools))
     servers = [m.name for m in spec.tools.mcp]
+    problems = []
+    text = _text_of(spec)
     for entry in spec.tools.grant:
         server, sep, _ = entry.partition("__")
         if any(fnmatchcase(name, entry) for name in known):
             continue
         if sep and any(fnmatchcase(name, server) for name in servers):
             continue
-        text = ""
-        if spec.file is not None:
-            try:
-                text = spec.file.read_text(encoding="utf-8")
-            except OSError:
-                text = ""
         line = _line_of(text, ("tools", "grant")) if text else None
         where = f"{spec.file}:{line}" if line else str(spec.file or spec.name)
         mcp = (
@@ -372,9 +441,10 @@ def check_grants(spec: AgentSpec, tools: Iterable[str]) -> None:
             if servers
             else "no MCP servers declared"
         )
-        raise ConfigError(
+        problems.append(
             f"{where}: tools.grant: no tool {entry!r} (known tools: {', '.join(known)}; {mcp})"
         )
+    return problems
 
 
 def deadline_seconds(spec: AgentSpec) -> float | None:

@@ -14,7 +14,7 @@ import click
 
 from ..agent.budget_sql import Budgets
 from ..agent.serve import MODEL_CHOICES, attach_trigger, with_model
-from ..agent.spec import AgentSpec, check_grants, duration, load_spec
+from ..agent.spec import AgentSpec, SpecProblems, duration, load_spec, validate_spec
 from ..agent.tools.builtins import builtin_tools
 from ..errors import PerdureError, WaitTimeout
 from . import render
@@ -46,15 +46,25 @@ def _agent(ctx: click.Context, spec_path: str, model: str) -> tuple[App, Agent]:
 @click.option("--model", type=click.Choice(MODEL_CHOICES), default="spec", help=MODEL_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def validate(spec_path: str, model: str, as_json: bool) -> None:
-    """Check an agent spec, and show the tiers that will answer (with --model as given).
-    With --json, a spec that does not pass is {"ok": false, "error": ...} and exit 2."""
-    try:
-        spec = with_model(load_spec(spec_path), model)
-        check_grants(spec, [t.name for t in builtin_tools()])  # as a run from the spec does
+    """Check an agent spec, and show the tiers that will answer (with --model as given):
+    every problem at once, one a line (exit 2), the MCP servers' commands included. With
+    --json, a spec that does not pass is {"ok": false, "error": ..., "errors": [...]} and
+    exit 2."""
+    try:  # the grants as a run from the spec checks them
+        spec = with_model(validate_spec(spec_path, [t.name for t in builtin_tools()]), model)
+    except SpecProblems as exc:
+        if as_json:
+            render.print_json({"spec": spec_path, "ok": False, "error": str(exc),
+                               "errors": list(exc.problems)})  # fmt: skip
+        else:
+            for problem in exc.problems:
+                render.echo(f"error: {problem}", err=True)
+        raise SystemExit(2) from None
     except PerdureError as exc:
         if not as_json:
             raise
-        render.print_json({"spec": spec_path, "ok": False, "error": str(exc)})
+        render.print_json({"spec": spec_path, "ok": False, "error": str(exc),
+                           "errors": [str(exc)]})  # fmt: skip
         raise SystemExit(2) from None
     if as_json:
         tiers = [{"tier": name, "provider": spec.models[name].provider,

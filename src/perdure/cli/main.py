@@ -7,12 +7,17 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from ..app import App
+from ..engine.client import unblob_text
+from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
+from ..engine.progress import executing
+from ..engine.reasons import shown_status
 from ..errors import PerdureError
 from ..observe.redact import Redactor
 from ..server import operations as ops
@@ -27,6 +32,7 @@ from .loading import load_app
 from .mcp import mcp_cmd
 from .schedules import schedules
 from .serve import serve
+from .specs import add_agents, agent_option
 from .tail import tail
 from .tokens import token
 from .top import top
@@ -81,12 +87,33 @@ def act(app: App, coro: Any, what: str) -> Any:
     return app.runtime.sync(coro, what)
 
 
-def get_app(ctx: click.Context, *, need_code: bool = False, existing: bool = False) -> App:
-    """The app to act with; `existing` refuses to create a store that is not there yet."""
+def takes_agent(ctx: click.Context | None) -> bool:
+    """Does this command (or the group it is under) take `--agent SPEC`?"""
+    while ctx is not None:
+        if any(p.name == "agent_specs" for p in ctx.command.params):
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def get_app(
+    ctx: click.Context,
+    *,
+    need_code: bool = False,
+    existing: bool = False,
+    agents: Sequence[str] = (),
+    model: str = "spec",
+    works: bool = False,
+) -> App:
+    """The app to act with; `existing` refuses to create a store that is not there yet;
+    `agents`: specs whose agents (and triggers) are added to it (`--agent SPEC`)."""
     db, spec = ctx.obj
-    if need_code and not spec:
-        raise PerdureError("this command needs your workflows: pass --app module:attribute")
+    if need_code and not spec and not agents:
+        takes = takes_agent(ctx)
+        raise PerdureError("this command needs your workflows: pass --app module:attribute"
+                           + (" or --agent SPEC" if takes else ""))  # fmt: skip
     app = load_app(spec, db)
+    ctx.meta["perdure.agents_added"] = add_agents(app, agents, model, works=works)  # said on start
     store = app.runtime.store
     path = store.path if isinstance(store, SQLiteStore) else None
     if existing and path and path != ":memory:" and not os.path.exists(path):
@@ -114,11 +141,47 @@ def start(
         )
     app = get_app(ctx, need_code=True)
     positional, keywords = ([], value) if isinstance(value, dict) else (value or [], {})
-    run, _ = act(app, ops.start(app, operator(), workflow, positional, keywords, run_id=run_id,
-                                via="cli"), "start")  # fmt: skip
+    run, created = act(app, ops.start(app, operator(), workflow, positional, keywords,
+                                      run_id=run_id, via="cli"), "start")  # fmt: skip
     render.echo(render.shown(run.id))
+    if not created:
+        given = app.runtime.sync(unblob_text(app.runtime.store, run.input), "start") or "null"
+        if (run.workflow, json.loads(given)) != (
+            workflow, {"args": list(positional), "kwargs": keywords}
+        ):  # fmt: skip
+            shown = Redactor().json_text(given) or ""  # input may hold secrets: masked first
+            shown = shown if len(shown) <= 200 else shown[:200] + "... (cut at 200 characters)"
+            render.echo(f"note: run {render.shown(run.id)} exists already, started "
+                        f"{render.when(run.created_at)} UTC with other arguments "
+                        f"({render.shown(run.workflow)} {render.shown(shown)}); nothing new "
+                        "was started", err=True)  # fmt: skip
     if wait:
-        render.echo(json.dumps(app.handle(run.id).result()))
+        render.echo(json.dumps(wait_for(app, run.id, ctx)))
+
+
+NO_WORKER_AFTER = 3.0  # seconds `start --wait` waits before it looks for a live worker
+
+
+def wait_for(app: App, run_id: str, ctx: click.Context) -> Any:
+    """The run's result; after NO_WORKER_AFTER seconds without one, if no live worker is
+    registered, say so once (with the command that starts one) and keep waiting."""
+    from ..engine.peers import worker_states
+    from ..errors import WaitTimeout
+
+    handle = app.handle(run_id)
+    try:
+        return handle.result(timeout=NO_WORKER_AFTER)
+    except WaitTimeout:
+        pass
+    now = app.clock.now()
+    states = app.runtime.sync(worker_states(app.runtime.store, now, now - 3600), "start --wait")
+    if not any(state.live for _, state in states):
+        db, spec = ctx.obj
+        where = f" --db {db}" if db else ""
+        render.echo(f"waiting for run {render.shown(run_id)}, but no live worker is registered "
+                    f"on this store: start one with `perdure{where} --app {spec} worker`",
+                    err=True)  # fmt: skip
+    return handle.result()
 
 
 @cli.command("ls")
@@ -131,14 +194,29 @@ def list_runs(
     ctx: click.Context, statuses: tuple[str, ...], workflow: str | None, limit: int,
     as_json: bool,
 ) -> None:  # fmt: skip
-    """List runs, newest first, each with the reason it is where it is (in full)."""
+    """List runs, newest first, each with the reason it is where it is (in full);
+    `claimable`: running runs no worker holds."""
+    from ..store.base import ALL_STATUSES
+
+    unknown = sorted(set(statuses) - {*ALL_STATUSES, "claimable"})
+    if unknown:
+        raise PerdureError(f"--status {unknown[0]!r}: use one of "
+                           f"{', '.join((*ALL_STATUSES, 'claimable'))}")  # fmt: skip
     app = get_app(ctx, existing=True)
-    rows = app.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    asked = {"running" if s == "claimable" else s for s in statuses}
+    rows = app.list_runs(statuses=sorted(asked), workflow=workflow, limit=limit)
+    paused = app.runtime.sync(app.client.paused_workflows(), "ls")
+    now = app.clock.now()
+    if statuses:  # a claimable run is listed as such, not under `running`
+        shown = {r.id: shown_status(r, paused, now) for r in rows}
+        rows = [r for r in rows if shown[r.id] in statuses
+                or (shown[r.id] != "claimable" and r.status in statuses)]  # fmt: skip
     if as_json:
         redactor = Redactor()
-        render.print_json({"runs": [run_summary(r, redactor) for r in rows], "next_cursor": None})
+        runs = [run_summary(r, redactor, now) for r in rows]
+        render.print_json({"runs": runs, "next_cursor": None})
         return
-    render.echo(render.runs(rows, app.runtime.sync(app.client.paused_workflows(), "ls")))
+    render.echo(render.runs(rows, paused, now))
 
 
 @cli.command()
@@ -197,13 +275,14 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
     help="Only this step (its position): every entry in full, errors' tracebacks too.",
 )
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
+@click.option("--all", "every", is_flag=True, help="Also the markers perdure records for itself.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def show(
-    ctx: click.Context, run_id: str, position: int | None, wide: bool, as_json: bool
+    ctx: click.Context, run_id: str, position: int | None, wide: bool, every: bool, as_json: bool
 ) -> None:  # fmt: skip
-    """A run's status and its journal timeline (--step N: one step's entries in full, with
-    the traceback of each error)."""
+    """A run's status, what it executes now, and its journal timeline (--step N: one step's
+    entries in full, with the traceback of each error)."""
     app = get_app(ctx, existing=True)
     run, entries = app.get_run(run_id), app.journal(run_id)
     if position is not None:
@@ -220,9 +299,20 @@ def show(
         render.echo(render.step_entries(entries))
         return
     paused = app.runtime.sync(app.client.paused_workflows(), "show")
-    render.echo(render.run_header(run, entries, paused, wide=wide))
+    now = app.clock.now()
+    render.echo(render.run_header(run, entries, paused, now, wide=wide))
+    doing = executing(run, entries, app.runtime.sync(latest_stream(app, run.id), "show"), now)
+    if doing is not None:
+        render.echo(f"now       {doing.describe(now)}")
     render.echo()
-    render.echo(render.timeline(entries, wide=wide, run_id=run.id))
+    shown = entries if every else [e for e in entries if not internal(e)]
+    render.echo(render.timeline(shown, wide=wide, run_id=run.id))
+
+
+async def latest_stream(app: App, run_id: str, rows: int = 50) -> list[Any]:
+    """The newest `rows` rows of a run's stream (its attempt markers say what executes)."""
+    last = await app.runtime.store.stream_last(run_id)
+    return list(await app.runtime.store.read_stream(run_id, max(-1, last - rows), rows))
 
 
 @cli.command("explain")
@@ -238,7 +328,7 @@ def explain_cmd(ctx: click.Context, run_id: str, wide: bool, as_json: bool) -> N
         render.print_json(explanation(run, explain(app.runtime, run, entries)))
         return
     paused = app.runtime.sync(app.client.paused_workflows(), "explain")
-    render.echo(render.run_header(run, entries, paused, wide=wide))
+    render.echo(render.run_header(run, entries, paused, app.clock.now(), wide=wide))
     render.echo()
     render.echo(render.explanation(explain(app.runtime, run, entries), wide=wide, run_id=run.id))
 
@@ -404,11 +494,13 @@ def emit(
 
 
 @cli.command("effects")
+@agent_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def effects_cmd(ctx: click.Context, as_json: bool) -> None:
+def effects_cmd(ctx: click.Context, agent_specs: tuple[str, ...], as_json: bool) -> None:
     """Every registered step, its effect, and what recovery does with it."""
-    rows = effects(get_app(ctx, need_code=True).runtime)
+    app = get_app(ctx, need_code=True, agents=agent_specs)
+    rows = effects(app.runtime)
     if as_json:
         render.print_json({"steps": [dataclasses.asdict(r) for r in rows]})
         return

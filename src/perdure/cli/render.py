@@ -21,7 +21,7 @@ import click
 
 from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
-from ..engine.reasons import reason_of
+from ..engine.reasons import reason_of, shown_status
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow
 from ..store.names import escape
@@ -74,31 +74,28 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def shown_status(run: RunRow, paused: Collection[str] = ()) -> str:
-    """A run's status as an operator should read it: `paused` for a run of a paused workflow
-    that nobody executes (handed back, or not started), whatever the row's status says."""
-    released = run.status == "pending" or (run.status == "running" and not run.lease_until)
-    return "paused" if run.workflow in paused and released else run.status
-
-
-def runs(rows: Sequence[RunRow], paused: Collection[str] = ()) -> str:
+def runs(rows: Sequence[RunRow], paused: Collection[str] = (), now: float | None = None) -> str:
     if not rows:
         return "no runs"
     return table(
-        [(r.id, r.workflow, shown_status(r, paused), when(r.created_at), when(r.updated_at),
+        [(r.id, r.workflow, shown_status(r, paused, now), when(r.created_at), when(r.updated_at),
           reason_of(r)) for r in rows],
         ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED", "REASON"),
     )  # fmt: skip
 
 
 def run_header(
-    run: RunRow, entries: Sequence[Entry] = (), paused: Collection[str] = (), wide: bool = False
+    run: RunRow,
+    entries: Sequence[Entry] = (),
+    paused: Collection[str] = (),
+    now: float | None = None,
+    wide: bool = False,
 ) -> str:
     """The run's fields (its status as `ls` shows it: `paused` when its workflow is);
     with its journal, also the run it continued from (continue_as_new); `wide`: the result
     uncut and the error's traceback."""
     redactor = Redactor()
-    status = shown_status(run, paused)
+    status = shown_status(run, paused, now)
     held = "  (its workflow is paused: perdure resume --workflow)" if status == "paused" else ""
     lines = [
         f"run       {shown(run.id)}",

@@ -9,6 +9,7 @@ from ..server import operations as ops
 from ..server.answers import schedule_detail, schedule_json
 from ..triggers import schedules as sched
 from . import render
+from .specs import agent_option
 
 
 @click.group("schedules")
@@ -62,6 +63,7 @@ def show(ctx: click.Context, name: str, count: int, limit: int, as_json: bool) -
 @click.option("--catchup-limit", default=10, show_default=True)
 @click.option("--overlap", type=click.Choice(sched.OVERLAP), default="skip", show_default=True)
 @click.option("--jitter", type=float, default=0.0, show_default=True, help="Seconds.")
+@agent_option
 @click.pass_context
 def add(
     ctx: click.Context,
@@ -75,11 +77,17 @@ def add(
     catchup_limit: int,
     overlap: str,
     jitter: float,
+    agent_specs: tuple[str, ...],
 ) -> None:
-    """Store a schedule starting WORKFLOW with ARGS (a JSON list or object) every tick."""
+    """Store a schedule (needs --app or --agent) starting WORKFLOW every tick; times in UTC.
+
+    Usage: perdure --app module:attribute schedules add NAME WORKFLOW [ARGS] [OPTIONS]
+    (or --agent SPEC, whose agent is the workflow `agent:NAME`);
+    ARGS is a JSON list (positional) or object (keywords); WORKFLOW must be registered in
+    the app; --cron fires in --tz, and every time printed is UTC."""
     from .main import act, get_app, operator, parse_json
 
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=agent_specs)
     spec = parse_json(args, "ARGS")
     if spec is None:
         spec = []
@@ -99,7 +107,7 @@ def add(
         jitter=jitter,
     )
     row = act(app, ops.add_schedule(app, operator(), schedule), "schedules add")
-    render.echo(f"{render.shown(row.name)}: next fire {render.when(row.next_fire)}")
+    render.echo(f"{render.shown(row.name)}: next fire {render.when(row.next_fire)} UTC")
 
 
 def _operate(ctx: click.Context, name: str, verb: str) -> None:
@@ -115,7 +123,7 @@ def _operate(ctx: click.Context, name: str, verb: str) -> None:
         act(app, ops.delete_schedule(app, who, name), "schedules delete")
         render.echo(f"{render.shown(name)}: deleted")
         return
-    state = "paused" if row.paused else f"next fire {render.when(row.next_fire)}"
+    state = "paused" if row.paused else f"next fire {render.when(row.next_fire)} UTC"
     render.echo(f"{render.shown(name)}: {state}")
 
 

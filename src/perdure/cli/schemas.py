@@ -138,7 +138,13 @@ def _cli_schemas() -> dict[str, dict[str, Any]]:
                         _obj("tier provider model", tier=STR, provider=STR, model=OPT_STR)
                     ),
                 ),
-                _obj("spec ok error", spec=STR, ok={"const": False}, error=STR),
+                _obj(
+                    "spec ok error errors",
+                    spec=STR,
+                    ok={"const": False},
+                    error=STR,
+                    errors=_array(STR),
+                ),
             ]
         },
         "AnyBudget": {"anyOf": [_ref("Budget"), _ref("SharedBudget")]},

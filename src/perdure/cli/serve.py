@@ -10,6 +10,7 @@ import click
 from ..extras import require_extra
 from . import render
 from .listening import listen_options
+from .specs import agent_option
 
 
 @click.command()
@@ -32,6 +33,7 @@ from .listening import listen_options
     "--max-streams", default=100, show_default=True, metavar="N", type=click.IntRange(min=1),
     help="Event streams (API, dashboard, run output) open at once; one more gets 503.",
 )  # fmt: skip
+@agent_option
 @listen_options
 @click.pass_context
 def serve(
@@ -42,6 +44,7 @@ def serve(
     session_idle: float | None,
     session_max: float | None,
     max_streams: int,
+    agent_specs: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
     header_timeout: float,
     body_timeout: float,
@@ -50,7 +53,8 @@ def serve(
     """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics
     (with a `read` token, or --metrics-public), /healthz and /readyz until SIGTERM/SIGINT.
     It starts runs; a `perdure worker` executes them. Binds 127.0.0.1 unless told otherwise;
-    answers only requests for its own address or an --allowed-host name."""
+    answers only requests for its own address or an --allowed-host name. With --agent SPEC
+    (no --app needed) it serves that agent's runs, approvals and webhook."""
     require_extra("server", "perdure serve")
     import uvicorn
 
@@ -61,7 +65,7 @@ def serve(
     from ..triggers.webhooks import Webhook
     from .main import get_app  # main imports this module to register the command
 
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=agent_specs)
     hooks = app.runtime.triggers.of(Webhook)
     for hook in hooks.values():
         hook.check(app.runtime)  # a hook that cannot work stops the server before it listens
@@ -69,7 +73,9 @@ def serve(
 
     instrument(app.runtime)
     names = ", ".join(sorted(hooks)) or "none"
-    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}", err=True)
+    agents = ctx.meta.get("perdure.agents_added") or ""
+    render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}"
+                + (f"; {agents}" if agents else ""), err=True)  # fmt: skip
     limits = ConnectionLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )

@@ -9,20 +9,23 @@ import click
 from ..engine.triggers import TriggerStatus
 from ..server import operations as ops
 from . import render
+from .specs import agent_option
 
 
 @click.group("triggers", invoke_without_command=True)
+@agent_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli-json/).")
 @click.pass_context
-def triggers(ctx: click.Context, as_json: bool) -> None:
+def triggers(ctx: click.Context, agent_specs: tuple[str, ...], as_json: bool) -> None:
     """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
-    sources) with its state, lag and last error; exit 1 if one is in error. Without --app,
-    only the schedules in the store."""
+    sources) with its state, lag and last error; exit 1 if one is in error. Without --app
+    or --agent, only the schedules in the store."""
+    ctx.meta["perdure.agent_specs"] = agent_specs  # `triggers --agent SPEC install` too
     if ctx.invoked_subcommand is not None:
         return
     from .main import get_app
 
-    app = get_app(ctx, existing=True)
+    app = get_app(ctx, existing=True, agents=agent_specs)
     rows = app.triggers()
     if as_json:
         render.print_json({"triggers": [t.as_dict() for t in rows]})
@@ -51,7 +54,7 @@ def install(ctx: click.Context) -> None:
     worker does when it starts; nothing already recorded is touched."""
     from .main import get_app
 
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=ctx.meta.get("perdure.agent_specs", ()))
     changed = app.install_triggers()
     render.echo(f"installed: {', '.join(changed)}" if changed else "every trigger is up to date")
 

@@ -8,10 +8,12 @@ import sys
 
 import click
 
-from ..engine.peers import SILENT_AFTER
+from ..agent.serve import MODEL_CHOICES
+from ..engine.peers import worker_states
 from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
 from . import render
+from .specs import agent_option
 
 
 @click.command("worker")
@@ -41,6 +43,11 @@ from . import render
     default=None,
     help="POST each run this worker parks for a person, once, as JSON (or PERDURE_ALERT_URL).",
 )
+@agent_option
+@click.option(
+    "--model", type=click.Choice(MODEL_CHOICES), default="spec",
+    help="Serve the --agent agents' default tier with this model.",
+)  # fmt: skip
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -54,13 +61,16 @@ def worker(
     metrics_port: int | None,
     metrics_public: bool,
     alert_url: str | None,
+    agent_specs: tuple[str, ...],
+    model: str,
 ) -> None:
     """Run workflows until SIGTERM/SIGINT: then start no new step, hand runs back at their
     next step boundary, and after --grace seconds leave what still executes to recovery (a
     second signal: at once). Prints one `ready worker=ID store=URL concurrency=N` line on
     stdout once claiming; logs go to stderr. --alert-url: each run this worker parks for a
     person (a once step in doubt, a dead run, a step that parked it) is POSTed once to the
-    URL as JSON {run_id, workflow, status, cause, reason, fix, step, position}."""
+    URL as JSON {run_id, workflow, status, cause, reason, fix, step, position}. --agent SPEC
+    (no --app needed): also work that agent's runs and serve its trigger."""
     from ..observe import instrument
     from .main import get_app
 
@@ -70,7 +80,7 @@ def worker(
         from ..observe.alerts import alert_on_park
 
         alert_on_park(alert_url)
-    app = get_app(ctx, need_code=True)
+    app = get_app(ctx, need_code=True, agents=agent_specs, model=model, works=True)
     instrument(app.runtime)
     if metrics_port is not None:
         from ..observe.metrics import serve_metrics
@@ -79,8 +89,10 @@ def worker(
         serve_metrics(
             app.runtime, metrics_port, guard=None if metrics_public else worker_guard(app)
         )
+    agents = ctx.meta.get("perdure.agents_added") or ""
     render.echo(
-        f"perdure worker: {len(app.runtime.workflows)} workflow(s) on {public_url(app.url)}",
+        f"perdure worker: {len(app.runtime.workflows)} workflow(s) on {public_url(app.url)}"
+        + (f"; {agents}" if agents else ""),
         err=True,
     )
     options = WorkerOptions(
@@ -108,8 +120,9 @@ def worker(
 @click.pass_context
 def workers(ctx: click.Context, since: float, as_json: bool) -> None:
     """Workers (id, host, pid, runs held), how far their host's clock is from the store
-    server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive, silent
-    (no heartbeat for 30 s: crashed or cut off) or stopped."""
+    server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive (busy or
+    idle), stopped, dead (with the proof: its process is gone on this host, or its
+    PostgreSQL session ended) or silent (no heartbeat for 30 s, nothing proven)."""
     from .main import get_app
 
     app = get_app(ctx, existing=True)
@@ -117,25 +130,22 @@ def workers(ctx: click.Context, since: float, as_json: bool) -> None:
         app.runtime.open_store(), "workers"
     )  # on PostgreSQL the clock is then the server's
     now = app.clock.now()
-    rows = app.runtime.sync(app.runtime.store.list_workers(now - since), "workers")
+    rows = app.runtime.sync(worker_states(app.runtime.store, now, now - since), "workers")
     listed: list[dict[str, object]] = []
     if not rows and not as_json:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
-    for w in rows:
-        if w.stopped_at is not None:
+    for w, judged in rows:
+        state = judged.label
+        if judged.state == "stopped" and w.stopped_at is not None:
             state = f"stopped {render.when(w.stopped_at)}"
-        elif now - w.heartbeat_at > SILENT_AFTER:
-            state = f"SILENT for {now - w.heartbeat_at:.0f}s"
-        else:
-            state = "alive"
         skew = "-" if w.clock_offset is None else f"{-w.clock_offset:+.1f}s"
         listed.append({"id": w.id, "host": w.host, "pid": w.pid, "running": w.running,
                        "concurrency": w.concurrency, "started_at": w.started_at,
                        "heartbeat_at": w.heartbeat_at, "stopped_at": w.stopped_at,
                        "clock_ahead": None if w.clock_offset is None else -w.clock_offset,
-                       "state": state.split()[0].lower(), "said": state})  # fmt: skip
+                       "state": judged.state, "said": state})  # fmt: skip
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
                      render.when(w.started_at), render.when(w.heartbeat_at), skew,
                      state])  # fmt: skip

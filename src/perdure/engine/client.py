@@ -618,6 +618,13 @@ class Client:
         run = await self.get(run_id)
         if from_step < 0:
             raise ConfigError("fork: --from-step must be 0 or more")
+        journal = await self.store.journal(run_id)
+        steps = 1 + max((e.position for e in journal if e.position is not None), default=-1)
+        if from_step > steps:
+            raise ConfigError(
+                f"fork: --from-step {from_step} is past the end of run {run_id!r}: it has "
+                f"{steps} step(s), so give 0 to {steps}"
+            )
         definition = self.runtime.workflows.get(run.workflow)
         entries = [
             Entry(
@@ -629,7 +636,7 @@ class Client:
                 final=e.final,
                 at=e.at,
             )
-            for e in await self.store.journal(run_id)
+            for e in journal
             if e.position is not None and e.position < from_step
         ]
         now = self.runtime.clock.now()

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import PerdureError, RunFailed, WaitTimeout
-from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING
+from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING, Entry
 from . import continuation, sticky
 from .client import checked_input, continued_as
 from .codec import from_json
@@ -230,6 +230,16 @@ def continue_as_new(*args: Any, **kwargs: Any) -> Any:
     ctx.guard()
     checked_input(ctx.runtime, ctx.run.workflow, args, kwargs, "continue_as_new")
     raise continuation.ContinueAsNew(args, kwargs)
+
+
+INTERNAL = "perdure."  # the prefix of the patch markers perdure records for itself
+
+
+def internal(entry: Entry) -> bool:
+    """Is `entry` a marker perdure records for itself (a `patched` name under `perdure.`,
+    e.g. an agent run's `perdure.budget.reservations`)? Timelines hide it; `perdure show
+    --all` and the API's journal keep it."""
+    return entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)
 
 
 def patched(name: str) -> bool:

@@ -15,12 +15,14 @@ fence, decide. Waiting is always the safe answer to what cannot be proven.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -250,3 +252,66 @@ async def how_lost(
         return (f"its worker {owner} on {host} still reports but lost its lease (cut off "
                 "from the store for longer than the lease)")  # fmt: skip
     return f"its worker {owner} on {host} went silent (died, or cut off from the store)"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """A worker's state, the same in every view (`perdure workers`, `top`, the API, the
+    dashboard): `alive` (busy or idle), `stopped`, `dead` (with the proof) or `silent` (no
+    sign of life for SILENT_AFTER seconds, and no proof either way: crashed, frozen or cut
+    off from the store)."""
+
+    state: str  # alive | stopped | dead | silent
+    busy: bool  # alive and holding runs
+    why: str  # the proof of death, how long silent, since when stopped; "" for alive
+
+    @property
+    def live(self) -> bool:
+        return self.state == "alive"
+
+    @property
+    def label(self) -> str:
+        """One short phrase: `alive (busy)`, `alive (idle)`, `stopped`, `dead: ...`,
+        `silent: ...`."""
+        if self.state == "alive":
+            return "alive (busy)" if self.busy else "alive (idle)"
+        return f"{self.state}: {self.why}" if self.why else self.state
+
+    def as_dict(self) -> dict[str, object]:
+        return {"state": self.state, "busy": self.busy, "why": self.why, "label": self.label}
+
+
+def worker_state(
+    row: WorkerRow, now: float, *, host: str | None = None, session_ended: bool = False
+) -> WorkerState:
+    """The one judgement of a registered worker's state at `now`: stopped if it said so;
+    dead if its process is provably gone (this host: the pid is gone or names a later
+    process) or, `session_ended`, its PostgreSQL session lock is free; silent if it has not
+    reported for SILENT_AFTER seconds; else alive, busy while it holds runs."""
+    if row.stopped_at is not None:
+        return WorkerState("stopped", False, "")
+    here = socket.gethostname() if host is None else host
+    if process_dead(row, here):
+        return WorkerState("dead", False, f"process {row.pid} is gone on this host ({here})")
+    if session_ended:
+        return WorkerState("dead", False, "its database session ended")
+    quiet = now - row.heartbeat_at
+    if quiet > SILENT_AFTER:
+        return WorkerState(
+            "silent", False, f"no heartbeat for {quiet:.0f}s (crashed, frozen or cut off)"
+        )
+    return WorkerState("alive", row.running > 0, "")
+
+
+async def worker_states(
+    store: Workers, now: float, since: float
+) -> list[tuple[WorkerRow, WorkerState]]:
+    """Every worker the registry heard of since `since`, with its `worker_state`. On
+    PostgreSQL a session lock counts as ended only if seen free twice, CONFIRM seconds
+    apart (a live worker that reconnects takes a new one at once)."""
+    rows = await store.list_workers(since)
+    free = {_life(r) for r in await store.sessions_gone("", since)}
+    if free:
+        await asyncio.sleep(CONFIRM)
+        free &= {_life(r) for r in await store.sessions_gone("", since)}
+    return [(r, worker_state(r, now, session_ended=_life(r) in free)) for r in rows]

@@ -4,11 +4,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from ..store.base import RunRow
 
 WAITING_FOR = {"timer": "until its timer", "operator": "for an operator"}
 PERSON = ("needs_attention", "dead", "paused")  # the states a person moves a run out of
+
+
+def claimable(run: RunRow, now: float) -> bool:
+    """Does no worker hold this run although its status says it is on its way? Handed back
+    (a graceful stop, a pause) or its holder's lease ran out: the next worker takes it."""
+    return run.status in ("running", "cancelling") and (run.lease_until or 0.0) <= now
+
+
+def shown_status(run: RunRow, paused: Collection[str] = (), now: float | None = None) -> str:
+    """A run's status as every view shows it: `paused` for a run of a paused workflow that
+    nobody executes (handed back, or not started); with `now`, `claimable` for a `running`
+    run no worker holds (see `claimable`); else the row's status."""
+    released = run.status == "pending" or (run.status == "running" and not run.lease_until)
+    if run.workflow in paused and released:
+        return "paused"
+    if now is not None and run.status == "running" and claimable(run, now):
+        return "claimable"
+    return run.status
 
 
 def reason_of(run: RunRow) -> str:

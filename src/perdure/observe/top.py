@@ -1,7 +1,9 @@
 """`perdure top`'s view: workers (from their leases), queues and running runs, as rich tables.
 
-Read from the store only, so it shows every worker on every host: a worker is
-known by the leases it holds (an idle worker holds none and is not shown), and
+Read from the store only, so it shows every worker on every host: the workers the
+registry heard of in the last hour (idle ones too) but those that stopped, each with
+its state as every view judges it (`engine.peers.worker_state`), and any other lease
+owner, and
 a run's current step is the last position its journal holds (steps whose
 entries are still buffered by their worker show a moment later).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.peers import worker_states
 from ..store.base import CANCELLING, PENDING, RUNNING
 
 if TYPE_CHECKING:
@@ -26,6 +29,7 @@ class WorkerLine:
     runs: int
     lease_left: float | None  # seconds until its newest lease expires (negative: expired)
     heartbeat_ago: float | None = None  # seconds since it last told the registry it is alive
+    state: str = "not registered"  # its WorkerState label: alive (busy), dead: ..., ...
 
 
 @dataclass(frozen=True)
@@ -95,13 +99,20 @@ async def snapshot(runtime: Runtime, *, limit: int = 30) -> Snapshot:
     for run in running:
         if run.lease_owner:
             held.setdefault(run.lease_owner, []).append(run)
-    alive = {w.id: w for w in await runtime.store.list_workers(now - 3600) if w.stopped_at is None}
-    for owner in sorted(set(held) | set(alive)):  # idle workers too, from the registry
+    judged = {
+        row.id: (row, state)
+        for row, state in await worker_states(runtime.store, now, now - 3600)
+        if state.state != "stopped"
+    }
+    for owner in sorted(set(held) | set(judged)):  # idle workers too, from the registry
         runs = held.get(owner, [])
         lease = max(r.lease_until or now for r in runs) - now if runs else None
-        beat = alive.get(owner)
-        ago = None if beat is None else now - beat.heartbeat_at
-        frame.workers.append(WorkerLine(owner, len(runs), lease, ago))
+        if owner in judged:
+            row, state = judged[owner]
+            line = WorkerLine(owner, len(runs), lease, now - row.heartbeat_at, state.label)
+        else:
+            line = WorkerLine(owner, len(runs), lease)
+        frame.workers.append(line)
     names = sorted({r.queue for r in running} | {r.queue for r in pending} | set(runtime.queues))
     frame.queues = [
         QueueLine(
@@ -149,7 +160,7 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     header = Text.assemble((title, "bold"), "  ", states)
 
     workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("WORKER", "RUNS", "LEASE", "HEARTBEAT"):
+    for name in ("WORKER", "STATE", "RUNS", "LEASE", "HEARTBEAT"):
         workers.add_column(name, no_wrap=True)
     for w in frame.workers:
         if w.lease_left is None:
@@ -159,9 +170,10 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
         else:
             lease = Text(f"expired {_ago(-w.lease_left)} ago", style="red")
         beat = "-" if w.heartbeat_ago is None else f"{_ago(w.heartbeat_ago)} ago"
-        workers.add_row(cell(w.id), str(w.runs), lease, beat)
+        style = "green" if w.state.startswith("alive") else "red"
+        workers.add_row(cell(w.id), Text(w.state, style=style), str(w.runs), lease, beat)
     if not frame.workers:
-        workers.add_row("(no worker seen)", "", "", "")
+        workers.add_row("(no worker seen)", "", "", "", "")
 
     queues = Table(title="queues", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):

@@ -15,7 +15,7 @@ from typing import Any
 from ..app import App
 from ..engine.client import continued_as, unblob_text
 from ..engine.inspection import StepReport
-from ..engine.reasons import reason_of
+from ..engine.reasons import claimable, reason_of
 from ..observe.redact import Redactor
 from ..server.access_sql import AuditRow
 from ..store.base import Entry, RunRow
@@ -34,10 +34,13 @@ def parsed(text: str | None) -> Any:
         return text
 
 
-def run_summary(run: RunRow, redactor: Redactor) -> dict[str, Any]:
-    """A run's row: a `RunSummary` (with `reason`, the one line `perdure ls` shows)."""
+def run_summary(run: RunRow, redactor: Redactor, now: float) -> dict[str, Any]:
+    """A run's row: a `RunSummary` (with `reason`, the one line `perdure ls` shows);
+    `claimable`: a `running` (or `cancelling`) run no worker holds (handed back by a stop,
+    or its lease ran out), which the next worker takes."""
     return {
         "id": run.id, "workflow": run.workflow, "status": run.status,
+        "claimable": claimable(run, now),
         "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
         "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
         "deadline_at": run.deadline_at, "queue": run.queue, "priority": run.priority,
@@ -53,7 +56,7 @@ async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
     """A run with its input, result and lease: a `Run` (its error keeps its traceback)."""
     redactor = Redactor()
     return {
-        **run_summary(run, redactor),
+        **run_summary(run, redactor, app.clock.now()),
         "input": redactor.value(parsed(await unblob_text(app.runtime.store, run.input))),
         "result": redactor.value(parsed(await unblob_text(app.runtime.store, run.result))),
         "lease_owner": run.lease_owner,

@@ -28,8 +28,10 @@ from starlette.routing import BaseRoute, Route
 from ..app import App
 from ..engine.client import checked_input
 from ..engine.inspection import explain
+from ..engine.peers import WorkerState, worker_states
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
+from ..store.workers_sql import WorkerRow
 from ..triggers import schedules as sched
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import ScheduleRow, Schedules
@@ -212,7 +214,8 @@ async def list_runs(call: Call) -> Any:
     rows, following = await runs_page(call.app.runtime.store, statuses, workflow, after, limit, ids)
     cursor = None if following is None else encode_cursor(list(following))
     redactor = Redactor()
-    answer: dict[str, Any] = {"runs": [run_summary(r, redactor) for r in rows],
+    now = call.app.clock.now()
+    answer: dict[str, Any] = {"runs": [run_summary(r, redactor, now) for r in rows],
                               "next_cursor": cursor}  # fmt: skip
     if ids:  # the bulk status call: which of the ids no run has
         found = await call.app.client.statuses(list(dict.fromkeys(ids)))
@@ -459,6 +462,22 @@ def _schedule_action(paused: bool) -> Handler:
     return audits(action)(act)
 
 
+async def list_workers(call: Call) -> Any:
+    """Every worker heard of in the last hour, with its state as every view judges it."""
+    await call.app.runtime.open_store()
+    now = call.app.clock.now()
+    judged = await worker_states(call.app.runtime.store, now, now - 3600)
+    return {"workers": [worker_json(row, state) for row, state in judged]}
+
+
+def worker_json(row: WorkerRow, state: WorkerState) -> dict[str, Any]:
+    return {
+        "id": row.id, "host": row.host, "pid": row.pid, "concurrency": row.concurrency,
+        "running": row.running, "started_at": row.started_at, "heartbeat_at": row.heartbeat_at,
+        "stopped_at": row.stopped_at, **state.as_dict(),
+    }  # fmt: skip
+
+
 async def list_pauses(call: Call) -> Any:
     await call.app.runtime.open_store()
     rows = await call.app.runtime.store.list_pauses()
@@ -669,6 +688,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", f"{PREFIX}/triggers", list_triggers, "read",
              "Every trigger (schedules, inbox folders, webhooks, events, table changes, "
              "message sources) with its state, lag and last error", returns="Triggers"),
+    Endpoint("GET", f"{PREFIX}/workers", list_workers, "read",
+             "Workers heard of in the last hour: where they run, runs held, and their state "
+             "(alive busy or idle, stopped, dead with the proof, silent)", returns="Workers"),
     Endpoint("GET", f"{PREFIX}/pauses", list_pauses, "read",
              "Workflows and workers paused as a whole", returns="Pauses"),
     Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",

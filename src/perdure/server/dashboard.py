@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -34,7 +34,11 @@ from starlette.templating import Jinja2Templates
 from ..agent.budget_sql import Budgets
 from ..app import App
 from ..engine.client import unblob_text
+from ..engine.durable import internal
 from ..engine.inspection import explain
+from ..engine.peers import worker_states
+from ..engine.progress import executing
+from ..engine.reasons import claimable, shown_status
 from ..errors import ConfigError, PerdureError, RunNotFound
 from ..observe.redact import Redactor
 from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
@@ -115,6 +119,7 @@ def visible(value: Any) -> Any:
 templates.env.finalize = visible
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
+templates.env.globals["shown_status"] = shown_status
 
 
 # -- sign-in, CSRF, rendering ------------------------------------------------------------
@@ -474,7 +479,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
     for entry in entries:
         entry.data = await unblob_text(app.runtime.store, entry.data)
     redactor = Redactor()
-    rows = timeline(app, run, entries, redactor)
+    shown = [e for e in entries if not internal(e)]  # perdure's own markers: show --all
+    rows = timeline(app, run, shown, redactor)
     error = redactor.value(_json(run.error)) if run.error else None
     if error is not None and not isinstance(error, dict):
         error = {"message": str(error)}
@@ -497,17 +503,20 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         run.id, max(-1, last - MAX_STREAMED), MAX_STREAMED
     )
     output, _ = outputs(streamed)
+    now = app.clock.now()
+    doing = executing(run, entries, streamed, now)
     for block in output:
         block.text = redactor.text(block.text)
         block.topics = {k: json.dumps(redactor.value(v), default=str)
                         for k, v in block.topics.items()}  # fmt: skip
     return await render(
         request, who, "run.html", run=run, rows=rows[-MAX_ENTRIES:], hidden=len(rows) > MAX_ENTRIES,
-        picture=picture(run, entries, app.clock.now()), output=output[-MAX_OUTPUTS:],
+        picture=picture(run, shown, app.clock.now()), output=output[-MAX_OUTPUTS:],
         older=streamed[0].seq if streamed else 0,  # stream rows before those read
         error=error, result=_pretty(result), arguments=_pretty(arguments),
         audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
         children=children, gate=gate, actions=actions, final=run.status in FINISHED,
+        executing=doing.describe(now) if doing else None,
     )  # fmt: skip
 
 
@@ -715,23 +724,33 @@ async def triggers_page(request: Request, app: App, who: Principal) -> Response:
 
 @page
 async def workers_page(request: Request, app: App, who: Principal) -> Response:
-    """Workers seen through the leases they hold: runs held, lease expiry; what is paused."""
+    """Every worker heard of in the last hour with its state (the one judgement of
+    `engine.peers.worker_state`: alive busy or idle, stopped, dead with the proof, silent),
+    the runs it holds and their lease; runs no worker holds; what is paused."""
     now = app.clock.now()
     held = await app.runtime.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
     owners: dict[str, list[RunRow]] = {}
     for run in held:
-        owners.setdefault(run.lease_owner or "(unclaimed)", []).append(run)
-    workers = [
-        {
-            "id": owner,
-            "runs": sorted(runs, key=lambda r: r.id),
-            "until": max((r.lease_until or 0.0) for r in runs),
-            "expired": all((r.lease_until or 0.0) < now for r in runs),
-        }
-        for owner, runs in sorted(owners.items())
-    ]
+        if not claimable(run, now) and run.lease_owner:
+            owners.setdefault(run.lease_owner, []).append(run)
+    order = {"alive": 0, "silent": 1, "dead": 2, "stopped": 3}
+    judged = sorted(await worker_states(app.runtime.store, now, now - 3600),
+                    key=lambda w: (order[w[1].state], w[0].id))  # fmt: skip
+    workers = []
+    for row, state in judged:
+        runs = sorted(owners.pop(row.id, []), key=lambda r: r.id)
+        workers.append({"id": row.id, "where": f"{row.host} pid {row.pid}", "state": state,
+                        "load": f"{row.running}/{row.concurrency}", "beat": row.heartbeat_at,
+                        "runs": runs, "until": max((r.lease_until or 0.0) for r in runs)
+                        if runs else None})  # fmt: skip
+    for owner, runs in sorted(owners.items()):  # a lease owner the registry does not know
+        workers.append({"id": owner, "where": "-", "state": None, "load": str(len(runs)),
+                        "beat": None, "runs": sorted(runs, key=lambda r: r.id),
+                        "until": max((r.lease_until or 0.0) for r in runs)})  # fmt: skip
+    unheld = sorted((r for r in held if claimable(r, now)), key=lambda r: r.id)
     pauses = await app.runtime.store.list_pauses()
-    return await render(request, who, "workers.html", workers=workers, pauses=pauses)
+    return await render(request, who, "workers.html", workers=workers, unheld=unheld,
+                        pauses=pauses)  # fmt: skip
 
 
 @page
@@ -829,6 +848,13 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/ui/runs", status_code=303)
 
 
+async def favicon(request: Request) -> Response:
+    """The dashboard's icon where browsers ask for it first (an SVG: every current browser
+    takes one at /favicon.ico), so no request of a page ends in a 404."""
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml",
+                        headers={"Cache-Control": "max-age=86400"})  # fmt: skip
+
+
 def dashboard_routes() -> list[BaseRoute]:
     """The dashboard's routes: `/` and `/ui` lead to the runs list."""
     return [
@@ -852,5 +878,6 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/ui/workers", workers_page, methods=["GET"]),
         Route("/ui/audit", audit_page, methods=["GET"]),
         Route("/ui/stream", stream, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static"),
     ]

@@ -64,7 +64,7 @@ _SUMMARY = dict(
     id=STR, workflow=STR, status=STR, created_at=NUM, updated_at=NUM, started_at=OPT_NUM,
     parent_id=OPT_STR, waiting_for=OPT_STR, wake_at=OPT_NUM, deadline_at=OPT_NUM, queue=STR,
     priority=INT, partition_key=OPT_STR, pause_requested=BOOL, recoveries=INT,
-    code_version=STR, error=ANY, reason=STR, continued_as=OPT_STR,
+    code_version=STR, error=ANY, reason=STR, continued_as=OPT_STR, claimable=BOOL,
 )
 _STATUS_KEYS = "id workflow status created_at updated_at"
 _SCHEDULE = _obj(
@@ -184,6 +184,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         pending=OPT_INT,
     ))),
     "Deleted": _obj("deleted", deleted=STR),
+    "Workers": _obj("workers", workers=_array(_obj(
+        "id host pid concurrency running started_at heartbeat_at stopped_at state busy why "
+        "label", id=STR, host=STR, pid=INT, concurrency=INT, running=INT, started_at=NUM,
+        heartbeat_at=NUM, stopped_at=OPT_NUM,
+        state={"enum": ["alive", "stopped", "dead", "silent"]}, busy=BOOL, why=STR, label=STR,
+    ))),
     "Pauses": _obj("pauses", pauses=_array(_obj("scope name since", scope=STR, name=STR,
                                                 since=NUM))),
     "Paused": _obj("scope name paused changed", scope=STR, name=STR, paused=BOOL, changed=BOOL),

@@ -1,6 +1,7 @@
 """What a run's dashboard page draws besides its journal table: the run as bars over time
-(each step from its first entry to its outcome, sleeps and waits, a recovery as a mark in
-the gap it left) and its live output (the run's stream, by step attempt)."""
+(each step from its first entry to its outcome, sleeps and waits, a step's time waiting for
+an operator as a wait on its row, a recovery as a mark in the gap it left) and its live
+output (the run's stream, by step attempt)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class Bar:
     """One row of the picture: a step (or a sleep/wait) from `x` for `w` pixels."""
 
     label: str
-    kind: str  # step | retried | running | sleep | wait | failed
+    kind: str  # step | retried | running | sleep | wait | failed (an operator's wait: wait)
     x: float
     w: float
     y: float
@@ -50,7 +51,8 @@ def picture(run: RunRow, entries: list[Entry], now: float) -> Picture | None:
     end = max(max(e.at for e in entries), start + 0.001) if finished else max(now, start + 0.001)
     scale = (WIDTH - LABEL - 10) / (end - start)
     bars: list[Bar] = []
-    for i, (pos, at) in enumerate(sorted(spans.items())[-MAX_BARS:]):
+    drawn = sorted(spans.items())[-MAX_BARS:]
+    for i, (pos, at) in enumerate(drawn):
         first, last = at[0], at[-1]
         final = next((e for e in at if e.final), None)
         kind = "step"
@@ -67,13 +69,24 @@ def picture(run: RunRow, entries: list[Entry], now: float) -> Picture | None:
                 kind = "retried"
             if final is not None and '"error"' in (final.data or ""):
                 kind = "failed"
-        x = LABEL + (first.at - start) * scale
         label = f"{pos} {first.name or first.kind}"[:26]
-        title = f"{label}: {kind}, {max(stop - first.at, 0) * 1000:.0f} ms"
-        bars.append(Bar(label, kind, x, max((stop - first.at) * scale, 2.0), 4 + i * ROW, title))
+        asked = next((e for e in at if e.kind == "step.needs_attention"), None)
+        segments = [(kind, first.at, stop, kind)]
+        if asked is not None:  # ran until cut off, waited for an operator, maybe ran again
+            answer = next((e for e in at if e.seq > asked.seq), None)
+            waited = answer.at if answer is not None else (end if not finished else asked.at)
+            segments = [("failed", first.at, asked.at, "cut off"),
+                        ("wait", asked.at, waited, "waited for an operator")]  # fmt: skip
+            if answer is not None and not answer.final:
+                segments.append((kind, answer.at, stop, kind))
+        for shown, begin, until, what in segments:
+            title = f"{label}: {what}, {max(until - begin, 0) * 1000:.0f} ms"
+            x = LABEL + (begin - start) * scale
+            width = max((until - begin) * scale, 2.0)
+            bars.append(Bar(label, shown, x, width, 4 + i * ROW, title))
     marks = [(LABEL + (e.at - start) * scale, f"recovered from {_from(e.data)}")
              for e in entries if e.kind == "run.recovered"]  # fmt: skip
-    return Picture(WIDTH, 8 + len(bars) * ROW, bars, marks, end - start)
+    return Picture(WIDTH, 8 + len(drawn) * ROW, bars, marks, end - start)
 
 
 def _float(text: str | None) -> float | None:

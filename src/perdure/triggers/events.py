@@ -94,7 +94,7 @@ async def emit(
         types = sorted({t.event_type for t in known}) or ["none"]
         raise ConfigError(
             f"no trigger listens to event type {event_type!r} (known: {', '.join(types)}); "
-            "pass run_id=... to deliver it to one run"
+            "pass --run RUN_ID (Python: run_id=...) to deliver it to one run"
         )
     ids: list[str] = []
     started: list[str] = []

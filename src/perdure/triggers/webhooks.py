@@ -165,10 +165,23 @@ class Webhook:
         _check_workflow(runtime, self.name, self.workflow, required=True)
 
     async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
-        """`ready`, or `error` with what `check` refuses."""
+        """`ready`, or `error` with what `check` refuses; `unset here` when all that is
+        wrong is a secret variable this process lacks (a shell asking `perdure triggers`
+        need not hold what the serving process holds)."""
+        unset = self.secret is None and not os.environ.get(self.secret_env or "")
         try:
-            self.check(runtime)
-            state, error = "ready", None
+            if unset:
+                _check_workflow(runtime, self.name, self.workflow, required=True)
+                state, error = (
+                    "unset here",
+                    (
+                        f"environment variable {self.secret_env} is not set in this process; "
+                        "`perdure serve` needs it to verify deliveries"
+                    ),
+                )
+            else:
+                self.check(runtime)
+                state, error = "ready", None
         except PerdureError as exc:
             state, error = "error", str(exc)
         return [TriggerStatus("webhook", self.name, self.workflow, state, None, error, self.path)]
