@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .dialect import Db
     from .extensions import Extension
     from .stream_sql import StreamRow
+    from .versions_sql import Routing, ServedRow, VersionCount
     from .workers_sql import WorkerRow
 
 
@@ -93,6 +94,7 @@ class Leases(Protocol):
         held: Mapping[str, int] | None = None,
         executing: Sequence[str] = (),
         own: bool = False,
+        routing: Routing | None = None,
     ) -> Claims: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float
@@ -123,6 +125,16 @@ class Workers(Protocol):
     async def release_worker(self, row: WorkerRow, now: float) -> int: ...
     async def worker_session(self, row: WorkerRow) -> bool: ...
     async def sessions_gone(self, me: str, since: float) -> list[WorkerRow]: ...
+    # code versions: a worker's build and workflow versions (when each was first deployed,
+    # or the id of a live worker running that build with other code); what `perdure
+    # versions` reads
+    async def worker_build(
+        self, worker_id: str, build: str, versions: Mapping[str, str], now: float, since: float
+    ) -> tuple[dict[str, float], str | None]: ...
+    async def served_versions(self, live_since: float, since: float) -> list[ServedRow]: ...
+    async def runs_by_version(self) -> list[VersionCount]: ...
+    async def first_deployed(self) -> dict[tuple[str, str], float]: ...
+    async def waiting_for_version(self) -> int: ...
 
 
 ROLES = (Runs, Streams, Leases, Workers)
