@@ -12,7 +12,7 @@ import socket
 import pytest
 
 import perdure
-from perdure.engine.versions import versions_report
+from perdure.engine.versions import record_build, versions_report
 from perdure.store.names import BadName
 from perdure.store.versions_sql import Routed, Routing
 from perdure.store.workers_sql import WorkerRow
@@ -111,7 +111,7 @@ def live_worker(app: perdure.App, worker_id: str, build: str, versions: dict[str
     async def record() -> None:
         await app.runtime.open_store()
         await store.worker_beat(row)
-        _, other = await store.worker_build(worker_id, build, versions, now, now - 30)
+        _, other = await record_build(store, worker_id, build, versions, now, now - 30)
         assert other is None
 
     app.runtime.sync(record(), "test")

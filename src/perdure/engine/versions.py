@@ -19,6 +19,7 @@ the store's routing (store/versions_sql.py); what happens once claimed is `admit
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, NonDeterminismError
+from ..store import versions_sql
 from ..store.base import (
     CANCELLING,
     FINISHED,
@@ -37,12 +39,13 @@ from ..store.base import (
     RunRow,
 )
 from ..store.names import check
-from ..store.versions_sql import Routed, Routing
+from ..store.versions_sql import Routed, Routing, ServedRow
 from . import observers
 from .context import ReplayEnd, RunContext
 from .state import Phase
 
 if TYPE_CHECKING:
+    from ..store.roles import Store
     from .registry import WorkflowDef
     from .runtime import Runtime
 
@@ -88,6 +91,32 @@ def routing(
             if d.upgrade != "latest"
         },
         live_since,
+    )
+
+
+async def record_build(
+    store: Store,
+    worker_id: str,
+    build: str,
+    versions: Mapping[str, str],
+    now: float,
+    since: float,
+) -> tuple[dict[str, float], str | None]:
+    """Keep a worker's build and workflow versions with its presence record: when each of
+    its versions was first deployed, or (nothing kept) a live worker running `build` with
+    other code (seen since `since`)."""
+    return await store.run_sql(
+        functools.partial(versions_sql.record_build, worker_id=worker_id, build=build,
+                          versions=versions, now=now, since=since),
+        write=True,
+    )  # fmt: skip
+
+
+async def served_versions(store: Store, live_since: float, since: float) -> list[ServedRow]:
+    """The workflow versions of the workers heard of since `since`, live ones marked."""
+    return await store.run_sql(
+        functools.partial(versions_sql.served_versions, live_since=live_since, since=since),
+        write=False,
     )
 
 
@@ -191,7 +220,7 @@ async def _served(runtime: Runtime, run: RunRow, now: float) -> bool:
     """Whether a live worker (but this one) holds the run's version of its workflow."""
     from .peers import SILENT_AFTER
 
-    rows = await runtime.store.served_versions(now - SILENT_AFTER, now - SILENT_AFTER)
+    rows = await served_versions(runtime.store, now - SILENT_AFTER, now - SILENT_AFTER)
     return any(
         r.live and r.workflow == run.workflow and r.version == run.code_version for r in rows
     )
@@ -307,9 +336,9 @@ async def versions_report(
     await runtime.open_store()
     store = runtime.store
     now = runtime.clock.now()
-    served = await store.served_versions(now - SILENT_AFTER, now - since)
-    counts = await store.runs_by_version()
-    firsts = await store.first_deployed()
+    served = await served_versions(store, now - SILENT_AFTER, now - since)
+    counts = await store.run_sql(versions_sql.runs_by_version, write=False)
+    firsts = await store.run_sql(versions_sql.first_deployed, write=False)
     lines: dict[tuple[str, str], VersionLine] = {}
 
     def line(workflow: str, version: str) -> VersionLine:

@@ -47,7 +47,7 @@ from .peers import (
 from .runner import execute
 from .services import supervise
 from .state import Phase
-from .versions import check_build, default_build, held_versions, routing
+from .versions import check_build, default_build, held_versions, record_build, routing
 
 if TYPE_CHECKING:
     from ..store.workers_sql import WorkerRow
@@ -268,8 +268,8 @@ class Worker:
         claimed) if a live worker runs that build with other code."""
         versions = held_versions(self.runtime.workflows)
         try:
-            since, other = await self.runtime.store.worker_build(
-                self.id, self.build, versions, now, now - SILENT_AFTER
+            since, other = await record_build(
+                self.runtime.store, self.id, self.build, versions, now, now - SILENT_AFTER
             )
         except StoreError as exc:  # claims route as if its versions were the newest
             log.warning("worker %s: build not recorded (%s)", self.id, exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from . import retention, sqlops, stream_sql, versions_sql, workers_sql
+from . import retention, sqlops, stream_sql, workers_sql
 from .base import Append
 from .batching import Op
 from .dialect import Db
@@ -182,8 +182,3 @@ class WorkerMethods:
     worker_register = writes(workers_sql.register)
     list_workers = reads(workers_sql.list_workers)
     release_worker = writes(workers_sql.release_worker)
-    worker_build = writes(versions_sql.record_build, direct=True)
-    served_versions = reads(versions_sql.served_versions)
-    runs_by_version = reads(versions_sql.runs_by_version)
-    first_deployed = reads(versions_sql.first_deployed)
-    waiting_for_version = reads(versions_sql.waiting_for_version)

@@ -143,7 +143,6 @@ def record_build(
             "INSERT INTO worker_versions (worker_id, workflow, version, since) VALUES (?, ?, ?, ?)",
             (worker_id, workflow, version, firsts[workflow]),
         )
-    conn.notify()  # runs this build may take (or that a newer one must check) are runnable
     return firsts, None
 
 
