@@ -29,6 +29,7 @@ from .tail import tail
 from .tokens import token
 from .top import top
 from .triggers import triggers
+from .versions import versions
 from .workers import worker, workers
 
 APP_HELP = "Your app as module:attribute (or PERDURE_APP); needed to run or check workflows."
@@ -384,5 +385,6 @@ cli.add_command(top)
 cli.add_command(audit)
 cli.add_command(tail)
 cli.add_command(triggers)
+cli.add_command(versions)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

@@ -16,6 +16,9 @@ from . import render
 
 @click.command("worker")
 @click.option("--id", "worker_id", default=None, help="Worker name, unique among live workers.")
+@click.option(
+    "--build", default=None, help="Name of the code it runs (default: a hash of its workflows)."
+)
 @click.option("--concurrency", default=16, show_default=True, help="Runs executed at once.")
 @click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
 @click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
@@ -39,6 +42,7 @@ from . import render
 def worker(
     ctx: click.Context,
     worker_id: str | None,
+    build: str | None,
     concurrency: int,
     lease: float,
     poll: float,
@@ -72,6 +76,7 @@ def worker(
     )
     options = WorkerOptions(
         id=worker_id,
+        build=build,
         concurrency=concurrency,
         lease=lease,
         poll=poll,

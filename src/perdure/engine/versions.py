@@ -30,7 +30,6 @@ from ..errors import ConfigError, NonDeterminismError
 from ..store import versions_sql
 from ..store.base import (
     CANCELLING,
-    FINISHED,
     NEEDS_ATTENTION,
     PENDING,
     Append,
@@ -378,34 +377,15 @@ async def versions_report(
             if not others:
                 b.holds += holding.runs
         b.drained = b.holds == 0
-    outlook = await _outlook(runtime, limit) if check_code else None
+    outlook = None
+    if check_code:
+        from .inspection import replay_check
+
+        outlook = (await replay_check(runtime, limit)).outlook
     ordered = sorted(lines.values(), key=lambda v: (v.workflow, v.first_deployed or 0, v.version))
     waiting = sum(v.waiting for v in ordered)
     return VersionsReport(ordered, sorted(builds.values(), key=lambda b: b.build), outlook,
                           waiting)  # fmt: skip
-
-
-async def _outlook(runtime: Runtime, limit: int) -> Outlook:
-    from .runner import load_entries
-
-    outlook = Outlook()
-    unfinished = [r for r in await runtime.store.list_runs(limit=limit)
-                  if r.status not in FINISHED]  # fmt: skip
-    for run in unfinished:
-        definition = runtime.workflows.get(run.workflow)
-        if definition is not None and (
-            run.code_version == definition.version or definition.upgrade == "latest"
-        ):
-            continue
-        if definition is not None and definition.upgrade == "pinned":
-            outlook.pinned += 1
-            continue
-        parted = await check_journal(runtime, run, definition, await load_entries(runtime, run.id))
-        if parted is None:
-            outlook.upgrade += 1
-        else:
-            outlook.wait.append(parted)
-    return outlook
 
 
 def summary(outlook: Outlook) -> str:
@@ -423,3 +403,23 @@ def divergences_by_workflow(wait: Iterable[Divergence]) -> dict[tuple[str, str],
     for d in wait:
         grouped.setdefault((d.workflow, d.run_version), []).append(d)
     return grouped
+
+
+def report_json(report: VersionsReport) -> dict[str, object]:
+    """The report as JSON-ready data (the CLI's --json, the API)."""
+    from dataclasses import asdict
+
+    outlook = report.outlook
+    return {
+        "versions": [asdict(line) for line in report.lines],
+        "builds": [asdict(b) for b in report.builds],
+        "waiting_for_version": report.waiting_for_version,
+        "checkout": None
+        if outlook is None
+        else {
+            "upgrade": outlook.upgrade,
+            "pinned": outlook.pinned,
+            "wait": [{**asdict(d), "reason": d.said()} for d in outlook.wait],
+            "summary": summary(outlook),
+        },
+    }
