@@ -6,7 +6,8 @@ compatibly (an `audit` step behind patched()), `gate` changed incompatibly (an u
 `check` step first). Every step body appends one line to WORKDIR/effects.log: which run,
 which step, which build and worker ran it.
 
-Run as a worker: python deploy_app.py WORKDIR STORE_URL BUILD WORKER_ID
+Run as a worker: python deploy_app.py WORKDIR STORE_URL BUILD WORKER_ID [BUILD_NAME]
+(BUILD_NAME: the worker's --build, default build-BUILD)
 """
 
 from __future__ import annotations
@@ -91,9 +92,14 @@ def install(app: perdure.App, build: str, effects: Path) -> None:
 
 if __name__ == "__main__":
     workdir, url, build, worker_id = sys.argv[1:5]
+    name = sys.argv[5] if len(sys.argv) > 5 else f"build-{build}"
     os.environ["DEPLOY_WORKER"] = worker_id
     app = perdure.App(url)
     install(app, build, Path(workdir) / "effects.log")
-    options = perdure.WorkerOptions(id=worker_id, build=f"build-{build}", concurrency=16,
+    options = perdure.WorkerOptions(id=worker_id, build=name, concurrency=16,
                                     lease=6.0, poll=0.05, grace=3.0, announce=True)  # fmt: skip
-    app.run_worker(options)
+    try:
+        app.run_worker(options)
+    except perdure.PerdureError as exc:  # as `perdure worker` says it: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -54,15 +54,23 @@ class Deploy:
         self.b = perdure.App(url)  # build B's code: the checkout `versions` judges
         deploy.install(self.b, "B", self.effects)
 
-    def spawn(self, build: str, worker_id: str) -> subprocess.Popen[bytes]:
+    def start(self, build: str, worker_id: str, *name: str) -> subprocess.Popen[bytes]:
+        """A worker process of `build`'s code (`name`: its build name), not waited for."""
         log = self.workdir / f"{worker_id}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(SCRIPT), str(self.workdir), self.url, build, worker_id],
+                [sys.executable, str(SCRIPT), str(self.workdir), self.url, build, worker_id,
+                 *name],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
         self.procs.append(proc)
+        return proc
+
+    def spawn(self, build: str, worker_id: str) -> subprocess.Popen[bytes]:
+        """A worker process of `build`'s code, once it says it is ready."""
+        proc = self.start(build, worker_id)
+        log = self.workdir / f"{worker_id}.log"
         deadline = time.monotonic() + 60
         while b"ready worker=" not in log.read_bytes():
             assert proc.poll() is None, log.read_text()
@@ -239,3 +247,22 @@ def test_deploy_with_a_b_worker_killed_mid_upgrade(rollout: Deploy, wait_until: 
     again = {run for (run, _), count in runs.items() if count > 1}
     assert max(runs.values()) <= 2 and again <= taken, (again, taken)
     assert not [k for k in runs if k[1] in ("audit", "check")]
+
+
+def test_one_build_name_with_other_code_is_refused(rollout: Deploy, wait_until: Wait) -> None:
+    """A worker of B's code started as build-A while a worker of build-A lives: it exits
+    with one line naming the live worker and runs nothing (the gate run stays for A)."""
+    d = rollout
+    d.spawn("A", "a-1")
+    park(d, 2, nap=600.0, wait_until=wait_until)
+    wrong = d.start("B", "b-wrong", "build-A")
+    assert wrong.wait(60) == 2
+    said = [x for x in (d.workdir / "b-wrong.log").read_text().splitlines() if x.strip()]
+    assert said == [
+        "error: build 'build-A' is run by live worker a-1 with other code: give this code "
+        "another --build, or deploy the same code to both"
+    ]
+    d.a.send_event("gate-0", "approve:refund", "ok")
+    wait_until(lambda: d.a.get_run("gate-0").status == "completed", 60, "gate-0 done on A")
+    assert d.finished_by()["gate-0"] == "A"
+    assert not [e for e in d.effect_lines() if e["worker"] == "b-wrong"]
