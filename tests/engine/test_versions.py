@@ -137,6 +137,8 @@ def test_incompatible_run_waits_with_the_diverging_position(db_url: str, clock: 
     waits = [e for e in new.journal(run_id) if e.kind == "run.version_wait"]
     assert len(waits) == 1 and json.loads(waits[0].data or "{}")["position"] == 1
     assert TestWorker(new).run_until_idle() == 0, "the same code does not check it again"
+    ((stuck, why),) = new.runtime.sync(new.client.stuck(), "stuck")
+    assert stuck.id == run_id and why == f"waits for its code version for 0s: {message}"
     new.close()
     # a worker of v1 comes back: it takes the parked run up and finishes it
     old = perdure.App(db_url, clock=clock)
