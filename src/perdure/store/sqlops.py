@@ -38,7 +38,7 @@ from .base import (
 from .blobs import blob_ref, in_row_or_blob
 from .dialect import ENDED, Db
 from .names import check, check_run_id
-from .versions_sql import PARKED_FOR_VERSION, Routing, routing_clause
+from .versions_sql import PARKED_FOR_VERSION, Routing, newer_live, routing_clause
 
 Conn = Db
 
@@ -837,7 +837,8 @@ def _runnable(
     )
     common: list[Any] = [*workflows, *executing]
     if routing is not None:  # by code version (versions_sql.py)
-        clause, clause_params = routing_clause(routing, workflows, parked=False)
+        newer = newer_live(conn, routing)
+        clause, clause_params = routing_clause(routing, workflows, parked=False, newer=newer)
         parked, parked_params = routing_clause(routing, workflows, parked=True)
         ways = [(f"({way}) AND {clause}", [*ps, *clause_params]) for way, ps in ways]
         if parked != "1 = 0":

@@ -62,11 +62,30 @@ _NEWER = (
 PARKED_FOR_VERSION = "status = 'needs_attention' AND version_checked IS NOT NULL"
 
 
+def newer_live(conn: Db, routing: Routing) -> set[str]:
+    """The claimer's workflows of which a live worker holds a newer version (first deployed
+    later): only for those must a claim look, run by run, whether that one checked it yet."""
+    if not any(r.since is not None for r in routing.workflows.values()):
+        return set()
+    rows = conn.execute(
+        "SELECT DISTINCT v.workflow, v.since FROM worker_versions v JOIN workers w "
+        f"ON w.id = v.worker_id WHERE {_LIVE}",
+        (routing.live_since,),
+    ).fetchall()
+    found = set()
+    for workflow, since in rows:
+        mine = routing.workflows.get(workflow)
+        if mine is not None and mine.since is not None and float(since) > mine.since:
+            found.add(workflow)
+    return found
+
+
 def routing_clause(
-    routing: Routing, workflows: Sequence[str], parked: bool
+    routing: Routing, workflows: Sequence[str], parked: bool, newer: set[str] | None = None
 ) -> tuple[str, list[Any]]:
     """The condition (and its parameters) a run of `workflows` meets to be claimable by this
-    claimer; `parked`: for runs parked for a version (else for runnable ones)."""
+    claimer; `parked`: for runs parked for a version (else for runnable ones); `newer`: the
+    workflows a live worker holds a newer version of (`newer_live`; None: assume any)."""
     parts: list[str] = []
     params: list[Any] = []
     plain = [name for name in workflows if name not in routing.workflows]
@@ -91,11 +110,13 @@ def routing_clause(
             parts.append(f"(runs.workflow = ? AND (code_version = ? OR NOT {_SERVED}))")
             params += [name, mine, live]
             continue
+        other = f"(code_version <> ? AND (COALESCE(version_checked, '') <> ? OR NOT {_SERVED}))"
+        if newer is not None and name not in newer:  # no newer version to wait for: cheap
+            parts.append(f"(runs.workflow = ? AND (code_version = ? OR {other}))")
+            params += [name, mine, mine, mine, live]
+            continue
         since = float("inf") if routed.since is None else routed.since
-        parts.append(
-            f"(runs.workflow = ? AND ((code_version = ? AND NOT {_NEWER}) OR "
-            f"(code_version <> ? AND (COALESCE(version_checked, '') <> ? OR NOT {_SERVED}))))"
-        )
+        parts.append(f"(runs.workflow = ? AND ((code_version = ? AND NOT {_NEWER}) OR {other}))")
         params += [name, mine, since, live, mine, mine, live]
     if not parts:
         return "1 = 0", []
