@@ -10,6 +10,8 @@ import click
 from ..engine.versions import report_json, summary, versions_report
 from . import render
 
+SHOWN = 20  # waiting runs listed one a line (--json: all)
+
 
 @click.command("versions")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
@@ -54,10 +56,14 @@ def versions(ctx: click.Context, as_json: bool, no_check: bool) -> None:
             ]
             for b in report.builds
         ]
+        render.echo()
         render.echo(render.table(rows, ["BUILD", "LIVE WORKERS", "STATE"]))
     outlook = report.outlook
     if outlook is not None:
+        render.echo()
         render.echo(f"this checkout: {summary(outlook)}")
-        for d in outlook.wait:
+        for d in outlook.wait[:SHOWN]:
             render.echo(f"  {render.shown(d.run_id)} ({render.shown(d.workflow)} "
                         f"{render.shown(d.run_version)}): {d.said()}")  # fmt: skip
+        if len(outlook.wait) > SHOWN:
+            render.echo(f"  ... {len(outlook.wait) - SHOWN} more (--json lists every one)")
