@@ -136,7 +136,7 @@ def line(report: VersionsReport, workflow: str, version: str) -> tuple[int, list
     return (found[0].runs, sorted(found[0].workers)) if found else (0, [])
 
 
-N = 40  # runs of each workflow (120 in all)
+N = 67  # runs of each workflow (201 in all, as the issue asks)
 
 
 def test_rolling_deploy(rollout: Deploy, wait_until: Wait) -> None:
