@@ -308,3 +308,26 @@ def test_one_build_with_other_code_is_refused(db_url: str, clock: TestClock) -> 
     )
     assert calls == [] and app.get_run(run_id).status == "sleeping"
     app.close()
+
+
+def test_a_later_compatible_deploy_takes_up_a_waiting_run(db_url: str, clock: TestClock) -> None:
+    """A run parked by incompatible v2 is taken up by v3 (the fix: patched()), which has not
+    checked it yet: upgraded from v1 to v3 and finished, its wait's error cleared."""
+    (run_id,) = parked_under_v1(db_url, clock)
+    broken = perdure.App(db_url, clock=clock)
+    ship_v2(broken, [])
+    clock.advance(61)
+    TestWorker(broken).run_until_idle()
+    assert broken.get_run(run_id).status == "needs_attention"
+    broken.close()
+    fixed = perdure.App(db_url, clock=clock)
+    calls: list[str] = []
+    ship_v3(fixed, calls)
+    assert TestWorker(fixed).run_until_idle() == 1
+    run = fixed.get_run(run_id)
+    assert (run.status, run.code_version, run.error) == ("completed", "v3", None)
+    assert calls == ["send"]
+    upgraded = [json.loads(e.data or "{}") for e in fixed.journal(run_id)
+                if e.kind == "run.upgraded"]  # fmt: skip
+    assert [(u["from"], u["to"]) for u in upgraded] == [("v1", "v3")]
+    fixed.close()
