@@ -131,7 +131,9 @@ def test_patched_false_when_replaying_older_journal(db_url: str, clock: TestCloc
     assert new.handle(run_id).result(timeout=5) == "sent box"
     assert calls == ["send"]
     assert not [e for e in new.journal(run_id) if e.kind == "patch.marker"]
-    assert new.get_run(run_id).code_version == "v1"
+    assert new.get_run(run_id).code_version == "v2", "upgraded (upgrade='auto')"
+    upgraded = [json.loads(e.data or "{}") for e in new.journal(run_id) if e.kind == "run.upgraded"]
+    assert [(u["from"], u["to"]) for u in upgraded] == [("v1", "v2")]
     new.close()
 
 
@@ -166,7 +168,8 @@ def test_patched_decision_replays(app: perdure.App, worker: TestWorker, clock: T
 
 
 def test_unguarded_change_fails_loudly(db_url: str, clock: TestClock) -> None:
-    """An old run meeting new code that adds a step without patched() fails, not hangs."""
+    """Under upgrade="latest", an old run meeting new code that adds a step without
+    patched() fails, not hangs (the default parks it: tests/engine/test_versions.py)."""
 
     def unguarded(app: perdure.App, calls: list[str]) -> None:
         @app.step(name="pack")
@@ -183,7 +186,7 @@ def test_unguarded_change_fails_loudly(db_url: str, clock: TestClock) -> None:
             calls.append("send")
             return box
 
-        @app.workflow(name="ship", version="v2")
+        @app.workflow(name="ship", version="v2", upgrade="latest")
         def ship() -> str:
             box = insure(pack())
             perdure.sleep(60)

@@ -118,7 +118,8 @@ def test_runs_waiting_for_a_person_are_counted_by_cause(app: perdure.App, clock:
         )
         return {s.labels["cause"]: s.value for s in family.samples}
 
-    assert gauge() == {"interrupted": 1, "stopped": 0, "probe": 0, "dead": 0, "parked": 0}
+    assert gauge() == {"interrupted": 1, "stopped": 0, "probe": 0, "version": 0, "dead": 0,
+                       "parked": 0}  # fmt: skip
     app.resolve("a3", "charge", retry=True)
     TestWorker(app, lease=LEASE).run_until_idle()
     assert app.get_run("a3").status == "completed"

@@ -9,7 +9,7 @@ import inspect
 import typing
 from typing import Any
 
-from perdure.store import base, dialect, extensions, roles, stream_sql, workers_sql
+from perdure.store import base, dialect, extensions, roles, stream_sql, versions_sql, workers_sql
 from perdure.store.methods import Operation
 from perdure.store.postgres import PostgresStore
 from perdure.store.roles import ROLES, Store
@@ -115,7 +115,7 @@ def test_the_core_protocol_is_small() -> None:
 def _hints(method: Any) -> dict[str, Any]:
     """A method's parameter and return types, its TYPE_CHECKING-only names resolved."""
     names: dict[str, Any] = dict(globals())
-    for module in (base, dialect, extensions, stream_sql, workers_sql, roles):
+    for module in (base, dialect, extensions, stream_sql, versions_sql, workers_sql, roles):
         names.update(vars(module))
     return typing.get_type_hints(method, globalns=names)
 

@@ -37,6 +37,7 @@ from .tail import tail
 from .tokens import token
 from .top import top
 from .triggers import triggers
+from .versions import versions
 from .workers import worker, workers
 
 JSON_HELP = "Print one JSON object (its schema: docs/cli-json/)."
@@ -533,5 +534,6 @@ cli.add_command(top)
 cli.add_command(audit)
 cli.add_command(tail)
 cli.add_command(triggers)
+cli.add_command(versions)
 for command in AGENT_COMMANDS:
     cli.add_command(command)

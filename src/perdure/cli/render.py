@@ -22,6 +22,7 @@ import click
 from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
 from ..engine.reasons import reason_of, shown_status
+from ..engine.versions import summary
 from ..observe.redact import Redactor
 from ..store.base import Entry, RunRow
 from ..store.names import escape
@@ -231,6 +232,13 @@ def effects(rows: Sequence[EffectRow]) -> str:
 
 
 def replay(report: ReplayReport) -> str:
+    said = _replay(report)
+    if report.outlook.upgrade or report.outlook.wait or report.outlook.pinned:
+        said += f"\nversions: {summary(report.outlook)}"
+    return said
+
+
+def _replay(report: ReplayReport) -> str:
     if not report.divergences:
         return f"replay-check: {report.checked} unfinished run(s) replay cleanly"
     rows = [

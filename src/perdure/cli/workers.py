@@ -18,6 +18,9 @@ from .specs import agent_option
 
 @click.command("worker")
 @click.option("--id", "worker_id", default=None, help="Worker name, unique among live workers.")
+@click.option(
+    "--build", default=None, help="Name of the code it runs (default: a hash of its workflows)."
+)
 @click.option("--concurrency", default=16, show_default=True, help="Runs executed at once.")
 @click.option("--lease", default=30.0, show_default=True, help="Lease seconds (heartbeat 1/3).")
 @click.option("--poll", default=0.5, show_default=True, help="Longest idle wait, seconds.")
@@ -52,6 +55,7 @@ from .specs import agent_option
 def worker(
     ctx: click.Context,
     worker_id: str | None,
+    build: str | None,
     concurrency: int,
     lease: float,
     poll: float,
@@ -97,6 +101,7 @@ def worker(
     )
     options = WorkerOptions(
         id=worker_id,
+        build=build,
         concurrency=concurrency,
         lease=lease,
         poll=poll,

@@ -346,6 +346,8 @@ class Client:
             return f"dead {age}: {said}; to revive it: perdure resume {run.id}"
         if run.status == PAUSED:  # the step's own message says what to fix, and how to go on
             return f"parked: {said}"
+        if record.get("cause") == "version":  # engine/versions.py: it says what to deploy
+            return f"waits for its code version {age}: {said}"
         step, position = record.get("step"), record.get("position")
         if step is None:  # parked before the run's row kept the reason: read the journal
             marks = [e for e in await self.store.journal(run.id)

@@ -8,18 +8,15 @@ reported with its run, position, expected and found call.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NonDeterminismError
 from ..store.base import FINISHED, Entry, RunRow
-from .context import ReplayEnd, RunContext
 from .effects import CRASHED, MEANING, NOT_STARTED, RECOVERY
-from .runner import call_workflow, decode_input, load_entries
-from .state import Phase
+from .runner import load_entries
+from .versions import Divergence, Outlook, check_journal
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -177,101 +174,36 @@ def effects(runtime: Runtime) -> list[EffectRow]:
 
 
 @dataclass(slots=True)
-class Divergence:
-    run_id: str
-    workflow: str
-    position: int | None
-    expected: str
-    found: str
-    run_version: str
-    code_version: str
-
-
-@dataclass(slots=True)
 class ReplayReport:
+    """Unfinished runs checked, where each diverging one parts from the code, and in
+    `perdure versions`' terms what a worker of this code would do with runs of other
+    versions (`outlook`: upgrade them, or leave them waiting with the divergence)."""
+
     checked: int = 0
     divergences: list[Divergence] = field(default_factory=list)
+    outlook: Outlook = field(default_factory=Outlook)
 
 
 async def replay_check(runtime: Runtime, limit: int = 100_000) -> ReplayReport:
     """Replay every unfinished run's journal against the current code; execute nothing."""
     await runtime.open_store()
     report = ReplayReport()
-    loop = asyncio.get_running_loop()
     # dead runs too: `perdure resume` would replay them against this code
     unfinished = [r for r in await runtime.store.list_runs(limit=limit) if r.status not in FINISHED]
     for run in unfinished:
         report.checked += 1
         definition = runtime.workflows.get(run.workflow)
-        if definition is None:
-            report.divergences.append(
-                Divergence(
-                    run.id,
-                    run.workflow,
-                    None,
-                    f"workflow {run.workflow!r}",
-                    "no such workflow",
-                    run.code_version,
-                    "",
-                )
-            )
+        entries = [] if definition is None else await load_entries(runtime, run.id)
+        parted = await check_journal(runtime, run, definition, entries)
+        if parted is not None:
+            report.divergences.append(parted)
+        if definition is None or run.code_version == definition.version:
             continue
-        ctx = RunContext(
-            runtime,
-            run,
-            await load_entries(runtime, run.id),
-            worker_id="replay-check",
-            clock=runtime.clock,
-            loop=loop,
-            sync_mode=not definition.is_async,
-            inline_sleep=0.0,
-        )
-        ctx.update(phase=Phase.CHECKING)
-        try:
-            args, kwargs = await decode_input(runtime, run, definition)
-            await call_workflow(ctx, definition, args, kwargs, None)
-        except ReplayEnd:
-            continue
-        except NonDeterminismError as exc:
-            report.divergences.append(
-                Divergence(
-                    run.id,
-                    run.workflow,
-                    exc.position,
-                    exc.expected,
-                    exc.found,
-                    run.code_version,
-                    definition.version,
-                )
-            )
-        except BaseException as exc:  # anything else the replay hit is a divergence too
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            report.divergences.append(
-                Divergence(
-                    run.id,
-                    run.workflow,
-                    ctx.position,
-                    "the recorded path",
-                    f"{type(exc).__name__}: {exc}",
-                    run.code_version,
-                    definition.version,
-                )
-            )
-        else:
-            if any(
-                e.position is not None and e.position >= ctx.position
-                for e in await runtime.store.journal(run.id)
-            ):
-                report.divergences.append(
-                    Divergence(
-                        run.id,
-                        run.workflow,
-                        ctx.position,
-                        "more recorded calls",
-                        "workflow returned",
-                        run.code_version,
-                        definition.version,
-                    )
-                )
+        if definition.upgrade == "pinned":
+            report.outlook.pinned += 1
+        elif definition.upgrade == "auto":
+            if parted is None:
+                report.outlook.upgrade += 1
+            else:
+                report.outlook.wait.append(parted)
     return report

@@ -51,7 +51,8 @@ def reason_of(run: RunRow) -> str:
 def cause_of(run: RunRow) -> str | None:
     """Why a run waits for a person, as a label of few values (metrics group by it):
     interrupted, stopped or probe (a once step in doubt: cut off by a crash, by a stop, or
-    its probe could not tell), dead, or parked (by a step); None if it does not wait for one
+    its probe could not tell), version (its code changed: engine/versions.py), dead, or
+    parked (by a step); None if it does not wait for one
     (an operator's own pause included)."""
     if run.status not in PERSON or not run.error:
         return None
@@ -64,4 +65,4 @@ def cause_of(run: RunRow) -> str | None:
     except ValueError:
         return "interrupted"
     cause = record.get("cause") if isinstance(record, dict) else None
-    return str(cause) if cause in ("interrupted", "stopped", "probe") else "interrupted"
+    return str(cause) if cause in ("interrupted", "stopped", "probe", "version") else "interrupted"

@@ -67,6 +67,7 @@ class WorkflowDef:
     deadline: float | None
     retention: Retention | None = None
     queue: str = "default"
+    upgrade: str = "auto"  # runs of another version: "auto", "pinned", "latest" (versions.py)
     is_async: bool = field(init=False)
     signature: inspect.Signature = field(init=False)
     hints: dict[str, Any] = field(init=False)

@@ -118,6 +118,11 @@ async def execute(
     run = claim.run
     definition = runtime.workflows[run.workflow]
     try:
+        if run.code_version != definition.version:  # checked first (engine/versions.py)
+            from .versions import admit
+
+            if await admit(runtime, claim, worker_id=worker_id, now=clock.now()) is None:
+                return  # left for a worker of its version, or parked until one comes
         kept = await sticky.take(runtime, run, claim.recovered_from is not None)
         start: sticky.Kept | int
         if kept is not None:  # parked here in memory, nobody touched it since: go on from there
@@ -142,7 +147,7 @@ async def execute(
             )
             start = entries[-1].seq if entries else -1  # the context indexes what it needs
             del entries
-    except StoreUnavailable as exc:  # the lease will expire; the journal decides on recovery
+    except (StoreUnavailable, LeaseLost) as exc:  # the journal decides on recovery
         log.warning("worker %s: run %s not started: %s", worker_id, run.id, exc)
         return
     ctx.crash_after_intent = crash_after_intent

@@ -291,6 +291,7 @@ class Runtime:
         deadline: float | timedelta | None = None,
         retention: Retention | None = None,
         queue: str = "default",
+        upgrade: str = "auto",
     ) -> Callable[[Callable[P, R]], Workflow[P, R]]: ...
 
     def workflow(  # type: ignore[misc]  # mypy cannot match ParamSpec across the overloads
@@ -303,11 +304,16 @@ class Runtime:
         deadline: float | timedelta | None = None,
         retention: Retention | None = None,
         queue: str = "default",
+        upgrade: str = "auto",
     ) -> Workflow[P, R] | Callable[[Callable[P, R]], Workflow[P, R]]:
         """Register a workflow. `version` labels the code (default: a hash of its source);
         `deadline` fails runs that are not done that long after they start; `retention`
-        says how long finished runs are kept before gc deletes them (default: forever)."""
+        says how long finished runs are kept before gc deletes them (default: forever);
+        `upgrade` says what a worker of this code does with a run of another version:
+        "auto" upgrades it if its journal replays cleanly, else leaves it for a worker of
+        its version or parks it; "pinned" never upgrades; "latest" runs it unchecked."""
         from .handles import Workflow
+        from .versions import check_upgrade
 
         if retention is not None and not isinstance(retention, Retention):
             raise ConfigError(
@@ -316,7 +322,8 @@ class Runtime:
 
         def wrap(func: Callable[P, R]) -> Workflow[P, R]:
             wf_name = name or qualified_name(func)
-            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention, queue)
+            definition = WorkflowDef(wf_name, func, version, seconds(deadline), retention, queue,
+                                     check_upgrade(upgrade, wf_name))  # fmt: skip
             if wf_name in self.workflows and self.workflows[wf_name].fn is not func:
                 raise ConfigError(f"two workflows are named {wf_name!r}; pass name=... to one")
             self.workflows[wf_name] = definition

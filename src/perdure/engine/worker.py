@@ -47,6 +47,7 @@ from .peers import (
 from .runner import execute
 from .services import supervise
 from .state import Phase
+from .versions import check_build, default_build, held_versions, record_build, routing
 
 if TYPE_CHECKING:
     from ..store.workers_sql import WorkerRow
@@ -111,6 +112,9 @@ class WorkerOptions:
             (None or 0: no background gc; `perdure gc` still works).
         announce: print one `ready worker=... store=... concurrency=...` line on stdout
             once claiming (for supervisors and scripts to wait for).
+        build: the name of the code it runs, kept with its presence record with the
+            version of each workflow it holds (None: a hash of those versions); two live
+            workers of one build must hold the same code.
     """
 
     id: str | None = None
@@ -122,6 +126,7 @@ class WorkerOptions:
     max_recoveries: int | None = 5
     gc_every: float | None = 300.0
     announce: bool = False
+    build: str | None = None
 
 
 class Worker:
@@ -134,6 +139,11 @@ class Worker:
         self.options = options or WorkerOptions()
         self.clock = clock or runtime.clock
         self.id = check_worker_id(self.options.id) if self.options.id else make_worker_id()
+        workflows = runtime.workflows
+        self.build = (
+            check_build(self.options.build) if self.options.build else default_build(workflows)
+        )
+        self.version_since: dict[str, float] = {}  # when each of its versions was first deployed
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.contexts: dict[str, RunContext] = {}
         self.stopping = asyncio.Event()  # no new claim, no new step
@@ -231,6 +241,7 @@ class Worker:
                 await self.runtime.store.worker_beat(row)  # known before its first claim
             except StoreError as exc:  # the presence loop registers it then
                 log.warning("worker %s: presence not recorded (%s)", self.id, exc)
+            await self._register_build(now)
             return
         holder = await self.runtime.store.worker_register(row)
         if holder is not None and id_reusable(holder, now):  # stopped or dead: take its place
@@ -242,6 +253,7 @@ class Worker:
                 "stop it or choose another --id"
             )
         _LIVE_IDS.add(self.id)
+        await self._register_build(now)
         # the runs a dead previous holder of this id still leases: recover them now
         held = [r.id for r in await self.runtime.store.list_runs(statuses=RUNNING, limit=100_000)
                 if r.lease_owner == self.id and (r.lease_until or 0) > now]  # fmt: skip
@@ -250,6 +262,31 @@ class Worker:
                      len(held))  # fmt: skip
             await self.runtime.store.release(self.id, held)
             self.runtime.notify()
+
+    async def _register_build(self, now: float) -> None:
+        """Record its build and workflow versions with its presence; refused (nothing
+        claimed) if a live worker runs that build with other code."""
+        versions = held_versions(self.runtime.workflows)
+        try:
+            since, other = await record_build(
+                self.runtime.store, self.id, self.build, versions, now, now - SILENT_AFTER
+            )
+        except StoreError as exc:  # claims route as if its versions were the newest
+            log.warning("worker %s: build not recorded (%s)", self.id, exc)
+            return
+        if other is not None:
+            from ..store.workers_sql import WorkerRow
+
+            _LIVE_IDS.discard(self.id)
+            gone = WorkerRow(self.id, socket.gethostname(), os.getpid(), now, now,
+                             self.options.concurrency, 0, stopped_at=now)  # fmt: skip
+            with contextlib.suppress(StoreError):
+                await self.runtime.store.worker_beat(gone)
+            raise PerdureError(
+                f"build {self.build!r} is run by live worker {other} with other code: give "
+                "this code another --build, or deploy the same code to both"
+            )
+        self.version_since = since
 
     async def _start_peers(self) -> None:
         """Before the first claim: hold this worker's session (PostgreSQL), then hand back
@@ -378,6 +415,9 @@ class Worker:
             held,
             executing=list(self.tasks),  # never its own, even if their lease ran out
             own=self.claim_unsure,  # a claim cut off unanswered may have taken some
+            routing=routing(
+                self.runtime.workflows, self.version_since, self.clock.now() - SILENT_AFTER
+            ),
         )
         self.claim_unsure = False
         for claim in claims:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("perdure.metrics")
 
-CAUSES = ("interrupted", "stopped", "probe", "dead", "parked")  # reasons.cause_of
+CAUSES = ("interrupted", "stopped", "probe", "version", "dead", "parked")  # reasons.cause_of
 # seconds: from a cached read to a slow model call or a long tool run
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 
@@ -106,7 +106,8 @@ def _waiting_family(causes: dict[str, int]) -> Metric:
     family = GaugeMetricFamily(
         "perdure_runs_waiting_for_person",
         "Runs only a person can move, by cause: interrupted, stopped or probe (a once step "
-        "in doubt), dead, parked (by a step).",
+        "in doubt), version (waiting for a worker of their code version), dead, parked (by a "
+        "step).",
         labels=["cause"],
     )
     for cause in CAUSES:

@@ -108,6 +108,8 @@ TICKS = IntQuery(name="ticks", default=20, low=0, high=500, description="recent 
 AGENT = TextQuery(name="agent", description="one agent only")
 SINCE = TimeQuery(name="since", description="Unix time (default: 7 days ago)")
 BY = ChoiceQuery(name="by", choices=tuple(USAGE_KEYS), default="agent", description="group by")
+CHECK = ChoiceQuery(name="check", choices=("true", "false"), default="true",
+                    description="replay runs of other versions against this code")  # fmt: skip
 # the audit log's (its handler reads them with the same bounds)
 TARGET = TextQuery(name="target", description="e.g. run:ID, schedule:NAME")
 AUDIT_RUN = TextQuery(name="run", description="a run's id (the target run:ID)")
@@ -478,6 +480,12 @@ def worker_json(row: WorkerRow, state: WorkerState) -> dict[str, Any]:
     }  # fmt: skip
 
 
+async def list_versions(call: Call) -> Any:
+    from .versions_api import versions_data
+
+    return await versions_data(call.app, CHECK.read(call.request) == "true")
+
+
 async def list_pauses(call: Call) -> Any:
     await call.app.runtime.open_store()
     rows = await call.app.runtime.store.list_pauses()
@@ -691,6 +699,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", f"{PREFIX}/workers", list_workers, "read",
              "Workers heard of in the last hour: where they run, runs held, and their state "
              "(alive busy or idle, stopped, dead with the proof, silent)", returns="Workers"),
+    Endpoint("GET", f"{PREFIX}/versions", list_versions, "read",
+             "Unfinished runs by workflow and code version, the live workers and builds "
+             "serving each (a build with no run only it holds is drained), and what this "
+             "server's code would do with runs of other versions",
+             params=(CHECK,), returns="Versions"),
     Endpoint("GET", f"{PREFIX}/pauses", list_pauses, "read",
              "Workflows and workers paused as a whole", returns="Pauses"),
     Endpoint("POST", f"{PREFIX}/pauses", set_pause, "operate",

@@ -754,6 +754,15 @@ async def workers_page(request: Request, app: App, who: Principal) -> Response:
 
 
 @page
+async def versions_page(request: Request, app: App, who: Principal) -> Response:
+    """Unfinished runs by workflow and code version, builds and their drain, and what this
+    server's code would do with runs of other versions (as `perdure versions`)."""
+    from .versions_api import versions_data
+
+    return await render(request, who, "versions.html", report=await versions_data(app, True))
+
+
+@page
 async def audit_page(request: Request, app: App, who: Principal) -> Response:
     """The audit log, newest first: who did what to which run, schedule or token, when, and
     how it ended; filtered by target (or run), actor and since (a duration, time or date)."""
@@ -876,6 +885,7 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/ui/agents", agents_page, methods=["GET"]),
         Route("/ui/triggers", triggers_page, methods=["GET"]),
         Route("/ui/workers", workers_page, methods=["GET"]),
+        Route("/ui/versions", versions_page, methods=["GET"]),
         Route("/ui/audit", audit_page, methods=["GET"]),
         Route("/ui/stream", stream, methods=["GET"]),
         Route("/favicon.ico", favicon, methods=["GET"]),

@@ -107,7 +107,8 @@ def for_postgres(script: str) -> str:
 
 ENDED = "ended"  # the payload of a notification that a run ended and nothing else
 
-_names = ["runs", "journal", "events", "blobs", "perdure_meta", "pauses", "workers", "run_streams"]
+_names = ["runs", "journal", "events", "blobs", "perdure_meta", "pauses", "workers", "run_streams",
+          "worker_versions", "code_versions"]  # fmt: skip
 _TABLES = re.compile(rf"\b({'|'.join(_names)})\b")
 _adding = threading.Lock()
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")

@@ -183,6 +183,28 @@ MIGRATIONS: list[str] = [
     INSERT INTO perdure_meta (key, value)
         SELECT 'legacy_version', value FROM perdure_meta WHERE key = 'schema_version'
     """,
+    # 22 (deploys; issue 36): a worker's build and the version of each workflow it holds;
+    # when each workflow version was first deployed (a newer one gets to upgrade runs
+    # first); on a run, the version whose check found it incompatible (it is left for a
+    # worker of its own version, or waits for one)
+    """
+    ALTER TABLE workers ADD COLUMN build TEXT;
+    CREATE TABLE worker_versions (
+        worker_id   TEXT NOT NULL,
+        workflow    TEXT NOT NULL,
+        version     TEXT NOT NULL,
+        since       REAL NOT NULL,
+        PRIMARY KEY (worker_id, workflow)
+    );
+    CREATE INDEX worker_versions_by_version ON worker_versions (workflow, version);
+    CREATE TABLE code_versions (
+        workflow    TEXT NOT NULL,
+        version     TEXT NOT NULL,
+        first_seen  REAL NOT NULL,
+        PRIMARY KEY (workflow, version)
+    );
+    ALTER TABLE runs ADD COLUMN version_checked TEXT
+    """,
 ]
 
 LATEST = len(MIGRATIONS)

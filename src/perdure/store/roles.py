@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .dialect import Db
     from .extensions import Extension
     from .stream_sql import StreamRow
+    from .versions_sql import Routing
     from .workers_sql import WorkerRow
 
 
@@ -93,6 +94,7 @@ class Leases(Protocol):
         held: Mapping[str, int] | None = None,
         executing: Sequence[str] = (),
         own: bool = False,
+        routing: Routing | None = None,
     ) -> Claims: ...
     async def heartbeat(
         self, owner: str, run_ids: Sequence[str], lease_until: float

@@ -38,6 +38,7 @@ from .base import (
 from .blobs import blob_ref, in_row_or_blob
 from .dialect import ENDED, Db
 from .names import check, check_run_id
+from .versions_sql import PARKED_FOR_VERSION, Routing, newer_live, routing_clause
 
 Conn = Db
 
@@ -57,6 +58,8 @@ _SETTABLE = frozenset(
         "deadline_at",
         "pause_requested",
         "updated_at",
+        "code_version",  # a run upgraded to the claimer's code (engine/versions.py)
+        "version_checked",  # the version whose check found the run incompatible
     }
 )
 _RUN_FIELDS = tuple(name.strip() for name in _RUN_COLUMNS.split(","))
@@ -722,9 +725,13 @@ def claim(
     held: Mapping[str, int] | None = None,
     executing: Sequence[str] = (),
     own: bool = False,
+    routing: Routing | None = None,
 ) -> Claims:
     """Claim up to `limit` runnable runs, highest priority first, within the queues' limits;
     also say whether runnable runs were left behind (`Claims.more`).
+
+    `routing`: which runs of another code version this claimer may take, and which runs
+    parked for a version it may take up again (versions_sql.py); None: any run.
 
     `executing`: runs the claimer still executes, never claimed again by it even once
     their lease has expired (it may be waiting for the store to come back to record an
@@ -744,7 +751,7 @@ def claim(
         return Claims(more=False)
     gate = _QueueGate(conn, now, queues, held or {})
     fetch = limit + 1 if gate.open else limit * 4 + 16  # one more: are any left behind?
-    rows = _runnable(conn, owner if own else None, now, workflows, executing, fetch)
+    rows = _runnable(conn, owner if own else None, now, workflows, executing, fetch, routing)
     admitted: list[Any] = []
     more = len(rows) == fetch and not gate.open  # gated: candidates past the fetch unknown
     for row in rows:
@@ -764,8 +771,8 @@ def claim(
             "ELSE 'running' END, lease_owner = ?, lease_until = ?, "
             "lease_epoch = lease_epoch + 1, recoveries = recoveries + CASE WHEN status IN "
             "('running', 'cancelling') AND COALESCE(lease_owner, '') <> ? THEN 1 ELSE 0 END, "
-            "updated_at = ?, "
-            f"started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
+            "updated_at = ?, error = CASE WHEN status = 'needs_attention' THEN NULL ELSE error "
+            f"END, started_at = COALESCE(started_at, ?) WHERE id IN ({_in(ids)}) "
             f"RETURNING {_RUN_COLUMNS}, {next_seq(conn)}",
             (owner, now + lease_seconds, owner if own else "", now, now, *ids),
         ).fetchall()
@@ -807,6 +814,7 @@ def _runnable(
     workflows: Sequence[str],
     executing: Sequence[str],
     limit: int,
+    routing: Routing | None = None,
 ) -> list[Any]:
     """The first `limit` runnable runs of `workflows` (none paused) in claim order (`own`:
     the claimer whose runs leased to it are runnable too); rows start with `_CANDIDATE`.
@@ -827,7 +835,14 @@ def _runnable(
     where = f"workflow IN ({_in(workflows)})" + (
         f" AND id NOT IN ({_in(executing)})" if executing else ""
     )
-    common = [*workflows, *executing]
+    common: list[Any] = [*workflows, *executing]
+    if routing is not None:  # by code version (versions_sql.py)
+        newer = newer_live(conn, routing)
+        clause, clause_params = routing_clause(routing, workflows, parked=False, newer=newer)
+        parked, parked_params = routing_clause(routing, workflows, parked=True)
+        ways = [(f"({way}) AND {clause}", [*ps, *clause_params]) for way, ps in ways]
+        if parked != "1 = 0":
+            ways.append((f"{PARKED_FOR_VERSION} AND {parked}", parked_params))
     if conn.dialect != "sqlite":
         text = " OR ".join(f"({way})" for way, _ in ways)
         return conn.execute(
