@@ -98,8 +98,11 @@ async def events(
                 yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
                 return
             wake.clear()
-            entries = await app.runtime.store.journal(run_id, after=after, limit=BATCH)
+            # the run first: a status read after the journal could be an end whose entries
+            # that read missed (they land in one transaction), and the stream would end
+            # without them
             run = await app.runtime.store.get_run(run_id)
+            entries = await app.runtime.store.journal(run_id, after=after, limit=BATCH)
             if run is None:  # deleted (gc) while watched
                 yield _frame("end", {"run_id": run_id, "status": None})
                 return
