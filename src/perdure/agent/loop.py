@@ -315,12 +315,12 @@ class Agent:
 
         @runtime.step(name=f"{name}.ground", effect="read")
         def ground(
-            answer: str, source: str, stop_reason: str, foreign: list[str]
+            answer: str, source: str, stop_reason: str, foreign: list[str], extract: bool = False
         ) -> dict[str, Any]:
             acc = spec.acceptance
             return check_grounding(
                 answer, source, stop_reason=stop_reason, min_chars=acc.min_chars,
-                max_chars=acc.max_chars, foreign=foreign,
+                max_chars=acc.max_chars, foreign=foreign, extract=extract,
             ).to_dict()  # fmt: skip
 
         @runtime.step(name=f"{name}.output", effect="idempotent")
@@ -383,6 +383,7 @@ class Agent:
             failed_iterations = rejections = 0
             spend = _Spend()
             evidence = "not checked yet"
+            rejected: dict[tuple[str, str], str] = {}  # answers rejected so far, with why
             previous: str | None = None
             for iteration in range(1, limits.max_iterations + 1):
                 if legacy:
@@ -439,6 +440,13 @@ class Agent:
                                 f"the same failing call {key} repeated {failures[key]} times: "
                                 f"{result[:300]}"
                             )
+                said = (summary.strip(), reply.stop_reason)
+                if finishing and said in rejected:  # said again: not checked again
+                    evidence = f"the same answer as before, already rejected: {rejected[said]}"
+                    rejections += 1
+                    failed_iterations = self._next_tier_start(failed_iterations)
+                    messages.pop()  # the repeat is not shown to the next tier
+                    continue
                 if finishing:
                     attempt = _Attempt(task, tier, reply, summary, source, foreign)
                     done, evidence = await self._complete(attempt)
@@ -450,6 +458,7 @@ class Agent:
                                 "answer": reply.message.content}  # fmt: skip
                     rejections += 1
                     iteration_failed = True
+                    rejected[said] = evidence
                     messages.append(Message("user", self._feedback(evidence)))
                 failed_iterations += int(iteration_failed)
             raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
@@ -646,8 +655,10 @@ class Agent:
         output, acc = self.spec.output, self.spec.acceptance
         text = attempt.reply.message.content
         if acc.grounded:
-            verdict = await self.steps.ground(
-                text, attempt.source, attempt.reply.stop_reason, attempt.foreign
+            tier = self.spec.tier(attempt.tier)
+            extract = (True,) if tier.script == "builtin:extractive" else ()
+            verdict = await self.steps.ground(  # an extract's sentences are the file's own
+                text, attempt.source, attempt.reply.stop_reason, attempt.foreign, *extract
             )
             if not verdict["ok"]:
                 return False, str(verdict["evidence"])
