@@ -30,6 +30,7 @@ def make(
 ) -> tuple[Agent, ScriptedModel]:
     """The shipped inbox spec in tmp_path, its local tier scripted by `local`."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
+    text = text.replace("facts_first = true", "facts_first = false")  # one call per answer
     (tmp_path / "agent.toml").write_text(text.replace('notes = "task"', f'notes = "{notes}"'))
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(local)  # type: ignore[arg-type]
@@ -117,6 +118,7 @@ def test_no_copy_title_greeting_refusal_echo_or_fact_free_answer_reaches_the_out
     rejected with its reason journaled and fed back, and nothing is written."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
     text = text.replace("escalate_after_failures = 2", "escalate_after_failures = 6")
+    text = text.replace("facts_first = true", "facts_first = false")
     (tmp_path / "agent.toml").write_text(text.replace("max_iterations = 4", "max_iterations = 6"))
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(list(NOT_SUMMARIES.values()))
@@ -240,3 +242,28 @@ def test_a_long_chinese_file_is_cut_by_tokens_not_characters(tmp_path: Path) -> 
     text = task_text(path, 1000)
     assert "[... the first" in text and estimate_tokens(text.split("\n[...")[0]) <= 1000
     assert len(text) < 1600  # Latin text of 1,000 tokens would be about 3,300 characters
+
+
+def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The first call lists the facts; an invented one is dropped (journaled with why),
+    the checked ones go before the file in the call that writes the summary."""
+    text = (ROOT / "examples/inbox/agent.toml").read_text()
+    (tmp_path / "agent.toml").write_text(text)
+    (tmp_path / "inbox").mkdir()
+    listed = "- Ana chaired on 14 November.\n- Carla owns the export.\n- Ben owns the migration."
+    model = ScriptedModel([listed, GOOD])
+    agent = Agent(app.runtime, load_spec(tmp_path / "agent.toml"),
+                  providers={"local": model, "extractive": ScriptedModel([])})  # fmt: skip
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["answer"] == GOOD
+    assert "List the key facts" in model.requests[0].messages[1].content
+    asked = model.requests[1].messages[1].content
+    assert "- Ana chaired on 14 November." in asked and "- Ben owns the migration." in asked
+    assert "Carla" not in asked
+    entries = app.runtime.sync(app.runtime.store.journal("r"), "journal")
+    [facts] = [json.loads(e.data or "{}")["value"] for e in entries
+               if e.kind == "step.outcome" and e.name.endswith(".facts")]  # fmt: skip
+    assert facts["dropped"] == [{"fact": "Carla owns the export.", "why": "not in the file: Carla"}]

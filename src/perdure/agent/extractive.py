@@ -123,6 +123,15 @@ def extract(text: str, limit: int = LIMIT) -> str:
     """The sentences of `text` that carry the most facts, in the document's order, within
     `limit` characters (the lead sentence counts extra: it usually says what the document
     is about); a document with little prose adds its lines that name facts."""
+    picked, joiner = extract_pieces(text, limit)
+    summary = joiner.join(picked).strip()
+    if summary and not summary.endswith((".", "!", "?", "。", "！", "？")):
+        summary += "."
+    return summary
+
+
+def extract_pieces(text: str, limit: int = LIMIT) -> tuple[list[str], str]:
+    """The pieces `extract` joins (sentences, or fact lines), and how it joins them."""
     pieces = units(text)
     candidates: list[str] = []
     for piece, prose in pieces:
@@ -141,8 +150,8 @@ def extract(text: str, limit: int = LIMIT) -> str:
     used = 0
     for i in ranked:
         piece = candidates[i]
-        if score(piece) == 0 and chosen:
-            break
+        if score(piece) + bonus.get(i, 0.0) == 0 and chosen:
+            break  # the rest name nothing
         if used + len(piece) + len(joiner) > limit:
             if not chosen and len(piece) > limit:  # one long sentence: its words that fit
                 chosen, candidates[i] = [i], piece[:limit].rsplit(" ", 1)[0]
@@ -151,7 +160,4 @@ def extract(text: str, limit: int = LIMIT) -> str:
         used += len(piece) + len(joiner)
         if len(chosen) == 3:
             break
-    summary = joiner.join(candidates[i].rstrip(";, ") for i in sorted(chosen)).strip()
-    if summary and not summary.endswith((".", "!", "?", "。", "！", "？")):
-        summary += "."
-    return summary
+    return [candidates[i].rstrip(";, ") for i in sorted(chosen)], joiner

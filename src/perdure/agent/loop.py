@@ -38,6 +38,8 @@ from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
+from .facts import check_facts, facts_block
+from .facts import request_text as facts_request
 from .grounding import check as check_grounding
 from .memory_sql import AgentMemory
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
@@ -115,6 +117,7 @@ class _Steps:
     ground: Any
     output: Any
     notes: Any
+    facts: Any = None
 
 
 class Agent:
@@ -323,6 +326,10 @@ class Agent:
                 max_chars=acc.max_chars, foreign=foreign, extract=extract,
             ).to_dict()  # fmt: skip
 
+        @runtime.step(name=f"{name}.facts", effect="read")
+        def facts(answer: str, source: str) -> dict[str, Any]:
+            return check_facts(answer, source)
+
         @runtime.step(name=f"{name}.output", effect="idempotent")
         def write_output(path: str, text: str) -> str:
             real = self.boundary.resolve_write(path)
@@ -342,7 +349,7 @@ class Agent:
         self.steps = _Steps(
             model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
             context=read_context, escalate=escalate, budget=check_budget, accept=accept,
-            ground=ground, output=write_output, notes=write_notes,
+            ground=ground, output=write_output, notes=write_notes, facts=facts,
         )  # fmt: skip
 
         @runtime.workflow(name=name, deadline=deadline_seconds(spec))
@@ -382,6 +389,10 @@ class Agent:
             failures: Counter[str] = Counter()
             failed_iterations = rejections = 0
             spend = _Spend()
+            if spec.acceptance.facts_first and file:
+                checked = await self._facts_first(messages, source, spend)
+                if checked:
+                    messages[1].content = f"{facts_block(checked)}\n\n{messages[1].content}"
             evidence = "not checked yet"
             rejected: dict[tuple[str, str], str] = {}  # answers rejected so far, with why
             previous: str | None = None
@@ -466,6 +477,25 @@ class Agent:
         except AgentFailed as failed:  # a run ends by writing its progress notes, failed or not
             await steps.notes(self._note(task, "failed", str(failed)))
             raise
+
+    async def _facts_first(self, messages: list[Message], source: str, spend: _Spend) -> list[str]:
+        """The file's facts, listed by the first tier (a model step of its own) and each
+        checked against the file (the `facts` step); none if the tier cannot answer."""
+        tier = self._route(0)
+        ask = Message("user", f"{facts_request()}\n\n{messages[1].content}")
+        request = ModelRequest(
+            model=self.spec.tier(tier).model, messages=[messages[0], ask],
+            max_tokens=self.spec.limits.max_tokens_per_call or self.spec.tier(tier).max_tokens,
+            temperature=self.spec.tier(tier).temperature,
+        )  # fmt: skip
+        try:
+            raw = await self._model(tier, request, spend, "listing the file's facts")
+        except StepError as exc:
+            log.info("agent %s: no facts listed (%s)", self.spec.name, exc.message)
+            return []
+        answer = ModelResponse.from_dict(raw).message.content
+        checked: dict[str, Any] = await self.steps.facts(answer, source)
+        return list(checked["facts"])
 
     def _shown_notes(self, notes: str, task: dict[str, Any]) -> str:
         """The progress notes this run may see (spec `memory.notes`): by default only those

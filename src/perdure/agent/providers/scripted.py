@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ...errors import ConfigError
-from ..extractive import extract
+from ..extractive import extract, extract_pieces
+from ..facts import PROMPT as FACTS_PROMPT
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from .base import ModelError, Provider
 
@@ -240,5 +241,9 @@ def extractive_summary(request: ModelRequest) -> ModelResponse:
     body = text
     if "\n---\n" in text and text.rstrip().endswith("---"):  # the file between its fences
         body = text.split("\n---\n", 1)[1].rstrip().removesuffix("---")
+    if text.startswith(FACTS_PROMPT[:30]):  # facts first: the fact sentences, one a line
+        pieces, _ = extract_pieces(body)
+        facts = "\n".join(f"- {piece}" for piece in pieces) or "- (empty file)"
+        return ModelResponse(message=Message("assistant", facts))
     summary = extract(body) or "(empty file)"
     return ModelResponse(message=Message("assistant", f"Summary: {summary}"))
