@@ -34,6 +34,7 @@ _GREETING = re.compile(
     r"|yours|mit freundlichen grüßen|viele grüße|cordialement)\b[^.!?]{0,40}$",
     re.I,
 )
+_HEADER = re.compile(r"^\s*(from|to|cc|bcc|subject|date|sent|reply-to|attn)\b\W", re.I)
 _AMOUNT = re.compile(r"[$€£¥]\s?\d|\d\s?(?:%|eur|usd|gbp|chf|euros?|dollars?|元)\b", re.I)
 _DATE = re.compile(
     rf"\b\d{{1,2}}\.?\s+(?:{_MONTH_WORDS})|\b(?:{_MONTH_WORDS})\w*\s+\d{{1,2}}\b|"
@@ -134,16 +135,31 @@ def extract_pieces(text: str, limit: int = LIMIT) -> tuple[list[str], str]:
     """The pieces `extract` joins (sentences, or fact lines), and how it joins them."""
     pieces = units(text)
     candidates: list[str] = []
+    lines: list[str] = []  # short non-prose lines with an amount or a date: "Total due £1,392"
     for piece, prose in pieces:
         if prose:
             candidates += sentences(piece)
+        elif (
+            piece != pieces[0][0]
+            and len(piece) <= 90
+            and not _HEADER.match(piece)
+            and (_AMOUNT.search(piece) or _DATE.search(piece))
+        ):
+            lines.append(piece if piece.endswith((".", "!", "?")) else f"{piece}.")
+    title = pieces[0][0] if pieces and not pieces[0][1] else ""
+    if not 3 <= len(title.split()) <= 16 or _HEADER.match(title) or _GREETING.match(title):
+        title = ""
     lead = max(2, len(candidates) // 4)  # the first quarter: where a writer says what matters
     bonus = {i: (4.0 if i == 0 else 2.0) for i in range(min(lead, len(candidates)))}
     joiner = " "
     if len(candidates) < 3:  # little prose: an invoice, a log; its fact lines too
-        lines = [p for p, prose in pieces if not prose and score(p) > 0]
-        candidates, joiner = lines + candidates, "; "
+        others = [p for p, prose in pieces if not prose and score(p) > 0 and p != title]
+        candidates, joiner = others + candidates, "; "
         bonus = {}
+    else:
+        candidates += lines
+    if title:  # the document's own title says what it is: first, if it names something
+        limit -= len(title) + 2
     ranked = sorted(range(len(candidates)),
                     key=lambda i: (-(score(candidates[i]) + bonus.get(i, 0.0)), i))  # fmt: skip
     chosen: list[int] = []
@@ -160,4 +176,7 @@ def extract_pieces(text: str, limit: int = LIMIT) -> tuple[list[str], str]:
         used += len(piece) + len(joiner)
         if len(chosen) == 3:
             break
-    return [candidates[i].rstrip(";, ") for i in sorted(chosen)], joiner
+    picked = [candidates[i].rstrip(";, ") for i in sorted(chosen)]
+    if title and score(title) > 0:
+        picked.insert(0, title if title.endswith((".", "!", "?", ":")) else f"{title}:")
+    return picked, joiner
