@@ -48,9 +48,12 @@ class LlamaCppModel(OpenAIModel):
         *,
         timeout: float | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        stream: bool = True,
     ) -> None:
         """Args:
             model: a known local model (default: Qwen2.5-Coder-1.5B-Instruct).
+            stream: stream the reply, its text going to the run's stream as it comes
+                (a CPU model writes a few words a second: worth watching).
             timeout: seconds the server may stay silent (default: 300).
             connect_timeout: seconds to open the connection.
 
@@ -64,7 +67,7 @@ class LlamaCppModel(OpenAIModel):
         local = ensure_local_model(model)
         super().__init__(
             model or local.model, base_url=local.base_url, api_key="local", timeout=timeout,
-            connect_timeout=connect_timeout,
+            connect_timeout=connect_timeout, stream=stream,
         )  # fmt: skip
 
     @classmethod
@@ -83,9 +86,11 @@ class LlamaCppModel(OpenAIModel):
 
     @classmethod
     def from_tier(cls, spec: AgentSpec, tier: str) -> Self:
-        """The tier's local model (started on first use), with the tier's timeouts."""
+        """The tier's local model (started on first use), with the tier's timeouts; streamed
+        unless the tier says `stream = false`."""
         model = spec.tier(tier)
-        return cls(model.model, timeout=model.timeout,
+        stream = model.stream if "stream" in model.model_fields_set else True
+        return cls(model.model, timeout=model.timeout, stream=stream,
                    connect_timeout=model.connect_timeout or CONNECT_TIMEOUT)  # fmt: skip
 
     @classmethod
