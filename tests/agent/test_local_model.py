@@ -1,5 +1,5 @@
-"""The `local` models: SmolLM2-135M-Instruct (and, `local-large`, Qwen2.5-Coder-1.5B-Instruct
-joined from its parts) on llama.cpp, started and stopped by perdure and reached through the
+"""The `local` models: Qwen2.5-Coder-1.5B-Instruct joined from its parts (and, `local-small`,
+SmolLM2-135M-Instruct) on llama.cpp, started and stopped by perdure and reached through the
 official openai SDK. Never asserts on wording: small models are fluent, not reliable."""
 
 from __future__ import annotations
