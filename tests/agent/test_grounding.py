@@ -156,6 +156,9 @@ def test_a_copy_of_the_source_is_refused_and_a_rewording_is_not() -> None:
     )
     assert copy_ratio(reworded, LETTER) < 0.8
     assert copy_ratio("A one-line note, said again.", "A one-line note, said again.") == 0.0
+    moving = "公司上海办公室将于2026年12月12日搬迁至浦东新区世纪大道1198号。"
+    notice = (moving + "旧办公室12月11日停止使用。") * 2  # no spaces: each character a word
+    assert copy_ratio(moving, notice) > 0.9
 
 
 def test_a_spelled_out_acronym_and_translated_dates_are_grounded() -> None:

@@ -124,6 +124,8 @@ _ECHO = re.compile(
 )  # fmt: skip
 # a sentence: ends in . ! ? (or their CJK forms) and has three words, or six CJK characters
 _SENTENCES = re.compile(r"[^.!?。！？]+[.!?。！？]")
+# a word for the copy check: a CJK character is one (those scripts put no space between words)
+_TOKEN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uff00-\uffef]|[^\s\u2e80-\u9fff]+")
 COPY = 0.8  # an answer this similar to a same-length window of its source is a copy
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
@@ -282,9 +284,9 @@ def repeated(answer: str) -> str | None:
 
 def copy_ratio(answer: str, source: str) -> float:
     """How close `answer` comes to a copy of its source: the best difflib ratio between its
-    words and any run of as many words of the source (0 when the source is not at least
-    twice as long: a one-line note may be said again in its own words or not)."""
-    mine, theirs = _fold(answer).split(), _fold(source).split()
+    words (a CJK character counting as one) and any run of as many words of the source (0
+    when the source is not at least twice as long: a one-line note may be said again)."""
+    mine, theirs = _TOKEN.findall(_fold(answer)), _TOKEN.findall(_fold(source))
     n = len(mine)
     if n < 6 or len(theirs) < 2 * n:
         return 0.0
