@@ -20,6 +20,7 @@ PROMPT = (
     "One short fact a line, each starting with '- ', at most {most} lines, using the "
     "file's own numbers, dates, amounts and names. No introduction, no summary."
 )
+SYSTEM = "You list the facts of a document, one short line each, in the document's own words."
 MOST = 6  # facts kept at most
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
 

@@ -38,6 +38,7 @@ from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
+from .facts import SYSTEM as FACTS_SYSTEM
 from .facts import check_facts, facts_block
 from .facts import request_text as facts_request
 from .grounding import check as check_grounding
@@ -484,7 +485,7 @@ class Agent:
         tier = self._route(0)
         ask = Message("user", f"{facts_request()}\n\n{messages[1].content}")
         request = ModelRequest(
-            model=self.spec.tier(tier).model, messages=[messages[0], ask],
+            model=self.spec.tier(tier).model, messages=[Message("system", FACTS_SYSTEM), ask],
             max_tokens=self.spec.limits.max_tokens_per_call or self.spec.tier(tier).max_tokens,
             temperature=self.spec.tier(tier).temperature,
         )  # fmt: skip
