@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perdure.agent.grounding import unsupported
+from perdure.agent.grounding import COPY, copy_ratio, has_sentence, unsupported
 
 from .common import ROOT, Table
 
@@ -121,6 +121,8 @@ class DocResult:
     unsupported_landed: list[str] = field(default_factory=list)
     unsupported_first: list[str] = field(default_factory=list)
     truncated_landed: bool = False
+    copy_landed: float = 0.0  # the landed summary's likeness to a passage of its document
+    no_sentence_landed: bool = False  # a title, heading or signature alone
     answered_by: str = ""  # the provider whose answer landed (the outbox file's footer says)
     retries: int = 0  # model call attempts that failed (timeouts, server errors) and were retried
     error: str = ""
@@ -162,6 +164,8 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
             str(value.get("stop_reason") or ""), str(value.get("model") or ""),
             float(data.get("ms", 0.0)) / 1000,
         ))  # fmt: skip
+    if _outcomes(journal, f"{AGENT}.facts"):  # facts first: that call listed the facts
+        answers = answers[1:]
     rejections = []  # a `.ground` verdict not ok, or an `.accept` outcome not done
     for entry in journal:
         if entry.kind != "step.outcome" or not entry.final or not entry.data:
@@ -186,6 +190,8 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
     result.recalled = [f.what for f in doc.facts if recalled(f, result.landed)]
     if result.landed:
         result.unsupported_landed = unsupported(result.landed, source)
+        result.copy_landed = round(copy_ratio(result.landed.removeprefix("Summary: "), source), 3)
+        result.no_sentence_landed = not has_sentence(result.landed)
         landed = next((a for a in answers if a.text.strip() == result.landed), None)
         result.truncated_landed = landed is not None and landed.stop_reason == "length"
     if answers:
@@ -332,6 +338,11 @@ def tier_summary(results: list[DocResult]) -> dict[str, Any]:
         "truncated_answers": sum(r.truncated_answers for r in results),
         "truncated_first": sum(r.answers[0].stop_reason == "length" for r in results if r.answers),
         "truncated_landed": sum(r.truncated_landed for r in results),
+        "copies_landed": sum(r.copy_landed >= COPY for r in results),
+        "model_copies_landed": sum(
+            r.copy_landed >= COPY and r.answered_by != "scripted" for r in results
+        ),
+        "no_sentence_landed": sum(r.no_sentence_landed for r in results),
         "rejected": len(rejected),
         "rejected_then_passed": sum(r.status == "completed" for r in rejected),
         "answered_by": dict(Counter(r.answered_by for r in results if r.answered_by)),
@@ -351,7 +362,8 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
         "Summary quality of the inbox agent, per tier (bench/summary_docs)",
         ["tier", "docs", "done/failed", "facts in outbox", "facts 1st answer",
          "answered by", "invented: outbox", "invented: 1st", "truncated 1st/outbox",
-         "rejected (then ok)", "calls (retried)", "s/doc p50", "s/doc max"],
+         "copies (model)", "no sentence", "rejected (then ok)", "calls (retried)",
+         "s/doc p50", "s/doc max"],
     )  # fmt: skip
     for tier, s in summaries.items():
         table.rows.append([
@@ -361,6 +373,7 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
             f"{s['unsupported_landed']} in {s['docs_unsupported_landed']} docs",
             f"{s['unsupported_first']} in {s['docs_unsupported_first']} docs",
             f"{s['truncated_first']}/{s['truncated_landed']}",
+            f"{s['copies_landed']} ({s['model_copies_landed']})", str(s["no_sentence_landed"]),
             f"{s['rejected']} ({s['rejected_then_passed']})",
             f"{s['model_calls']} ({s['model_retries']})",
             f"{s['seconds_p50']:.1f}", f"{s['seconds_max']:.1f}",
@@ -370,6 +383,8 @@ def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
         "  and in the model's first answer; invented: numbers, dates, times and names of the",
         "  summary not found in its document; truncated: the answer stopped at max_tokens;",
         "  answered by: the provider (local, scripted, ...) whose answer landed, per run;",
+        f"  copies: summaries >= {COPY} alike to a same-length passage of their document (of",
+        "  them from a model); no sentence: a title, heading or signature alone;",
         "  rejected: runs whose acceptance check failed at least once (then ok: completed);",
         "  calls: model answers journaled (retried: attempts that failed, e.g. timed out);",
         "  s/doc: a run's first to last journal entry (runs one after another).",

@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 model=local
 if [ "${1:-}" = "--model" ] && [ -n "${2:-}" ]; then model=$2; fi
 case "$model" in
-  local) extras=local ;;
-  local-large) extras=local-large ;;
+  local|local-large) extras=local ;;
+  local-small) extras=local-small ;;
   scripted) extras= ;;
   *) extras=models ;;
 esac

@@ -41,6 +41,9 @@ class Outcome:
     killed_during: str = ""
     recovered: list[str] = field(default_factory=list)
     kept: int = 0  # step outcomes of the killed run committed before the kill
+    replayed_answers: int = 0  # model answers journaled before the kill, replayed after it
+    anew: list[str] = field(default_factory=list)  # steps of the killed run done after it
+    in_flight: list[str] = field(default_factory=list)  # model calls cut by the kill
     tiers: dict[str, str] = field(default_factory=dict)  # the tier whose answer was accepted
     verdicts: dict[str, list[str]] = field(default_factory=dict)  # grounding evidence, in order
 
@@ -139,6 +142,52 @@ def wait_for(
     fail(f"timed out after {timeout:.0f}s waiting for {what}", log)
 
 
+# each step of the inbox agent and the rule it runs under (agent/loop.py registers them)
+EFFECTS = {
+    "model": "keyed, committed at once: an answer journaled is never asked again; a call in "
+    "flight at a crash is sent again, its reservation kept as 'outcome unknown'",
+    "facts": "read: checked again",
+    "ground": "read: checked again",
+    "context": "read: read again",
+    "file": "read: read again",
+    "output": "idempotent: written again, same bytes",
+    "notes": "idempotent: noted again, once",
+}
+
+
+def resume_story(workdir: Path, run_id: str) -> tuple[int, list[str], list[str]]:
+    """From the killed run's journal: how many model answers committed before the kill were
+    replayed (never re-done: a position holds one outcome), and the steps done anew, as
+    `name (position): rule`, and the model calls that were in flight at the kill."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{workdir / 'state.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = conn.execute(
+            "SELECT seq, position, kind, name, final FROM journal WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    kill = min((seq for seq, _, kind, _, _ in rows if kind == "run.recovered"), default=None)
+    if kill is None:
+        return 0, [], []
+    done_before = {pos for seq, pos, kind, _, final in rows
+                   if seq < kill and kind == "step.outcome" and final}  # fmt: skip
+    replayed = sum(1 for seq, pos, kind, name, final in rows if seq < kill and final
+                   and kind == "step.outcome" and name.endswith(".model"))  # fmt: skip
+    anew = []
+    for seq, pos, kind, name, final in rows:
+        if seq > kill and kind == "step.outcome" and final:
+            assert pos not in done_before  # one outcome per position: never done twice
+            short = name.rsplit(".", 1)[-1]
+            anew.append(f"{short} (position {pos}): {EFFECTS.get(short, 'its effect rule')}")
+    flight = sorted({f"{name.rsplit('.', 1)[-1]} (position {pos})" for seq, pos, kind, name, _
+                     in rows if seq < kill and kind == "step.intent" and pos not in done_before
+                     and name.endswith(".model")})  # fmt: skip
+    return replayed, anew, flight
+
+
 def verdict_text(verdict: dict[str, object]) -> str:
     value = verdict.get("value", verdict)
     return str(value.get("evidence", value)) if isinstance(value, dict) else str(value)
@@ -172,12 +221,13 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         wait_for(done, timeout, f"the run of {SAMPLES[0]}", worker, log)
         print(f"{first.name} written" if first.exists() else f"{SAMPLES[0]}: its run failed")
 
-        say(f"dropping {SAMPLES[1]}, then kill -9 the worker while that run is in flight")
+        say(f"dropping {SAMPLES[1]}, then kill -9 the worker once that run has a model "
+            "answer in its journal and is still at work")  # fmt: skip
         drop(workdir, SAMPLES[1])
-        wait_for(
-            lambda: any(r["file"] == SAMPLES[1] and r["status"] == "running"
-                        for r in runs(workdir).values()),
-            timeout, "the second run to start", worker, log,
+        wait_for(  # the first answer (the file's facts) is journaled; the summary is asked
+            lambda: any(r["file"] == SAMPLES[1] and (r["status"] != "running" or
+                        int(str(r["model_calls"])) >= 1) for r in runs(workdir).values()),
+            timeout, "the second run's first model answer", worker, log,
         )  # fmt: skip
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
@@ -211,6 +261,9 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         if int(str(info["recovered"])):
             outcome.recovered.append(file)
             outcome.kept = int(str(info["kept"]))
+            run_id = next(k for k, v in runs(workdir).items() if v["file"] == file)
+            story = resume_story(workdir, run_id)
+            outcome.replayed_answers, outcome.anew, outcome.in_flight = story
         found = info["verdicts"]
         assert isinstance(found, list)
         outcome.verdicts[file] = [verdict_text(v) for v in found]
@@ -228,12 +281,19 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         shown = text.strip() or f"(none: the run {outcome.statuses.get(name, 'did not run')})"
         print(f"--- outbox/{Path(name).stem}_summary.md\n{shown}")
     if SAMPLES[1] in outcome.recovered:
-        print(f"\n{SAMPLES[1]}: the new worker took over the killed run (run.recovered in its "
-              f"journal): {outcome.kept} step outcome(s) committed before the kill were replayed, "
-              "the rest were done again under each step's effect rule")  # fmt: skip
+        say(f"what the resume did, from the journal of {SAMPLES[1]}'s run")
+        print(f"the new worker took over the killed run (run.recovered in its journal): "
+              f"{outcome.kept} step outcome(s) committed before the kill were replayed, not "
+              f"done again, among them {outcome.replayed_answers} model answer(s): the model "
+              "was not asked those again")  # fmt: skip
+        for line in outcome.in_flight:
+            print(f"in flight at the kill, sent again: {line}")
+        print("done anew after the kill, each under its step's effect rule:")
+        for line in outcome.anew:
+            print(f"  {line}")
     else:
-        print(f"\n{SAMPLES[1]}: its run had not started work when the worker died; "
-              "the new worker ran it from its first step")  # fmt: skip
+        print(f"\n{SAMPLES[1]}: its run had ended (or not started) when the worker died; "
+              "nothing was resumed")  # fmt: skip
     say("the runs (one per file content; the copy started nothing)")
     print(perdure(workdir, "ls").strip())
     second_run = next((rid for rid, r in runs(workdir).items() if r["file"] == SAMPLES[1]), None)
@@ -257,12 +317,19 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="local",
-                        choices=["local", "local-large", "scripted", "openai",
+                        choices=["local", "local-large", "local-small", "scripted", "openai",
                                  "anthropic"])  # fmt: skip
     parser.add_argument("--workdir", default=str(HERE / ".state" / "demo"))
     args = parser.parse_args()
     outcome = run_demo(args.model, Path(args.workdir))
     ok = all(outcome.summaries.values()) and set(outcome.statuses.values()) == {"completed"}
+    if not outcome.replayed_answers:  # the demo is there to show it: fail when it did not
+        print(
+            f"\ndemo: no model answer journaled before the kill was replayed "
+            f"(the killed run was {outcome.killed_during or 'not found'})",
+            file=sys.stderr,
+        )
+        ok = False
     raise SystemExit(0 if ok else 1)
 
 

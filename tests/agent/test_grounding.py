@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perdure.agent.grounding import borrowed, check, claims, unsupported
+from perdure.agent.grounding import borrowed, check, claims, copy_ratio, unsupported
 
 SOURCE = (
     "Incident report: checkout outage, 3 November, 09:12 to 09:47 UTC. Maria Lopez rolled "
@@ -58,7 +58,8 @@ def test_an_answer_that_names_nothing_of_its_source_is_refused() -> None:
     invented = "Bob wrote a report about something. Bob sent it."  # a name said twice
     assert "names nothing" in check(invented, SOURCE).evidence
     assert check("It was fine.", "It was a fine day, all quiet.").ok  # nothing to name
-    assert check("The change failed orders; checkout recovered after rolling back.", SOURCE).ok
+    fact_free = "The change failed orders; checkout recovered after rolling back."
+    assert "names nothing of the file's facts" in check(fact_free, SOURCE).evidence
 
 
 def test_possessives_compounds_and_cjk_sentence_ends_do_not_make_false_claims() -> None:
@@ -78,7 +79,7 @@ def test_an_answer_that_repeats_itself_is_refused() -> None:
     """A small model looping on one sentence is refused even if every claim is grounded."""
     loop = "Maria Lopez rolled back the change at 09:41 and checkout recovered. " * 2
     assert "repeats itself" in check(loop, SOURCE).evidence
-    assert check("Maria Lopez rolled back the change at 09:41.", SOURCE).ok
+    assert check("Checkout broke; Maria Lopez undid the change at 09:41.", SOURCE).ok
 
 
 def test_text_copied_from_another_runs_context_is_refused() -> None:
@@ -110,3 +111,63 @@ def test_any_text_is_grounded_in_itself(text: str) -> None:
 def test_an_unsupported_claim_is_a_claim_of_the_answer(answer: str, source: str) -> None:
     """Property: the check only ever names claims the answer makes."""
     assert set(unsupported(answer, source)) <= set(claims(answer))
+
+
+LETTER = (
+    "From: Marco Santini\nTo: Laura Bennett\nSubject: Delivery of order HF-40917\n\n"
+    "Dear Laura,\n\nthe truck with order HF-40917 (18 pallets of tinned tomatoes) was held up "
+    "by snow at the Brenner pass. We can now deliver on Wednesday 4 November in the morning. "
+    "The delay surcharge of EUR 350 is of course waived, and the driver will call ahead.\n\n"
+    "Kind regards,\nMarco Santini\nDispatch, Santini Logistics\n"
+)
+
+
+def test_non_summaries_are_refused_with_their_reason() -> None:
+    """A greeting, a refusal, the feedback said back, a title or a signature alone: each
+    is refused, and the reason says which."""
+    cases = {
+        "Dear Laura, the truck was held up by snow and comes later.": "greeting",
+        "I'm sorry, but I'm unable to provide a summary of this e-mail.": "refusal",
+        "Your answer was not accepted: it is not grounded in the file.": "repeats the feedback",
+        "Delivery of order HF-40917": "no whole sentence",
+        "Kind regards,\nMarco Santini\nDispatch, Santini Logistics": "no whole sentence",
+    }
+    for answer, reason in cases.items():
+        verdict = check(answer, LETTER)
+        assert not verdict.ok and reason in verdict.evidence, (answer, verdict.evidence)
+    good = (
+        "Snow at the Brenner pass held up order HF-40917; Marco Santini can deliver the 18 "
+        "pallets on Wednesday 4 November and waives the EUR 350 surcharge."
+    )
+    assert check(good, LETTER).ok, check(good, LETTER).reasons
+
+
+def test_a_copy_of_the_source_is_refused_and_a_rewording_is_not() -> None:
+    """An answer 80% the same as a passage of its (twice as long) source is a copy."""
+    copy = (
+        "the truck with order HF-40917 (18 pallets of tinned tomatoes) was held up by snow "
+        "at the Brenner pass. We can now deliver on Wednesday 4 November."
+    )
+    assert copy_ratio(copy, LETTER) > 0.9
+    assert "copies the file" in check(copy, LETTER).evidence
+    reworded = (
+        "Snow at the Brenner pass held up order HF-40917; Marco Santini can deliver the "
+        "18 pallets on Wednesday 4 November and waives the EUR 350 surcharge."
+    )
+    assert copy_ratio(reworded, LETTER) < 0.8
+    assert copy_ratio("A one-line note, said again.", "A one-line note, said again.") == 0.0
+    moving = "公司上海办公室将于2026年12月12日搬迁至浦东新区世纪大道1198号。"
+    notice = (moving + "旧办公室12月11日停止使用。") * 2  # no spaces: each character a word
+    assert copy_ratio(moving, notice) > 0.9
+
+
+def test_a_spelled_out_acronym_and_translated_dates_are_grounded() -> None:
+    """ "SLA" for "service level agreement", March for März, Thursday for Donnerstag and
+    for 星期四 are the document's own facts in the summary's words."""
+    spelled = "The service level agreement allows 4 hours."
+    assert unsupported("The SLA allows 4 hours.", spelled) == []
+    assert unsupported("The SLA allows 4 hours.", "The support plan allows 4 hours.") == ["SLA"]
+    german = "Die Sitzung ist am Donnerstag, 12. März 2026, um 10 Uhr im Rathaus."
+    assert unsupported("The meeting is on Thursday 12 March 2026 at 10.", german) == []
+    assert unsupported("The meeting is on Friday 12 April.", german) == ["Friday", "April"]
+    assert unsupported("It opens on Thursday, 14 March.", "3月14日（星期四）开放。") == []

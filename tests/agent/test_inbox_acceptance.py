@@ -22,6 +22,7 @@ NOTES = (
 )
 GOOD = "On 14 November the team agreed to ship the billing export before 30 November."
 INVENTED = "On 12 March 2023 Carla cancelled the billing export."
+INVENTED_TOO = "On 3 May Carla moved the billing export to 2027."
 
 
 def make(
@@ -29,6 +30,7 @@ def make(
 ) -> tuple[Agent, ScriptedModel]:
     """The shipped inbox spec in tmp_path, its local tier scripted by `local`."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
+    text = text.replace("facts_first = true", "facts_first = false")  # one call per answer
     (tmp_path / "agent.toml").write_text(text.replace('notes = "task"', f'notes = "{notes}"'))
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(local)  # type: ignore[arg-type]
@@ -72,7 +74,7 @@ def test_a_rejected_answer_is_fed_back_then_the_next_tier_writes(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:
     """Two invented answers from the local tier, then the extractive tier's grounded one."""
-    agent, model = make(app, tmp_path, [INVENTED, INVENTED])
+    agent, model = make(app, tmp_path, [INVENTED, INVENTED_TOO])
     handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
     worker.run_until_idle()
     result = handle.result(timeout=5)
@@ -83,6 +85,59 @@ def test_a_rejected_answer_is_fed_back_then_the_next_tier_writes(
     written = (tmp_path / "outbox/notes_summary.md").read_text()
     assert "Carla" not in written and "model tier extractive" in written
     assert [v["ok"] for v in verdicts(app, "r")] == [False, False, True]
+
+
+def test_a_retry_that_returns_the_same_answer_is_not_checked_again(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The model says its rejected answer again: the next tier answers at once, and the
+    repeat is neither checked nor shown to it."""
+    agent, model = make(app, tmp_path, [INVENTED, INVENTED, GOOD])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    assert result["tier"] == "extractive" and result["rejections"] == 2
+    assert model.calls == 2
+    assert [v["ok"] for v in verdicts(app, "r")] == [False, True]
+
+
+NOT_SUMMARIES = {  # what small models answered instead of a summary (issue 33)
+    "copy": "Weekly planning, 14 November. Ana chaired. The team agreed to ship the billing",
+    "title": "Weekly planning, 14 November",
+    "greeting": "Hi Ana, the team agreed to ship the billing export before 30 November.",
+    "refusal": "I'm sorry, but I'm unable to provide a summary of this document.",
+    "fact-free": "The team talked about work and agreed on a plan for the next weeks.",
+    "echo": "The answer was not accepted because it is not grounded in the source.",
+}
+
+
+def test_no_copy_title_greeting_refusal_echo_or_fact_free_answer_reaches_the_outbox(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The local tier answers with each non-summary in turn, no other tier: every one is
+    rejected with its reason journaled and fed back, and nothing is written."""
+    text = (ROOT / "examples/inbox/agent.toml").read_text()
+    text = text.replace("escalate_after_failures = 2", "escalate_after_failures = 6")
+    text = text.replace("facts_first = true", "facts_first = false")
+    (tmp_path / "agent.toml").write_text(text.replace("max_iterations = 4", "max_iterations = 6"))
+    (tmp_path / "inbox").mkdir()
+    model = ScriptedModel(list(NOT_SUMMARIES.values()))
+    agent = Agent(app.runtime, load_spec(tmp_path / "agent.toml"),
+                  providers={"local": model, "extractive": ScriptedModel([])})  # fmt: skip
+    long_notes = NOTES + "Ben said the migration needs two more weeks of testing on staging.\n"
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", long_notes), run_id="r")
+    worker.run_until_idle()
+    with pytest.raises(RunFailed, match="6 iterations without meeting the acceptance"):
+        handle.result(timeout=5)
+    assert not (tmp_path / "outbox").exists() or not list((tmp_path / "outbox").iterdir())
+    reasons = [str(v["evidence"]) for v in verdicts(app, "r")]
+    expected = ["copies the file", "no whole sentence", "greeting", "refusal",
+                "names nothing of the file's facts", "repeats the feedback"]  # fmt: skip
+    assert len(reasons) == len(expected)
+    for reason, want in zip(reasons, expected, strict=True):
+        assert want in reason, (want, reason)
+    fed_back = [r.messages[-1].content for r in model.requests[1:]]
+    assert all("not accepted" in f for f in fed_back) and "greeting" in fed_back[2]
 
 
 @pytest.mark.parametrize("garbage", ["", "   ", "ok", "Zorblax 9000 QQQ!!"])
@@ -187,3 +242,28 @@ def test_a_long_chinese_file_is_cut_by_tokens_not_characters(tmp_path: Path) -> 
     text = task_text(path, 1000)
     assert "[... the first" in text and estimate_tokens(text.split("\n[...")[0]) <= 1000
     assert len(text) < 1600  # Latin text of 1,000 tokens would be about 3,300 characters
+
+
+def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The first call lists the facts; an invented one is dropped (journaled with why),
+    the checked ones go before the file in the call that writes the summary."""
+    text = (ROOT / "examples/inbox/agent.toml").read_text()
+    (tmp_path / "agent.toml").write_text(text)
+    (tmp_path / "inbox").mkdir()
+    listed = "- Ana chaired on 14 November.\n- Carla owns the export.\n- Ben owns the migration."
+    model = ScriptedModel([listed, GOOD])
+    agent = Agent(app.runtime, load_spec(tmp_path / "agent.toml"),
+                  providers={"local": model, "extractive": ScriptedModel([])})  # fmt: skip
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["answer"] == GOOD
+    assert "List the key facts" in model.requests[0].messages[1].content
+    asked = model.requests[1].messages[1].content
+    assert "- Ana chaired on 14 November." in asked and "- Ben owns the migration." in asked
+    assert "Carla" not in asked
+    entries = app.runtime.sync(app.runtime.store.journal("r"), "journal")
+    [facts] = [json.loads(e.data or "{}")["value"] for e in entries
+               if e.kind == "step.outcome" and e.name.endswith(".facts")]  # fmt: skip
+    assert facts["dropped"] == [{"fact": "Carla owns the export.", "why": "not in the file: Carla"}]

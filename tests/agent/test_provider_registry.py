@@ -140,7 +140,15 @@ def test_each_extra_a_provider_names_installs_its_sdk() -> None:
 def test_the_model_choices_are_the_providers_choices() -> None:
     """`--model` offers `spec` and each provider's choices, and each choice puts a tier of
     that provider in place of the default one."""
-    assert MODEL_CHOICES == ("spec", "scripted", "local", "local-large", "openai", "anthropic")
+    assert MODEL_CHOICES == (
+        "spec",
+        "scripted",
+        "local",
+        "local-large",
+        "local-small",
+        "openai",
+        "anthropic",
+    )
     spec = AgentSpec.model_validate(
         {"name": "t", "goal": "g", "models": {"fast": {"provider": "scripted", "script": "x"}}}
     )

@@ -239,6 +239,35 @@ def test_perdure_tail_prints_the_stream(app: perdure.App, worker: TestWorker) ->
     assert "dropped" in line(StreamChunk(3, "dropped", "", {"before": 5, "rows": 5}, 0.0))
 
 
+def test_perdure_tail_joins_text_chunks_into_text() -> None:
+    """A model's tokens print as its text, not a line each; a marker or another topic
+    starts a line of its own, and a retry marker ends the partial text before it."""
+    from perdure.cli.tail import Joined
+    from perdure.engine.streams import StreamChunk
+
+    printed: list[str] = []
+    joined = Joined(lambda text, end_line: printed.append(text + ("\n" if end_line else "")))
+    marker = {"step": "agent:a.model", "position": 3, "attempt": 1}
+    rows = [
+        StreamChunk(0, "attempt", "step:3", marker, 0.0),
+        StreamChunk(1, "chunk", "out", "The lease ", 0.0),
+        StreamChunk(2, "chunk", "out", "ends on 30 June.", 0.0),
+        StreamChunk(3, "retry", "step:3", {**marker, "attempt": 2}, 0.0),
+        StreamChunk(4, "chunk", "out", "The lease ends.", 0.0),
+        StreamChunk(5, "chunk", "tool", {"tool_call": "read_file"}, 0.0),
+    ]
+    for row in rows:
+        joined.show(row)
+    joined.close()
+    assert "".join(printed).splitlines() == [
+        "[step agent:a.model at 3, attempt 1]",
+        "The lease ends on 30 June.",
+        "[retry: step agent:a.model at 3, attempt 2; what it wrote before is superseded]",
+        "The lease ends.",
+        'tool: {"tool_call": "read_file"}',
+    ]
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
 def test_what_a_step_streamed_is_kept_once_a_later_journal_write_lands(
     app: perdure.App, worker: TestWorker, kind: str

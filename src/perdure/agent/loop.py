@@ -38,6 +38,9 @@ from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
+from .facts import SYSTEM as FACTS_SYSTEM
+from .facts import check_facts, facts_block
+from .facts import request_text as facts_request
 from .grounding import check as check_grounding
 from .memory_sql import AgentMemory
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
@@ -115,6 +118,7 @@ class _Steps:
     ground: Any
     output: Any
     notes: Any
+    facts: Any = None
 
 
 class Agent:
@@ -315,13 +319,17 @@ class Agent:
 
         @runtime.step(name=f"{name}.ground", effect="read")
         def ground(
-            answer: str, source: str, stop_reason: str, foreign: list[str]
+            answer: str, source: str, stop_reason: str, foreign: list[str], extract: bool = False
         ) -> dict[str, Any]:
             acc = spec.acceptance
             return check_grounding(
                 answer, source, stop_reason=stop_reason, min_chars=acc.min_chars,
-                max_chars=acc.max_chars, foreign=foreign,
+                max_chars=acc.max_chars, foreign=foreign, extract=extract,
             ).to_dict()  # fmt: skip
+
+        @runtime.step(name=f"{name}.facts", effect="read")
+        def facts(answer: str, source: str) -> dict[str, Any]:
+            return check_facts(answer, source)
 
         @runtime.step(name=f"{name}.output", effect="idempotent")
         def write_output(path: str, text: str) -> str:
@@ -342,7 +350,7 @@ class Agent:
         self.steps = _Steps(
             model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
             context=read_context, escalate=escalate, budget=check_budget, accept=accept,
-            ground=ground, output=write_output, notes=write_notes,
+            ground=ground, output=write_output, notes=write_notes, facts=facts,
         )  # fmt: skip
 
         @runtime.workflow(name=name, deadline=deadline_seconds(spec))
@@ -382,7 +390,12 @@ class Agent:
             failures: Counter[str] = Counter()
             failed_iterations = rejections = 0
             spend = _Spend()
+            if spec.acceptance.facts_first and file:
+                checked = await self._facts_first(messages, source, spend)
+                if checked:
+                    messages[1].content = f"{facts_block(checked)}\n\n{messages[1].content}"
             evidence = "not checked yet"
+            rejected: dict[tuple[str, str], str] = {}  # answers rejected so far, with why
             previous: str | None = None
             for iteration in range(1, limits.max_iterations + 1):
                 if legacy:
@@ -439,6 +452,13 @@ class Agent:
                                 f"the same failing call {key} repeated {failures[key]} times: "
                                 f"{result[:300]}"
                             )
+                said = (summary.strip(), reply.stop_reason)
+                if finishing and said in rejected:  # said again: not checked again
+                    evidence = f"the same answer as before, already rejected: {rejected[said]}"
+                    rejections += 1
+                    failed_iterations = self._next_tier_start(failed_iterations)
+                    messages.pop()  # the repeat is not shown to the next tier
+                    continue
                 if finishing:
                     attempt = _Attempt(task, tier, reply, summary, source, foreign)
                     done, evidence = await self._complete(attempt)
@@ -450,6 +470,7 @@ class Agent:
                                 "answer": reply.message.content}  # fmt: skip
                     rejections += 1
                     iteration_failed = True
+                    rejected[said] = evidence
                     messages.append(Message("user", self._feedback(evidence)))
                 failed_iterations += int(iteration_failed)
             raise AgentFailed(f"{limits.max_iterations} iterations without meeting the acceptance; "
@@ -457,6 +478,25 @@ class Agent:
         except AgentFailed as failed:  # a run ends by writing its progress notes, failed or not
             await steps.notes(self._note(task, "failed", str(failed)))
             raise
+
+    async def _facts_first(self, messages: list[Message], source: str, spend: _Spend) -> list[str]:
+        """The file's facts, listed by the first tier (a model step of its own) and each
+        checked against the file (the `facts` step); none if the tier cannot answer."""
+        tier = self._route(0)
+        ask = Message("user", f"{facts_request()}\n\n{messages[1].content}")
+        request = ModelRequest(
+            model=self.spec.tier(tier).model, messages=[Message("system", FACTS_SYSTEM), ask],
+            max_tokens=self.spec.limits.max_tokens_per_call or self.spec.tier(tier).max_tokens,
+            temperature=self.spec.tier(tier).temperature,
+        )  # fmt: skip
+        try:
+            raw = await self._model(tier, request, spend, "listing the file's facts")
+        except StepError as exc:
+            log.info("agent %s: no facts listed (%s)", self.spec.name, exc.message)
+            return []
+        answer = ModelResponse.from_dict(raw).message.content
+        checked: dict[str, Any] = await self.steps.facts(answer, source)
+        return list(checked["facts"])
 
     def _shown_notes(self, notes: str, task: dict[str, Any]) -> str:
         """The progress notes this run may see (spec `memory.notes`): by default only those
@@ -646,8 +686,10 @@ class Agent:
         output, acc = self.spec.output, self.spec.acceptance
         text = attempt.reply.message.content
         if acc.grounded:
-            verdict = await self.steps.ground(
-                text, attempt.source, attempt.reply.stop_reason, attempt.foreign
+            tier = self.spec.tier(attempt.tier)
+            extract = (True,) if tier.script == "builtin:extractive" else ()
+            verdict = await self.steps.ground(  # an extract's sentences are the file's own
+                text, attempt.source, attempt.reply.stop_reason, attempt.foreign, *extract
             )
             if not verdict["ok"]:
                 return False, str(verdict["evidence"])

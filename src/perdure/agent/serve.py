@@ -29,8 +29,9 @@ MODEL_CHOICES = model_choices()  # for the CLI's options
 def with_model(spec: AgentSpec, choice: str) -> AgentSpec:
     """The spec with its default tier served by `choice` instead (`spec`: unchanged).
 
-    `scripted` is the deterministic extractive summariser; `local` and `local-large` are
-    SmolLM2-135M and Qwen2.5-Coder-1.5B on llama.cpp (docs/local-models.md); `openai`
+    `scripted` is the deterministic extractive summariser; `local` (or its old name
+    `local-large`) and `local-small` are Qwen2.5-Coder-1.5B and SmolLM2-135M on llama.cpp
+    (docs/local-models.md); `openai`
     and `anthropic` take the model from OPENAI_MODEL / ANTHROPIC_MODEL (and keys and
     base URLs from their SDKs' usual variables). Each provider's `for_choice` says how.
     """

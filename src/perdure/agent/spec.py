@@ -121,6 +121,7 @@ class Acceptance(_Strict):
     bounds), and/or a shell command exits 0, or a Python `module:function` holds."""
 
     grounded: bool = False
+    facts_first: bool = False  # the model lists the file's facts, checked, then writes
     min_chars: int = Field(1, ge=0)
     max_chars: int | None = Field(None, gt=0)
     command: str | None = None

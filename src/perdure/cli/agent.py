@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 JSON_HELP = "Print one JSON object (docs/cli-json/)."
 MODEL_HELP = (
-    "Serve the default tier with this model (local: SmolLM2-135M, local-large:"
-    " Qwen2.5-Coder-1.5B, scripted: deterministic, no model)."
+    "Serve the default tier with this model (local: Qwen2.5-Coder-1.5B, local-small:"
+    " SmolLM2-135M, scripted: deterministic, no model)."
 )
 
 

@@ -7,6 +7,7 @@ import json
 import click
 
 from ..engine.streams import StreamChunk, chunk_of
+from ..store.names import escape
 from . import render
 
 
@@ -24,6 +25,32 @@ def line(chunk: StreamChunk) -> str:
     return f"[{what}]"
 
 
+class Joined:
+    """Prints a stream as text: `out` text chunks run together as they were written (a
+    model's tokens make its answer, not a line each), every other row on a line of its own."""
+
+    def __init__(self, echo: object = None) -> None:
+        self.echo = echo or _echo
+        self.open = False  # text was printed that did not end its line
+
+    def show(self, chunk: StreamChunk) -> None:
+        if chunk.kind == "chunk" and chunk.topic == "out" and isinstance(chunk.data, str):
+            self.echo(chunk.data, False)  # type: ignore[operator]
+            self.open = not chunk.data.endswith("\n")
+            return
+        self.close()
+        self.echo(line(chunk), True)  # type: ignore[operator]
+
+    def close(self) -> None:
+        if self.open:
+            self.echo("", True)  # type: ignore[operator]
+            self.open = False
+
+
+def _echo(text: str, end_line: bool) -> None:
+    click.echo(escape(text, keep="\n"), nl=end_line)
+
+
 @click.command("tail")
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the run is finished.")
@@ -36,13 +63,16 @@ def tail(ctx: click.Context, run_id: str, follow: bool, after: int) -> None:
 
     app = get_app(ctx, existing=True)
     handle = app.handle(run_id)
+    joined = Joined()
     if follow:
         for chunk in handle.stream(after):
-            render.echo(line(chunk))
+            joined.show(chunk)
+        joined.close()
         render.echo(f"[run {run_id} is {handle.status()}]", err=True)
         return
     rows = app.runtime.sync(
         app.runtime.store.read_stream(app.get_run(run_id).id, after, 100_000), "tail"
     )
     for row in rows:
-        render.echo(line(chunk_of(row)))
+        joined.show(chunk_of(row))
+    joined.close()

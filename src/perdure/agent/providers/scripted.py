@@ -18,13 +18,13 @@ import asyncio
 import copy
 import json
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ...errors import ConfigError
-from ..grounding import claims
+from ..extractive import extract, extract_pieces
+from ..facts import PROMPT as FACTS_PROMPT
 from ..messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from .base import ModelError, Provider
 
@@ -233,21 +233,17 @@ def _estimate(request: ModelRequest, reply: Message) -> Usage:
 
 
 def extractive_summary(request: ModelRequest) -> ModelResponse:
-    """The deterministic scripted summariser (`script = "builtin:extractive"`): the first
-    sentences of the task's text, so demos and tests run without any model."""
+    """The deterministic scripted summariser (`script = "builtin:extractive"`): the
+    sentences of the task's file that carry its facts (perdure.agent.extractive), so demos
+    and tests run without any model."""
     users = [m.content for m in request.messages if m.role == "user"]
     text = next((u for u in users if u.count("---") >= 2), users[0] if users else "")
-    body = text.split("---", 2)[1] if text.count("---") >= 2 else text
-    words = " ".join(body.split())
-    sentences = re.split(r"(?<=[.!?])\s+", words)
-    # from the first sentence that says something checkable: a number, or a name that is
-    # not merely the sentence's first word
-    start = next((i for i, s in enumerate(sentences)
-                  if any(c[0].isdigit() or not s.startswith(c) for c in claims(s))), 0)  # fmt: skip
-    sentences = sentences[start:]
-    summary = sentences[0][:400].rsplit(" ", 1)[0] if len(sentences[0]) > 400 else sentences[0]
-    for more in sentences[1:2]:  # a second sentence if it fits: whole words and numbers only
-        if len(summary) + len(more) < 400:
-            summary = f"{summary} {more}"
-    summary = summary or "(empty file)"
+    body = text
+    if "\n---\n" in text and text.rstrip().endswith("---"):  # the file between its fences
+        body = text.split("\n---\n", 1)[1].rstrip().removesuffix("---")
+    if text.startswith(FACTS_PROMPT[:30]):  # facts first: the fact sentences, one a line
+        pieces, _ = extract_pieces(body)
+        facts = "\n".join(f"- {piece}" for piece in pieces) or "- (empty file)"
+        return ModelResponse(message=Message("assistant", facts))
+    summary = extract(body) or "(empty file)"
     return ModelResponse(message=Message("assistant", f"Summary: {summary}"))
