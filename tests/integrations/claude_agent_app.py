@@ -39,6 +39,7 @@ async def refund(args: dict[str, Any]) -> dict[str, Any]:
     log("refund-started")
     await asyncio.sleep(float(os.environ.get("CLAUDE_HOLD", HOLD)))
     log("refund-paid")
+    await asyncio.sleep(float(os.environ.get("CLAUDE_HOLD", HOLD)))  # paid, not yet journaled
     return {"content": [{"type": "text", "text": f"refunded {args['order']}"}]}
 
 

@@ -6,6 +6,7 @@ declared effect."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from crash_steps import crash_after, recover
 from extras_needed import needs
 
 pytest.importorskip("claude_agent_sdk", reason=needs("claude-agent"))
@@ -23,8 +25,10 @@ from claude_agent_sdk import get_session_messages_from_store, list_sessions_from
 from crashes import app_module
 
 import perdure
-from perdure.integrations.claude_agent import PerdureSessionStore
-from perdure.testing import TestWorker
+from perdure.integrations.claude_agent import ClaudeAgent, PerdureSessionStore
+from perdure.server import operations
+from perdure.server.access import local_operator
+from perdure.testing import TestClock, TestWorker
 
 pytestmark = pytest.mark.slow  # each conversation starts the SDK's CLI (a few seconds)
 
@@ -109,3 +113,113 @@ def test_a_conversation_is_journaled_step_by_step(
         store, found[0].session_id, directory=claude.env["CLAUDE_CONFIG"]
     ))  # fmt: skip
     assert [m.type for m in said] == ["user", "assistant"] * 4
+
+
+@pytest.fixture
+def quick() -> Iterator[None]:
+    """The test app's refund and e-mail tools without their hold."""
+    os.environ["CLAUDE_HOLD"] = "0"
+    yield
+    os.environ.pop("CLAUDE_HOLD")
+
+
+def test_recovery_asks_the_model_nothing_it_answered(
+    app: perdure.App, clock: TestClock, claude: Any, quick: None
+) -> None:
+    """A crash after the refund's intent: the recovered run starts a new CLI whose first
+    two requests are answered from the journal (the server sees none of them) and whose
+    lookup is the recorded one; the refund's probe finds nothing paid, so it runs once."""
+    agent = claude.module.register(app)
+    script(claude)
+    handle = app.start(agent.workflow(), "refund o42", run_id="c2")
+    dead = crash_after(app, "refunds.tool.refund")
+    assert len(claude.requests) == 2 and claude.module.ledger() == ["lookup"]
+
+    recover(app, clock, dead)
+
+    assert handle.result() == "Order o42 was refunded."
+    assert len(claude.requests) == 4  # only the two the crash left unasked
+    assert claude.module.ledger() == ["lookup", "refund-started", "refund-paid",
+                                      "email-started", "email-sent"]  # fmt: skip
+    probed = [e for e in app.journal("c2") if e.kind == "step.probed"]
+    assert len(probed) == 1 and json.loads(probed[0].data or "{}")["answer"] == "not_done"
+
+
+def test_an_interrupted_once_tool_parks_and_its_resolution_is_the_tool_result(
+    app: perdure.App, clock: TestClock, claude: Any, quick: None
+) -> None:
+    """A crash after the e-mail's intent (a `once` tool without a probe): recovery sends
+    no e-mail and asks the model nothing; the run waits in needs_attention; resolved by
+    value, the CLI reads the value as the tool's result and the run finishes."""
+    agent = claude.module.register(app)
+    script(claude)
+    handle = app.start(agent.workflow(), "refund o42", run_id="c3")
+    dead = crash_after(app, "refunds.tool.email")
+
+    recover(app, clock, dead)
+
+    assert handle.status() == "needs_attention"
+    assert len(claude.requests) == 3 and "email-started" not in claude.module.ledger()
+    app.resolve("c3", "refunds.tool.email", value="sent by hand")
+    TestWorker(app).run_until_idle()
+    assert handle.result() == "Order o42 was refunded."
+    assert "email-started" not in claude.module.ledger() and len(claude.requests) == 4
+    last = claude.requests[-1].body["messages"][-1]["content"][-1]
+    assert last["tool_use_id"] == "t3"
+    assert last["content"][0]["text"].strip() == "sent by hand"
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_approval_is_a_perdure_gate(
+    app: perdure.App, worker: TestWorker, claude: Any, quick: None, approve: bool
+) -> None:
+    """`approval={"refund"}`: the SDK's permission callback opens a perdure gate and the run
+    waits (its CLI gone); once decided, a new CLI replays the recorded turns from the
+    journal and the refund runs (approved) or the model reads the denial (denied)."""
+    agent = claude.module.register(app, approval={"refund"})
+    script(claude)
+    handle = app.start(agent.workflow(), "refund o42", run_id="c4")
+    worker.run_until_idle()
+    assert handle.status() == "waiting" and claude.module.ledger() == ["lookup"]
+    gates = app.runtime.sync(operations.pending_gates(app), "gates")
+    assert [(g.call_id, g.tool, g.arguments) for g in gates] == [("t2", "refund", {"order": "o42"})]
+    app.runtime.sync(
+        operations.decide(app, local_operator(), "c4", "t2", approve, "not today"), "decide"
+    )
+    worker.run_until_idle()
+    assert handle.result() == "Order o42 was refunded."
+    assert len(claude.requests) == 4  # the two recorded turns were not asked again
+    paid = ["refund-started", "refund-paid"] if approve else []
+    assert claude.module.ledger() == ["lookup", *paid, "email-started", "email-sent"]
+    results = claude.requests[2].body["messages"][-1]["content"]
+    refund = next(r for r in results if r["tool_use_id"] == "t2")
+    assert ("not today" in json.dumps(refund)) == (not approve)
+
+
+def test_a_builtin_tool_not_declared_safe_is_refused_by_the_hook(
+    app: perdure.App, worker: TestWorker, claude: Any, tmp_path: Path
+) -> None:
+    """The CLI's own Write tool runs where no step can journal it: undeclared, the
+    PreToolUse hook refuses it (the model reads why) and no file is written."""
+    target = tmp_path / "config" / "note.txt"
+    options = dataclasses.replace(claude.module.options(), tools=["Write"])
+    agent = ClaudeAgent(app, "writer", options=options, upstream=claude.origin)
+    claude.reply(tool_calls=[("w1", "Write", {"file_path": str(target), "content": "hi"})])
+    claude.reply("Could not write.")
+    handle = app.start(agent.workflow(), "write a note", run_id="c5")
+    worker.run_until_idle()
+    assert handle.result() == "Could not write." and not target.exists()
+    refusal = json.dumps(claude.requests[-1].body["messages"][-1]["content"])
+    assert "no step can journal it" in refusal
+
+
+def test_bad_input_is_one_line(app: perdure.App, claude: Any) -> None:
+    """A probe or gate for a tool the agent lacks, a dotted name, a second agent of one
+    name: one-line ConfigErrors."""
+    with pytest.raises(perdure.ConfigError, match=r"probes names no tool of it: \['nope'\]"):
+        ClaudeAgent(app, "a", tools=[claude.module.lookup], probes={"nope": print})
+    with pytest.raises(perdure.ConfigError, match="without dots"):
+        ClaudeAgent(app, "a.b")
+    ClaudeAgent(app, "twice", tools=[claude.module.lookup])
+    with pytest.raises(perdure.ConfigError, match="two Claude agents are named 'twice'"):
+        ClaudeAgent(app, "twice", tools=[claude.module.lookup])
