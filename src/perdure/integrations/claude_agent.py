@@ -377,6 +377,8 @@ class ClaudeAgent:
                     await task
                 raise
         if conv.failure is not None:
+            if not task.cancelled():
+                task.exception()  # the SDK's teardown of the same failure: seen, not logged
             raise conv.failure
         return task.result()  # its own error, or a cancellation of the run's
 
