@@ -58,6 +58,7 @@ from claude_agent_sdk import (  # noqa: E402  # only once the extra is known to 
 )
 from claude_agent_sdk.types import HookContext, HookInput, SyncHookJSONOutput  # noqa: E402
 
+from .claude_agent_cli import PARENT, cli, launcher  # noqa: E402  # imports the SDK
 from .claude_agent_session import PerdureSessionStore  # noqa: E402  # imports the SDK
 
 if TYPE_CHECKING:
@@ -342,6 +343,9 @@ class ClaudeAgent:
                                *hooks.get("PreToolUse", [])]  # fmt: skip
         env = dict(base.env or {})
         env["ANTHROPIC_BASE_URL"] = url
+        env[PARENT] = str(os.getpid())
+        real = cli(base.cli_path)
+        mortal = None if real is None else launcher(real)
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         store = base.session_store
         flush = base.session_store_flush
@@ -351,7 +355,7 @@ class ClaudeAgent:
             base, mcp_servers=servers, allowed_tools=allowed, hooks=hooks, env=env,
             can_use_tool=self._permission(conv) if self.approval else base.can_use_tool,
             session_store=store,
-            session_store_flush=flush,
+            session_store_flush=flush, cli_path=mortal or base.cli_path,
         )  # fmt: skip
 
     async def run(self, prompt: str) -> ResultMessage:
