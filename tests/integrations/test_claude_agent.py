@@ -223,3 +223,35 @@ def test_bad_input_is_one_line(app: perdure.App, claude: Any) -> None:
     ClaudeAgent(app, "twice", tools=[claude.module.lookup])
     with pytest.raises(perdure.ConfigError, match="two Claude agents are named 'twice'"):
         ClaudeAgent(app, "twice", tools=[claude.module.lookup])
+
+
+def test_a_changed_agent_is_a_non_determinism_error_at_its_first_request(
+    db_url: str, clock: TestClock, claude: Any, quick: None
+) -> None:
+    """A crash after the refund's intent, then the agent's code changes (its e-mail tool
+    is gone) before recovery: the recovered CLI's first request offers other tools than
+    the journaled one did, and the run fails naming position 0 and both tool lists rather
+    than feeding the CLI answers to another conversation."""
+    first = perdure.App(db_url, clock=clock)
+    try:
+        workflow = claude.module.register(first).workflow()
+        script(claude)
+        first.start(workflow, "refund o42", run_id="c6")
+        dead = crash_after(first, "refunds.tool.refund")
+    finally:
+        first.close()
+    changed = perdure.App(db_url, clock=clock)
+    try:
+        module = claude.module
+        agent = ClaudeAgent(changed, "refunds", options=module.options(),
+                            tools=[module.lookup, module.refund], effects={"lookup": "read"},
+                            upstream=claude.origin)  # fmt: skip
+        agent.workflow()
+        recover(changed, clock, dead)
+        run = changed.get_run("c6")
+        assert run.status == "failed"
+        message = json.loads(run.error or "{}").get("message", "")
+        assert "at position 0" in message and "mcp__tools__email" in message, message
+        assert len(claude.requests) == 2  # nothing was asked of the model on replay
+    finally:
+        changed.close()

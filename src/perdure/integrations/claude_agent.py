@@ -72,6 +72,7 @@ MESSAGES = "/v1/messages"
 # Headers not passed on: the proxy's own connection, and an encoding httpx would undo.
 _HOP = frozenset({"host", "content-length", "connection", "accept-encoding",
                   "transfer-encoding", "keep-alive"})  # fmt: skip
+_STOPPED = b'{"type":"error","error":{"type":"api_error","message":"stopped by perdure"}}'
 SAFE_BUILTIN: frozenset[str] = frozenset({"read", "idempotent"})
 
 
@@ -98,14 +99,18 @@ def _text(value: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}]}
 
 
-def _messages(body: bytes) -> int:
-    """How many messages a Messages request carries (-1 when it is not JSON)."""
+def _shape(body: bytes) -> dict[str, Any]:
+    """What a replayed Messages request must repeat: how many messages it carries and the
+    tools it offers (a request that is not JSON has neither)."""
     try:
         found = json.loads(body or b"{}")
     except ValueError:
-        return -1
-    messages = found.get("messages") if isinstance(found, dict) else None
-    return len(messages) if isinstance(messages, list) else -1
+        found = None
+    if not isinstance(found, dict):
+        return {"messages": -1, "tools": []}
+    messages = found.get("messages")
+    tools = [str(t.get("name")) for t in found.get("tools") or [] if isinstance(t, dict)]
+    return {"messages": len(messages) if isinstance(messages, list) else -1, "tools": tools}
 
 
 class _Conversation:
@@ -226,7 +231,8 @@ class ClaudeAgent:
             "status": status,
             "type": answer.headers.get("content-type", "application/json"),
             "body": answer.text,
-            "messages": _messages(body),
+            **_shape(body),
+            "position": current_step().position,
         }
 
     @staticmethod
@@ -242,6 +248,8 @@ class ClaudeAgent:
         step = self._tool_steps[tool]
 
         async def handler(args: dict[str, Any]) -> dict[str, Any]:
+            if conv.failure is not None:  # stopping: no step more
+                raise asyncio.CancelledError
             try:
                 return _text(await step(args))
             except StepError as exc:  # the tool failed (journaled): the model reads why
@@ -258,22 +266,27 @@ class ClaudeAgent:
         async def answer(request: Request) -> Reply:
             if request.method != "POST" or request.path.split("?")[0] != MESSAGES:
                 return await self._pass(request)  # count_tokens and the like: not journaled
+            if conv.failure is not None:  # stopping (a retry of the CLI's): no step more
+                return Reply(500, "application/json", _STOPPED)
             try:
                 found = await self._model(request.path, request.headers, request.body)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
                 conv.stop(exc)
-                return Reply(500, "application/json", b'{"type":"error","error":'
-                             b'{"type":"api_error","message":"stopped by perdure"}}')  # fmt: skip
-            sent = _messages(request.body)
-            if found["messages"] != sent:
+                return Reply(500, "application/json", _STOPPED)
+            sent = _shape(request.body)
+            same_tools = sorted(found.get("tools") or []) == sorted(sent["tools"])
+            if found.get("messages") != sent["messages"] or not same_tools:
                 info = current()
-                run_id = info.run_id if info is not None else "?"
                 conv.stop(NonDeterminismError(
-                    run_id, -1, f"{self.name}.model with {found['messages']} messages",
-                    f"a request with {sent} (the conversation changed)",
+                    info.run_id if info is not None else "?", int(found.get("position", -1)),
+                    f"{self.name}.model answering {found.get('messages')} messages with tools "
+                    f"{sorted(found.get('tools') or [])}",
+                    f"a request of {sent['messages']} with tools {sorted(sent['tools'])} "
+                    "(the conversation changed)",
                 ))  # fmt: skip
+                return Reply(500, "application/json", _STOPPED)
             return Reply(int(found["status"]), str(found["type"]), str(found["body"]).encode())
 
         return answer
@@ -292,6 +305,8 @@ class ClaudeAgent:
             tool: str, args: dict[str, Any], context: ToolPermissionContext
         ) -> PermissionResultAllow | PermissionResultDeny:
             plain = tool.removeprefix(f"mcp__{self.server}__")
+            if conv.failure is not None:  # stopping: no gate more
+                return PermissionResultDeny(message="stopped by perdure", interrupt=True)
             if plain not in self.approval:
                 return PermissionResultAllow()
             try:
