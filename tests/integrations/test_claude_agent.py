@@ -9,6 +9,8 @@ import asyncio
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from perdure.testing import TestClock, TestWorker
 pytestmark = pytest.mark.slow  # each conversation starts the SDK's CLI (a few seconds)
 
 TOOL = "mcp__tools__"
+NO_EXTRAS = Path(__file__).parent.parent / "packaging"
 
 
 class ClaudeServer(wire_servers().AnthropicServer):  # type: ignore[misc]
@@ -255,3 +258,26 @@ def test_a_changed_agent_is_a_non_determinism_error_at_its_first_request(
         assert len(claude.requests) == 2  # nothing was asked of the model on replay
     finally:
         changed.close()
+
+
+def test_without_the_extra_the_import_is_one_line(tmp_path: Path) -> None:
+    """With the SDK not installed (blocked as a bare install would lack it), `import perdure`
+    works and importing the integration raises MissingExtra naming the extra."""
+    code = (
+        "import no_extras; no_extras.install()\n"
+        "import perdure\n"
+        "try:\n"
+        "    import perdure.integrations.claude_agent\n"
+        "except perdure.errors.MissingExtra as exc:\n"
+        "    print(exc)\n"
+    )
+    src = Path(perdure.__file__).parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(NO_EXTRAS), str(src)])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "perdure.integrations.claude_agent needs the claude-agent extra (claude_agent_sdk is "
+        "missing): pip install 'perdure[claude-agent]'\n"
+    )
