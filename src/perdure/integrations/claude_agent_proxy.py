@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Reply", "Request", "serving"]
 
@@ -87,7 +88,13 @@ async def serving(answer: Answer) -> AsyncIterator[str]:
     """Serve `answer` on 127.0.0.1 until the block ends; yields the base URL. Requests are
     answered in the context (the run's) this was entered in."""
 
+    handlers: set[asyncio.Task[Any]] = set()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        if me is not None:
+            handlers.add(me)
+            me.add_done_callback(handlers.discard)
         try:
             request = await _read(reader)
             if request is None:
@@ -108,5 +115,7 @@ async def serving(answer: Answer) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server.wait_closed()
+        for task in list(handlers):  # a request still being answered: the CLI is gone
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 5)
