@@ -10,7 +10,7 @@ REFUND_MODEL and CLAUDE_CONFIG_DIR). Its own trial: N conversations on W worker 
 one `kill -9`ed and restarted every few seconds; parked runs resolved as an operator would
 (bench/refunds.py's `resolve_parked`); counted outside the workers.
 
-    python -m bench.refunds_claude --conversations 12 --kills 4 [--store postgres]
+    python -m bench.refunds_claude --conversations 12 --kills 4 [--store postgres] [--hold 1,3]
 """
 
 from __future__ import annotations
@@ -183,7 +183,8 @@ def _worker_app() -> perdure.App:
     """The workers' App: both refund variants, on the world the environment names."""
     built = perdure.App()
     if "REFUND_MODEL" in os.environ:
-        shop = Shop(os.environ["REFUND_PAYMENTS_URL"], os.environ["REFUND_MAIL_URL"])
+        low, high = (float(x) for x in os.environ.get("REFUND_HOLD", "0.02,0.1").split(","))
+        shop = Shop(os.environ["REFUND_PAYMENTS_URL"], os.environ["REFUND_MAIL_URL"], (low, high))
         for variant in ("keyed", "once"):
             claude_workflow(built, shop, os.environ["REFUND_MODEL"], refund=variant)
     return built
@@ -192,7 +193,9 @@ def _worker_app() -> perdure.App:
 app = _worker_app()
 
 
-def trial(conversations: int, kills: int, workers: int, store_kind: str) -> dict[str, Any]:
+def trial(
+    conversations: int, kills: int, workers: int, store_kind: str, hold: str = "0.02,0.1"
+) -> dict[str, Any]:
     """N conversations on `workers` processes, `kills` of them `kill -9`ed on the way."""
     from .refunds import resolve_parked
 
@@ -204,7 +207,7 @@ def trial(conversations: int, kills: int, workers: int, store_kind: str) -> dict
     client = perdure.App(store.url)
     env = {"PERDURE_DB": store.url, "REFUND_PAYMENTS_URL": payments.url,
            "REFUND_MAIL_URL": mail.url, "REFUND_MODEL": model.base_url,
-           "CLAUDE_CONFIG_DIR": str(folder / "config")}  # fmt: skip
+           "CLAUDE_CONFIG_DIR": str(folder / "config"), "REFUND_HOLD": hold}  # fmt: skip
     command = [sys.executable, "-m", "perdure", "--app", "bench.refunds_claude:app", "worker",
                "--concurrency", "4", "--poll", "0.05", "--lease", "30",
                "--max-recoveries", "-1", "--gc-every", "0", "--grace", "2"]  # fmt: skip
@@ -238,7 +241,7 @@ def trial(conversations: int, kills: int, workers: int, store_kind: str) -> dict
         done = sum(1 for h in handles.values() if h.status() == COMPLETED)
         refunds, emails = payments.applied(), mail.per_order()
         return {
-            "store": store_kind, "conversations": conversations, "kills": killed,
+            "store": store_kind, "conversations": conversations, "kills": killed, "hold": hold,
             "completed": done, "parked_resolved": dict(how),
             "duplicate_refunds": sum(max(0, refunds[o] - 1) for o in orders),
             "missing_refunds": sum(1 for o in orders if refunds[o] == 0),
@@ -260,8 +263,13 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=4)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--store", default="sqlite", choices=("sqlite", "postgres"))
+    parser.add_argument(
+        "--hold",
+        default="0.02,0.1",
+        help="seconds a tool body holds, LOW,HIGH (longer: kills land inside)",
+    )
     args = parser.parse_args()
-    print(json.dumps(trial(args.conversations, args.kills, args.workers, args.store)))
+    print(json.dumps(trial(args.conversations, args.kills, args.workers, args.store, args.hold)))
 
 
 if __name__ == "__main__":
