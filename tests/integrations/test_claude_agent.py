@@ -281,3 +281,23 @@ def test_without_the_extra_the_import_is_one_line(tmp_path: Path) -> None:
         "perdure.integrations.claude_agent needs the claude-agent extra (claude_agent_sdk is "
         "missing): pip install 'perdure[claude-agent]'\n"
     )
+
+
+def test_a_refused_key_parks_and_resume_asks_again(
+    app: perdure.App, worker: TestWorker, claude: Any
+) -> None:
+    """The API answers 401: the run pauses with one line naming the agent and `perdure
+    resume` (the CLI never sees the refusal, nothing is recorded); resumed once the key
+    is fixed, the model is asked again and the run finishes."""
+    agent = claude.module.register(app)
+    claude.fail_next(401)
+    handle = app.start(agent.workflow(), "refund o42", run_id="c7")
+    worker.run_until_idle()
+    assert handle.status() == "paused"
+    reason = json.loads(app.get_run("c7").error or "{}")["message"]
+    assert reason.startswith("Claude agent 'refunds': the model API refused the key (401")
+    assert "\n" not in reason and reason.endswith("then `perdure resume c7`")
+    claude.reply("Nothing to refund.")
+    app.resume("c7")
+    worker.run_until_idle()
+    assert handle.result() == "Nothing to refund." and len(claude.requests) == 2
