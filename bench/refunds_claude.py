@@ -7,8 +7,9 @@ every call as billed), `claude_workflow(app, shop, base_url, refund=...)` (the w
 `claude.refunds` / `claude.refunds_once`) and `app` (what `perdure worker` processes run:
 `--app bench.refunds_claude:app`, configured by REFUND_PAYMENTS_URL, REFUND_MAIL_URL,
 REFUND_MODEL and CLAUDE_CONFIG_DIR). Its own trial: N conversations on W worker processes,
-one `kill -9`ed and restarted every few seconds; parked runs resolved as an operator would
-(bench/refunds.py's `resolve_parked`); counted outside the workers.
+a worker `kill -9`ed (and restarted) as soon as it is inside a refund or an e-mail, K
+times; parked runs resolved as an operator would (bench/refunds.py's `resolve_parked`);
+counted outside the workers.
 
     python -m bench.refunds_claude --conversations 12 --kills 4 [--store postgres] [--hold 1,3]
 """
@@ -232,8 +233,15 @@ def trial(
                 for order in parked:
                     resolve_parked(client, world, "claude", f"refund-{order}", retried, how)  # type: ignore[arg-type]
             elif killed < kills and procs.ready():
-                time.sleep(rng.uniform(2.0, 5.0))
-                slot = rng.choice(procs.ready() or [0])
+                # the next kill lands inside a refund or an e-mail (its body holding), when
+                # one starts within 20 s; else wherever the worker is then
+                slot = rng.choice(procs.ready())
+                pid, until = procs.pid(slot), time.monotonic() + 20
+                while time.monotonic() < until and not (
+                    payments.open_calls(pid) or mail.open_calls(pid)
+                ):
+                    time.sleep(0.05)
+                time.sleep(rng.uniform(0.0, 0.5))
                 procs.kill_and_restart(slot)
                 killed += 1
                 continue
