@@ -220,7 +220,7 @@ def trial(
     handles = {o: client.start(flows["once" if i % 2 else "keyed"],
                                f"Please refund order {o} in full and let the customer know.",
                                run_id=f"refund-{o}") for i, o in enumerate(orders)}  # fmt: skip
-    rng, killed, started = random.Random(1), 0, time.monotonic()
+    rng, killed, inside, started = random.Random(1), 0, 0, time.monotonic()
     retried: Counter[tuple[str, str]] = Counter()
     how: Counter[str] = Counter()
     try:
@@ -234,14 +234,15 @@ def trial(
                     resolve_parked(client, world, "claude", f"refund-{order}", retried, how)  # type: ignore[arg-type]
             elif killed < kills and procs.ready():
                 # the next kill lands inside a refund or an e-mail (its body holding), when
-                # one starts within 20 s; else wherever the worker is then
+                # one starts within 60 s; else wherever the worker is then
                 slot = rng.choice(procs.ready())
-                pid, until = procs.pid(slot), time.monotonic() + 20
+                pid, until = procs.pid(slot), time.monotonic() + 60
                 while time.monotonic() < until and not (
                     payments.open_calls(pid) or mail.open_calls(pid)
                 ):
                     time.sleep(0.05)
                 time.sleep(rng.uniform(0.0, 0.5))
+                inside += bool(payments.open_calls(pid) or mail.open_calls(pid))
                 procs.kill_and_restart(slot)
                 killed += 1
                 continue
@@ -249,7 +250,8 @@ def trial(
         done = sum(1 for h in handles.values() if h.status() == COMPLETED)
         refunds, emails = payments.applied(), mail.per_order()
         return {
-            "store": store_kind, "conversations": conversations, "kills": killed, "hold": hold,
+            "store": store_kind, "conversations": conversations, "kills": killed,
+            "kills_inside_a_tool": inside, "hold": hold,
             "completed": done, "parked_resolved": dict(how),
             "duplicate_refunds": sum(max(0, refunds[o] - 1) for o in orders),
             "missing_refunds": sum(1 for o in orders if refunds[o] == 0),
