@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
     "openai-agents": ("agents",),
     "pydantic-ai": ("pydantic_ai",),
+    "claude-agent": ("claude_agent_sdk",),
     "rabbitmq": ("aio_pika",),
     "nats": ("nats",),
     "redis": ("redis",),

@@ -37,6 +37,7 @@ BLOCKED = frozenset(
         "structlog",
         "rich",
         "agents",
+        "claude_agent_sdk",
         "aio_pika",
         "nats",
         "redis",
