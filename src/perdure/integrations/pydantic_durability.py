@@ -126,6 +126,10 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
         self._model_name = model_name
         self._steps: dict[str, Step[..., Any]] = {}
 
+    def operation_name(self, operation_id: DurableOperationId, label: str | None = None) -> str:
+        """The persisted step name of `operation_id` (`label`: a function tool's name)."""
+        return self._namer.invocation_name(operation_id, label=label).operation_name
+
     def execution_attempt(self) -> int:
         info = _step_info.get()
         return 1 if info is None else info.attempt
