@@ -1,0 +1,277 @@
+"""Figure A1: an agent run's journal as its conversation grows (issue 37 item 3).
+
+One agent run of N tool-calling model calls (10 / 100 / 1,000) whose context grows to
+~200k tokens (`--tokens`): each tool call returns TOKENS*4/N characters of text, so the
+last request carries ~TOKENS tokens (4 characters a token). The model is pydantic-ai's
+FunctionModel, scripted: call `fetch` N-1 times, then `finish`, a tool that
+`requires_approval`, so the run waits at a perdure gate with its whole conversation
+journaled; then answer. Measured, per integration (`capability`: `PerdureDurability` on
+pydantic-ai's durable_exec surface; `wrapper`: `PerdureAgent`):
+
+- journal MB: the run's journal rows plus the blobs they name (SQLite, the bytes of JSON
+  text stored), at the gate;
+- whole-history MB: what an engine that journals each call's full input would have
+  stored (the sum of every request's messages as JSON: temporalio/sdk-python #1890);
+- overhead B/call: journal bytes beyond the tool results' own text, per model call;
+- ms/call: the first run's wall time to the gate, per model call (pydantic-ai's own
+  work on a growing context included);
+- resume ms: from the gate's answer to the run's end, by a fresh App and worker (no
+  run kept in memory): the whole conversation is replayed from the journal, no model
+  called again.
+
+Temporal's limits for one workflow history: 50 MB and 51,200 events.
+
+    python -m bench.agent_history [--calls 10,100,1000] [--tokens 200000]
+        [--integrations capability,wrapper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import time
+from typing import Any
+
+from .common import Config, Table, child_main, fmt, run_child, scratch
+
+MODULE = "bench.agent_history"
+CALLS = (10, 100, 1_000)
+TOKENS = 200_000
+CHARS_PER_TOKEN = 4
+INTEGRATIONS = ("capability", "wrapper")
+HEADERS = ["integration", "model calls", "journal MB", "entries", "whole-history MB",
+           "overhead B/call", "CPU ms/call", "plain CPU ms/call", "resume CPU ms",
+           "resume ms"]  # fmt: skip
+WORDS = [
+    "".join(random.Random(i).choices("abcdefghijklmnopqrstuvwxyz", k=1 + i % 9)) for i in range(997)
+]
+
+
+def text(i: int, size: int) -> str:
+    """`size` characters of word-like text, different for each `i` (a tool result)."""
+    rng, out, length = random.Random(i), [], 0
+    while length < size:
+        word = WORDS[rng.randrange(len(WORDS))]
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)[:size]
+
+
+class Script:
+    """The scripted model: `fetch` N-1 times, then `finish` (approval), then the answer;
+    counts its calls and the bytes of every request's messages as JSON."""
+
+    def __init__(self, calls: int, *, weigh: bool = False) -> None:
+        self.calls, self.weigh = calls, weigh
+        self.requests = 0
+        self.input_bytes = 0
+
+    def __call__(self, messages: list[Any], info: Any) -> Any:
+        from pydantic_ai.messages import (
+            ModelMessagesTypeAdapter,
+            ModelResponse,
+            TextPart,
+            ToolCallPart,
+        )
+        from pydantic_ai.usage import RequestUsage
+
+        self.requests += 1
+        if self.weigh:  # the plain run only: its requests are the durable runs' requests
+            self.input_bytes += len(ModelMessagesTypeAdapter.dump_json(messages))
+        usage = RequestUsage(input_tokens=100, output_tokens=10)  # no estimate by pydantic-ai
+        done = sum(1 for m in messages for p in getattr(m, "parts", ())
+                   if p.part_kind == "tool-return")  # fmt: skip
+        if done < self.calls - 1:
+            return ModelResponse(parts=[ToolCallPart("fetch", {"i": done}, f"c{done}")],
+                                 usage=usage)  # fmt: skip
+        if done == self.calls - 1:
+            return ModelResponse(parts=[ToolCallPart("finish", {}, "last")], usage=usage)
+        return ModelResponse(parts=[TextPart(f"read {done} results")], usage=usage)
+
+
+def plain(calls: int, chunk: int) -> tuple[float, Script]:
+    """The same conversation by pydantic-ai alone (no perdure, `finish` needs no approval):
+    its wall time and script (which weighed every request)."""
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    script = Script(calls, weigh=True)
+    agent = Agent(FunctionModel(script), name="reader")
+
+    @agent.tool_plain
+    def fetch(i: int) -> str:
+        return text(i, chunk)
+
+    @agent.tool_plain
+    def finish() -> str:
+        return "finished"
+
+    began = time.process_time()
+    limits = UsageLimits(request_limit=None)
+    asyncio.run(agent.run("read everything", usage_limits=limits))
+    return time.process_time() - began, script
+
+
+def build(url: str, integration: str, calls: int, chunk: int) -> tuple[Any, Script, Any]:
+    """The app, the script and a function starting the run (returning its handle)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    import perdure
+
+    app = perdure.App(url)
+    unlimited = UsageLimits(request_limit=None)  # pydantic-ai's default stops at 50 requests
+    script = Script(calls)
+    effects = {"fetch": "read", "finish": "keyed"}
+    if integration == "capability":
+        from perdure.integrations.pydantic_durability import PerdureDurability
+
+        capability = PerdureDurability(app, tool_effects=effects)
+        agent = Agent(FunctionModel(script), name="reader", capabilities=[capability])
+    else:
+        agent = Agent(FunctionModel(script), name="reader")
+
+    @agent.tool_plain
+    def fetch(i: int) -> str:
+        return text(i, chunk)
+
+    @agent.tool_plain(requires_approval=True)
+    def finish() -> str:
+        return "finished"
+
+    if integration == "capability":
+
+        @app.workflow(name="reader")
+        async def reader(prompt: str) -> str:
+            return str((await agent.run(prompt, usage_limits=unlimited)).output)
+
+        return app, script, lambda: app.start(reader, "read everything", run_id="r")
+
+    from perdure.integrations.pydantic_ai import PerdureAgent
+
+    durable = PerdureAgent(agent, app, tool_effects=effects, usage_limits=unlimited)
+    return app, script, lambda: durable.start("read everything", run_id="r")
+
+
+def journal_bytes(path: str, run_id: str) -> tuple[int, int]:
+    """(bytes of the run's journal rows' data plus the blobs they name, entries)."""
+    from perdure.store.blobs import blob_ref
+
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT data FROM journal WHERE run_id = ?", (run_id,)).fetchall()
+        total = 0
+        for (data,) in rows:
+            key = blob_ref(data)
+            if key is None:
+                total += len(data or "")
+            else:
+                (blob,) = db.execute("SELECT data FROM blobs WHERE key = ?", (key,)).fetchone()
+                total += len(blob)
+        return total, len(rows)
+    finally:
+        db.close()
+
+
+def child(cfg: Config) -> Config:
+    from perdure.testing import TestWorker
+
+    folder, calls = cfg["folder"], int(cfg["calls"])
+    chunk = int(cfg["tokens"]) * CHARS_PER_TOKEN // calls
+    url = f"sqlite:///{folder}/perdure.db"
+    alone, weighed = plain(calls, chunk)
+    app, script, start = build(url, cfg["integration"], calls, chunk)
+    began = time.process_time()
+    handle = start()
+    TestWorker(app).run_until_idle()
+    first = time.process_time() - began
+    if handle.status() != "waiting":
+        raise RuntimeError(
+            f"run r: {handle.status()} at the gate ({app.get_run('r').error}), expected waiting"
+        )
+    stored, entries = journal_bytes(f"{folder}/perdure.db", "r")
+    requests, whole = script.requests, weighed.input_bytes
+    app.close()
+
+    app, script, _ = build(url, cfg["integration"], calls, chunk)  # a fresh process's view
+    began, wall = time.process_time(), time.perf_counter()
+    app.send_event("r", "approve:last", {"approve": True})
+    TestWorker(app).run_until_idle()
+    output = app.handle("r").result(60)
+    resume, resume_wall = time.process_time() - began, time.perf_counter() - wall
+    if script.requests != 1:  # only the answer after the gate: nothing recorded asked again
+        raise RuntimeError(f"resume asked the model {script.requests} times, expected 1")
+    app.close()
+    return {
+        "output": output if isinstance(output, str) else str(output)[:40],
+        "requests": requests,
+        "journal": stored,
+        "entries": entries,
+        "payload": (calls - 1) * chunk,
+        "whole": whole,
+        "first_s": first,
+        "plain_s": alone,
+        "resume_s": resume,
+        "resume_wall_s": resume_wall,
+    }
+
+
+def figure(calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...]) -> Table:
+    table = Table(
+        title=f"Figure A1. One agent run's journal as its context grows to ~{tokens:,} tokens "
+        "(pydantic-ai, scripted model, SQLite; Temporal's limit: 50 MB / 51,200 events)",
+        headers=HEADERS,
+    )
+    for integration in integrations:
+        for n in calls:
+            cfg = {"folder": scratch("agent-history"), "calls": n, "tokens": tokens,
+                   "integration": integration}  # fmt: skip
+            got = run_child(MODULE, cfg, timeout=3600)
+            model_calls = int(got["requests"])
+            overhead = (got["journal"] - got["payload"]) / model_calls
+            table.rows.append([
+                integration, f"{n:,}", fmt(got["journal"] / 1e6, 2), f"{got['entries']:,}",
+                fmt(got["whole"] / 1e6, 1), fmt(overhead, 0),
+                fmt(got["first_s"] * 1000 / model_calls, 1),
+                fmt(got["plain_s"] * 1000 / model_calls, 1), fmt(got["resume_s"] * 1000, 0),
+                fmt(got["resume_wall_s"] * 1000, 0),
+            ])  # fmt: skip
+    table.notes.append(
+        "journal MB: the run's journal rows and the blobs they name, at the gate before the "
+        "answer (MB = 10^6 bytes of JSON text); entries: its journal rows"
+    )
+    table.notes.append(
+        "whole-history MB: the sum of every request's messages as JSON, what journaling "
+        "each call's full input stores (temporalio/sdk-python #1890)"
+    )
+    table.notes.append(
+        "overhead: journal bytes beyond the tool results' own text, per model call; "
+        "CPU ms/call: the process's CPU time (all threads) from start to the gate, per model "
+        "call, pydantic-ai's own work included; plain: the same conversation by pydantic-ai "
+        "alone, without perdure (CPU, not wall time: the machine is shared)"
+    )
+    table.notes.append(
+        "resume: gate answered to run end by a fresh App and worker, replaying the whole "
+        "conversation from the journal (the model is asked once, for the answer); CPU and wall"
+    )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.agent_history")
+    parser.add_argument("--calls", default=",".join(map(str, CALLS)))
+    parser.add_argument("--tokens", type=int, default=TOKENS)
+    parser.add_argument("--integrations", default=",".join(INTEGRATIONS))
+    args = parser.parse_args()
+    calls = tuple(int(c) for c in args.calls.split(","))
+    integrations = tuple(args.integrations.split(","))
+    print(figure(calls, args.tokens, integrations).render())
+
+
+if __name__ == "__main__":
+    child_main(main, child)
