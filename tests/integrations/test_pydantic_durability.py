@@ -5,6 +5,7 @@ hook-made model calls are journaled steps that recovery treats by effect."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import time
@@ -40,6 +41,7 @@ from perdure.agent.budget_sql import Budgets
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import perdure_tool
 from perdure.integrations.pydantic_durability import PerdureDurability
+from perdure.integrations.streaming import ModelEvents
 from perdure.testing import TestClock, TestWorker
 from waits import wait_for
 
@@ -329,3 +331,31 @@ def test_a_worker_killed_mid_conversation_reruns_no_model_call_and_no_tool(
     finally:
         kill_all(first, second)
         client.close()
+
+
+def test_stream_writes_the_models_tokens_to_the_runs_stream(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """`stream=True`: each model step streams its events to the run's durable stream as
+    they come (read back after the run ends, from offset -1), and journals the whole
+    response once; the run's answer is the plain agent's."""
+    agent = Agent(TestModel(custom_output_text="all done here"), name="shop",
+                  capabilities=[PerdureDurability(app, stream=True)])  # fmt: skip
+    handle = app.start(agent_workflow(app, agent), "hello")
+    worker.run_until_idle()
+    assert handle.result(1) == "all done here"
+    assert [name for _, name in outcomes(app, handle.id)] == ["shop__model.request_stream"]
+
+    async def read() -> str:
+        text = ""
+        async for item in ModelEvents(app.client, handle.id):
+            event = item.event
+            if event.get("event_kind") == "part_start" and event["part"].get("content"):
+                text += event["part"]["content"]
+            elif event.get("event_kind") == "part_delta":
+                text += event["delta"].get("content_delta") or ""
+        return text
+
+    assert asyncio.run(read()) == "all done here"
+    with pytest.raises(ConfigError, match="not both"):
+        PerdureDurability(app, stream=True, event_stream_handler=lambda ctx, events: None)  # type: ignore[arg-type,return-value]

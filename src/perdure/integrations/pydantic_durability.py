@@ -27,7 +27,7 @@ journaled, so a model step records the response, not the whole conversation it w
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
@@ -43,10 +43,12 @@ from ..extras import require_extra
 from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
 from .replay import check_tools
+from .streaming import write_event
 
 require_extra("pydantic-ai", "perdure.integrations.pydantic_durability")
 
 from pydantic import TypeAdapter  # noqa: E402
+from pydantic_ai.agent import EventStreamHandler  # noqa: E402
 from pydantic_ai.capabilities import HandleDeferredToolCalls  # noqa: E402
 from pydantic_ai.capabilities.abstract import AbstractCapability  # noqa: E402
 from pydantic_ai.durable_exec import (  # noqa: E402
@@ -62,7 +64,15 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     ToolsetCallToolId,
     conversation_id_from_run_id,
 )
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    AgentStreamEvent,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    ModelResponseStreamEvent,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+)
 from pydantic_ai.models import Model, ModelRequestParameters  # noqa: E402
 from pydantic_ai.tools import (  # noqa: E402
     AgentDepsT,
@@ -83,6 +93,8 @@ __all__ = ["PerdureDurability", "StepConfig"]
 
 ENGINE = "perdure"
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_EVENT: TypeAdapter[Any] = TypeAdapter(ModelResponseStreamEvent)
+_MODEL_EVENTS = (PartStartEvent, PartDeltaEvent, PartEndEvent)
 
 
 class StepConfig(TypedDict, total=False):
@@ -229,6 +241,10 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         models: more models by id, for runs that pick one (pydantic-ai's `models=`).
         gates: answer deferred tool calls at perdure gates (`approve:{call_id}`,
             `human:{call_id}`); False leaves them to the agent's own handler.
+        stream: write each model step's stream events, as they come, to the run's durable
+            stream (topic `model`, read with `perdure.integrations.streaming.ModelEvents`
+            from any offset, across workers); the step journals the whole response once.
+        event_stream_handler: pydantic-ai's own handler instead (not with `stream`).
 
     Raises:
         ConfigError: an effect is unknown, or a budget is wrong.
@@ -279,9 +295,17 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         price: Price | Mapping[str, float] | None = None,
         models: Mapping[str, Model] | None = None,
         gates: bool = True,
+        stream: bool = False,
+        event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
     ) -> None:
-        super().__init__(models=models, name=name)
         where = f"PerdureDurability({name or ''})"
+        if stream and event_stream_handler is not None:
+            raise ConfigError(
+                f"{where}: stream=True writes the model's events to the run's stream; "
+                "pass it or an event_stream_handler, not both"
+            )
+        handler = _to_run_stream if stream else event_stream_handler
+        super().__init__(models=models, event_stream_handler=handler, name=name)
         self.app = app
         self.default_effect = check_effect(default_effect, f"{where} default_effect")
         self.tool_effects = {
@@ -417,6 +441,15 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         if toolset_id is not None and toolset_id in self.toolset_effects:
             return self.toolset_effects[toolset_id]
         return self.default_effect
+
+
+async def _to_run_stream(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+    """The model's stream events, inside its step, to the run's durable stream (at the
+    step's position); the other events (tools called, their results) are in the journal."""
+    async for event in events:
+        info = _step_info.get()
+        if info is not None and isinstance(event, _MODEL_EVENTS):
+            write_event(info.position, _EVENT.dump_python(event, mode="json"))
 
 
 def _tool_payload(outcome: Any) -> bool:
