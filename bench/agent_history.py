@@ -39,7 +39,7 @@ MODULE = "bench.agent_history"
 CALLS = (10, 100, 1_000)
 TOKENS = 200_000
 CHARS_PER_TOKEN = 4
-INTEGRATIONS = ("capability", "wrapper")
+INTEGRATIONS = ("capability", "wrapper", "agents-sdk")
 HEADERS = ["integration", "model calls", "journal MB", "entries", "whole-history MB",
            "overhead B/call", "CPU ms/call", "plain CPU ms/call", "resume CPU ms",
            "resume ms"]  # fmt: skip
@@ -158,6 +158,86 @@ def build(url: str, integration: str, calls: int, chunk: int) -> tuple[Any, Scri
     return app, script, lambda: durable.start("read everything", run_id="r")
 
 
+class SdkScript:
+    """The same script as an OpenAI Agents SDK `Model` (in process, no server)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.requests = 0
+
+    def model(self) -> Any:
+        import json
+
+        from agents import Model, ModelResponse
+        from agents.usage import Usage
+        from openai.types.responses import (
+            ResponseFunctionToolCall,
+            ResponseOutputMessage,
+            ResponseOutputText,
+        )
+
+        script = self
+
+        class Scripted(Model):
+            async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                                   **kwargs: Any) -> Any:  # fmt: skip
+                script.requests += 1
+                items = input if isinstance(input, list) else []
+                done = sum(1 for i in items if isinstance(i, dict)
+                           and i.get("type") == "function_call_output")  # fmt: skip
+                usage = Usage(requests=1, input_tokens=100, output_tokens=10, total_tokens=110)
+                if done < script.calls:
+                    name, args = ("fetch", {"i": done}) if done < script.calls - 1 else (
+                        "finish", {})  # fmt: skip
+                    call = ResponseFunctionToolCall(
+                        arguments=json.dumps(args), call_id=f"c{done}", name=name,
+                        type="function_call", id=f"fc{done}", status="completed",
+                    )  # fmt: skip
+                    return ModelResponse(output=[call], usage=usage, response_id=None)
+                text = ResponseOutputText(text=f"read {done} results", type="output_text",
+                                          annotations=[])  # fmt: skip
+                message = ResponseOutputMessage(id="m", content=[text], role="assistant",
+                                                status="completed", type="message")  # fmt: skip
+                return ModelResponse(output=[message], usage=usage, response_id=None)
+
+            def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError("the bench does not stream")
+
+        return Scripted()
+
+
+def build_sdk(url: str, calls: int, chunk: int) -> tuple[Any, SdkScript, Any]:
+    """The Agents SDK variant: perdure's `Runner`, `finish` needing approval (a gate)."""
+    import agents
+    from agents import Agent, function_tool
+
+    import perdure
+    from perdure.integrations.openai_agents import Runner
+
+    agents.set_tracing_disabled(True)
+    app = perdure.App(url)
+    script = SdkScript(calls)
+
+    @function_tool
+    def fetch(i: int) -> str:
+        """Fetch part i."""
+        return text(i, chunk)
+
+    @function_tool(needs_approval=True)
+    def finish() -> str:
+        """Finish."""
+        return "finished"
+
+    agent = Agent(name="reader", tools=[fetch, finish], model=script.model())
+    runner = Runner(app, tool_effects={"fetch": "read", "finish": "keyed"})
+
+    @app.workflow(name="reader")  # Runner.workflow's runs stop at the SDK's 10 turns
+    async def reader(prompt: str) -> str:
+        return str((await runner.run(agent, prompt, max_turns=calls + 5)).final_output)
+
+    return app, script, lambda: app.start(reader, "read everything", run_id="r")
+
+
 def journal_bytes(path: str, run_id: str) -> tuple[int, int]:
     """(bytes of the run's journal rows' data plus the blobs they name, entries)."""
     from perdure.store.blobs import blob_ref
@@ -185,7 +265,9 @@ def child(cfg: Config) -> Config:
     chunk = int(cfg["tokens"]) * CHARS_PER_TOKEN // calls
     url = f"sqlite:///{folder}/perdure.db"
     alone, weighed = plain(calls, chunk)
-    app, script, start = build(url, cfg["integration"], calls, chunk)
+    sdk = cfg["integration"] == "agents-sdk"
+    app, script, start = (build_sdk(url, calls, chunk) if sdk
+                          else build(url, cfg["integration"], calls, chunk))  # fmt: skip
     began = time.process_time()
     handle = start()
     TestWorker(app).run_until_idle()
@@ -198,9 +280,11 @@ def child(cfg: Config) -> Config:
     requests, whole = script.requests, weighed.input_bytes
     app.close()
 
-    app, script, _ = build(url, cfg["integration"], calls, chunk)  # a fresh process's view
+    app, script, _ = (build_sdk(url, calls, chunk) if sdk  # a fresh process's view
+                      else build(url, cfg["integration"], calls, chunk))  # fmt: skip
     began, wall = time.process_time(), time.perf_counter()
-    app.send_event("r", "approve:last", {"approve": True})
+    last = f"c{calls - 1}" if sdk else "last"
+    app.send_event("r", f"approve:{last}", {"approve": True})
     TestWorker(app).run_until_idle()
     output = app.handle("r").result(60)
     resume, resume_wall = time.process_time() - began, time.perf_counter() - wall
