@@ -62,7 +62,7 @@ class Script:
     """The scripted model: `fetch` N-1 times, then `finish` (approval), then the answer;
     counts its calls and the bytes of every request's messages as JSON."""
 
-    def __init__(self, calls: int, *, weigh: bool = False) -> None:
+    def __init__(self, calls: int, *, weigh: bool = True) -> None:
         self.calls, self.weigh = calls, weigh
         self.requests = 0
         self.input_bytes = 0
@@ -77,7 +77,7 @@ class Script:
         from pydantic_ai.usage import RequestUsage
 
         self.requests += 1
-        if self.weigh:  # the plain run only: its requests are the durable runs' requests
+        if self.weigh:  # the first run only (a replay sends nothing)
             self.input_bytes += len(ModelMessagesTypeAdapter.dump_json(messages))
         usage = RequestUsage(input_tokens=100, output_tokens=10)  # no estimate by pydantic-ai
         done = sum(1 for m in messages for p in getattr(m, "parts", ())
@@ -99,7 +99,7 @@ def plain(calls: int, chunk: int) -> tuple[float, Script]:
     from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.usage import UsageLimits
 
-    script = Script(calls, weigh=True)
+    script = Script(calls, weigh=False)
     agent = Agent(FunctionModel(script), name="reader")
 
     @agent.tool_plain
@@ -164,6 +164,7 @@ class SdkScript:
     def __init__(self, calls: int) -> None:
         self.calls = calls
         self.requests = 0
+        self.input_bytes = 0
 
     def model(self) -> Any:
         import json
@@ -182,6 +183,7 @@ class SdkScript:
             async def get_response(self, system_instructions: Any, input: Any, *args: Any,
                                    **kwargs: Any) -> Any:  # fmt: skip
                 script.requests += 1
+                script.input_bytes += len(json.dumps(input, default=str))
                 items = input if isinstance(input, list) else []
                 done = sum(1 for i in items if isinstance(i, dict)
                            and i.get("type") == "function_call_output")  # fmt: skip
@@ -264,7 +266,7 @@ def child(cfg: Config) -> Config:
     folder, calls = cfg["folder"], int(cfg["calls"])
     chunk = int(cfg["tokens"]) * CHARS_PER_TOKEN // calls
     url = f"sqlite:///{folder}/perdure.db"
-    alone, weighed = plain(calls, chunk)
+    alone = plain(calls, chunk)[0] if cfg.get("plain", True) else None
     sdk = cfg["integration"] == "agents-sdk"
     app, script, start = (build_sdk(url, calls, chunk) if sdk
                           else build(url, cfg["integration"], calls, chunk))  # fmt: skip
@@ -277,7 +279,7 @@ def child(cfg: Config) -> Config:
             f"run r: {handle.status()} at the gate ({app.get_run('r').error}), expected waiting"
         )
     stored, entries = journal_bytes(f"{folder}/perdure.db", "r")
-    requests, whole = script.requests, weighed.input_bytes
+    requests, whole = script.requests, script.input_bytes
     app.close()
 
     app, script, _ = (build_sdk(url, calls, chunk) if sdk  # a fresh process's view
@@ -305,7 +307,9 @@ def child(cfg: Config) -> Config:
     }
 
 
-def figure(calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...]) -> Table:
+def figure(
+    calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...], plain_up_to: int
+) -> Table:
     table = Table(
         title=f"Figure A1. One agent run's journal as its context grows to ~{tokens:,} tokens "
         "(pydantic-ai, scripted model, SQLite; Temporal's limit: 50 MB / 51,200 events)",
@@ -314,7 +318,8 @@ def figure(calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...]) -
     for integration in integrations:
         for n in calls:
             cfg = {"folder": scratch("agent-history"), "calls": n, "tokens": tokens,
-                   "integration": integration}  # fmt: skip
+                   "integration": integration,
+                   "plain": integration != "agents-sdk" and n <= plain_up_to}  # fmt: skip
             got = run_child(MODULE, cfg, timeout=3600)
             model_calls = int(got["requests"])
             overhead = (got["journal"] - got["payload"]) / model_calls
@@ -322,7 +327,8 @@ def figure(calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...]) -
                 integration, f"{n:,}", fmt(got["journal"] / 1e6, 2), f"{got['entries']:,}",
                 fmt(got["whole"] / 1e6, 1), fmt(overhead, 0),
                 fmt(got["first_s"] * 1000 / model_calls, 1),
-                fmt(got["plain_s"] * 1000 / model_calls, 1), fmt(got["resume_s"] * 1000, 0),
+                fmt(None if got["plain_s"] is None else got["plain_s"] * 1000 / model_calls, 1),
+                fmt(got["resume_s"] * 1000, 0),
                 fmt(got["resume_wall_s"] * 1000, 0),
             ])  # fmt: skip
     table.notes.append(
@@ -330,14 +336,15 @@ def figure(calls: tuple[int, ...], tokens: int, integrations: tuple[str, ...]) -
         "answer (MB = 10^6 bytes of JSON text); entries: its journal rows"
     )
     table.notes.append(
-        "whole-history MB: the sum of every request's messages as JSON, what journaling "
+        "whole-history MB: the sum of every request's input as JSON, what journaling "
         "each call's full input stores (temporalio/sdk-python #1890)"
     )
     table.notes.append(
         "overhead: journal bytes beyond the tool results' own text, per model call; "
         "CPU ms/call: the process's CPU time (all threads) from start to the gate, per model "
         "call, pydantic-ai's own work included; plain: the same conversation by pydantic-ai "
-        "alone, without perdure (CPU, not wall time: the machine is shared)"
+        "alone, without perdure (CPU, not wall time: the machine is shared; pydantic-ai rows "
+        "only)"
     )
     table.notes.append(
         "resume: gate answered to run end by a fresh App and worker, replaying the whole "
@@ -351,10 +358,12 @@ def main() -> None:
     parser.add_argument("--calls", default=",".join(map(str, CALLS)))
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--integrations", default=",".join(INTEGRATIONS))
+    parser.add_argument("--plain-up-to", type=int, default=100,
+                        help="pydantic-ai alone (plain) up to this many calls")  # fmt: skip
     args = parser.parse_args()
     calls = tuple(int(c) for c in args.calls.split(","))
     integrations = tuple(args.integrations.split(","))
-    print(figure(calls, args.tokens, integrations).render())
+    print(figure(calls, args.tokens, integrations, args.plain_up_to).render())
 
 
 if __name__ == "__main__":

@@ -8,16 +8,16 @@ pydantic-ai's own `durable_exec` surface, so an agent is made durable where it i
         return (await agent.run(prompt)).output
 
 Inside a perdure workflow, every operation pydantic-ai routes through its durability base is
-one perdure step, named by pydantic-ai's `JournalOperationNamer` (persisted names, pinned by
-tests/integrations/test_pydantic_durability_names.py): each model request (`keyed`,
-committed before the loop goes on, reserved against the agent's budgets first), each tool
-call (the tool's declared effect: `tool_effects=`, `@perdure_tool`, tool metadata
-`{"perdure": {"effect": ...}}`, its toolset's, else `once`), each MCP discovery (`read`), and
-each model call a capability makes from a hook (`@durable_operation` methods, compaction): a
-recorded answer is replayed, never asked (nor billed) again. Deferred tool calls
-(`requires_approval=True`, `ApprovalRequired`, `CallDeferred`) wait at perdure gates, and the
-graph's waits between polls are perdure's durable timer. Outside a workflow the agent runs
-as a plain pydantic-ai agent.
+one perdure step, named by pydantic-ai's `JournalOperationNamer` (an MCP tool call named per
+tool too; persisted names, pinned by tests/integrations/test_pydantic_durability_names.py):
+each model request (`keyed`, committed before the loop goes on, reserved against the agent's
+budgets first), each tool call (the tool's declared effect: `tool_effects=`,
+`@perdure_tool`, tool metadata `{"perdure": {"effect": ...}}`, its toolset's, else `once`),
+each MCP discovery (`read`), and each model call a capability makes from a hook
+(`@durable_operation` methods, compaction): a recorded answer is replayed, never asked (nor
+billed) again. Deferred tool calls (`requires_approval=True`, `ApprovalRequired`,
+`CallDeferred`) wait at perdure gates, and the graph's waits between polls are perdure's
+durable timer. Outside a workflow the agent runs as a plain pydantic-ai agent.
 
 The backend is a `CallableOperationBackend`: a perdure step is a callback run at the run's
 next journal position, registered on first use, so nothing has to be registered before a
@@ -64,6 +64,7 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     ToolsetCallToolId,
     conversation_id_from_run_id,
 )
+from pydantic_ai.durable_exec._operation_names import DurableInvocationName  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     AgentStreamEvent,
     ModelMessagesTypeAdapter,
@@ -118,6 +119,21 @@ async def _unit(body: Callable[[], Awaitable[object]]) -> Any:
     return await body()
 
 
+class PerdureOperationNamer(JournalOperationNamer):
+    """pydantic-ai's journal names, with an MCP server's tool calls named per tool too
+    (`{agent}__mcp_server__{id}.call_tool:{tool}`): a perdure step has one effect, and an
+    MCP server's tools may each declare their own. Persisted: never rename."""
+
+    def invocation_name(
+        self, operation_id: DurableOperationId, *, label: str | None
+    ) -> DurableInvocationName:
+        found = super().invocation_name(operation_id, label=label)
+        mcp = isinstance(operation_id, ToolsetCallToolId) and operation_id.toolset_kind == "mcp"
+        if mcp and label is not None:
+            return DurableInvocationName(f"{found.operation_name}:{label}")
+        return found
+
+
 class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
     """Runs each pydantic-ai durable operation as a perdure step named after it, registered on
     the app on first use; a model request is reserved against the agent's budgets inside
@@ -132,7 +148,7 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
         budget: ModelBudget,
         model_name: Callable[[str | None], str],
     ) -> None:
-        super().__init__(namer=JournalOperationNamer(agent_name), config=config)
+        super().__init__(namer=PerdureOperationNamer(agent_name), config=config)
         self.app = app
         self.budget = budget
         self._model_name = model_name
