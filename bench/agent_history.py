@@ -6,15 +6,17 @@ last request carries ~TOKENS tokens (4 characters a token). The model is pydanti
 FunctionModel, scripted: call `fetch` N-1 times, then `finish`, a tool that
 `requires_approval`, so the run waits at a perdure gate with its whole conversation
 journaled; then answer. Measured, per integration (`capability`: `PerdureDurability` on
-pydantic-ai's durable_exec surface; `wrapper`: `PerdureAgent`):
+pydantic-ai's durable_exec surface; `wrapper`: `PerdureAgent`; `agents-sdk`: perdure's
+`Runner` over the OpenAI Agents SDK, its model an in-process SDK `Model` with the same script):
 
 - journal MB: the run's journal rows plus the blobs they name (SQLite, the bytes of JSON
   text stored), at the gate;
 - whole-history MB: what an engine that journals each call's full input would have
   stored (the sum of every request's messages as JSON: temporalio/sdk-python #1890);
 - overhead B/call: journal bytes beyond the tool results' own text, per model call;
-- ms/call: the first run's wall time to the gate, per model call (pydantic-ai's own
-  work on a growing context included);
+- CPU ms/call: the first run's CPU time to the gate, per model call (the framework's own
+  work on a growing context included); plain: the same conversation by pydantic-ai alone
+  (`--plain-up-to`: only up to that many calls);
 - resume ms: from the gate's answer to the run's end, by a fresh App and worker (no
   run kept in memory): the whole conversation is replayed from the journal, no model
   called again.
@@ -22,7 +24,7 @@ pydantic-ai's durable_exec surface; `wrapper`: `PerdureAgent`):
 Temporal's limits for one workflow history: 50 MB and 51,200 events.
 
     python -m bench.agent_history [--calls 10,100,1000] [--tokens 200000]
-        [--integrations capability,wrapper]
+        [--integrations capability,wrapper,agents-sdk] [--plain-up-to 100]
 """
 
 from __future__ import annotations
