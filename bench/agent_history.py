@@ -320,7 +320,7 @@ def figure(
 ) -> Table:
     table = Table(
         title=f"Figure A1. One agent run's journal as its context grows to ~{tokens:,} tokens "
-        "(pydantic-ai, scripted model, SQLite; Temporal's limit: 50 MB / 51,200 events)",
+        "(scripted models, SQLite; Temporal's limit: 50 MB / 51,200 events)",
         headers=HEADERS,
     )
     for integration in integrations:
