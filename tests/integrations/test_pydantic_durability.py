@@ -34,6 +34,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.toolsets import FunctionToolset
 
 import perdure
 from crash_steps import crash_after, recover
@@ -359,3 +360,28 @@ def test_stream_writes_the_models_tokens_to_the_runs_stream(
     assert asyncio.run(read()) == "all done here"
     with pytest.raises(ConfigError, match="not both"):
         PerdureDurability(app, stream=True, event_stream_handler=lambda ctx, events: None)  # type: ignore[arg-type,return-value]
+
+
+def test_a_toolset_passed_at_run_time_is_refused_in_a_workflow(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """Tools given to `agent.run(toolsets=...)` would run unjournaled: inside a workflow
+    the run fails naming them, before any model call; outside one they work as usual."""
+    script = Scripted("extra_tool")
+    agent = Agent(FunctionModel(script), name="shop", capabilities=[PerdureDurability(app)])
+    extra = FunctionToolset[Any](id="extra")
+
+    @extra.tool_plain
+    def extra_tool(order: str) -> str:
+        return "extra"
+
+    @app.workflow(name="shop")
+    async def shop(prompt: str) -> str:
+        return (await agent.run(prompt, toolsets=[extra])).output
+
+    handle = app.start(shop, "go")
+    worker.run_until_idle()
+    run = app.get_run(handle.id)
+    assert run.status == "failed" and "toolset" in (run.error or "").lower(), run.error
+    assert script.calls == 0
+    assert agent.run_sync("go", toolsets=[extra]).output == "done: extra"
