@@ -314,14 +314,15 @@ def test_a_worker_killed_mid_conversation_reruns_no_model_call_and_no_tool(
     second: subprocess.Popen[bytes] | None = None
     try:
         handle = client.start(workflow, "refund order 42", run_id="refund-42")
-        wait_for("the refund to start", lambda: "refund-started" in lines(), log)
+        # a worker importing pydantic-ai on a loaded machine can take a while to start
+        wait_for("the refund to start", lambda: "refund-started" in lines(), log, timeout=120)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         before = ["model", "lookup", "model", "refund-started"]
         assert lines() == before  # killed inside the refund
         second = worker_process("pydantic_durability_app:app", url, env, log)
-        wait_for("needs_attention",
-                 lambda: client.get_run(handle.id).status == "needs_attention", log)  # fmt: skip
+        wait_for("needs_attention", lambda: client.get_run(handle.id).status == "needs_attention",
+                 log, timeout=120)  # fmt: skip
         time.sleep(mod.HOLD + 0.5)  # a re-run refund would have logged by now
         assert lines() == before
         refund = max(e.position or 0 for e in client.journal(handle.id)
