@@ -216,7 +216,8 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
         model = self._model_name(cast("str | None", model_id))
 
         async def reserved_body() -> Any:
-            prompt = ModelMessagesTypeAdapter.dump_python(cast(Any, messages), mode="json")
+            # the prompt's JSON text, made in pydantic-core: the reservation only weighs it
+            prompt = ModelMessagesTypeAdapter.dump_json(cast(Any, messages)).decode()
             limit = cast(Mapping[str, Any], settings or {}).get("max_tokens")
             held = await reserved(budget, app.runtime, prompt, limit, model)
             if isinstance(held, dict):  # refused: journaled as the outcome, the run waits
