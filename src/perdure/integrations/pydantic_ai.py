@@ -62,6 +62,7 @@ from pydantic_ai.tools import (  # noqa: E402
 )
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset  # noqa: E402
 from pydantic_ai.toolsets.abstract import ToolsetTool  # noqa: E402
+from pydantic_ai.usage import UsageLimits  # noqa: E402
 from pydantic_core import PydanticSerializationError, to_jsonable_python  # noqa: E402
 
 if TYPE_CHECKING:
@@ -118,6 +119,8 @@ class PerdureAgent:
         max_cost: cost one run may use, at `price`.
         price: `{"input_per_mtok": ..., "output_per_mtok": ...}`, what calls are reserved
             and counted at (default: pydantic-ai's own prices, known after the call).
+        usage_limits: pydantic-ai's `UsageLimits` for each run (default: pydantic-ai's,
+            at most 50 requests a run).
 
     Raises:
         ConfigError: `agent` is not a pydantic-ai Agent, it has no name or no model, an
@@ -138,6 +141,7 @@ class PerdureAgent:
         max_tokens: int | None = None,
         max_cost: float | None = None,
         price: Price | Mapping[str, float] | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigError(
@@ -172,6 +176,7 @@ class PerdureAgent:
             self.name, budget, max_tokens=max_tokens, max_cost=max_cost, price=price
         )
         self.gates = Gates(app, self.name)
+        self.usage_limits = usage_limits
         self._tool_steps: dict[str, Step[..., Any]] = {}
         self._model = _PerdureModel(infer_model(agent.model), self._model_step(), self.name)
         self._toolsets = [ts.visit_and_replace(self._wrap_toolset) for ts in agent.toolsets]
@@ -277,7 +282,9 @@ class PerdureAgent:
         agent = self.agent
         gates = HandleDeferredToolCalls[Any](handler=self._deferred)
         with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
-            result = await agent.run(prompt, deps=deps, capabilities=[gates])
+            result = await agent.run(
+                prompt, deps=deps, capabilities=[gates], usage_limits=self.usage_limits
+            )
         return {
             "output": to_jsonable_python(result.output),
             "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),

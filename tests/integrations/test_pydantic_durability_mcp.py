@@ -1,0 +1,102 @@
+"""PerdureDurability with pydantic-ai's own `MCPToolset` (which needs the fastmcp client,
+hence mcp 2.x): a real MCP server's tool list and tool calls are steps, each tool with its
+own effect, and a crash inside a `once` tool parks the run without calling it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+pytest.importorskip("fastmcp", reason="pydantic-ai's MCPToolset needs fastmcp-slim[client]")
+
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import perdure
+from crash_steps import crash_after, recover
+from perdure.integrations.pydantic_durability import PerdureDurability
+from perdure.testing import TestClock, TestWorker
+
+try:  # the MCP SDK's in-process server: MCPServer on 2.x, FastMCP on 1.x
+    from mcp.server.mcpserver import MCPServer as SdkServer
+except ImportError:  # pragma: no cover
+    from mcp.server.fastmcp import FastMCP as SdkServer
+
+MCP = "shop__mcp_server__fixture"
+
+
+def fixture_server(touched: list[str]) -> Any:
+    """An MCP server with `add` (pure) and `touch` (a side effect the test counts)."""
+    server = SdkServer("fixture")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def touch(path: str) -> str:
+        """Create a file."""
+        touched.append(path)
+        Path(path).write_text("touched")
+        return f"touched {path}"
+
+    return server
+
+
+class Calls:
+    """A FunctionModel script: each given tool call one turn, then the last result."""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        self.calls, self.requests = list(calls), 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.requests += 1
+        returns = [p for m in messages for p in getattr(m, "parts", [])
+                   if p.part_kind == "tool-return"]  # fmt: skip
+        if len(returns) < len(self.calls):
+            tool, args = self.calls[len(returns)]
+            return ModelResponse(parts=[ToolCallPart(tool, args, f"c{len(returns) + 1}")])
+        return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
+
+
+def test_an_mcp_toolsets_calls_are_steps_and_a_crash_in_a_once_tool_parks(
+    app: perdure.App, clock: TestClock, tmp_path: Path
+) -> None:
+    """`add` (read, per tool) and `touch` (once, the toolset's effect) are steps named per
+    tool; the server's tool list is journaled; a crash inside `touch` parks the run in
+    needs_attention without touching again, and the operator's value finishes it."""
+    touched: list[str] = []
+    target = str(tmp_path / "touched.txt")
+    script = Calls(("add", {"a": 2, "b": 3}), ("touch", {"path": target}))
+    durability = PerdureDurability(app, tool_effects={"add": "read"},
+                                   toolset_effects={"fixture": "once"})  # fmt: skip
+    toolset = MCPToolset(fixture_server(touched), id="fixture")
+    agent = Agent(FunctionModel(script), name="shop", toolsets=[toolset],
+                  capabilities=[durability])  # fmt: skip
+
+    @app.workflow(name="shop")
+    async def shop(prompt: str) -> str:
+        return (await agent.run(prompt)).output
+
+    handle = app.start(shop, "add then touch")
+    dead = crash_after(app, f"{MCP}.call_tool:touch")
+    assert touched == [] and script.requests == 2
+    recover(app, clock, dead)
+    assert handle.status() == "needs_attention" and touched == []
+    assert app.runtime.steps[f"{MCP}.call_tool:add"].effect == "read"
+    assert app.runtime.steps[f"{MCP}.call_tool:touch"].effect == "once"
+    assert app.runtime.steps[f"{MCP}.get_tools"].effect == "read"
+    position = max(e.position or 0 for e in app.journal(handle.id)
+                   if e.name == f"{MCP}.call_tool:touch")  # fmt: skip
+    app.resolve(handle.id, position, value="touched by hand")
+    TestWorker(app).run_until_idle()
+    assert handle.result(5) == "done: touched by hand"
+    assert touched == [] and script.requests == 3
