@@ -379,7 +379,15 @@ def check_toml(block: Block, sandbox: Sandbox) -> None:
         pytest.fail(f"README.md:{block.line}: not TOML: {exc}")
     if "name" in spec and "goal" in spec:
         (sandbox.path / "agent.toml").write_text(block.source, encoding="utf-8")
-        result = sandbox.run("perdure validate agent.toml")
+        # validate checks an MCP server's command is on PATH; the README names third-party
+        # servers (github-mcp-server) a reader installs: stand in for them by name only
+        servers = spec.get("tools", {}).get("mcp", [])
+        names = [shlex.quote(str(m["command"])) for m in servers if "command" in m]
+        stand_ins = "".join(
+            f"printf '#!/bin/sh\\nexit 1\\n' > bin/{n} && chmod +x bin/{n} && " for n in names
+        )
+        setup = f"mkdir -p bin && {stand_ins}PATH=$PWD/bin:$PATH " if names else ""
+        result = sandbox.run(f"{setup}perdure validate agent.toml")
         assert result.returncode == 0, (
             f"README.md:{block.line}: perdure validate refused the spec:\n{result.stderr}"
         )
