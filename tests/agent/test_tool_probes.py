@@ -6,6 +6,7 @@ is the deterministic scripted one; crashes are staged in-process (SimulatedCrash
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,60 @@ def test_validate_checks_the_table_against_the_builtin_tools(tmp_path: Path) -> 
     good.write_text(text.replace("[tools.effects]", mcp))
     out = CliRunner().invoke(cli, ["validate", str(good)])
     assert out.exit_code == 0, out.output
+
+
+MCP_SPEC = """
+name = "toucher"
+goal = "Touch"
+
+[models.fast]
+provider = "scripted"
+context_tokens = 100000
+
+[tools]
+grant = ["finish"]
+
+[[tools.mcp]]
+name = "fx"
+command = {python}
+args = [{fixture}]
+grant = ["touch", "find_touched"]
+
+[tools.effects]
+fx__touch = {{ probe = "fx__find_touched" }}
+fx__find_touched = "read"
+"""
+
+
+@pytest.mark.parametrize("happened", [True, False], ids=["done", "not_done"])
+def test_an_mcp_tool_is_probed_by_another_mcp_tool(
+    app: perdure.App, tmp_path: Path, happened: bool
+) -> None:
+    """An MCP server's once tool names a read tool of the same server as its probe in
+    `[tools.effects]`: cut off after its intent, the call is settled by the probe (done: the
+    file is there, `touch` is not called again) or called again (not done)."""
+    pytest.importorskip("mcp", reason="the mcp extra")
+    fixture = Path(__file__).with_name("mcp_server_fixture.py")
+    path = tmp_path / "agent.toml"
+    path.write_text(MCP_SPEC.format(python=json.dumps(sys.executable),
+                                    fixture=json.dumps(str(fixture))))  # fmt: skip
+    target = tmp_path / "t.txt"
+    model = ScriptedModel([call("fx__touch", path=str(target)), call("finish", summary="ok")])
+    agent = Agent(app.runtime, load_spec(path), providers={"fast": model})
+    handle = app.start(agent.workflow, {"prompt": "touch"})
+    dead = TestWorker(app)
+    dead.crash_after_intent("agent:toucher.tool.once")
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+    if happened:  # the call had reached the server before the worker died
+        target.write_text("before the crash")
+
+    recover(app, dead)
+
+    assert handle.result(timeout=10)["status"] == "done"
+    assert target.read_text() == ("before the crash" if happened else "touched")
+    [answer] = probed(app, handle.id)
+    assert answer["answer"] == ("done" if happened else "not_done")
+    assert [m.content for m in model.requests[-1].messages if m.role == "tool"] == [
+        f"touched {target}"
+    ]
