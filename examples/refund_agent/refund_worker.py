@@ -1,7 +1,8 @@
 """The App a worker process runs: `perdure --app refund_worker:app worker`, configured from
 the environment: `PERDURE_DB` (the store), `REFUND_PAYMENTS_URL` and `REFUND_MAIL_URL` (the
 stubs of refund_outside.py), `REFUND_MODEL` (see refund_app.build; default `function`) and
-`REFUND_FRAMEWORKS` (comma-separated; default both)."""
+`REFUND_FRAMEWORKS` (comma-separated; default both) and `REFUND_PROBES` (`0`: no probes for
+the `once` tools, so an interrupted call always waits for a person; default `1`)."""
 
 from __future__ import annotations
 
@@ -14,5 +15,7 @@ import perdure
 
 shop = Shop(os.environ.get("REFUND_PAYMENTS_URL", ""), os.environ.get("REFUND_MAIL_URL", ""))
 frameworks = tuple(os.environ.get("REFUND_FRAMEWORKS", ",".join(FRAMEWORKS)).split(","))
-refunds = build(perdure.App(), shop, os.environ.get("REFUND_MODEL", "function"), frameworks)
+probes = os.environ.get("REFUND_PROBES", "1") != "0"
+refunds = build(perdure.App(), shop, os.environ.get("REFUND_MODEL", "function"), frameworks,
+                probes)  # fmt: skip
 app = refunds.app
