@@ -406,3 +406,47 @@ def test_an_mcp_tool_is_probed_by_another_mcp_tool(
     assert [m.content for m in model.requests[-1].messages if m.role == "tool"] == [
         f"touched {target}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "timeout", "said"),
+    [
+        (
+            "    time.sleep(3)\n    return ProbeAnswer.not_done()\n",
+            0.3,
+            "bad_probe_mod_0:ask: no answer within 0.3s",
+        ),
+        ("    raise RuntimeError('ledger offline')\n", None, "raised RuntimeError: ledger offline"),
+        ("    return {'done': True}\n", None, "not a ProbeAnswer"),
+    ],
+    ids=["hangs", "raises", "wrong-answer"],
+)
+def test_a_python_probe_that_hangs_raises_or_answers_wrong_parks_in_one_line(
+    app: perdure.App, tmp_path: Path, body: str, timeout: float | None, said: str,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """A `module:function` probe that outlasts its `probe_timeout`, raises, or returns what
+    is not a ProbeAnswer is "cannot tell": the run parks, the reason saying so in one line,
+    and the refund is not run again."""
+    ledger = Ledger(tmp_path)
+    index = request.node.callspec.indices["body"]
+    module = f"bad_probe_mod_{index}"
+    (tmp_path / f"{module}.py").write_text(
+        f"import time\nfrom perdure import ProbeAnswer\ndef ask(order, amount):\n{body}"
+    )
+    extra = f", probe_timeout = {timeout}" if timeout else ""
+    agent, _ = make(app, tmp_path, ledger,
+                    f'issue_refund = {{ probe = "{module}:ask"{extra} }}')  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "refund o1"})
+    dead = TestWorker(app)
+    dead.crash_after_intent(STEP)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+
+    recover(app, dead)
+
+    assert handle.status() == "needs_attention"
+    assert ledger.calls == 0
+    [parked] = [e for e in app.journal(handle.id) if e.kind == "step.needs_attention"]
+    reason = json.loads(parked.data or "{}")["reason"]
+    assert said in reason and "\n" not in reason

@@ -19,6 +19,7 @@ dispatcher: for the interrupted call's tool it does what the spec's `[tools.effe
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -68,9 +69,10 @@ class ToolProbes:
 
     @property
     def timeout(self) -> float:
-        """The longest any of its probes may take (the step's probe timeout)."""
-        return max((e.probe_timeout or DEFAULT_TIMEOUT for e in self.entries.values()),
-                   default=DEFAULT_TIMEOUT)  # fmt: skip
+        """The step's probe timeout: past the longest any of its probes may take (each is
+        timed on its own, so its own reason names it)."""
+        return 1.0 + max((e.probe_timeout or DEFAULT_TIMEOUT for e in self.entries.values()),
+                         default=DEFAULT_TIMEOUT)  # fmt: skip
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -86,18 +88,26 @@ class ToolProbes:
         if entry.on_interrupt == "tell_model":
             text = INTERRUPTED.format(tool=name)
             return ProbeAnswer.done(text, f"{TELL_MODEL}: outcome unknown, the model was told")
-        if name in self.functions:
-            assert entry.probe is not None
-            return await self._function(entry.probe, self.functions[name], arguments)
         assert entry.probe is not None
-        return await self._tool(entry.probe, str(call.get("id", "")), arguments)
+        if name in self.functions:
+            asking = self._function(entry.probe, self.functions[name], arguments)
+        else:
+            asking = self._tool(entry.probe, str(call.get("id", "")), arguments)
+        timeout = entry.probe_timeout or DEFAULT_TIMEOUT
+        try:
+            return await asyncio.wait_for(asking, timeout)
+        except TimeoutError:
+            return ProbeAnswer.cannot_tell(f"{entry.probe}: no answer within {timeout:g}s")
 
     async def _function(
         self, probe: str, fn: Callable[..., Any], arguments: Mapping[str, Any]
     ) -> Any:
-        found = fn(**arguments)
-        if inspect.isawaitable(found):
-            found = await found
+        if inspect.iscoroutinefunction(fn):
+            found = await fn(**arguments)
+        else:  # on a thread, as a sync tool runs: the loop keeps heartbeating
+            found = await asyncio.to_thread(fn, **arguments)
+            if inspect.isawaitable(found):
+                found = await found
         if not isinstance(found, ProbeAnswer) or found.verdict == "not_asked":
             return found  # checked, and counted as cannot tell, by the engine
         reason = f"{probe}" + (f": {found.reason}" if found.reason else "")
