@@ -272,3 +272,53 @@ def test_pydantic_ai_probe_on_a_tool_that_is_not_once_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="a probe is for once tools"):
         perdure_tool(effect="read", probe=Ledger().find)
+
+
+def test_sdk_tell_model_settles_the_cut_call_with_an_interrupted_result(
+    app: perdure.App, clock: TestClock, server: Any, sdk: Any
+) -> None:
+    """`tool_probes={"issue_refund": "tell_model"}` (opt-in): the refund cut off after its
+    intent is not run again and the run does not park; the model reads a tool result saying
+    the call was cut off and its outcome is unknown."""
+    from perdure.agent.tool_probes import INTERRUPTED
+    from perdure.integrations.openai_agents import Runner
+
+    ledger = Ledger()
+    runner = Runner(app, tool_effects={"issue_refund": "once"},
+                    tool_probes={"issue_refund": "tell_model"})  # fmt: skip
+    workflow = runner.workflow(sdk_agent(sdk, server, ledger, marked=False))
+    sdk_script(server)
+    handle = app.start(workflow, "refund o7", run_id="told")
+    recover(app, clock, crash_after(app, "agents.refunds.tool.issue_refund"))
+
+    assert handle.result() == "Refunded."
+    assert ledger.calls == 0
+    assert tool_message(server.requests[-1], "c1") == INTERRUPTED.format(tool="issue_refund")
+    [answer] = [json.loads(e.data or "{}") for e in app.journal("told") if e.kind == "step.probed"]
+    assert answer["probe"] == "tell_model" and "outcome unknown" in answer["reason"]
+
+
+def test_pydantic_ai_tell_model_on_the_tool_mark(app: perdure.App, clock: TestClock) -> None:
+    """`@perdure_tool(effect="once", probe="tell_model")`: the cut-off refund is settled with
+    the interrupted result, which the model reads as the tool's output; not run again."""
+    pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from perdure.agent.tool_probes import INTERRUPTED
+    from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
+
+    ledger = Ledger()
+    agent: Any = Agent(FunctionModel(Script()), name="shop")
+
+    @agent.tool_plain
+    @perdure_tool(effect="once", probe="tell_model")
+    def issue_refund(order: str, amount: float) -> str:
+        return ledger.refund(order, amount)
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("refund order 42")
+    recover(app, clock, crash_after(app, "pydantic_ai:shop.tool.issue_refund"))
+
+    assert durable.result(handle).output == "done: " + INTERRUPTED.format(tool="issue_refund")
+    assert ledger.calls == 0

@@ -24,7 +24,7 @@ import functools
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
@@ -86,12 +86,16 @@ _EFFECT_ATTR = "__perdure_effect__"
 _PROBE_ATTR = "__perdure_probe__"
 
 
-def tool_effect(effect: Effect, *, probe: Callable[..., Any] | None = None) -> Callable[[T], T]:
+def tool_effect(
+    effect: Effect, *, probe: Callable[..., Any] | Literal["tell_model"] | None = None
+) -> Callable[[T], T]:
     """Declare a function tool's effect: `@tool_effect("read")` above `@function_tool`.
 
     `probe` (a `once` tool's): a read-only function recovery calls with an interrupted
     call's arguments, answering a `perdure.ProbeAnswer` (done with what the tool would have
-    returned, not done: call again, cannot tell: park); see integrations/tool_probes.py."""
+    returned, not done: call again, cannot tell: park), or `"tell_model"`: the model is
+    told the call was cut off, outcome unknown (opt-in; it may call again); see
+    integrations/tool_probes.py."""
     kind = check_effect(effect, "tool_effect()")
     if probe is not None and kind != "once":
         raise ConfigError(f"tool_effect({kind!r}, probe=...): a probe is for once tools")
@@ -342,7 +346,7 @@ class Runner:
         tool_effects: Mapping[str, Effect] | None = None,
         mcp_effects: Mapping[str, Effect] | None = None,
         require_effects: bool = False,
-        tool_probes: Mapping[str, Callable[..., Any]] | None = None,
+        tool_probes: Mapping[str, Callable[..., Any] | Literal["tell_model"]] | None = None,
         budget: BudgetSpec | Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         max_cost: float | None = None,
@@ -435,10 +439,10 @@ class Runner:
             )
         return effect or "once"
 
-    def probe_of(self, tool: FunctionTool) -> Callable[..., Any] | None:
+    def probe_of(self, tool: FunctionTool) -> Callable[..., Any] | str | None:
         """The probe a tool's interrupted `once` calls are asked about: `tool_probes`'s,
         else its `@tool_effect(..., probe=)`."""
-        found: Callable[..., Any] | None = self.tool_probes.get(
+        found: Callable[..., Any] | str | None = self.tool_probes.get(
             tool.name, getattr(tool, _PROBE_ATTR, None)
         )
         return found

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
@@ -76,13 +76,17 @@ EFFECT_ATTR = "__perdure_effect__"
 PROBE_ATTR = "__perdure_probe__"
 
 
-def perdure_tool(*, effect: Effect, probe: Callable[..., Any] | None = None) -> Callable[[F], F]:
+def perdure_tool(
+    *, effect: Effect, probe: Callable[..., Any] | Literal["tell_model"] | None = None
+) -> Callable[[F], F]:
     """Declare a tool function's effect (above or below `@agent.tool`): what recovery may do
     with a call cut off between intent and outcome (see `perdure.Effect`).
 
     `probe` (a `once` tool's): a read-only function recovery calls with an interrupted
     call's arguments, answering a `perdure.ProbeAnswer` (done with what the tool would have
-    returned, not done: call again, cannot tell: park); see integrations/tool_probes.py."""
+    returned, not done: call again, cannot tell: park), or `"tell_model"`: the model is
+    told the call was cut off, outcome unknown (opt-in; it may call again); see
+    integrations/tool_probes.py."""
     kind = check_effect(effect, "perdure_tool")
     if probe is not None and kind != "once":
         raise ConfigError(f"perdure_tool(effect={kind!r}, probe=...): a probe is for once tools")
@@ -147,7 +151,7 @@ class PerdureAgent:
         toolset_effects: Mapping[str, Effect] | None = None,
         default_effect: Effect = "once",
         require_effects: bool = False,
-        tool_probes: Mapping[str, Callable[..., Any]] | None = None,
+        tool_probes: Mapping[str, Callable[..., Any] | Literal["tell_model"]] | None = None,
         budget: BudgetSpec | Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         max_cost: float | None = None,

@@ -13,6 +13,10 @@ The probe runs inside the interrupted call's step context (`perdure.current_step
 its run id and `idempotency_key`), may be sync or async, and must be read-only (a
 registered perdure step used as a probe must be declared `read`). Its `done` value is what
 the tool would have returned; `shape` turns it into what the step journals.
+
+`probe="tell_model"` instead (opt-in, for a tool with no look-up whose agent has read
+tools) settles a cut-off call with a tool result telling the model the call was cut off and
+its outcome is unknown, so it can check before calling again; it may also call again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..agent.tool_probes import INTERRUPTED, TELL_MODEL
 from ..engine.probes import ProbeAnswer, probe_of
 
 # the tool call's arguments, from the step's own (args, kwargs)
@@ -28,13 +33,29 @@ Pick = Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, Any]]
 Shape = Callable[[Any], Any]
 
 
-def step_probe(step: str, probe: Callable[..., Any], pick: Pick, shape: Shape | None = None) -> Any:
+def step_probe(
+    step: str, probe: Callable[..., Any] | str, pick: Pick, shape: Shape | None = None
+) -> Any:
     """The probe of the tool step `step`: `probe` called with the tool call's arguments
-    (`pick` finds them among the step's), its `done` value passed through `shape`.
+    (`pick` finds them among the step's), its `done` value passed through `shape`; or, for
+    `probe="tell_model"`, one that settles the cut-off call with a tool result telling the
+    model its outcome is unknown (agent/tool_probes.py, `INTERRUPTED`; opt-in: the model
+    may call the tool again).
 
     Raises:
-        ConfigError: `probe` is not a function, or is a perdure step not declared `read`.
+        ConfigError: `probe` is not a function nor "tell_model", or is a perdure step not
+            declared `read`.
     """
+    if probe == TELL_MODEL:
+        tool = step.rsplit(".", 1)[-1]
+
+        def told(*args: Any, **kwargs: Any) -> ProbeAnswer:
+            text = INTERRUPTED.format(tool=tool)
+            value = shape(text) if shape is not None else text
+            return ProbeAnswer.done(value, f"{TELL_MODEL}: outcome unknown, the model was told")
+
+        told.__qualname__ = told.__name__ = TELL_MODEL
+        return told
     checked = probe_of(step, "once", probe, None)
     assert checked is not None
     fn = checked.fn
