@@ -77,6 +77,7 @@ class Options:
     seed: int = 1
     timeout: float = 900.0
     probes: bool = False  # perdure: the once tools declare the example's probes
+    hold: tuple[float, float] = (0.02, 0.1)  # seconds a tool body holds around its effect
 
 
 @dataclass
@@ -231,7 +232,8 @@ def perdure_trial(framework: str, store_kind: str, options: Options, folder: Pat
         variants = {o: variant(i) for i, o in enumerate(names)}
         ids = [f"refund-{o}" for o in names]
         env = {**world.env(), "PERDURE_DB": store.url, "REFUND_FRAMEWORKS": framework,
-               "REFUND_PROBES": "1" if options.probes else "0"}  # fmt: skip
+               "REFUND_PROBES": "1" if options.probes else "0",
+               "REFUND_HOLD": ",".join(str(h) for h in options.hold)}  # fmt: skip
         workers = Workers(perdure_worker_command(options.concurrency), env, EXAMPLE,
                           folder / "logs", options.workers)  # fmt: skip
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
@@ -492,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="perdure (no probes), probes (perdure + probes), plain")  # fmt: skip
     parser.add_argument("--stores", default="sqlite,postgres", help="for perdure")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hold", default="0.02,0.1",
+                        help="seconds a tool body holds around its effect (perdure)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     parser.add_argument("--plain-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--queue", default=None, help=argparse.SUPPRESS)
@@ -500,11 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         plain_worker(args.plain_worker, Path(args.queue), args.concurrency)
         return 0
     conversations, kills = (40, 6) if args.quick else (args.conversations, args.kills)
+    low, high = (float(s) for s in args.hold.split(","))
     options = Options(conversations, args.workers, args.concurrency, (0.5, 2.0), kills,
-                      args.backlog, args.seed)  # fmt: skip
+                      args.backlog, args.seed, hold=(low, high))  # fmt: skip
     print(f"refund crash bench: {conversations} conversations (half refund keyed, half once), "
           f"{args.workers} workers x {args.concurrency}, a kill -9 every 0.5-2 s, "
-          f"{kills} kills per trial; commit {commit()}, load {load()}", flush=True)  # fmt: skip
+          f"{kills} kills per trial, tool bodies holding {args.hold} s; commit {commit()}, "
+          f"load {load()}", flush=True)  # fmt: skip
     results: list[Result] = []
     for framework in args.frameworks.split(","):
         modes = args.modes.split(",")
