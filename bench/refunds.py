@@ -494,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="perdure (no probes), probes (perdure + probes), plain")  # fmt: skip
     parser.add_argument("--stores", default="sqlite,postgres", help="for perdure")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kill-every", default="0.5,2.0",
+                        help="seconds between kills, drawn uniformly: LO,HI")  # fmt: skip
     parser.add_argument("--hold", default="0.02,0.1",
                         help="seconds a tool body holds around its effect (perdure)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
@@ -505,10 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     conversations, kills = (40, 6) if args.quick else (args.conversations, args.kills)
     low, high = (float(s) for s in args.hold.split(","))
-    options = Options(conversations, args.workers, args.concurrency, (0.5, 2.0), kills,
+    first, last = (float(s) for s in args.kill_every.split(","))
+    options = Options(conversations, args.workers, args.concurrency, (first, last), kills,
                       args.backlog, args.seed, hold=(low, high))  # fmt: skip
     print(f"refund crash bench: {conversations} conversations (half refund keyed, half once), "
-          f"{args.workers} workers x {args.concurrency}, a kill -9 every 0.5-2 s, "
+          f"{args.workers} workers x {args.concurrency}, a kill -9 every "
+          f"{args.kill_every.replace(',', '-')} s, "
           f"{kills} kills per trial, tool bodies holding {args.hold} s; commit {commit()}, "
           f"load {load()}", flush=True)  # fmt: skip
     results: list[Result] = []
