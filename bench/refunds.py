@@ -8,21 +8,26 @@ worker is `kill -9`ed and restarted, until every conversation settled. Tool bodi
 payments and mail stubs count refunds and e-mails, the scripted model server counts (bills)
 every model call.
 
-- perdure: the runs are perdure workflows (`perdure worker` processes). When all settled, the
-  runs parked in needs_attention are resolved as an operator would (the stub shows the effect
-  happened: resolved with its value; else retried) and the workers finish them.
+- perdure: the runs are perdure workflows (`perdure worker` processes), their `once` tools
+  without probes. When all settled, the runs parked in needs_attention are resolved as an
+  operator would (the stub shows the effect happened: resolved with its value; else retried)
+  and the workers finish them.
+- perdure + probes: the same, the `once` tools with the example's probes (the payment
+  ledger's and the mail provider's look-ups, examples/refund_agent/refund_tools.py): recovery
+  asks them before parking a run; what they could not tell is resolved as above.
 - plain: the same agent without perdure, its conversations in a job queue; a killed worker's
   conversations go back to the queue and start again from the top.
 
     python -m bench.refunds                    # 200 conversations, 25 kills, every config
     python -m bench.refunds --quick            # 40 conversations, 6 kills
-    python -m bench.refunds --stores sqlite --modes perdure --frameworks agents-sdk
+    python -m bench.refunds --stores sqlite --modes perdure,probes --frameworks agents-sdk
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import sqlite3
@@ -71,6 +76,8 @@ class Options:
     backlog: int = 0  # conversations released and unsettled at most (0: 2 per worker slot)
     seed: int = 1
     timeout: float = 900.0
+    probes: bool = False  # perdure: the once tools declare the example's probes
+    hold: tuple[float, float] = (0.02, 0.1)  # seconds a tool body holds around its effect
 
 
 @dataclass
@@ -81,6 +88,7 @@ class Result:
     mode: str
     store: str
     conversations: int
+    probes: bool = False
     kills: int = 0
     kills_in_tool: int = 0
     once_cut: int = 0  # `once` tool bodies a kill cut short
@@ -96,7 +104,8 @@ class Result:
     beyond_min: int = 0
     rebilled_recorded: int | None = None  # calls sent again after their response was journaled
     resent_not_cut: int | None = None  # re-sent calls whose sender had not been killed
-    once_rerun: int = 0  # once tool bodies started again without an operator's retry
+    once_rerun: int = 0  # once tool bodies started again without an operator's or probe's word
+    probe_answers: str = "-"  # perdure + probes: the answers journaled, by verdict
     seconds: float = 0.0
     settled: bool = True
     notes: list[str] = field(default_factory=list)
@@ -192,20 +201,39 @@ def resolve_parked(client: perdure.App, world: World, framework: str, run_id: st
         pass  # resolved already (seen parked twice while the resolution was applied)
 
 
+def count_probes(client: perdure.App, ids: list[str], retried: Counter[tuple[str, str]]) -> str:
+    """The probe answers the runs journaled, by verdict; a `not done` one counts in `retried`
+    (the probe, not a person, let that once tool run again)."""
+    answers: Counter[str] = Counter()
+    for run_id in ids:
+        for entry in client.journal(run_id):
+            if entry.kind != "step.probed":
+                continue
+            answer = json.loads(entry.data or "{}").get("answer", "?")
+            answers[answer] += 1
+            if answer == "not_done":
+                tool = (entry.name or "").rsplit(".", 1)[-1]
+                retried[(tool, run_id.removeprefix("refund-"))] += 1
+    words = {"done": "done", "not_done": "not done", "cannot_tell": "cannot tell"}
+    return ", ".join(f"{answers[k]} {w}" for k, w in words.items())
+
+
 def perdure_trial(framework: str, store_kind: str, options: Options, folder: Path) -> Result:
     """N conversations as perdure runs on `perdure worker` processes, under the killer."""
-    result = Result(framework, "perdure", store_kind, options.conversations)
+    result = Result(framework, "perdure", store_kind, options.conversations, options.probes)
     world = World()
     store = Store.create(store_kind, folder)
     client = perdure.App(store.url)
     workers: Workers | None = None
     try:
         built = refund_app.build(client, Shop(world.payments.url, world.mail.url),
-                                 world.model.base_url, (framework,))  # fmt: skip
+                                 world.model.base_url, (framework,), options.probes)  # fmt: skip
         names = orders(options.conversations)
         variants = {o: variant(i) for i, o in enumerate(names)}
         ids = [f"refund-{o}" for o in names]
-        env = {**world.env(), "PERDURE_DB": store.url, "REFUND_FRAMEWORKS": framework}
+        env = {**world.env(), "PERDURE_DB": store.url, "REFUND_FRAMEWORKS": framework,
+               "REFUND_PROBES": "1" if options.probes else "0",
+               "REFUND_HOLD": ",".join(str(h) for h in options.hold)}  # fmt: skip
         workers = Workers(perdure_worker_command(options.concurrency), env, EXAMPLE,
                           folder / "logs", options.workers)  # fmt: skip
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
@@ -236,6 +264,8 @@ def perdure_trial(framework: str, store_kind: str, options: Options, folder: Pat
         result.final_finished = sum(s == COMPLETED for s in statuses.values())
         result.final_needs_attention = sum(s == NEEDS_ATTENTION for s in statuses.values())
         result.resolved = f"{how['value']} value, {how['retry']} retry"
+        if options.probes:
+            result.probe_answers = count_probes(client, ids, retried)
         fill_kills(result, chaos, variants)
         count_outside(result, world, names, variants, retried)
         count_journals(result, world, client, ids, {k.pid for k in chaos.kills})
@@ -390,7 +420,7 @@ def plain_worker(framework: str, queue_path: Path, concurrency: int) -> None:
 
 COLUMNS = [
     ("configuration", lambda r: f"{'perdure + ' if r.mode == 'perdure' else ''}{r.framework}"
-     f"{'' if r.mode == 'perdure' else ' alone'}"),
+     f"{'' if r.mode == 'perdure' else ' alone'}{' + probes' if r.probes else ''}"),
     ("store", lambda r: r.store),
     ("kills (in a tool)", lambda r: f"{r.kills} ({r.kills_in_tool})"),
     ("finished", lambda r: f"{r.finished}/{r.conversations}"),
@@ -408,6 +438,7 @@ FINAL = [
     ("configuration", COLUMNS[0][1]),
     ("store", lambda r: r.store),
     ("once cut by a kill", lambda r: r.once_cut),
+    ("probe answers", lambda r: r.probe_answers),
     ("parked", lambda r: describe(r.parked)),
     ("resolved", lambda r: r.resolved),
     ("finished", lambda r: f"{r.final_finished}/{r.conversations}"),
@@ -459,9 +490,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="conversations in flight (default: 2 per worker slot)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="40 conversations, 6 kills")
     parser.add_argument("--frameworks", default=",".join(refund_app.FRAMEWORKS))
-    parser.add_argument("--modes", default="perdure,plain")
+    parser.add_argument("--modes", default="perdure,probes,plain",
+                        help="perdure (no probes), probes (perdure + probes), plain")  # fmt: skip
     parser.add_argument("--stores", default="sqlite,postgres", help="for perdure")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kill-every", default="0.5,2.0",
+                        help="seconds between kills, drawn uniformly: LO,HI")  # fmt: skip
+    parser.add_argument("--hold", default="0.02,0.1",
+                        help="seconds a tool body holds around its effect (perdure)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     parser.add_argument("--plain-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--queue", default=None, help=argparse.SUPPRESS)
@@ -470,19 +506,26 @@ def main(argv: list[str] | None = None) -> int:
         plain_worker(args.plain_worker, Path(args.queue), args.concurrency)
         return 0
     conversations, kills = (40, 6) if args.quick else (args.conversations, args.kills)
-    options = Options(conversations, args.workers, args.concurrency, (0.5, 2.0), kills,
-                      args.backlog, args.seed)  # fmt: skip
+    low, high = (float(s) for s in args.hold.split(","))
+    first, last = (float(s) for s in args.kill_every.split(","))
+    options = Options(conversations, args.workers, args.concurrency, (first, last), kills,
+                      args.backlog, args.seed, hold=(low, high))  # fmt: skip
     print(f"refund crash bench: {conversations} conversations (half refund keyed, half once), "
-          f"{args.workers} workers x {args.concurrency}, a kill -9 every 0.5-2 s, "
-          f"{kills} kills per trial; commit {commit()}, load {load()}", flush=True)  # fmt: skip
+          f"{args.workers} workers x {args.concurrency}, a kill -9 every "
+          f"{args.kill_every.replace(',', '-')} s, "
+          f"{kills} kills per trial, tool bodies holding {args.hold} s; commit {commit()}, "
+          f"load {load()}", flush=True)  # fmt: skip
     results: list[Result] = []
     for framework in args.frameworks.split(","):
-        trials = [("perdure", s) for s in args.stores.split(",")] if "perdure" in args.modes else []
-        trials += [("plain", "-")] if "plain" in args.modes else []
+        modes = args.modes.split(",")
+        trials = [(m, s) for m in ("perdure", "probes") if m in modes
+                  for s in args.stores.split(",")]  # fmt: skip
+        trials += [("plain", "-")] if "plain" in modes else []
         for mode, store in trials:
             with tempfile.TemporaryDirectory(prefix="perdure-bench-refunds-") as tmp:
-                if mode == "perdure":
-                    result = perdure_trial(framework, store, options, Path(tmp))
+                if mode in ("perdure", "probes"):
+                    asked = dataclasses.replace(options, probes=mode == "probes")
+                    result = perdure_trial(framework, store, asked, Path(tmp))
                 else:
                     result = plain_trial(framework, options, Path(tmp))
             results.append(result)

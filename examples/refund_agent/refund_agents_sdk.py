@@ -55,12 +55,20 @@ def refund_agent(shop: Shop, model: Any, *, name: str = "refunds") -> Agent[Any]
     )
 
 
-def durable_workflow(app: perdure.App, shop: Shop, model: Any, *, refund: str) -> Any:
+def durable_workflow(
+    app: perdure.App, shop: Shop, model: Any, *, refund: str, probes: bool = True
+) -> Any:
     """The same agent as the perdure workflow `agents.refunds` (refund `keyed`) or
-    `agents.refunds_once` (refund `once`); start it with `app.start(workflow, prompt)`."""
+    `agents.refunds_once` (refund `once`); start it with `app.start(workflow, prompt)`.
+    With `probes`, recovery asks the payment ledger and the mail provider about an
+    interrupted `once` call (`Shop.find_refund`, `Shop.find_email`) before it parks a run."""
     name = "refunds" if refund == "keyed" else f"refunds_{refund}"
     effect: Any = refund
-    runner = Runner(app, tool_effects={"issue_refund": effect})
+    asked: dict[str, Any] = {"send_email": shop.find_email}
+    if refund == "once":
+        asked["issue_refund"] = shop.find_refund
+    runner = Runner(app, tool_effects={"issue_refund": effect},
+                    tool_probes=asked if probes else None)  # fmt: skip
     return runner.workflow(refund_agent(shop, model, name=name))
 
 

@@ -74,9 +74,10 @@ class RefundApp:
         return self.app.start(durable, prompt(order), run_id=run_id)
 
 
-def build(app: perdure.App, shop: Shop, model: str,
-          frameworks: tuple[str, ...] = FRAMEWORKS) -> RefundApp:  # fmt: skip
-    """Register the refund agents of `frameworks` on `app`, answering with `model`."""
+def build(app: perdure.App, shop: Shop, model: str, frameworks: tuple[str, ...] = FRAMEWORKS,
+          probes: bool = True) -> RefundApp:  # fmt: skip
+    """Register the refund agents of `frameworks` on `app`, answering with `model`; with
+    `probes`, their `once` tools are probed by recovery (refund_tools.py)."""
     built = RefundApp(app, shop)
     for framework in frameworks:
         found = model_for(framework, model)
@@ -85,5 +86,6 @@ def build(app: perdure.App, shop: Shop, model: str,
         module = framework_module(framework)
         make = module.durable_agent if framework == "pydantic-ai" else module.durable_workflow
         for variant in VARIANTS:
-            built.workflows[(framework, variant)] = make(app, shop, found, refund=variant)
+            built.workflows[(framework, variant)] = make(app, shop, found, refund=variant,
+                                                         probes=probes)  # fmt: skip
     return built

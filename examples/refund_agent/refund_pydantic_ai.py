@@ -50,14 +50,22 @@ def refund_agent(shop: Shop, model: Any, *, name: str = "refunds") -> Agent[None
     return agent
 
 
-def durable_agent(app: perdure.App, shop: Shop, model: Any, *, refund: str) -> PerdureAgent:
+def durable_agent(
+    app: perdure.App, shop: Shop, model: Any, *, refund: str, probes: bool = True
+) -> PerdureAgent:
     """The same agent as the perdure workflow `pydantic_ai:refunds` (refund `keyed`) or
-    `pydantic_ai:refunds_once` (refund `once`)."""
+    `pydantic_ai:refunds_once` (refund `once`). With `probes`, recovery asks the payment
+    ledger and the mail provider about an interrupted `once` call (`Shop.find_refund`,
+    `Shop.find_email`) before it parks a run."""
     name = "refunds" if refund == "keyed" else f"refunds_{refund}"
     effect: Any = refund
+    asked: dict[str, Any] = {"send_email": shop.find_email}
+    if refund == "once":
+        asked["issue_refund"] = shop.find_refund
     return PerdureAgent(
-        refund_agent(shop, model, name=name), app, tool_effects={"issue_refund": effect}
-    )
+        refund_agent(shop, model, name=name), app, tool_effects={"issue_refund": effect},
+        tool_probes=asked if probes else None,
+    )  # fmt: skip
 
 
 def openai_model(base_url: str, model: str, max_tokens: int | None = None) -> OpenAIChatModel:

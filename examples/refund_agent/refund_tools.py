@@ -4,6 +4,13 @@ inside them, before or after the effect).
 
 `issue_refund` sends perdure's idempotency key when it runs as a `keyed` step (the stub then
 applies a repeated call once); outside perdure, or as a `once` step, it sends none.
+
+The two `once` tools have probes: read-only look-ups perdure's recovery calls, with an
+interrupted call's arguments, before it would park the run for a person. `find_refund`
+asks the payment ledger for the order's refund (`GET /refunds?order=`), `find_email` the
+mail provider for the order's message (`GET /sent?order=`): found, the call is settled with
+what the tool would have returned; not found, it runs again; the provider unreachable or
+failing (an exception), the run waits for a person with that in its reason.
 """
 
 from __future__ import annotations
@@ -73,6 +80,29 @@ class Shop:
             await self._hold()
             await self._probe(client, self.mail_url, "send_email", order, "end")
         return f"sent {sent.json()['message_id']}"
+
+    async def find_refund(self, order: str, amount: float) -> perdure.ProbeAnswer:
+        """The probe of `issue_refund`: is there a refund of `order` in the payment ledger?
+        (One refund per order is the agent's rule, so the order id is the call's key.)"""
+        async with httpx.AsyncClient(timeout=10) as client:
+            found = await client.get(f"{self.payments_url}/refunds", params={"order": order})
+            found.raise_for_status()
+        refunds = found.json()
+        if not refunds:
+            return perdure.ProbeAnswer.not_done(f"no refund of {order} in the ledger")
+        refund = refunds[0]
+        value = json.dumps({"refund_id": refund["refund_id"], "amount": refund["amount"]})
+        return perdure.ProbeAnswer.done(value, f"refund {refund['refund_id']} in the ledger")
+
+    async def find_email(self, to: str, order: str, body: str) -> perdure.ProbeAnswer:
+        """The probe of `send_email`: did the mail provider send a message about `order`?"""
+        async with httpx.AsyncClient(timeout=10) as client:
+            found = await client.get(f"{self.mail_url}/sent", params={"order": order})
+            found.raise_for_status()
+        sent = found.json()
+        if not sent:
+            return perdure.ProbeAnswer.not_done(f"no message about {order} was sent")
+        return perdure.ProbeAnswer.done(f"sent {sent[0]['message_id']}", "found at the provider")
 
 
 def _idempotency_key() -> str:

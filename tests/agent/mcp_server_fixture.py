@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -21,6 +22,14 @@ def touch(path: str) -> str:
     """Create a file (the tests check whether a call really ran)."""
     Path(path).write_text("touched")
     return f"touched {path}"
+
+
+@server.tool()
+def find_touched(path: str) -> str:
+    """Whether `touch` created the file: a probe's answer, as JSON."""
+    if Path(path).exists():
+        return json.dumps({"done": True, "value": f"touched {path}"})
+    return json.dumps({"done": False})
 
 
 @server.tool()

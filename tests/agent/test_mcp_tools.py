@@ -42,7 +42,7 @@ def stdio_tools() -> list[Tool]:
 def test_stdio_tools_are_listed_with_schema_and_effect(stdio_tools: list[Tool]) -> None:
     """Each server tool becomes `<server>__<tool>` with the server's schema and declared effect."""
     by_name = {t.name: t for t in stdio_tools}
-    assert set(by_name) == {"fx__add", "fx__touch", "fx__boom"}
+    assert set(by_name) == {"fx__add", "fx__touch", "fx__find_touched", "fx__boom"}
     add = by_name["fx__add"]
     spec = add.spec()
     assert spec.description == "Add two integers."
@@ -119,6 +119,6 @@ def http_url() -> Iterator[str]:
 def test_streamable_http_tool_is_listed_and_called(http_url: str) -> None:
     """The same tools work over Streamable HTTP."""
     tools = asyncio.run(mcp_tools(McpServer("web", url=http_url)))
-    assert {t.name for t in tools} == {"web__add", "web__touch", "web__boom"}
+    assert {t.name for t in tools} == {"web__add", "web__touch", "web__find_touched", "web__boom"}
     toolbox = Toolbox(tools, Boundary(granted=["web__add"]))
     assert execute(toolbox, "web__add", a=1, b=2) == "3"

@@ -92,3 +92,30 @@ def test_the_counting_sees_duplicates_misses_and_once_reruns() -> None:
         assert again.once_rerun == 0
     finally:
         world.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["pydantic-ai", "agents-sdk"])
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_with_probes_no_run_waits_for_a_person(
+    framework: str, store: str, tmp_path: Path, chaos_seed: int
+) -> None:
+    """The same under 6 kill -9s with the example's probes on the `once` tools (the payment
+    ledger and the mail provider looked up by order): no run parks, every one finishes on
+    its own, nothing is refunded or e-mailed twice or missing, and a `once` tool runs again
+    only where its probe said not done."""
+    for extra in FRAMEWORK_EXTRAS[framework]:
+        require(extra)
+    options = refunds.Options(
+        conversations=CONVERSATIONS, concurrency=CONCURRENCY, kills_wanted=KILLS,
+        seed=chaos_seed, timeout=300.0, probes=True,
+    )  # fmt: skip
+    result = refunds.perdure_trial(framework, store, options, tmp_path)
+    summary = refunds.report([result], options)
+    assert result.settled and result.kills == KILLS and result.notes == [], summary
+    assert result.parked == 0 and result.resolved == "0 value, 0 retry", summary
+    assert (result.final_finished, result.final_needs_attention) == (CONVERSATIONS, 0), summary
+    assert (result.refunds_twice, result.emails_twice, result.missing_refunds) == (0, 0, 0)
+    assert result.once_rerun == 0, summary  # each re-run was a probe's "not done"
+    assert result.probe_answers.endswith("0 cannot tell"), summary
+    assert result.rebilled_recorded == 0, summary

@@ -236,3 +236,36 @@ def test_a_worker_killed_inside_a_once_tool_parks_the_run_and_no_model_call_repe
         client.close()
         for key in env:
             os.environ.pop(key, None)
+
+
+@pytest.mark.slow  # an MCP server subprocess cut off by the crash, then another
+def test_an_interrupted_mcp_call_is_settled_by_its_probe(
+    app: perdure.App, clock: TestClock, server: Any, tmp_path: Path
+) -> None:
+    """`Runner(tool_probes={"touch": ...})` probes an MCP tool's interrupted call with its
+    arguments: the file is there (the call had reached the server), so the call is settled
+    with the probe's value as the MCP result, `touch` is not called again, and the model
+    reads that value."""
+    target = tmp_path / "touched.txt"
+    asked: list[dict[str, Any]] = []
+
+    def find_touched(path: str) -> perdure.ProbeAnswer:
+        asked.append({"path": path})
+        found = Path(path)
+        return perdure.ProbeAnswer.done(f"found {found.read_text()}") if found.exists() else (
+            perdure.ProbeAnswer.not_done()
+        )  # fmt: skip
+
+    runner = Runner(app, mcp_effects={"fixture": "once"}, tool_probes={"touch": find_touched})
+    flow = runner.workflow(mcp_agent(server))
+    server.reply(tool_calls=[("c1", "touch", {"path": str(target)})])
+    server.reply("Touched.")
+    handle = app.start(flow, "touch", run_id="m-probe")
+    dead = crash_after(app, "agents.refunds.tool.touch")
+    target.write_text("before the crash")  # as if the call had reached the server
+    clock.advance(dead.lease + 1)
+    TestWorker(app).run_until_idle()
+
+    assert handle.result() == "Touched."
+    assert target.read_text() == "before the crash" and asked == [{"path": str(target)}]
+    assert "found before the crash" in json.dumps(server.requests[-1].body["messages"][-1])

@@ -47,6 +47,7 @@ from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
 from .providers.registry import provider_class
 from .spec import AgentSpec, check_grants, deadline_seconds
+from .tool_probes import ToolProbes
 from .tools.base import Memory, Tool
 from .tools.boundary import Boundary
 from .tools.builtins import builtin_tools, gate_event
@@ -144,7 +145,7 @@ class Agent:
         self._declared = False  # its spec's budget recorded in the store (at the first call)
         self._given = set(self.providers)  # kept as given; those made from the spec are remade
         # a misspelt grant is refused before anything is made or started, never silently ignored
-        check_grants(spec, [t.name for t in (*builtin_tools(), *(tools or []))])
+        check_grants(spec, {t.name: t.effect for t in (*builtin_tools(), *(tools or []))})
         t = spec.tools
         for folder in t.write_paths:  # the agent's own output folders: created if missing
             spec.path(folder).mkdir(parents=True, exist_ok=True)
@@ -158,7 +159,9 @@ class Agent:
             workdir=spec.workdir(),  # where the spec's paths start: the model's too
         )
         extra = [*(tools or []), *self._mcp_tools()]
-        self.toolbox = Toolbox([*builtin_tools(), *extra], self.boundary)
+        declared = {n: e.effect for n, e in t.effects.items() if e.effect is not None}
+        self.toolbox = Toolbox([*builtin_tools(), *extra], self.boundary, declared)
+        self.tool_probes = ToolProbes(spec, self.toolbox)  # asked for interrupted once calls
         self.workflow = self._register()
 
     def _mcp_tools(self) -> list[Tool]:
@@ -268,7 +271,12 @@ class Agent:
                     "reserved": held.tokens}  # fmt: skip
 
         def make_tool_step(effect: Effect) -> Any:
-            @runtime.step(name=f"{name}.tool.{effect}", effect=effect)
+            asks = effect == "once" and bool(self.tool_probes)
+            probe = self.tool_probes.step_probe() if asks else None
+            timeout = self.tool_probes.timeout if asks else None
+
+            @runtime.step(name=f"{name}.tool.{effect}", effect=effect, probe=probe,
+                          probe_timeout=timeout)  # fmt: skip
             async def tool_call(call: dict[str, Any]) -> str:
                 prepared = self.toolbox.prepare(ToolCall(**call))
                 if isinstance(prepared, Refusal):

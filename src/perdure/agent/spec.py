@@ -7,16 +7,25 @@ Relative paths in the spec are relative to the spec's folder.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
+import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from ..errors import ConfigError
@@ -103,10 +112,47 @@ class McpServerSpec(_Strict):
     grant: list[str] = ["*"]
 
 
+class ToolEffectSpec(_Strict):
+    """What recovery does with an interrupted call of one tool (`[tools.effects]`):
+
+        [tools.effects]
+        issue_refund = { effect = "once", probe = "find_refund" }
+        send_email = { effect = "once", on_interrupt = "tell_model" }
+        files__write = "idempotent"
+
+    `effect` overrides the tool's own (an MCP server's default for its tools). A `once`
+    tool may name a `probe`: another granted `read` tool of the agent, called with the
+    interrupted call's arguments (those it declares), whose result is read as JSON:
+    `{"done": true, "value": ...}` (the call happened; `value` is what the model is told it
+    returned), `{"done": false}` (it did not: the call runs again), anything else (cannot
+    tell: the run waits for a person); or a Python `module:function` called with the same
+    arguments and returning a `perdure.ProbeAnswer`. A `once` tool without a probe may say
+    `on_interrupt = "tell_model"`: the model is told (a journaled tool result) that the call
+    was cut off and its outcome is unknown, and the run goes on instead of parking; the
+    model may act again, so grant it a read tool to check with first."""
+
+    effect: Literal["once", "keyed", "idempotent", "read"] | None = None
+    probe: str | None = Field(None, min_length=1)
+    probe_timeout: float | None = Field(None, gt=0, allow_inf_nan=False)
+    on_interrupt: Literal["park", "tell_model"] = "park"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _effect_alone(cls, value: Any) -> Any:
+        """`tool = "once"` is `tool = { effect = "once" }`."""
+        return {"effect": value} if isinstance(value, str) else value
+
+    @property
+    def asks(self) -> bool:
+        """Whether recovery asks something (a probe, or the model) before parking."""
+        return self.probe is not None or self.on_interrupt == "tell_model"
+
+
 class ToolsSpec(_Strict):
     """Deny by default: only `grant`ed tools are offered, within these boundaries."""
 
     grant: list[str] = []
+    effects: dict[str, ToolEffectSpec] = {}  # by tool name (MCP: SERVER__TOOL)
     read_paths: list[str] = []
     write_paths: list[str] = []
     commands: list[str] = []
@@ -285,6 +331,11 @@ def validate_spec(path: str | Path, tools: Iterable[str]) -> AgentSpec:
     spec, text = _parse(Path(path))
     problems = _reference_problems(spec, Path(path), text)
     problems += grant_problems(spec, tools) + mcp_problems(spec)
+    if not problems:
+        try:
+            check_effects(spec, _effects_of(tools))
+        except ConfigError as exc:
+            problems.append(str(exc))
     if problems:
         raise SpecProblems(problems)
     return spec
@@ -394,6 +445,20 @@ def _reference_problems(spec: AgentSpec, file: Path, text: str) -> list[str]:
                        f"a cost limit is set ({costed[0]}) but this tier has no price, so its "
                        "calls would cost nothing against it; set price = { input_per_mtok = "
                        "..., output_per_mtok = ... }")  # fmt: skip
+    for tool_name, entry in spec.tools.effects.items():
+        loc = ("tools", "effects", tool_name)
+        if entry.effect not in (None, "once") and entry.asks:
+            what = "a probe" if entry.probe is not None else "on_interrupt"
+            fail(loc, f"{what} is for once tools; a {entry.effect} call is simply run "
+                       "again by recovery")  # fmt: skip
+        if entry.probe is not None and entry.on_interrupt == "tell_model":
+            fail(loc, "give a probe or on_interrupt = \"tell_model\", not both "
+                       "(the model is told only when there is no probe)")  # fmt: skip
+        if entry.probe_timeout is not None and entry.probe is None:
+            fail(loc, "probe_timeout without a probe")
+        if entry.probe == tool_name:
+            fail(loc, "a tool cannot be its own probe: name a read tool that looks "
+                       "the effect up")  # fmt: skip
     acceptance = spec.acceptance
     if acceptance.command is not None and acceptance.python is not None:
         fail(("acceptance", "python"), "give command or python, not both")
@@ -409,8 +474,9 @@ def _reference_problems(spec: AgentSpec, file: Path, text: str) -> list[str]:
     return problems
 
 
-def check_grants(spec: AgentSpec, tools: Iterable[str]) -> None:
-    """Refuse a `tools.grant` entry that names no tool (see `grant_problems`).
+def check_grants(spec: AgentSpec, tools: Iterable[str] | Mapping[str, str]) -> None:
+    """Refuse a `tools.grant` entry that names no tool (see `grant_problems`), then a
+    `[tools.effects]` entry that cannot work (see `check_effects`).
 
     Raises:
         SpecProblems: file:line: tools.grant: the entry, the known tools and the MCP servers.
@@ -418,9 +484,10 @@ def check_grants(spec: AgentSpec, tools: Iterable[str]) -> None:
     problems = grant_problems(spec, tools)
     if problems:
         raise SpecProblems(problems)
+    check_effects(spec, _effects_of(tools))
 
 
-def grant_problems(spec: AgentSpec, tools: Iterable[str]) -> list[str]:
+def grant_problems(spec: AgentSpec, tools: Iterable[str] | Mapping[str, str]) -> list[str]:
     """Every `tools.grant` entry that names no tool: not one of `tools` (the built-in
     tools, and any the agent is given in Python), and not `SERVER__TOOL` of a declared MCP
     server (whose tools are only known once it runs). A pattern (`"*"`, `"gh__*"`) must
@@ -446,6 +513,119 @@ def grant_problems(spec: AgentSpec, tools: Iterable[str]) -> list[str]:
             f"{where}: tools.grant: no tool {entry!r} (known tools: {', '.join(known)}; {mcp})"
         )
     return problems
+
+
+def _effects_of(tools: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
+    """Tool names with their effects: as given, or the built-in tools' own ('' unknown)."""
+    if isinstance(tools, Mapping):
+        return dict(tools)
+    from .tools.builtins import builtin_tools
+
+    builtin = {t.name: t.effect for t in builtin_tools()}
+    return {name: builtin.get(name, "") for name in tools}
+
+
+def _spec_line(spec: AgentSpec, loc: tuple[str, ...]) -> str:
+    text = ""
+    if spec.file is not None:
+        try:
+            text = spec.file.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+    line = _line_of(text, loc) if text else None
+    return f"{spec.file}:{line}" if line else str(spec.file or spec.name)
+
+
+# read tools that cannot look anything up: answering, asking a person
+_NOT_CHECKS = ("finish", "ask_human")
+
+
+def check_effects(spec: AgentSpec, tools: Mapping[str, str]) -> None:
+    """Refuse a `[tools.effects]` entry that cannot work: it names no tool; it gives a probe
+    or `on_interrupt` to a tool whose effect is not `once`; its probe is not a granted
+    `read` tool of the agent nor an importable `module:function`; it tells the model of an
+    interrupted call although the agent has no read tool to check with. `tools`: the known
+    tools' effects by name ('' unknown); an MCP server's tools (SERVER__TOOL) are known by
+    the server's declaration.
+
+    Raises:
+        ConfigError: file:line: tools.effects.TOOL: what is wrong, in one line.
+    """
+    servers = {m.name: m for m in spec.tools.mcp}
+    grants = [*spec.tools.grant, *(f"{m.name}__{g}" for m in spec.tools.mcp for g in m.grant)]
+
+    def effect_of(name: str) -> str | None:
+        """The effect calls of `name` run with; None: no such tool."""
+        entry = spec.tools.effects.get(name)
+        if entry is not None and entry.effect is not None and _exists(name):
+            return entry.effect
+        if name in tools:
+            return tools[name]
+        server, sep, _ = name.partition("__")
+        return servers[server].effect if sep and server in servers else None
+
+    def _exists(name: str) -> bool:
+        server, sep, _ = name.partition("__")
+        return name in tools or bool(sep and server in servers)
+
+    def granted(name: str) -> bool:
+        return any(fnmatchcase(name, pattern) for pattern in grants)
+
+    for name, entry in spec.tools.effects.items():
+        loc = ("tools", "effects", name)
+
+        def fail(message: str, loc: tuple[str, ...] = loc) -> ConfigError:
+            return ConfigError(f"{_spec_line(spec, loc)}: {'.'.join(loc)}: {message}")
+
+        effect = effect_of(name)
+        if effect is None:
+            raise fail(f"no tool {name!r} (known tools: {', '.join(sorted(tools))}; MCP "
+                       "tools are named SERVER__TOOL)")  # fmt: skip
+        if entry.asks and effect not in ("once", ""):
+            what = "a probe" if entry.probe is not None else "on_interrupt"
+            raise fail(f"{what} is for once tools, and {name!r} is {effect} (recovery runs "
+                       "it again)")  # fmt: skip
+        if entry.probe is not None and ":" in entry.probe:
+            probe_function(spec, entry.probe, fail)
+        elif entry.probe is not None:
+            probe, found = entry.probe, effect_of(entry.probe)
+            if found is None:
+                raise fail(f"probe {probe!r} is no tool of the agent (a granted read tool, "
+                           "or module:function)")  # fmt: skip
+            if not granted(probe):
+                raise fail(f"probe {probe!r} is not granted: add it to tools.grant")
+            if found not in ("read", ""):
+                raise fail(f"probe {probe!r} is {found}; a probe only reads: declare a read "
+                           "tool (or give it effect = \"read\" here if it only reads)")  # fmt: skip
+        if entry.on_interrupt == "tell_model":
+            readers = [t for t in [*tools, *spec.tools.effects] if granted(t)
+                       and effect_of(t) == "read" and t not in _NOT_CHECKS]  # fmt: skip
+            readers += [m.name for m in spec.tools.mcp if m.effect == "read" and m.grant]
+            if not readers:
+                raise fail("on_interrupt = \"tell_model\" needs a granted read tool to "
+                           "check the outcome with; grant one (or give a probe)")  # fmt: skip
+
+
+def probe_function(
+    spec: AgentSpec, text: str, fail: Callable[[str], ConfigError]
+) -> Callable[..., Any]:
+    """The function a `module:function` probe names, imported (the spec's folder is on the
+    import path, after what is there already)."""
+    module_name, _, attr = text.partition(":")
+    folder = str(spec.folder)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise fail(f"probe {text!r}: cannot import {module_name!r}: {exc}") from None
+    found = getattr(module, attr, None)
+    if not callable(found):
+        raise fail(f"probe {text!r}: {module_name!r} has no function {attr!r}")
+    definition = getattr(found, "definition", None)  # a registered perdure step
+    if definition is not None and definition.effect != "read":
+        raise fail(f"probe {text!r} is a {definition.effect} step; a probe only reads")
+    return found  # type: ignore[no-any-return]
 
 
 def deadline_seconds(spec: AgentSpec) -> float | None:

@@ -15,8 +15,11 @@ from ..engine.steps import Step
 __all__ = ["DurableMCPServer", "mcp_call"]
 
 
-async def mcp_call(call: Callable[[], Awaitable[CallToolResult]]) -> dict[str, Any]:
-    """The body of an MCP tool step: the server's answer, as JSON."""
+async def mcp_call(
+    call: Callable[[], Awaitable[CallToolResult]], arguments: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The body of an MCP tool step: the server's answer, as JSON (`arguments`: the call's,
+    for the tool's probe)."""
     return (await call()).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -49,7 +52,7 @@ class DurableMCPServer(MCPServer):
         self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
     ) -> CallToolResult:
         step = self._step_of(self.inner.name, tool_name)
-        data = await step(lambda: self.inner.call_tool(tool_name, arguments, meta))
+        data = await step(lambda: self.inner.call_tool(tool_name, arguments, meta), arguments)
         return CallToolResult.model_validate(data)
 
     async def list_prompts(self) -> Any:

@@ -24,7 +24,7 @@ import functools
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
@@ -37,6 +37,7 @@ from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
 from .replay import check_tools
 from .streaming import ModelEvents, streaming, write_event, write_item
+from .tool_probes import step_probe
 
 require_extra("openai-agents", "perdure.integrations.openai_agents")
 
@@ -82,11 +83,22 @@ _EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 _OUTPUT: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 REJECTED = "Tool execution was not approved."  # what the model reads for a denied call
 _EFFECT_ATTR = "__perdure_effect__"
+_PROBE_ATTR = "__perdure_probe__"
 
 
-def tool_effect(effect: Effect) -> Callable[[T], T]:
-    """Declare a function tool's effect: `@tool_effect("read")` above `@function_tool`."""
+def tool_effect(
+    effect: Effect, *, probe: Callable[..., Any] | Literal["tell_model"] | None = None
+) -> Callable[[T], T]:
+    """Declare a function tool's effect: `@tool_effect("read")` above `@function_tool`.
+
+    `probe` (a `once` tool's): a read-only function recovery calls with an interrupted
+    call's arguments, answering a `perdure.ProbeAnswer` (done with what the tool would have
+    returned, not done: call again, cannot tell: park), or `"tell_model"`: the model is
+    told the call was cut off, outcome unknown (opt-in; it may call again); see
+    integrations/tool_probes.py."""
     kind = check_effect(effect, "tool_effect()")
+    if probe is not None and kind != "once":
+        raise ConfigError(f"tool_effect({kind!r}, probe=...): a probe is for once tools")
 
     def mark(tool: T) -> T:
         if not isinstance(tool, FunctionTool):
@@ -94,6 +106,8 @@ def tool_effect(effect: Effect) -> Callable[[T], T]:
                 f"@tool_effect({kind!r}) goes above @function_tool, not on {type(tool).__name__}"
             )
         setattr(tool, _EFFECT_ATTR, kind)
+        if probe is not None:
+            setattr(tool, _PROBE_ATTR, probe)
         return tool
 
     return mark
@@ -201,7 +215,9 @@ MODEL_RETRY = Retry(
 
 
 async def _tool_call(
-    call: Callable[[], Awaitable[Any]], streamed: tuple[str, str] | None = None
+    call: Callable[[], Awaitable[Any]],
+    streamed: tuple[str, str] | None = None,
+    arguments: str = "",  # the model's, as JSON: what the tool's probe is asked with
 ) -> Any:
     """The body of a tool step: the SDK's own invoker (schema check, failure handler); in a
     streamed run its output goes to the run's stream as the SDK's `tool_output` item, from
@@ -214,6 +230,30 @@ async def _tool_call(
                 "raw": raw, "output": value}  # fmt: skip
         write_item(current_step().position, item)
     return value
+
+
+def _tool_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A function tool call's arguments, from its step's (`_tool_call`'s) own."""
+    text = kwargs.get("arguments", args[2] if len(args) > 2 else "")
+    found = json.loads(text or "{}")
+    if not isinstance(found, dict):
+        raise ValueError(f"the call's arguments are not a JSON object: {text[:80]}")
+    return found
+
+
+def _mcp_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool call's arguments, from its step's (`mcp_call`'s) own."""
+    found = kwargs.get("arguments", args[1] if len(args) > 1 else None)
+    return dict(found or {})
+
+
+def _mcp_result(value: Any) -> dict[str, Any]:
+    """A probe's `done` value as the MCP result the step journals: a CallToolResult as JSON
+    as it is, anything else as its one text content."""
+    if isinstance(value, dict) and "content" in value:
+        return value
+    text = value if isinstance(value, str) else json.dumps(value)
+    return {"content": [{"type": "text", "text": text}], "isError": False}
 
 
 _GET = inspect.signature(Model.get_response)
@@ -288,6 +328,9 @@ class Runner:
             where `tool_effects` names none.
         require_effects: refuse (one line, when the agent is registered or run) a tool
             with neither, instead of defaulting it to `once`.
+        tool_probes: probe per `once` tool name, function or MCP (`{"issue_refund":
+            find_refund}`): asked with an interrupted call's arguments (a ProbeAnswer) before
+            the run would park; it wins over a `@tool_effect(..., probe=)` mark.
         budget: limits per rolling hour/day for all runs of each agent
             (`{"tokens_per_hour": 50_000}`); one stored with `perdure budget AGENT` wins
             limit by limit. Every model call reserves its worst case first.
@@ -303,12 +346,14 @@ class Runner:
         tool_effects: Mapping[str, Effect] | None = None,
         mcp_effects: Mapping[str, Effect] | None = None,
         require_effects: bool = False,
+        tool_probes: Mapping[str, Callable[..., Any] | Literal["tell_model"]] | None = None,
         budget: BudgetSpec | Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         max_cost: float | None = None,
         price: Price | Mapping[str, float] | None = None,
     ) -> None:
         self.app = app
+        self.tool_probes = dict(tool_probes or {})
         self.tool_effects = {
             name: check_effect(kind, f"tool_effects[{name!r}]")
             for name, kind in (tool_effects or {}).items()
@@ -331,7 +376,13 @@ class Runner:
     # -- the durable agent ------------------------------------------------------------
 
     def _step(
-        self, name: str, fn: Callable[..., Any], effect: Effect, *, model: bool = False
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        effect: Effect,
+        *,
+        model: bool = False,
+        probe: Callable[..., Any] | None = None,
     ) -> Step[..., Any]:
         """Register (once) a step; a model step retries per MODEL_RETRY and commits its
         outcome before the loop goes on, so a billed response is never bought twice."""
@@ -342,7 +393,9 @@ class Runner:
                 step = Step(known)
             else:
                 retry = MODEL_RETRY if model else None
-                step = self.app.step(name=name, effect=effect, retry=retry, commit=model)(fn)
+                step = self.app.step(
+                    name=name, effect=effect, retry=retry, commit=model, probe=probe
+                )(fn)
             self._steps[name] = step
         if step.definition.effect != effect:
             raise ConfigError(
@@ -386,12 +439,26 @@ class Runner:
             )
         return effect or "once"
 
+    def probe_of(self, tool: FunctionTool) -> Callable[..., Any] | str | None:
+        """The probe a tool's interrupted `once` calls are asked about: `tool_probes`'s,
+        else its `@tool_effect(..., probe=)`."""
+        found: Callable[..., Any] | str | None = self.tool_probes.get(
+            tool.name, getattr(tool, _PROBE_ATTR, None)
+        )
+        return found
+
     def _mcp_step(self, agent: str, server: str, tool: str) -> Step[..., Any]:
         effect = self.tool_effects.get(tool) or self._mcp_effect(server)
-        return self._step(f"agents.{agent}.tool.{tool}", mcp_call, effect)
+        name = f"agents.{agent}.tool.{tool}"
+        found = self.tool_probes.get(tool)
+        probe = None if found is None else step_probe(name, found, _mcp_arguments, _mcp_result)
+        return self._step(name, mcp_call, effect, probe=probe)
 
     def _tool_step(self, agent: str, tool: FunctionTool) -> Step[..., Any]:
-        return self._step(f"agents.{agent}.tool.{tool.name}", _tool_call, self.effect_of(tool))
+        name = f"agents.{agent}.tool.{tool.name}"
+        found = self.probe_of(tool)
+        probe = None if found is None else step_probe(name, found, _tool_arguments)
+        return self._step(name, _tool_call, self.effect_of(tool), probe=probe)
 
     def _tool(self, agent: str, tool: FunctionTool) -> FunctionTool:
         """A copy of `tool` whose calls are steps; one that `needs_approval` waits at a
@@ -406,7 +473,7 @@ class Runner:
                 if not decision.approved:
                     return decision.comment or REJECTED
             streamed = (agent, context.tool_call_id) if streaming.get() else None
-            return await step(lambda: invoke(context, arguments), streamed)
+            return await step(lambda: invoke(context, arguments), streamed, arguments)
 
         return dataclasses.replace(tool, on_invoke_tool=durable, needs_approval=False)
 

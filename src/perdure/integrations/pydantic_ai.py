@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
 from ..engine.context import current
@@ -37,6 +37,7 @@ from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
 from .replay import check_tools
 from .streaming import ModelEvents, streaming, write_event
+from .tool_probes import step_probe
 
 require_extra("pydantic-ai", "perdure.integrations.pydantic_ai")
 
@@ -73,15 +74,28 @@ _EVENT: TypeAdapter[Any] = TypeAdapter(ModelResponseStreamEvent)
 
 F = TypeVar("F", bound=Callable[..., Any])
 EFFECT_ATTR = "__perdure_effect__"
+PROBE_ATTR = "__perdure_probe__"
 
 
-def perdure_tool(*, effect: Effect) -> Callable[[F], F]:
+def perdure_tool(
+    *, effect: Effect, probe: Callable[..., Any] | Literal["tell_model"] | None = None
+) -> Callable[[F], F]:
     """Declare a tool function's effect (above or below `@agent.tool`): what recovery may do
-    with a call cut off between intent and outcome (see `perdure.Effect`)."""
+    with a call cut off between intent and outcome (see `perdure.Effect`).
+
+    `probe` (a `once` tool's): a read-only function recovery calls with an interrupted
+    call's arguments, answering a `perdure.ProbeAnswer` (done with what the tool would have
+    returned, not done: call again, cannot tell: park), or `"tell_model"`: the model is
+    told the call was cut off, outcome unknown (opt-in; it may call again); see
+    integrations/tool_probes.py."""
     kind = check_effect(effect, "perdure_tool")
+    if probe is not None and kind != "once":
+        raise ConfigError(f"perdure_tool(effect={kind!r}, probe=...): a probe is for once tools")
 
     def mark(fn: F) -> F:
         setattr(fn, EFFECT_ATTR, kind)
+        if probe is not None:
+            setattr(fn, PROBE_ATTR, probe)
         return fn
 
     return mark
@@ -113,6 +127,9 @@ class PerdureAgent:
             where neither `tool_effects` nor `@perdure_tool` names one.
         default_effect: the effect of a tool declared nowhere (default `once`).
         require_effects: refuse, when wrapping, a tool (or toolset) declared nowhere.
+        tool_probes: probe per `once` tool name (`{"issue_refund": find_refund}`): asked
+            with an interrupted call's arguments (a ProbeAnswer) before the run would park;
+            wins over `@perdure_tool(..., probe=)`.
         budget: limits per rolling hour/day for all runs (`{"tokens_per_hour": 50_000}`);
             one stored with `perdure budget pydantic_ai:NAME` wins limit by limit.
         max_tokens: tokens one run may use (reserved before each call; over it, it fails).
@@ -137,6 +154,7 @@ class PerdureAgent:
         toolset_effects: Mapping[str, Effect] | None = None,
         default_effect: Effect = "once",
         require_effects: bool = False,
+        tool_probes: Mapping[str, Callable[..., Any] | Literal["tell_model"]] | None = None,
         budget: BudgetSpec | Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         max_cost: float | None = None,
@@ -169,6 +187,7 @@ class PerdureAgent:
             for ts, effect in (toolset_effects or {}).items()
         }
         self.require_effects = require_effects
+        self.tool_probes = dict(tool_probes or {})
         if require_effects:  # first: an agent refused here leaves no step behind
             for toolset in agent.toolsets:
                 toolset.apply(self._check_declared)
@@ -380,7 +399,10 @@ class PerdureAgent:
         step = self._tool_steps.get(tool)
         if step is None:
             effect = self.effect_of(tool, fn, toolset)
-            step = self.app.step(name=f"{self.name}.tool.{tool}", effect=effect)(_call_tool)
+            name = f"{self.name}.tool.{tool}"
+            found = self.tool_probes.get(tool, getattr(fn, PROBE_ATTR, None))
+            probe = None if found is None else step_probe(name, found, _tool_args, _as_value)
+            step = self.app.step(name=name, effect=effect, probe=probe)(_call_tool)
             self._tool_steps[tool] = step
         return step
 
@@ -503,6 +525,17 @@ async def _call_tool(
             f"tool {name!r} returned a {type(value).__name__}, which is not JSON: return a "
             "str, number, list, dict, dataclass or pydantic model"
         ) from None
+
+
+def _tool_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, Any]:
+    """A tool call's arguments, from its step's (`_call_tool`'s) own."""
+    found: Mapping[str, Any] = kwargs.get("tool_args", args[2] if len(args) > 2 else {})
+    return found
+
+
+def _as_value(value: Any) -> dict[str, Any]:
+    """A probe's `done` value (what the tool would have returned) as `_call_tool` journals it."""
+    return {"value": to_jsonable_python(value)}
 
 
 _OUTCOMES = ({"value"}, {"retry"}, {"deferred", "metadata"})  # the shapes `_call_tool` journals

@@ -14,7 +14,7 @@ answers the model with `refusal.text`, without executing anything.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,12 +54,21 @@ class Refusal:
 class Toolbox:
     """The tools an agent may use within its boundary.
 
+    `effects`: the effect of a tool's calls where the spec declares one (`[tools.effects]`),
+    over the tool's own.
+
     Raises:
         ConfigError: two tools share a name.
     """
 
-    def __init__(self, tools: Iterable[Tool], boundary: Boundary) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        boundary: Boundary,
+        effects: Mapping[str, ToolEffect] | None = None,
+    ) -> None:
         self.boundary = boundary
+        self.effects = dict(effects or {})  # declared by the spec, over the tools' own
         self.tools: dict[str, Tool] = {}
         for item in tools:
             if item.name in self.tools:
@@ -92,7 +101,8 @@ class Toolbox:
             found.guard(self.boundary, arguments)
         except ToolRefused as exc:
             return Refusal(call, str(exc))
-        return PreparedCall(call, found, arguments, found.effect_for(arguments))
+        effect = self.effects.get(call.name) or found.effect_for(arguments)
+        return PreparedCall(call, found, arguments, effect)
 
     def needs_approval(self, call: ToolCall | PreparedCall) -> bool:
         """Whether a human must approve the call first: the tool is named in the spec's
