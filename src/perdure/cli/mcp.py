@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import click
 
@@ -11,7 +12,7 @@ from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
 from . import render
-from .listening import listen_options
+from .listening import connection_limits, listen_options
 
 
 @click.command("mcp")
@@ -62,6 +63,7 @@ from .listening import listen_options
 @click.pass_context
 def mcp_cmd(
     ctx: click.Context,
+    /,
     over_http: bool,
     host: str,
     port: int,
@@ -74,9 +76,7 @@ def mcp_cmd(
     builtin: bool,
     call_wait: float,
     allowed_hosts: tuple[str, ...],
-    header_timeout: float,
-    body_timeout: float,
-    max_connections: int,
+    **listening: Any,
 ) -> None:
     """Serve workflows and agents as MCP tools (stdio, or Streamable HTTP with --http).
 
@@ -122,10 +122,7 @@ def mcp_cmd(
         if over_http:
             render.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
-            from ..server.timeouts import ConnectionLimits
-
-            limits = ConnectionLimits(header_timeout=header_timeout, body_timeout=body_timeout,
-                                      max_connections=max_connections)  # fmt: skip
+            limits = connection_limits(listening)
             asyncio.run(serve_http(server, host, port, path=path, worker=worker,
                                    names=allowed_hosts, limits=limits))  # fmt: skip
         else:

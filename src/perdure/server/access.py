@@ -124,8 +124,7 @@ async def authenticate_counted(
     """`authenticate`, with a wrong token counted against `address` by `throttle`."""
     if not authorization:
         return None
-    credential = digest(authorization.partition(" ")[2].strip())
-    return await throttle.check(address, credential, lambda: authenticate(app, authorization))
+    return await throttle.check(address, lambda: authenticate(app, authorization))
 
 
 async def record(

@@ -78,7 +78,7 @@ async def request_holder(
     policy: SessionPolicy = request.app.state.sessions
     app: App = request.app.state.perdure
     return await throttle.check(
-        address_of(request), digest(session), lambda: holder(app, session, policy, touch=touch)
+        address_of(request), lambda: holder(app, session, policy, touch=touch)
     )
 
 

@@ -46,7 +46,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ...engine.worker import Worker, WorkerOptions
-from ..access import address_of, authenticate, digest
+from ..access import address_of, authenticate
 from ..hosts import AllowedHosts, HostCheck, hosts_for
 from ..operations import Forbidden
 from ..throttle import Throttle, TooManyFailures
@@ -81,8 +81,8 @@ class StoreTokens:
 
 class ThrottledBearer(BearerAuthBackend):
     """The SDK's bearer check, with wrong tokens limited per client address as the HTTP
-    API limits them (`Throttle`): 429 while an address is held back; a token that worked
-    before still goes through."""
+    API limits them (`Throttle`): a wrong one gets 429 while an address is held back; a
+    valid token always goes through."""
 
     def __init__(self, verifier: StoreTokens, throttle: Throttle) -> None:
         super().__init__(verifier)
@@ -95,7 +95,7 @@ class ThrottledBearer(BearerAuthBackend):
         verify = super().authenticate
         try:
             found: tuple[AuthCredentials, BaseUser] | None = await self.throttle.check(
-                address_of(conn), digest(header[7:].strip()), lambda: verify(conn)
+                address_of(conn), lambda: verify(conn)
             )
         except TooManyFailures as exc:
             raise HeldBack(exc) from None
