@@ -35,6 +35,7 @@ def served(serve: Served) -> Iterator[int]:
         assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "streamed"}).is_success
     browser = sign_in(serve, serve.tokens["operate"])
     TOKEN["session"] = browser.cookies["perdure_session"]
+    TOKEN["tab"] = browser.headers["X-Perdure-Tab"]
     browser.close()
     yield serve.port
 
@@ -129,9 +130,14 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
         if i % 2:
             path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
         else:
-            path, auth = "/ui/stream", f"Cookie: perdure_session={TOKEN['session']}\r\n"
+            path = f"/ui/stream?tab={TOKEN['tab']}"
+            auth = f"Cookie: perdure_session={TOKEN['session']}\r\n"
         requests.append(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode())
-    socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
+    socks = [  # from three addresses: each within its share of connections (100)
+        socket.create_connection(("127.0.0.1", served), timeout=30,
+                                 source_address=(f"127.0.0.{2 + i % 3}", 0))
+        for i in range(len(requests))
+    ]  # fmt: skip
     try:
         for sock, request in zip(socks, requests, strict=True):
             sock.sendall(request)

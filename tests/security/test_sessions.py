@@ -80,7 +80,7 @@ def test_a_revoked_token_stops_its_open_streams(serve: Served) -> None:
     api_stream = open_stream(serve, "/api/v1/events/stream?run=watched", auth)
     browser = sign_in(serve, serve.tokens["read"])
     cookie = f"Cookie: perdure_session={browser.cookies['perdure_session']}"
-    ui_stream = open_stream(serve, "/ui/stream", cookie)
+    ui_stream = open_stream(serve, f"/ui/stream?tab={browser.headers['X-Perdure-Tab']}", cookie)
     time.sleep(RECHECK / 2)  # both streams are well under way
     perdure(serve.env, "token", "revoke", serve.token_ids["read"])
     api_text, ui_text = read_to_end(api_stream), read_to_end(ui_stream)
