@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shlex
 import subprocess
 from collections import Counter
@@ -729,15 +730,32 @@ class Agent:
             return
 
         def git(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                                  check=False)  # fmt: skip
+            return subprocess.run(["git", *GIT_SAFE, *args], cwd=root, capture_output=True,
+                                  text=True, check=False, env=git_env())  # fmt: skip
 
         if not (root / ".git").exists():
             git("init", "-q")
         git("add", "-A")
         if git("diff", "--cached", "--quiet").returncode != 0:
             git("-c", "user.name=perdure", "-c", "user.email=perdure@localhost",
-                "commit", "-q", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+                "commit", "-q", "--no-verify", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+
+
+# perdure's own git in a workspace runs no command the repository (or a global or system
+# config) names: no hooks, no fsmonitor, no signing program, no pager or editor; the
+# agent's boundary refuses `.git` paths, so its local config is not the model's to write.
+GIT_SAFE = (
+    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+    "-c", "core.untrackedCache=false", "-c", "commit.gpgSign=false",
+    "-c", "core.pager=cat", "-c", "core.editor=true", "-c", "protocol.allow=never",
+)  # fmt: skip
+
+
+def git_env() -> dict[str, str]:
+    """The environment perdure's git runs with: no system or global configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {**env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0"}  # fmt: skip
 
 
 @dataclass

@@ -7,6 +7,11 @@ error and never executed.
 Paths are checked twice: lexically (`..` may not climb out of a root) and on the
 real, symlink-resolved path of the target and of every existing component on the
 way to it, so a symlink inside a root that points outside gives nothing away.
+
+No path with a `.git` component is read or written, whatever the roots: a repository's
+`.git` holds its configuration and hooks, which run commands (`core.fsmonitor`, hooks,
+filters) the next time git runs there, perdure's own workspace commit included; a
+write root over it would equal granting every command.
 """
 
 from __future__ import annotations
@@ -112,6 +117,9 @@ class Boundary:
             raise ToolRefused(f"{verb} {path!r}: no paths are granted for {verb}ing")
         candidate = Path(path) if os.path.isabs(path) else self.workdir / path
         lexical = Path(os.path.normpath(candidate))
+        if _in_git_dir(lexical) or _in_git_dir(Path(os.path.realpath(candidate))):
+            raise ToolRefused(f"{verb} {path!r}: paths in a repository's .git are never "
+                              "granted (its config and hooks run commands)")  # fmt: skip
         live = [r for r in roots if r.is_dir()]
         real_roots = [Path(os.path.realpath(r)) for r in live]
         # Every refusal names the path as resolved and the roots it was checked against,
@@ -198,6 +206,12 @@ class Boundary:
             raise ToolRefused(f"url {url!r}: IP addresses are refused unless allowlisted")
         allowed = ", ".join(h if p is None else f"{h}:{p}" for h, p in self.hosts) or "none"
         raise ToolRefused(f"url {url!r}: host {host!r} is not allowed (allowed: {allowed})")
+
+
+def _in_git_dir(path: Path) -> bool:
+    """`path` has a `.git` component (any case: some file systems ignore it; a trailing dot
+    or space too: Windows drops them)."""
+    return any(part.casefold().rstrip(". ") == ".git" for part in path.parts)
 
 
 def _inside(path: Path, root: Path) -> bool:
