@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+    authorization_context,
+)
 from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
@@ -166,13 +171,21 @@ class Revisions:
             await self._stateless(scope, receive, send, message, version)
             return
         session = headers.get(MCP_SESSION_ID_HEADER)
-        if method == "tasks/get" and session is not None and self._live(session):
+        if method == "tasks/get" and session is not None and self._live(session, scope):
             await self._get_task(scope, receive, send, message, session)
             return
         await self.manager.handle_request(scope, _replay(body, receive), send)
 
-    def _live(self, session: str) -> bool:
-        return session in getattr(self.manager, "_server_instances", {})
+    def _live(self, session: str, scope: Scope) -> bool:
+        """`session` is open and the request's credential opened it (else the SDK answers
+        404, as for a session that does not exist)."""
+        if session not in getattr(self.manager, "_server_instances", {}):
+            return False
+        user = scope.get("user")
+        if not isinstance(user, AuthenticatedUser):
+            return False
+        owners: dict[str, Any] = getattr(self.manager, "_session_owners", {})
+        return owners.get(session) == authorization_context(user)
 
     async def _get_task(
         self, scope: Scope, receive: Receive, send: Send, message: dict[str, Any], session: str
