@@ -49,3 +49,22 @@ def test_what_the_client_got_wrong_is_never_a_500(serve: Served) -> None:
     finally:
         browser.close()
     assert "Traceback" not in serve.output(), serve.output()[-2000:]
+
+
+def test_a_superscript_digit_is_no_number(serve: Served) -> None:
+    """Issue 35 §11: `²` is a digit to `str.isdigit` but not to `int`: in the Host port
+    (no credential needed) it was a 500, as in `page=`/`before=` of the dashboard."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", serve.port), timeout=10) as sock:
+        sock.sendall("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8²\r\n\r\n".encode())
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 4"), answer[:200]
+    browser = sign_in(serve, serve.tokens["read"])
+    try:
+        for path in ("/ui/runs?page=²", "/ui/audit?before=²", "/ui/audit?page=¹"):
+            page = browser.get(path)
+            assert page.status_code == 200, (path, page.text[:300])
+    finally:
+        browser.close()
+    assert "Traceback" not in serve.output(), serve.output()[-2000:]

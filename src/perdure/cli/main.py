@@ -308,7 +308,7 @@ def resolve(
     """Settle a needs_attention STEP (its position or name)."""
     if sum((value is not None, retry, fail)) != 1:
         raise PerdureError("resolve: give exactly one of --value JSON, --retry or --fail")
-    target: int | str = int(step) if step.isdigit() else step
+    target: int | str = int(step) if step.isascii() and step.isdigit() else step
     app = get_app(ctx, existing=True)
     settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
                          retry=retry, fail=fail)  # fmt: skip

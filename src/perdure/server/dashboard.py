@@ -122,7 +122,14 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
+def path_part(value: Any) -> str:
+    """`urlencode` for one part of a path: `/` too is encoded, so an id like
+    `x/../../ui/runs/other` cannot make a link lead to another run's page."""
+    return quote(str(value), safe="")
+
+
 templates.env.finalize = visible
+templates.env.filters["urlencode"] = path_part  # the pages use it for path parts only
 templates.env.globals["duration"] = duration
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
@@ -179,6 +186,12 @@ async def principal(request: Request, *, touch: bool = True) -> Principal | None
 def tab_ok(request: Request) -> bool:
     """The request carries the tab key of its session cookie (`X-Perdure-Tab`, or `?tab=`)."""
     return sessions.tab_matches(tab_of(request), session_id(request))
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a number if it is ASCII digits only (`"²"` is a digit to `str.isdigit`, not
+    to `int`)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 30 else None
 
 
 def local_path(target: str | None, default: str = "/ui/runs") -> str:
@@ -398,7 +411,8 @@ async def login(request: Request) -> Response:
     # storage and off the address bar by perdure.js
     location = target.partition("#")[0] + "#tab=" + tab
     response = RedirectResponse(location, status_code=303, headers=HEADERS)
-    drop_cookie(request, response, SESSION_COOKIE)  # any tossed in from another port
+    if not tls(request):  # one tossed in from another port for the whole host
+        response.delete_cookie(SESSION_COOKIE, path="/")
     set_cookie(request, response, SESSION_COOKIE, session, int(policy.absolute))
     set_cookie(request, response, CSRF_COOKIE, secrets.token_hex(24), int(policy.absolute))
     return response
@@ -425,7 +439,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     workflow = query.get("workflow") or None
     search = query.get("q", "").strip()
     page_text = query.get("page", "1")
-    number = min(max(int(page_text) if page_text.isdigit() else 1, 1), MAX_PAGE)
+    number = min(max(whole_number(page_text) or 1, 1), MAX_PAGE)
     start = (number - 1) * PAGE
     wanted = 10_000 if search else start + PAGE + 1
     rows = await app.runtime.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
@@ -584,7 +598,8 @@ async def run_action(request: Request, app: App, who: Principal, form: dict[str,
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
     if verb in ("retry", "fail"):
-        step = int(form["step"]) if form.get("step", "").isdigit() else -1
+        found = whole_number(form.get("step", ""))
+        step = -1 if found is None else found
         options = {"step": step, verb: True}
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
         return back(request, target, f"Step {step}: {verb} requested; the run is {status}.")
@@ -804,7 +819,8 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
     how it ended; filtered by target (or run), actor and since (a duration, time or date)."""
     query = request.query_params
     before_text = query.get("before", "")
-    before = min(int(before_text), MAX_ID) if before_text.isdigit() else None
+    found = whole_number(before_text)
+    before = None if found is None else min(found, MAX_ID)
     run = query.get("run") or None
     target = f"run:{run}" if run else query.get("target") or None
     actor = query.get("actor") or None
