@@ -113,3 +113,26 @@ def test_the_workspace_commit_runs_nothing_a_poisoned_repository_names(tmp_path:
     run_agent(root, [{"name": "write_file", "arguments": {"path": "n.md", "content": "x"}}])
     assert not marker.exists()
     assert "n.md" in git(root, "-c", "core.fsmonitor=false", "show", "--name-only", "HEAD")
+
+
+@pytest.mark.slow
+def test_a_file_name_adds_no_argument_to_the_acceptance_command(tmp_path: Path) -> None:
+    """Issue 35 §11: the file `nothing -o x.txt` and the acceptance `test -s missing/{stem}.md`:
+    the name is one argument (`test -s 'missing/nothing -o x.md'`: fails, nothing is
+    there), not `-o x.md`, which made `test` succeed whatever the agent did."""
+    (tmp_path / "in").mkdir()
+    task = tmp_path / "in" / "nothing -o x.txt"
+    task.write_text("First sentence here. Second one. Third.")
+    (tmp_path / "agent.toml").write_text(
+        'name = "notes"\ngoal = "Summarise the file"\n\n[models.fast]\nprovider = "scripted"\n'
+        'script = "builtin:extractive"\n\n[tools]\nread_paths = ["in"]\nwrite_paths = ["out"]\n'
+        '\n[output]\npath = "out/{stem}.md"\n\n[acceptance]\n'
+        'command = "test -s missing/{stem}.md"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "perdure", "--db", f"sqlite:///{tmp_path}/s.db", "run",
+         "agent.toml", "--file", str(task), "--wait"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr  # the run failed its acceptance
+    assert "`test -s 'missing/nothing -o x.md'` exited 1" in done.stderr, done.stderr

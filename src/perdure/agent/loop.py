@@ -687,10 +687,13 @@ class Agent:
         """The spec's acceptance, run as a step; no acceptance: the answer or output suffices."""
         acc = self.spec.acceptance
         if acc.command is not None:
-            command = acc.command.format(**context["fields"])
+            # split first, then fill in: a file name with spaces or dashes stays one
+            # argument (`nothing -o x.txt` must not add `-o` to the command)
+            argv = [part.format(**context["fields"]) for part in shlex.split(acc.command)]
+            command = shlex.join(argv)
             try:
                 done = subprocess.run(
-                    shlex.split(command), cwd=self.spec.folder, capture_output=True, text=True,
+                    argv, cwd=self.spec.folder, capture_output=True, text=True,
                     timeout=acc.timeout, check=False,
                 )  # fmt: skip
             except (OSError, subprocess.TimeoutExpired) as exc:
