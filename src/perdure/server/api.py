@@ -614,7 +614,9 @@ async def audit(call: Call) -> Any:
         target=target, limit=limit + 1, before=before, actor=actor, since=since
     )
     page = rows[:limit]
-    entries = [{**dataclasses.asdict(r), "detail": _json(r.detail)} for r in page]
+    redactor = Redactor()  # comments, answers and resolve values may quote a secret
+    entries = [{**dataclasses.asdict(r), "detail": redactor.value(_json(r.detail)),
+                "reason": redactor.text(r.reason)} for r in page]  # fmt: skip
     cursor = encode_cursor(page[-1].id) if len(rows) > limit else None
     return {"entries": entries, "next_cursor": cursor}
 
