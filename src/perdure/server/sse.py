@@ -216,23 +216,50 @@ def response(
     return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
 
 
-def _chunk_frame(chunk: StreamChunk) -> str:
-    body = {"seq": chunk.seq, "topic": chunk.topic, "data": chunk.data, "at": chunk.at}
+def _chunk_frame(chunk: StreamChunk, redactor: Redactor) -> str:
+    body = {"seq": chunk.seq, "topic": chunk.topic, "data": redactor.value(chunk.data),
+            "at": chunk.at}  # fmt: skip
     return _frame(chunk.kind, body, chunk.seq)
 
 
 async def stream_chunks(
     app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
 ) -> AsyncGenerator[str, None]:
-    """A run's stream (`perdure.stream`) as SSE: one event per row, its kind as the event
-    name (`chunk`, `attempt`, `retry`, `dropped`), `id:` its offset for Last-Event-ID; `end`
-    once the run is finished and all was sent, or when the credential no longer holds."""
+    """A run's stream (`perdure.stream`) as SSE: one event per row (masked by the
+    redactor), its kind as the event name (`chunk`, `attempt`, `retry`, `dropped`), `id:`
+    its offset for Last-Event-ID; `end` once the run is finished and all was sent, after
+    MAX_AGE seconds (the client reconnects), or once the credential no longer holds, which
+    is asked every RECHECK seconds whether rows come or not."""
+    loop = asyncio.get_running_loop()
     check = Recheck(allowed)
+    redactor = Redactor()
+    rows = follow(app.client, run_id, after)
+    started = loop.time()
+    pending: asyncio.Future[StreamChunk] | None = None
     yield "retry: 2000\n\n"
-    async for chunk in follow(app.client, run_id, after):
-        if not await check.still():
-            yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
-            return
-        yield _chunk_frame(chunk)
+    try:
+        while True:
+            if not await check.still():
+                yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
+                return
+            if loop.time() - started > MAX_AGE:
+                yield _frame("end", {"run_id": run_id, "status": None, "reason": "max age"})
+                return
+            if pending is None:
+                pending = asyncio.ensure_future(anext(rows))
+            done, _ = await asyncio.wait({pending}, timeout=RECHECK)
+            if not done:
+                continue  # nothing new: ask about the credential again
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                break
+            pending = None
+            yield _chunk_frame(chunk, redactor)
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
     run = await app.runtime.store.get_run(run_id)
     yield _frame("end", {"run_id": run_id, "status": run.status if run else None})
