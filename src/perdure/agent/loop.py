@@ -46,7 +46,7 @@ from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetr
 from .providers.registry import provider_class
 from .spec import AgentSpec, check_grants, deadline_seconds
 from .tools.base import Memory, Tool
-from .tools.boundary import Boundary
+from .tools.boundary import Boundary, read_no_links
 from .tools.builtins import builtin_tools, gate_event
 from .tools.registry import ERROR, REFUSED, Refusal, Toolbox
 
@@ -791,8 +791,8 @@ def task_text(path: Path, limit: int) -> str:
     """A task file's text, cut to about `limit` tokens (at a line end, saying so);
     AgentFailed (one line, not retried) if it is empty or binary, since no answer about
     it could be checked."""
-    try:
-        data = path.read_bytes()
+    try:  # no link followed: the file checked is the file read (a swap is refused)
+        data = read_no_links(path)
     except OSError as exc:
         raise AgentFailed(f"cannot read {path}: {exc.strerror}") from None
     if not data.strip():
