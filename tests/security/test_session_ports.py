@@ -11,6 +11,8 @@ from __future__ import annotations
 import http.server
 import re
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
@@ -165,3 +167,27 @@ def test_a_flash_message_set_from_another_port_is_not_shown(serve: Served) -> No
                 browser.close()
     finally:
         evil.shutdown()
+
+
+def test_behind_a_tls_proxy_the_cookies_are_host_only_and_secure(
+    serve_with: Callable[..., AbstractContextManager[Served]],
+) -> None:
+    """`--trusted-proxy 127.0.0.1` and `X-Forwarded-Proto: https` (a TLS proxy in front):
+    the session cookie is `__Host-perdure_session`, `Secure`, `Path=/` (no other port's
+    plain-HTTP page receives it, and no other host may set it)."""
+    with serve_with("--trusted-proxy", "127.0.0.1") as served:
+        https = {"X-Forwarded-Proto": "https", "Host": f"127.0.0.1:{served.port}",
+                 "Origin": f"https://127.0.0.1:{served.port}"}  # fmt: skip
+        with httpx.Client(base_url=served.url, headers=https, timeout=10) as http:
+            page = http.get("/ui/login")
+            csrf_cookie = page.headers["set-cookie"]
+            assert csrf_cookie.startswith("__Host-perdure_csrf=") and "Secure" in csrf_cookie
+            nonce = csrf_cookie.split(";")[0].split("=", 1)[1]
+            signed = http.post("/ui/login", data={"token": served.tokens["read"],
+                               "csrf": form_csrf(page.text)},
+                               headers={"Cookie": f"__Host-perdure_csrf={nonce}"})  # fmt: skip
+    assert signed.status_code == 303, signed.text[:300]
+    [session] = [c for c in signed.headers.get_list("set-cookie") if "perdure_session=pds_" in c]
+    parts = {p.strip().lower() for p in session.split(";")}
+    assert session.startswith("__Host-perdure_session=pds_")
+    assert {"secure", "path=/", "httponly", "samesite=strict"} <= parts
