@@ -35,3 +35,15 @@ def test_mcp_logs_mask_a_token_in_the_request_line(mcp_http: Served) -> None:
         http.post("/mcp", json=INITIALIZE,
                   headers={**ACCEPT, "Authorization": f"Bearer {leaked}x"})  # fmt: skip
     assert leaked not in mcp_http.output(), mcp_http.output()[-2000:]
+
+
+def test_perdure_tail_masks_what_a_step_wrote() -> None:
+    """`perdure tail` prints a run's stream through the redactor, as the API's run-output
+    stream now does: a key a step printed is shown masked, text and JSON alike."""
+    from perdure.cli.tail import line
+    from perdure.engine.streams import StreamChunk
+
+    printed = line(StreamChunk(1, "chunk", "out", f"using {KEY}\n", 0.0))
+    logged = line(StreamChunk(2, "chunk", "log", {"api_key": KEY, "n": 1}, 0.0))
+    assert KEY not in printed and "sk-***" in printed
+    assert KEY not in logged and logged.startswith("log: ")
