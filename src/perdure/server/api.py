@@ -377,15 +377,15 @@ async def stream(call: Call) -> Any:
     assert run_id is not None
     after = _resume_after(call)
     await call.app.client.get(run_id)
-    return sse.response(call.request, call.app, run_id, after, _still_allowed(call))
+    return sse.response(call.request, call.app, run_id, after, _still_allowed(call),
+                        owner=call.actor.token_id)  # fmt: skip
 
 
 async def run_stream(call: Call) -> Any:
     run = await call.app.client.get(call.path("run_id"))
     after = _resume_after(call)
-    return sse.response(
-        call.request, call.app, run.id, after, _still_allowed(call), sse.stream_chunks
-    )
+    return sse.response(call.request, call.app, run.id, after, _still_allowed(call),
+                        sse.stream_chunks, owner=call.actor.token_id)  # fmt: skip
 
 
 # -- gates ----------------------------------------------------------------------------------

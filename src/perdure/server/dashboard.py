@@ -52,7 +52,7 @@ from .access_sql import Access
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
-from .sse import Recheck, SlotStream, slots_of
+from .sse import Recheck, SlotStream, busy, slots_of
 from .throttle import TooManyFailures
 
 HERE = Path(__file__).resolve().parent
@@ -880,8 +880,9 @@ async def stream(request: Request) -> Response:
                         status_code=403, media_type="text/plain")  # fmt: skip
     run_id = request.query_params.get("run") or None
     slots = slots_of(request)
-    if not slots.take():
-        return Response("too many open streams\n", status_code=503, media_type="text/plain")
+    if not slots.take(who.token_id):
+        return Response(busy(slots, who.token_id) + "\n", status_code=503,
+                        media_type="text/plain")  # fmt: skip
 
     async def allowed() -> bool:
         who = await principal(request, touch=False)
@@ -906,7 +907,8 @@ async def stream(request: Request) -> Response:
             await app.runtime.wait_change(STREAM_POLL)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return SlotStream(events(), slots, media_type="text/event-stream", headers=headers)
+    return SlotStream(events(), slots, who.token_id, media_type="text/event-stream",
+                      headers=headers)  # fmt: skip
 
 
 async def home(request: Request) -> Response:
