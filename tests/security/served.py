@@ -115,10 +115,19 @@ def form_csrf(html: str) -> str:
     return found.group(1)
 
 
+def tab_key(location: str) -> str:
+    """The tab key sign-in puts in its redirect's fragment (`/ui/runs#tab=pdt_...`)."""
+    found = re.search(r"#tab=(pdt_[\w-]+)$", location)
+    assert found, f"no tab key in the sign-in redirect {location!r}"
+    return found.group(1)
+
+
 def sign_in(served: Served, token: str) -> httpx.Client:
-    """A browser-like client signed in to the dashboard with `token` (cookie perdure_session)."""
+    """A browser-like client signed in to the dashboard with `token` (cookie perdure_session),
+    sending the session's tab key with every request as the dashboard's script does."""
     client = served.client(follow_redirects=True)
     csrf = form_csrf(client.get("/ui/login").text)
     answer = client.post("/ui/login", data={"token": token, "csrf": csrf})
     assert answer.status_code == 200 and answer.url.path == "/ui/runs", answer.text[:300]
+    client.headers["X-Perdure-Tab"] = tab_key(answer.history[0].headers["location"])
     return client

@@ -30,11 +30,12 @@ MOST = 256 * 1024 * 1024  # what a client would send if the server kept reading
 def served(serve: Served) -> Iterator[int]:
     """The real `perdure serve`'s port, with a run to follow and a dashboard session (the
     API and the dashboard then read the body rather than refusing the request)."""
-    TOKEN["operate"] = serve.tokens["operate"]
+    TOKEN.update(serve.tokens)
     with serve.client("operate") as api:
         assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "streamed"}).is_success
     browser = sign_in(serve, serve.tokens["operate"])
     TOKEN["session"] = browser.cookies["perdure_session"]
+    TOKEN["tab"] = browser.headers["X-Perdure-Tab"]
     browser.close()
     yield serve.port
 
@@ -118,20 +119,26 @@ def test_one_table_gives_every_path_its_limit() -> None:
 
 
 def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
-    """150 event streams opened at the same moment, to the API's run stream and to the
-    dashboard's: exactly MAX_STREAMS are served and the rest get 503 (the count was taken
-    only once a stream started, so all 200 of a burst used to get in)."""
+    """150 event streams opened at the same moment, to the API's run stream (three tokens)
+    and to the dashboard's (a session of a fourth): exactly MAX_STREAMS are served, a quarter
+    per token, and the rest get 503 (the count was taken only once a stream started, so all
+    200 of a burst used to get in)."""
     from perdure.server.sse import MAX_STREAMS
 
-    token = TOKEN["operate"]
     requests = []
     for i in range(150):
-        if i % 2:
+        if i % 4:
+            token = TOKEN[("read", "approve", "admin")[i % 4 - 1]]
             path, auth = "/api/v1/events/stream?run=streamed", f"Authorization: Bearer {token}\r\n"
         else:
-            path, auth = "/ui/stream", f"Cookie: perdure_session={TOKEN['session']}\r\n"
+            path = f"/ui/stream?tab={TOKEN['tab']}"
+            auth = f"Cookie: perdure_session={TOKEN['session']}\r\n"
         requests.append(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode())
-    socks = [socket.create_connection(("127.0.0.1", served), timeout=30) for _ in requests]
+    socks = [  # from three addresses: each within its share of connections (100)
+        socket.create_connection(("127.0.0.1", served), timeout=30,
+                                 source_address=(f"127.0.0.{2 + i % 3}", 0))
+        for i in range(len(requests))
+    ]  # fmt: skip
     try:
         for sock, request in zip(socks, requests, strict=True):
             sock.sendall(request)
@@ -146,8 +153,9 @@ def test_the_stream_cap_holds_when_many_open_at_once(served: int) -> None:
 def test_the_stream_cap_is_an_option(
     serve_with: Callable[..., AbstractContextManager[Served]],
 ) -> None:
-    """`perdure serve --max-streams 2`: two streams are served, a third gets 503 naming the
-    cap; its default is the library's MAX_STREAMS."""
+    """`perdure serve --max-streams 2`: two streams are served (of two tokens: one token
+    may hold a quarter, at least one), a third gets 503 naming the cap; its default is the
+    library's MAX_STREAMS."""
     from perdure.cli.serve import serve as command
     from perdure.server.sse import MAX_STREAMS
 
@@ -156,12 +164,12 @@ def test_the_stream_cap_is_an_option(
     with serve_with("--max-streams", "2") as served:
         with served.client("operate") as api:
             assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "w1"}).is_success
-        auth = f"Authorization: Bearer {served.tokens['read']}\r\n"
-        request = f"GET /api/v1/runs/w1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n"
         socks = [socket.create_connection(("127.0.0.1", served.port), timeout=30) for _ in range(3)]
         try:
             heads = []
-            for sock in socks:
+            for sock, scope in zip(socks, ("read", "approve", "admin"), strict=True):
+                auth = f"Authorization: Bearer {served.tokens[scope]}\r\n"
+                request = f"GET /api/v1/runs/w1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n"
                 sock.sendall(request.encode())
                 head = sock.recv(4096)
                 while head.startswith(b"HTTP/1.1 503") and not head.rstrip().endswith(b"}"):
@@ -172,3 +180,30 @@ def test_the_stream_cap_is_an_option(
                 sock.close()
     assert [h.split(b" ")[1] for h in heads] == [b"200", b"200", b"503"], heads
     assert b"2 streams are open" in heads[2]
+
+
+def test_one_token_holds_a_quarter_of_the_streams(
+    serve_with: Callable[..., AbstractContextManager[Served]],
+) -> None:
+    """Issue 35 §7: `--max-streams 8`: a read token's third stream gets 503 naming its
+    share (2), while another token still gets one (a revoked or runaway token's streams
+    used to take every slot)."""
+    with serve_with("--max-streams", "8") as served:
+        with served.client("operate") as api:
+            assert api.post("/api/v1/runs", json={"workflow": "waits", "id": "w1"}).is_success
+        socks = [socket.create_connection(("127.0.0.1", served.port), timeout=30) for _ in range(4)]
+        try:
+            heads = []
+            for sock, scope in zip(socks, ("read", "read", "read", "admin"), strict=True):
+                auth = f"Authorization: Bearer {served.tokens[scope]}\r\n"
+                request = f"GET /api/v1/runs/w1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n"
+                sock.sendall(request.encode())
+                head = sock.recv(4096)
+                while head.startswith(b"HTTP/1.1 503") and not head.rstrip().endswith(b"}"):
+                    head += sock.recv(4096)
+                heads.append(head)
+        finally:
+            for sock in socks:
+                sock.close()
+    assert [h.split(b" ")[1] for h in heads] == [b"200", b"200", b"503", b"200"], heads
+    assert b"this token has 2 streams open" in heads[2]

@@ -104,3 +104,30 @@ def test_metrics_public_needs_no_token(scraped_with: Scraped) -> None:
     assert response.status_code == 200
     assert "perdure_store_up 1.0" in response.text
     assert api.status_code in (401, 404)  # only /metrics is public (a worker serves no more)
+
+
+@pytest.mark.slow
+def test_half_open_connections_to_a_workers_metrics_are_dropped(tmp_path: Path) -> None:
+    """Issue 35 §11: 50 connections to `perdure worker --metrics-port` that send half a
+    request line are closed by the worker within its scrape timeout (10 s; they used to hold
+    a thread each for ever), and a scrape is answered afterwards."""
+    import socket
+
+    from perdure.observe.metrics import SCRAPE_TIMEOUT
+
+    with contextmanager(start)(
+        tmp_path, ["worker"], "/metrics", port_option="--metrics-port"
+    ) as served:
+        held = [socket.create_connection(("127.0.0.1", served.port), timeout=SCRAPE_TIMEOUT * 3)
+                for _ in range(50)]  # fmt: skip
+        try:
+            for sock in held:
+                sock.sendall(b"GET /metr")
+            closed = [sock.recv(1024) for sock in held]  # b"" once the worker closes it
+        finally:
+            for sock in held:
+                sock.close()
+        with served.client("read") as http:
+            assert http.get("/metrics").status_code == 200
+        assert "Traceback" not in served.output()
+    assert all(answer in (b"",) or answer.startswith(b"HTTP/1.") for answer in closed)

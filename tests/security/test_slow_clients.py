@@ -132,3 +132,83 @@ def test_mcp_http_cuts_off_trickled_headers_too(
     with mcp_http_with("--header-timeout", TIMEOUT) as served:
         answer = asyncio.run(trickle(served.port, headers(served.port, "/mcp")))
     assert status(answer) == 408
+
+
+@pytest.mark.slow
+def test_a_body_trickled_steadily_is_cut_off_at_its_deadline(serve_with: ServeWith) -> None:
+    """Issue 35 §3: a sign-in body sent a byte every 0.3 s never pauses as long as the body
+    deadline (1.5 s) but is not complete 2 s after its headers: 408 and closed, long before
+    its 200 bytes would have come."""
+    with serve_with("--body-timeout", TIMEOUT, "--body-deadline", "2") as served:
+        head = (f"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n"
+                "Content-Length: 200\r\n\r\n")  # fmt: skip
+        answer = asyncio.run(trickle(served.port, b"t" * 200, every=0.3, first=head.encode()))
+    assert status(answer) == 408
+    assert answer.endswith(b'{"error": "request body not complete within 2 s"}\n')
+
+
+def hold(port: int, count: int, source: str = "127.0.0.1") -> list[socket.socket]:
+    """`count` connections from `source`, each with half a request in (so each is counted)."""
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=BACKSTOP,
+                                        source_address=(source, 0))  # fmt: skip
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        held.append(sock)
+    return held
+
+
+def answer_of(port: int, request: bytes, source: str = "127.0.0.1") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=BACKSTOP,
+                                  source_address=(source, 0)) as sock:  # fmt: skip
+        sock.sendall(request)
+        return sock.recv(4096)
+
+
+@pytest.mark.slow
+def test_one_address_may_hold_only_its_share_of_connections(serve_with: ServeWith) -> None:
+    """Issue 35 §3: `--max-per-address 3`: a 4th connection from 127.0.0.1 gets 503 at once,
+    while another address (127.0.0.2) is still served."""
+    with serve_with("--max-per-address", "3") as served:
+        held = hold(served.port, 3)
+        try:
+            request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\n\r\n".encode()
+            refused = answer_of(served.port, request)
+            other = answer_of(served.port, request, source="127.0.0.2")
+        finally:
+            for sock in held:
+                sock.close()
+    assert status(refused) == 503 and b"too many connections from this address" in refused
+    assert status(other) == 200
+
+
+@pytest.mark.slow
+def test_bodies_without_credentials_get_a_quarter_of_the_connections(
+    serve_with: ServeWith,
+) -> None:
+    """Issue 35 §3: `--max-connections 8`: two sign-in bodies trickling (from two addresses)
+    take the share of bodies without credentials; a third is answered 503 at its headers,
+    while a request with a token and a body is still served."""
+    with serve_with("--max-connections", "8") as served:
+        port = served.port
+        head = (f"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n"
+                "Content-Length: 200\r\n\r\nt").encode()  # fmt: skip
+        held = []
+        for source in ("127.0.0.3", "127.0.0.4"):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=BACKSTOP,
+                                            source_address=(source, 0))  # fmt: skip
+            sock.sendall(head)
+            held.append(sock)
+        try:
+            with served.client() as http:  # the two are in before the third comes
+                assert http.get("/healthz").status_code == 200
+            third = answer_of(port, head, source="127.0.0.5")
+            with served.client("operate") as api:
+                started = api.post("/api/v1/runs", json={"workflow": "waits", "id": "r1"})
+        finally:
+            for sock in held:
+                sock.close()
+    assert status(third) == 503 and b"too many requests sending a body" in third
+    assert started.status_code in (200, 201), started.text

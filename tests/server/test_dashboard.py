@@ -106,6 +106,8 @@ def sign_in(client: TestClient, value: str) -> str:
         "/ui/login", data={"token": value, "csrf": csrf, "next": "/ui/runs"}, follow_redirects=False
     )
     assert response.status_code == 303, response.text
+    # the tab key (in the redirect's fragment), sent with actions as the page's script does
+    client.headers["X-Perdure-Tab"] = response.headers["location"].partition("#tab=")[2]
     fresh = form_csrf(client.get("/ui/runs").text)
     assert fresh != csrf  # a new CSRF token for the new session
     return fresh
@@ -218,8 +220,9 @@ def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_
         data={"token": value, "csrf": csrf, "next": "/ui/approvals"},
         follow_redirects=False,
     )
-    assert (right.status_code, right.headers["location"]) == (303, "/ui/approvals")
-    [session] = [c for c in right.headers.get_list("set-cookie") if "perdure_session=" in c]
+    assert right.status_code == 303
+    assert right.headers["location"].startswith("/ui/approvals#tab=pdt_")
+    [session] = [c for c in right.headers.get_list("set-cookie") if "perdure_session=pds_" in c]
     assert value not in session and session.startswith("perdure_session=pds_")
     assert {"httponly", "samesite=strict", "path=/ui"} <= {
         part.strip().lower() for part in session.split(";")
@@ -229,6 +232,7 @@ def test_login_refuses_a_wrong_token_and_keeps_a_right_one_in_a_strict_httponly_
         "/ui/login", data={"token": value, "csrf": csrf, "next": "https://evil.example/"}
     )
     assert elsewhere.url.path == "/ui/runs"  # never sent to another site after sign-in
+    server.headers["X-Perdure-Tab"] = elsewhere.history[0].headers["location"].partition("#tab=")[2]
     runs_page = server.get("/ui/runs").text
     assert value not in runs_page
     csrf = form_csrf(runs_page)
@@ -434,13 +438,15 @@ def test_the_event_stream_announces_changes(
     monkeypatch.setattr(dashboard, "STREAM_SECONDS", 0.2)
     monkeypatch.setattr(dashboard, "STREAM_POLL", 0.05)
     sign_in(server, token(app, "read"))
-    first = server.get("/ui/stream?run=gate-1")
+    tab = server.headers["X-Perdure-Tab"]
+    first = server.get(f"/ui/stream?run=gate-1&tab={tab}")
     assert first.status_code == 200
     assert first.headers["content-type"].startswith("text/event-stream")
     [before] = re.findall(r"event: change\ndata: (\w+)", first.text)
     app.send_event("gate-1", "approve:c1", {"approve": True})
     TestWorker(app).run_until_idle()
-    [after] = re.findall(r"event: change\ndata: (\w+)", server.get("/ui/stream?run=gate-1").text)
+    again = server.get(f"/ui/stream?run=gate-1&tab={tab}").text
+    [after] = re.findall(r"event: change\ndata: (\w+)", again)
     assert before != after
 
 
@@ -616,8 +622,10 @@ def test_a_copied_session_cookie_dies_with_sign_out(app: perdure.App, server: Te
         assert server.post("/ui/logout", data={"csrf": csrf}).url.path == "/ui/login"
         refused = other.get("/ui/runs", follow_redirects=False)
         assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
-        [gone] = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
-        assert "max-age=0" in gone.lower()  # the dead cookie is cleared, not sent again
+        gone = [c for c in refused.headers.get_list("set-cookie") if "perdure_session=" in c]
+        # the dead cookie is cleared, not sent again (at /ui, and at / in case another port
+        # of the host set one there)
+        assert gone and all("max-age=0" in c.lower() for c in gone), gone
     actions = [a.action for a in app.runtime.sync(Access(app.runtime.store).audit_log(), "audit")]
     assert actions[:2] == ["session.end", "session.start"]
 

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shlex
 import subprocess
 from collections import Counter
@@ -49,7 +50,7 @@ from .providers.registry import provider_class
 from .spec import AgentSpec, check_grants, deadline_seconds
 from .tool_probes import ToolProbes
 from .tools.base import Memory, Tool
-from .tools.boundary import Boundary
+from .tools.boundary import Boundary, read_no_links
 from .tools.builtins import builtin_tools, gate_event
 from .tools.registry import ERROR, REFUSED, Refusal, Toolbox
 
@@ -736,10 +737,13 @@ class Agent:
         """The spec's acceptance, run as a step; no acceptance: the answer or output suffices."""
         acc = self.spec.acceptance
         if acc.command is not None:
-            command = acc.command.format(**context["fields"])
+            # split first, then fill in: a file name with spaces or dashes stays one
+            # argument (`nothing -o x.txt` must not add `-o` to the command)
+            argv = [part.format(**context["fields"]) for part in shlex.split(acc.command)]
+            command = shlex.join(argv)
             try:
                 done = subprocess.run(
-                    shlex.split(command), cwd=self.spec.folder, capture_output=True, text=True,
+                    argv, cwd=self.spec.folder, capture_output=True, text=True,
                     timeout=acc.timeout, check=False,
                 )  # fmt: skip
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -779,15 +783,32 @@ class Agent:
             return
 
         def git(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                                  check=False)  # fmt: skip
+            return subprocess.run(["git", *GIT_SAFE, *args], cwd=root, capture_output=True,
+                                  text=True, check=False, env=git_env())  # fmt: skip
 
         if not (root / ".git").exists():
             git("init", "-q")
         git("add", "-A")
         if git("diff", "--cached", "--quiet").returncode != 0:
             git("-c", "user.name=perdure", "-c", "user.email=perdure@localhost",
-                "commit", "-q", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+                "commit", "-q", "--no-verify", "-m", f"{self.spec.name}: run {run_id}")  # fmt: skip
+
+
+# perdure's own git in a workspace runs no command the repository (or a global or system
+# config) names: no hooks, no fsmonitor, no signing program, no pager or editor; the
+# agent's boundary refuses `.git` paths, so its local config is not the model's to write.
+GIT_SAFE = (
+    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+    "-c", "core.untrackedCache=false", "-c", "commit.gpgSign=false",
+    "-c", "core.pager=cat", "-c", "core.editor=true", "-c", "protocol.allow=never",
+)  # fmt: skip
+
+
+def git_env() -> dict[str, str]:
+    """The environment perdure's git runs with: no system or global configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {**env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0"}  # fmt: skip
 
 
 @dataclass
@@ -820,8 +841,8 @@ def task_text(path: Path, limit: int) -> str:
     """A task file's text, cut to about `limit` tokens (at a line end, saying so);
     AgentFailed (one line, not retried) if it is empty or binary, since no answer about
     it could be checked."""
-    try:
-        data = path.read_bytes()
+    try:  # no link followed: the file checked is the file read (a swap is refused)
+        data = read_no_links(path)
     except OSError as exc:
         raise AgentFailed(f"cannot read {path}: {exc.strerror}") from None
     if not data.strip():

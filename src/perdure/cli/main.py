@@ -451,7 +451,7 @@ def resolve(
     here again)."""
     if sum((value is not None, retry, fail, probe)) != 1:
         raise PerdureError("resolve: give exactly one of --value JSON, --retry, --fail or --probe")
-    target: int | str = int(step) if step.isdigit() else step
+    target: int | str = int(step) if step.isascii() and step.isdigit() else step
     app = get_app(ctx, existing=True)
     settle = ops.resolve(app, operator(), run_id, target, value=parse_json(value, "--value"),
                          retry=retry, fail=fail, probe=probe)  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import click
 
@@ -11,7 +12,7 @@ from ..agent.serve import MODEL_CHOICES
 from ..errors import ConfigError
 from ..extras import require_extra
 from . import render
-from .listening import listen_options
+from .listening import connection_limits, listen_options
 
 
 @click.command("mcp")
@@ -62,6 +63,7 @@ from .listening import listen_options
 @click.pass_context
 def mcp_cmd(
     ctx: click.Context,
+    /,
     over_http: bool,
     host: str,
     port: int,
@@ -74,9 +76,7 @@ def mcp_cmd(
     builtin: bool,
     call_wait: float,
     allowed_hosts: tuple[str, ...],
-    header_timeout: float,
-    body_timeout: float,
-    max_connections: int,
+    **listening: Any,
 ) -> None:
     """Serve workflows and agents as MCP tools (stdio, or Streamable HTTP with --http).
 
@@ -95,11 +95,16 @@ def mcp_cmd(
     from ..agent.serve import with_model
     from ..agent.spec import load_spec
     from ..engine.worker import WorkerOptions
+    from ..observe.logs import PlainFormatter
+    from ..observe.redact import Redactor
     from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
     from .main import get_app  # main imports this module to register the command
 
-    # stderr only: over stdio, standard output is the protocol
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # stderr only: over stdio, standard output is the protocol; secrets masked as in every
+    # perdure log (an access log line can carry `?token=pdr_...`)
+    handler = logging.StreamHandler()
+    handler.setFormatter(PlainFormatter(Redactor()))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("mcp").setLevel(logging.WARNING)
     app = get_app(ctx)
     descriptions: dict[str, str] = {}
@@ -122,10 +127,7 @@ def mcp_cmd(
         if over_http:
             render.echo(f"perdure mcp: http://{host}:{port}{path} on {app.url}; tools: {names}; "
                        f"{runs}", err=True)  # fmt: skip
-            from ..server.timeouts import ConnectionLimits
-
-            limits = ConnectionLimits(header_timeout=header_timeout, body_timeout=body_timeout,
-                                      max_connections=max_connections)  # fmt: skip
+            limits = connection_limits(listening)
             asyncio.run(serve_http(server, host, port, path=path, worker=worker,
                                    names=allowed_hosts, limits=limits))  # fmt: skip
         else:

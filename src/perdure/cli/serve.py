@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import Any
 
 import click
 
 from ..extras import require_extra
 from . import render
-from .listening import listen_options
+from .listening import connection_limits, listen_options
 from .specs import agent_option
 
 
@@ -38,6 +39,7 @@ from .specs import agent_option
 @click.pass_context
 def serve(
     ctx: click.Context,
+    /,
     host: str,
     port: int,
     metrics_public: bool,
@@ -46,9 +48,7 @@ def serve(
     max_streams: int,
     agent_specs: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
-    header_timeout: float,
-    body_timeout: float,
-    max_connections: int,
+    **listening: Any,
 ) -> None:
     """Serve the HTTP API (/api/v1), the dashboard (/ui), webhooks (/hooks/NAME), /metrics
     (with a `read` token, or --metrics-public), /healthz and /readyz until SIGTERM/SIGINT.
@@ -61,7 +61,7 @@ def serve(
     from ..server import create_app
     from ..server.hosts import HostCheck, hosts_for
     from ..server.sessions import SessionPolicy
-    from ..server.timeouts import ConnectionLimits, uvicorn_config
+    from ..server.timeouts import uvicorn_config
     from ..triggers.webhooks import Webhook
     from .main import get_app  # main imports this module to register the command
 
@@ -76,9 +76,7 @@ def serve(
     agents = ctx.meta.get("perdure.agents_added") or ""
     render.echo(f"perdure serve: http://{host}:{port} on {app.url}; webhooks: {names}"
                 + (f"; {agents}" if agents else ""), err=True)  # fmt: skip
-    limits = ConnectionLimits(
-        header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
-    )
+    limits = connection_limits(listening)
     default = SessionPolicy()
     idle, most = session_idle or default.idle, session_max or default.absolute
     if idle > most:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
 
 from ..engine.streams import StreamChunk, chunk_of
+from ..observe.redact import Redactor
 from ..store.names import escape
 from . import render
 
 
+@functools.cache
+def redactor() -> Redactor:
+    return Redactor()
+
+
 def line(chunk: StreamChunk) -> str:
     """How a row prints: text chunks as they are, other data as JSON, markers in brackets."""
-    if chunk.kind == "chunk":
-        text = chunk.data if isinstance(chunk.data, str) else json.dumps(chunk.data)
+    if chunk.kind == "chunk":  # masked as every other view of a run masks it
+        data = redactor().value(chunk.data)
+        text = data if isinstance(data, str) else json.dumps(data)
         return text if chunk.topic == "out" else f"{chunk.topic}: {text}"
     data = chunk.data if isinstance(chunk.data, dict) else {}
     if chunk.kind == "dropped":

@@ -21,14 +21,19 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import PayloadError
+from ..nesting import MAX_DEPTH, nested_message
 
 JSON = Any  # what json.dumps accepts: dicts, lists, str, int, float, bool, None
 
 
-def to_json(value: Any, where: str, path: str = "$") -> JSON:
-    """Convert `value` to plain JSON types, or raise PayloadError naming `where` and the path."""
+def to_json(value: Any, where: str, path: str = "$", depth: int = 0) -> JSON:
+    """Convert `value` to plain JSON types, or raise PayloadError naming `where` and the path
+    (also for a value nested more than `nesting.MAX_DEPTH` deep: never a RecursionError)."""
     if value is None or isinstance(value, (bool, str, int)):
         return value
+    if depth > MAX_DEPTH:
+        raise PayloadError(f"{nested_message(where)} (at {path[:80]}...)")
+    depth += 1
     if isinstance(value, float):
         if math.isfinite(value):
             return value
@@ -41,20 +46,20 @@ def to_json(value: Any, where: str, path: str = "$") -> JSON:
                     f"{where}: key {key!r} at {path} is a {type(key).__name__}; "
                     "JSON keys are strings"
                 )
-            out[key] = to_json(item, where, f"{path}.{key}")
+            out[key] = to_json(item, where, f"{path}.{key}", depth)
         return out
     if isinstance(value, (list, tuple)):
-        return [to_json(item, where, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [to_json(item, where, f"{path}[{i}]", depth) for i, item in enumerate(value)]
     if isinstance(value, (set, frozenset)):
-        items = [to_json(item, where, f"{path}[{i}]") for i, item in enumerate(value)]
+        items = [to_json(item, where, f"{path}[{i}]", depth) for i, item in enumerate(value)]
         return sorted(items, key=json.dumps)
     if isinstance(value, BaseModel):
-        return to_json(value.model_dump(mode="python"), where, path)
+        return to_json(value.model_dump(mode="python"), where, path, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return to_json(fields, where, path)
+        return to_json(fields, where, path, depth)
     if isinstance(value, enum.Enum):
-        return to_json(value.value, where, path)
+        return to_json(value.value, where, path, depth)
     if isinstance(value, (datetime, date, time)):
         return value.isoformat()
     if isinstance(value, timedelta):

@@ -120,7 +120,7 @@ def where_of(
     """The (host, pid) a lease owner runs at: read from a `host:pid:random` id, else looked
     up in `registry` (worker id -> host, pid) for a chosen one; None if unknown."""
     parts = owner.split(":", 2)
-    if len(parts) == 3 and parts[1].isdigit():
+    if len(parts) == 3 and parts[1].isascii() and parts[1].isdigit():
         return parts[0], int(parts[1])
     return registry.get(owner) if registry is not None else None
 

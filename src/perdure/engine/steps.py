@@ -33,6 +33,8 @@ import asyncio
 import contextvars
 import functools
 import json
+import os
+import sysconfig
 import time
 import traceback
 from typing import Any, Generic, ParamSpec, TypeVar
@@ -71,13 +73,44 @@ def current_step() -> StepInfo:
     return info
 
 
+def _installed_roots() -> tuple[str, ...]:
+    """Folders of installed code (the standard library, site-packages, perdure itself):
+    frames there are not the user's, and their paths say where the server is installed."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tuple(os.path.join(r, "") for r in roots if r)
+
+
+INSTALLED = _installed_roots()
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of `exc` as a failed run keeps it: the user's frames only (the last
+    frame too, if none is theirs), file names relative to the working directory, so that
+    what the API and the dashboard show names no install path of the server."""
+    shown = traceback.TracebackException.from_exception(exc)
+    here = os.path.join(os.getcwd(), "")
+    for part in (shown, *(c for c in (shown.__cause__, shown.__context__) if c)):
+        frames = [f for f in part.stack if not f.filename.startswith(INSTALLED)]
+        if not frames and part.stack:
+            last = part.stack[-1]
+            last.filename = os.path.basename(last.filename)
+            frames = [last]
+        for frame in frames:
+            if frame.filename.startswith(here):
+                frame.filename = frame.filename[len(here) :]
+        part.stack = traceback.StackSummary.from_list(frames)
+    return "".join(shown.format())
+
+
 def error_record(exc: BaseException) -> dict[str, Any]:
-    """A JSON description of an exception: type, message, traceback."""
+    """A JSON description of an exception: type, message, traceback (`user_traceback`)."""
     kind = type(exc)
     return {
         "type": f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins."),
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "traceback": user_traceback(exc),
     }
 
 

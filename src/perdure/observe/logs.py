@@ -24,9 +24,11 @@ from typing import IO, Any
 from ..engine import observers
 from ..engine.observers import RunEvent, StepEvent
 from ..errors import ConfigError, MissingExtra
+from ..nesting import MAX_DEPTH
 from .tracing import trace_id_hex
 
 MASK = "***"
+TOO_DEEP = "[nested too deeply to show]"  # in place of lists/objects past nesting.MAX_DEPTH
 SECRET_NAME = re.compile(r"_(KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 MIN_SECRET = 8  # shorter values ("1", "true") would mask ordinary words
 TOKEN_SHAPED = [  # perdure's API tokens and `sk-` provider keys, wherever they appear
@@ -61,13 +63,17 @@ class Redactor:
             text = pattern.sub(MASK, text)
         return text
 
-    def value(self, value: Any) -> Any:
+    def value(self, value: Any, depth: int = 0) -> Any:
+        """`value` with its strings masked; lists and objects nested past `MAX_DEPTH` are
+        shown as `TOO_DEEP` (a value stored before the limit must not break a view)."""
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+            return TOO_DEEP
         if isinstance(value, dict):
-            return {k: self.value(v) for k, v in value.items()}
+            return {k: self.value(v, depth + 1) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self.value(v) for v in value]
+            return [self.value(v, depth + 1) for v in value]
         return value
 
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:

@@ -253,11 +253,39 @@ def serve_metrics(
     return server
 
 
+SCRAPE_TIMEOUT = 10.0  # seconds a metrics connection may take to send its request
+MAX_SCRAPES = 32  # metrics connections served at once; more are closed at once
+
+
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most MAX_SCRAPES at once: half-open connections cannot
+    pile up threads (each also times out after SCRAPE_TIMEOUT seconds of silence)."""
+
     daemon_threads = True  # a slow scraper never holds the process up at exit
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that timed out or went away: nothing worth a traceback in the log."""
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT  # socket timeout: a client that sends nothing is dropped
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged: one line per scrape would drown the worker's own."""
 

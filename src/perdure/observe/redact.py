@@ -14,7 +14,8 @@ import json
 import re
 from typing import Any
 
-from .logs import MASK, TOKEN_SHAPED
+from ..nesting import MAX_DEPTH
+from .logs import MASK, TOKEN_SHAPED, TOO_DEEP
 from .logs import Redactor as LogRedactor
 
 AUTHORIZATION = re.compile(
@@ -41,15 +42,17 @@ class Redactor(LogRedactor):
     def text(self, text: str) -> str:
         return AUTHORIZATION.sub(r"\g<head>" + MASK, super().text(text))
 
-    def value(self, value: Any) -> Any:
-        if isinstance(value, dict):
+    def value(self, value: Any, depth: int = 0) -> Any:
+        if isinstance(value, dict) and depth < MAX_DEPTH:
             return {
                 self.text(str(k)): MASK
                 if isinstance(v, str) and v and SECRET_FIELD.match(str(k))
-                else self.value(v)
+                else self.value(v, depth + 1)
                 for k, v in value.items()
             }
-        return super().value(value)
+        if isinstance(value, list | tuple) and depth < MAX_DEPTH:
+            return [self.value(v, depth + 1) for v in value]
+        return super().value(value, depth)
 
     def json_text(self, text: str | None) -> str | None:
         """JSON text (as a journal or a run row keeps it) with its secrets masked: the text
@@ -59,10 +62,13 @@ class Redactor(LogRedactor):
             return None
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return self.text(text)
         masked = self.value(value)
-        return text if masked == value else json.dumps(masked, ensure_ascii=False)
+        try:
+            return text if masked == value else json.dumps(masked, ensure_ascii=False)
+        except RecursionError:  # a value kept before the nesting limit: shown cut
+            return json.dumps(TOO_DEEP)
 
     def page(self, markup: str) -> str:
         """A last pass over a rendered page, for what escaped the per-value pass: secret

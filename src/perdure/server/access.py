@@ -124,8 +124,30 @@ async def authenticate_counted(
     """`authenticate`, with a wrong token counted against `address` by `throttle`."""
     if not authorization:
         return None
-    credential = digest(authorization.partition(" ")[2].strip())
-    return await throttle.check(address, credential, lambda: authenticate(app, authorization))
+    return await throttle.check(address, lambda: authenticate(app, authorization))
+
+
+MAX_DETAIL = 8192  # characters of an audit row's detail (JSON)
+REFUSED_FIELD = 200  # characters of one detail field kept as it is in a refused action's row
+
+
+def audit_detail(detail: dict[str, Any], outcome: str = "ok") -> str:
+    """The detail an audit row keeps, as JSON. A refused or failed action keeps its small
+    fields (a reason, an option) but of any longer one only `{"sha256", "bytes"}`: a refusal
+    costs the caller nothing, so it may not grow the store or the audit pages by its
+    payload. A done action keeps its detail whole up to `MAX_DETAIL` characters, beyond
+    which its longest fields are kept the same way."""
+    fields = {k: json.dumps(v, separators=(",", ":"), sort_keys=True, default=str)
+              for k, v in detail.items()}  # fmt: skip
+    limit = REFUSED_FIELD if outcome != "ok" else None
+    if limit is None and sum(len(k) + len(v) + 4 for k, v in fields.items()) > MAX_DETAIL:
+        limit = MAX_DETAIL // max(1, len(fields)) // 2
+    kept = {k: (json.loads(v) if limit is None or len(v) <= limit else {
+        "sha256": hashlib.sha256(v.encode()).hexdigest(), "bytes": len(v.encode())})
+        for k, v in fields.items()}  # fmt: skip
+    text = json.dumps(kept, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= MAX_DETAIL else json.dumps({"sha256": hashlib.sha256(
+        text.encode()).hexdigest(), "bytes": len(text.encode())})  # fmt: skip
 
 
 async def record(
@@ -138,9 +160,10 @@ async def record(
     reason: str = "",
 ) -> int:
     """Append an operator action to the audit log (who, what, on what, when, with what, how
-    it ended); `operations.perform` is the one caller for actions."""
+    it ended); `operations.perform` is the one caller for actions. See `audit_detail` for
+    what of `detail` is kept."""
     await app.runtime.open_store()
-    text = json.dumps(detail, separators=(",", ":"), sort_keys=True, default=str)
+    text = audit_detail(detail, outcome)
     return await Access(app.runtime.store).audit(
         app.clock.now(), actor, action, target, text, outcome, reason
     )

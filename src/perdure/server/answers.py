@@ -122,6 +122,9 @@ async def usage(app: App, agent: str | None, since: float, by: str) -> dict[str,
     return {"by": by, "since": since, "groups": groups}
 
 
-def audit_entry(row: AuditRow) -> dict[str, Any]:
-    """One audit log entry (its detail decoded): an `AuditEntry`."""
-    return {**dataclasses.asdict(row), "detail": parsed(row.detail)}
+def audit_entry(row: AuditRow, redactor: Redactor | None = None) -> dict[str, Any]:
+    """One audit log entry (its detail decoded and masked: comments, answers and resolve
+    values may quote a secret): an `AuditEntry`."""
+    redactor = redactor or Redactor()
+    return {**dataclasses.asdict(row), "detail": redactor.value(parsed(row.detail)),
+            "reason": redactor.text(row.reason)}  # fmt: skip

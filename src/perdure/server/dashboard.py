@@ -2,12 +2,15 @@
 agents, workers and the audit log, refreshed live over server-sent events (/ui/stream).
 
 Sign-in: a person pastes a token (`perdure token create`) once; the server starts a
-session (`sessions`: a random id in an HttpOnly, SameSite=Strict cookie, ended on sign-out,
+session (`sessions`: an id in an HttpOnly, SameSite=Strict cookie, ended on sign-out,
 with the token's revocation, and by idle and absolute limits), so every page and action
 needs the scope the HTTP API would (read to look, approve for gates, operate for runs,
-admin for schedules). Every form POSTs a CSRF token bound to the session (an HMAC keyed by
-it) and must come from this origin. Wrong tokens and sessions are limited per client
-address (`throttle`). Secrets are redacted from all output.
+admin for schedules). Every action and the event stream also need the session's tab key,
+which the script keeps in this origin's storage and sends as `X-Perdure-Tab` (`?tab=` for
+the stream): other ports of the host get the cookie, not the key. Every form POSTs a CSRF
+token bound to the session (an HMAC keyed by it) and must come from this origin. Over
+HTTPS the cookies are `__Host-` and `Secure`. Wrong tokens and sessions are limited per
+client address (`throttle`). Secrets are redacted from all output.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from .access_sql import Access
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
-from .sse import Recheck, SlotStream, slots_of
+from .sse import Recheck, SlotStream, busy, slots_of
 from .throttle import TooManyFailures
 
 HERE = Path(__file__).resolve().parent
@@ -62,6 +65,7 @@ SESSION_COOKIE = "perdure_session"
 CSRF_COOKIE = "perdure_csrf"
 FLASH_COOKIE = "perdure_flash"
 REFRESH_HEADER = "X-Perdure-Refresh"  # sent by perdure.js on a live refresh
+TAB_HEADER = "X-Perdure-Tab"  # the session's tab key, sent by perdure.js with every action
 COOKIE_PATH = "/ui"
 PAGE = 50  # rows per page of runs and audit entries
 MAX_WAITING = 50  # runs waiting for a person listed above the runs (all: perdure stuck)
@@ -116,7 +120,22 @@ def visible(value: Any) -> Any:
     return value
 
 
+def duration(seconds: float) -> str:
+    """`4 h`, `90 min`, `20 s`: how long a session lasts, for the sign-in page."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def path_part(value: Any) -> str:
+    """`urlencode` for one part of a path: `/` too is encoded, so an id like
+    `x/../../ui/runs/other` cannot make a link lead to another run's page."""
+    return quote(str(value), safe="")
+
+
 templates.env.finalize = visible
+templates.env.filters["urlencode"] = path_part  # the pages use it for path parts only
+templates.env.globals["duration"] = duration
 templates.env.filters["when"] = when
 templates.env.globals["ago"] = ago
 templates.env.globals["shown_status"] = shown_status
@@ -125,11 +144,60 @@ templates.env.globals["shown_status"] = shown_status
 # -- sign-in, CSRF, rendering ------------------------------------------------------------
 
 
+def tls(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def cookie_name(request: Request, name: str) -> str:
+    """Over HTTPS a cookie is `__Host-NAME` (Secure, Path=/, only this host may set it)."""
+    return f"__Host-{name}" if tls(request) else name
+
+
+def cookie(request: Request, name: str, default: str = "") -> str:
+    return request.cookies.get(cookie_name(request, name), default)
+
+
+def drop_cookie(request: Request, response: Response, name: str) -> None:
+    """Delete cookie `name`, and one of the same name a page of another port may have set
+    for the whole host (which the browser would send too)."""
+    for path in {"/" if tls(request) else COOKIE_PATH, "/"}:
+        response.delete_cookie(cookie_name(request, name), path=path, secure=tls(request))
+
+
+def tab_of(request: Request) -> str:
+    """The tab key the request carries: `X-Perdure-Tab`, or `?tab=` (the event stream)."""
+    return request.headers.get(TAB_HEADER) or request.query_params.get("tab", "")
+
+
+def session_id(request: Request) -> str:
+    """The session cookie's value. A page of another port can toss in a cookie of the same
+    name (another path, sent as well): of several, only the one the request's tab key
+    belongs to counts, and without a key none does (the person signs in again)."""
+    name = cookie_name(request, SESSION_COOKIE) + "="
+    found = [part.strip()[len(name):] for header in request.headers.getlist("cookie")
+             for part in header.split(";") if part.strip().startswith(name)]  # fmt: skip
+    if len(found) <= 1:
+        return found[0] if found else ""
+    tab = tab_of(request)
+    return next((value for value in found if sessions.tab_matches(tab, value)), "")
+
+
 async def principal(request: Request, *, touch: bool = True) -> Principal | None:
     """Who the session cookie is of, or None (no cookie, signed out, expired, token revoked);
     raises TooManyFailures while this address is held back for wrong ones."""
-    session = request.cookies.get(SESSION_COOKIE)
+    session = session_id(request)
     return await sessions.request_holder(request, session, touch=touch) if session else None
+
+
+def tab_ok(request: Request) -> bool:
+    """The request carries the tab key of its session cookie (`X-Perdure-Tab`, or `?tab=`)."""
+    return sessions.tab_matches(tab_of(request), session_id(request))
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as a number if it is ASCII digits only (`"²"` is a digit to `str.isdigit`, not
+    to `int`)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 30 else None
 
 
 def local_path(target: str | None, default: str = "/ui/runs") -> str:
@@ -154,7 +222,7 @@ def csrf_token(request: Request, nonce: str, session: str | None = None) -> str:
     cookies here (browsers do not separate cookies by port) but cannot compute this; it
     outlives a restart of the server, as the session does."""
     if session is None:
-        session = request.cookies.get(SESSION_COOKIE, "")
+        session = session_id(request)
     key: bytes = session.encode() if session else request.app.state.csrf_key
     return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
 
@@ -175,17 +243,16 @@ def same_origin(request: Request) -> bool:
 def csrf_ok(request: Request, form: dict[str, str]) -> bool:
     """The form came from this dashboard: same origin, and its token is the one `csrf_token`
     gives this browser's nonce and session."""
-    nonce, sent = request.cookies.get(CSRF_COOKIE, ""), form.get("csrf", "")
+    nonce, sent = cookie(request, CSRF_COOKIE), form.get("csrf", "")
     if not nonce or not same_origin(request):
         return False
     return secrets.compare_digest(csrf_token(request, nonce).encode(), sent.encode())
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
-    secure = request.url.scheme == "https"
-    response.set_cookie(
-        name, value, max_age=age, path=COOKIE_PATH, httponly=True, samesite="strict", secure=secure
-    )
+    path = "/" if tls(request) else COOKIE_PATH
+    response.set_cookie(cookie_name(request, name), value, max_age=age, path=path, httponly=True,
+                        samesite="strict", secure=tls(request))  # fmt: skip
 
 
 async def render(
@@ -194,12 +261,12 @@ async def render(
     """Render template `name` for `who`, with the CSRF token and any flash message; every
     secret the redactor knows is hidden from the whole page."""
     app: App = request.app.state.perdure
-    nonce = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(24)
+    nonce = cookie(request, CSRF_COOKIE) or secrets.token_hex(24)
     csrf = csrf_token(request, nonce)
     # a live refresh (perdure.js) neither shows nor spends the flash: it belongs to the page
     # a form redirected to, and a refresh fired by the page being left may come first
     refresh = request.headers.get(REFRESH_HEADER) == "1"
-    flash = "" if refresh else unquote(request.cookies.get(FLASH_COOKIE, ""))
+    flash = "" if refresh else unflash(request, cookie(request, FLASH_COOKIE))
     gates = 0
     if who is not None:
         waiting = await app.runtime.store.list_runs(statuses=["waiting"], limit=10_000)
@@ -208,21 +275,34 @@ async def render(
     can = {s: bool(who and who.allows(s)) for s in ("read", "operate", "approve", "admin")}
     html = templates.env.get_template(name).render(
         who=who, can=can, csrf=csrf, flash=flash, gates=gates, path=request.url.path,
-        now=app.clock.now(), **context,
+        now=app.clock.now(), sessions=request.app.state.sessions, **context,
     )  # fmt: skip
     response = HTMLResponse(Redactor().page(html), status_code=status, headers=HEADERS)
-    if nonce != request.cookies.get(CSRF_COOKIE):
+    if nonce != cookie(request, CSRF_COOKIE):
         age = int(request.app.state.sessions.absolute)
         set_cookie(request, response, CSRF_COOKIE, nonce, age)
-    if flash:
-        response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH)
+    if cookie(request, FLASH_COOKIE) and not refresh:
+        drop_cookie(request, response, FLASH_COOKIE)
     return response
+
+
+def flash_mac(request: Request, text: str) -> str:
+    key: bytes = request.app.state.csrf_key
+    return hmac.new(key, b"flash\0" + text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def unflash(request: Request, value: str) -> str:
+    """The message of a flash cookie this server signed; "" for any other (a page of another
+    port of the host can set cookies here, not sign them)."""
+    text, _, mac = unquote(value).rpartition("|")
+    return text if text and secrets.compare_digest(mac, flash_mac(request, text)) else ""
 
 
 def back(request: Request, target: str, message: str) -> Response:
     """303 to `target` (a GET), showing `message` there once."""
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
-    set_cookie(request, response, FLASH_COOKIE, quote(message[:300]), 60)
+    text = message[:300]
+    set_cookie(request, response, FLASH_COOKIE, quote(f"{text}|{flash_mac(request, text)}"), 60)
     return response
 
 
@@ -263,7 +343,7 @@ def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             login = "/ui/login?" + urlencode({"next": local_path(target)})
             response = RedirectResponse(login, status_code=303, headers=HEADERS)
-            response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)  # ended: not sent again
+            drop_cookie(request, response, SESSION_COOKIE)  # ended: not sent again
             return response
         try:
             require(who, "read", "viewing the dashboard")
@@ -291,6 +371,10 @@ def action(handler: Action) -> Callable[[Request], Awaitable[Response]]:
         form = await read_form(request)
         if not csrf_ok(request, form):
             message = "The form is stale or came from another site (CSRF check failed): reload."
+            return await render(request, who, "message.html", 403, title="403", message=message)
+        if not tab_ok(request):
+            message = ("This action did not come from a signed-in dashboard tab (its tab key "
+                       "is missing or wrong): reload the page, or sign in again.")  # fmt: skip
             return await render(request, who, "message.html", 403, title="403", message=message)
         try:
             return await handler(request, app, who, form)
@@ -327,9 +411,14 @@ async def login(request: Request) -> Response:
         error = "That token is not valid (unknown, revoked or mistyped)."
         return await render(request, None, "login.html", 401, target=target, error=error)
     policy: sessions.SessionPolicy = request.app.state.sessions
-    session = await sessions.start(app, who, policy)
+    session, tab = await sessions.start(app, who, policy)
     await record(app, who.name, "session.start", f"token:{who.token_id}", {"via": "dashboard"})
-    response = RedirectResponse(target, status_code=303, headers=HEADERS)
+    # the tab key goes in the fragment: never sent to a server, taken into this origin's
+    # storage and off the address bar by perdure.js
+    location = target.partition("#")[0] + "#tab=" + tab
+    response = RedirectResponse(location, status_code=303, headers=HEADERS)
+    if not tls(request):  # one tossed in from another port for the whole host
+        response.delete_cookie(SESSION_COOKIE, path="/")
     set_cookie(request, response, SESSION_COOKIE, session, int(policy.absolute))
     set_cookie(request, response, CSRF_COOKIE, secrets.token_hex(24), int(policy.absolute))
     return response
@@ -337,11 +426,11 @@ async def login(request: Request) -> Response:
 
 @action
 async def logout(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
-    await sessions.end(app, request.cookies.get(SESSION_COOKIE, ""))
+    await sessions.end(app, session_id(request))
     await record(app, who.name, "session.end", f"token:{who.token_id}", {"via": "dashboard"})
     response = RedirectResponse("/ui/login", status_code=303, headers=HEADERS)
     for name in (SESSION_COOKIE, CSRF_COOKIE):
-        response.delete_cookie(name, path=COOKIE_PATH)
+        drop_cookie(request, response, name)
     return response
 
 
@@ -360,7 +449,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     workflow = query.get("workflow") or None
     search = query.get("q", "").strip()
     page_text = query.get("page", "1")
-    number = min(max(int(page_text) if page_text.isdigit() else 1, 1), MAX_PAGE)
+    number = min(max(whole_number(page_text) or 1, 1), MAX_PAGE)
     start = (number - 1) * PAGE
     wanted = 10_000 if search else start + PAGE + 1
     rows = await app.runtime.store.list_runs(statuses=statuses, workflow=workflow, limit=wanted)
@@ -528,7 +617,8 @@ async def run_action(request: Request, app: App, who: Principal, form: dict[str,
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
     if verb in ("retry", "fail", "probe"):
-        step = int(form["step"]) if form.get("step", "").isdigit() else -1
+        found = whole_number(form.get("step", ""))
+        step = -1 if found is None else found
         options = {"step": step, verb: True}
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
         asked = "its probe asked again" if verb == "probe" else f"{verb} requested"
@@ -768,7 +858,8 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
     how it ended; filtered by target (or run), actor and since (a duration, time or date)."""
     query = request.query_params
     before_text = query.get("before", "")
-    before = min(int(before_text), MAX_ID) if before_text.isdigit() else None
+    found = whole_number(before_text)
+    before = None if found is None else min(found, MAX_ID)
     run = query.get("run") or None
     target = f"run:{run}" if run else query.get("target") or None
     actor = query.get("actor") or None
@@ -812,7 +903,8 @@ async def digest(app: App, run_id: str | None) -> str:
 
 async def stream(request: Request) -> Response:
     """Server-sent events: `change` whenever the digest moves (the page then re-fetches its
-    live parts); a comment every 15 s keeps proxies from closing an idle connection. The
+    live parts); a comment every 15 s keeps proxies from closing an idle connection. It
+    needs the session's tab key as `?tab=` (EventSource sends no headers). The
     session is checked again every `sse.RECHECK` seconds: the stream ends once it does."""
     app: App = request.app.state.perdure
     await app.runtime.open_store()
@@ -822,10 +914,14 @@ async def stream(request: Request) -> Response:
         return Response(f"{exc}\n", 429, {"Retry-After": str(exc.retry_after)}, "text/plain")
     if who is None or not who.allows("read"):
         return Response("sign in first\n", status_code=401, media_type="text/plain")
+    if not tab_ok(request):
+        return Response("this stream needs the tab key of its session (?tab=)\n",
+                        status_code=403, media_type="text/plain")  # fmt: skip
     run_id = request.query_params.get("run") or None
     slots = slots_of(request)
-    if not slots.take():
-        return Response("too many open streams\n", status_code=503, media_type="text/plain")
+    if not slots.take(who.token_id):
+        return Response(busy(slots, who.token_id) + "\n", status_code=503,
+                        media_type="text/plain")  # fmt: skip
 
     async def allowed() -> bool:
         who = await principal(request, touch=False)
@@ -850,7 +946,8 @@ async def stream(request: Request) -> Response:
             await app.runtime.wait_change(STREAM_POLL)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return SlotStream(events(), slots, media_type="text/event-stream", headers=headers)
+    return SlotStream(events(), slots, who.token_id, media_type="text/event-stream",
+                      headers=headers)  # fmt: skip
 
 
 async def home(request: Request) -> Response:

@@ -46,7 +46,7 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         return None
     if not port_text:
         return name, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         return None
     return name, int(port_text)
 

@@ -135,37 +135,48 @@ async def events(
 
 
 class Slots:
-    """The open event streams of one server, at most `most`: a slot is taken when the
-    response is made (never after an await, so two requests cannot both take the last
-    one) and given back when the response ends, however it ends."""
+    """The open event streams of one server, at most `most`, and of one token (its own and
+    its dashboard sessions') at most a quarter of them: a slot is taken when the response
+    is made (never after an await, so two requests cannot both take the last one) and given
+    back when the response ends, however it ends."""
 
     def __init__(self, most: int) -> None:
         self.most = most
+        self.per_owner = max(1, most // 4)
         self.open = 0
+        self.owners: dict[str, int] = {}
 
-    def take(self) -> bool:
-        if self.open >= self.most:
+    def take(self, owner: str = "") -> bool:
+        if self.open >= self.most or self.owners.get(owner, 0) >= self.per_owner:
             return False
         self.open += 1
+        self.owners[owner] = self.owners.get(owner, 0) + 1
         return True
 
-    def give(self) -> None:
+    def give(self, owner: str = "") -> None:
         self.open -= 1
+        left = self.owners.get(owner, 1) - 1
+        if left > 0:
+            self.owners[owner] = left
+        else:
+            self.owners.pop(owner, None)
 
 
 class SlotStream(StreamingResponse):
     """A streaming response that gives its slot back when it ends (the client left, the
     stream finished, or it failed), even if its body never started."""
 
-    def __init__(self, content: AsyncIterator[str], slots: Slots, **options: Any) -> None:
+    def __init__(
+        self, content: AsyncIterator[str], slots: Slots, owner: str = "", **options: Any
+    ) -> None:
         super().__init__(content, **options)
-        self.slots = slots
+        self.slots, self.owner = slots, owner
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.slots.give()
+            self.slots.give(self.owner)
 
 
 def slots_of(request: Request) -> Slots:
@@ -188,6 +199,7 @@ def response(
     after: int,
     allowed: Callable[[], Awaitable[bool]],
     source: Source | None = None,
+    owner: str = "",
 ) -> Response:
     """The streaming response for one client (503 if MAX_STREAMS are already open) of the
     run's status and journal (`events`), or of another `source` (`stream_chunks`);
@@ -196,29 +208,63 @@ def response(
     if request.method == "HEAD":
         return Response(media_type="text/event-stream", headers=headers)
     slots = slots_of(request)
-    if not slots.take():
-        return JSONResponse({"error": f"{slots.most} streams are open; try again later"}, 503)
+    if not slots.take(owner):
+        return JSONResponse({"error": busy(slots, owner)}, 503)
     body = (source or events)(app, run_id, after, allowed)
-    return SlotStream(body, slots, media_type="text/event-stream", headers=headers)
+    return SlotStream(body, slots, owner, media_type="text/event-stream", headers=headers)
 
 
-def _chunk_frame(chunk: StreamChunk) -> str:
-    body = {"seq": chunk.seq, "topic": chunk.topic, "data": chunk.data, "at": chunk.at}
+def busy(slots: Slots, owner: str) -> str:
+    """Why a stream was refused: the server's streams, or this token's share, are taken."""
+    if slots.open >= slots.most:
+        return f"{slots.most} streams are open; try again later"
+    return f"this token has {slots.per_owner} streams open (its share); close one first"
+
+
+def _chunk_frame(chunk: StreamChunk, redactor: Redactor) -> str:
+    body = {"seq": chunk.seq, "topic": chunk.topic, "data": redactor.value(chunk.data),
+            "at": chunk.at}  # fmt: skip
     return _frame(chunk.kind, body, chunk.seq)
 
 
 async def stream_chunks(
     app: App, run_id: str, after: int, allowed: Callable[[], Awaitable[bool]]
 ) -> AsyncGenerator[str, None]:
-    """A run's stream (`perdure.stream`) as SSE: one event per row, its kind as the event
-    name (`chunk`, `attempt`, `retry`, `dropped`), `id:` its offset for Last-Event-ID; `end`
-    once the run is finished and all was sent, or when the credential no longer holds."""
+    """A run's stream (`perdure.stream`) as SSE: one event per row (masked by the
+    redactor), its kind as the event name (`chunk`, `attempt`, `retry`, `dropped`), `id:`
+    its offset for Last-Event-ID; `end` once the run is finished and all was sent, after
+    MAX_AGE seconds (the client reconnects), or once the credential no longer holds, which
+    is asked every RECHECK seconds whether rows come or not."""
+    loop = asyncio.get_running_loop()
     check = Recheck(allowed)
+    redactor = Redactor()
+    rows = follow(app.client, run_id, after)
+    started = loop.time()
+    pending: asyncio.Future[StreamChunk] | None = None
     yield "retry: 2000\n\n"
-    async for chunk in follow(app.client, run_id, after):
-        if not await check.still():
-            yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
-            return
-        yield _chunk_frame(chunk)
+    try:
+        while True:
+            if not await check.still():
+                yield _frame("end", {"run_id": run_id, "status": None, "reason": REVOKED})
+                return
+            if loop.time() - started > MAX_AGE:
+                yield _frame("end", {"run_id": run_id, "status": None, "reason": "max age"})
+                return
+            if pending is None:
+                pending = asyncio.ensure_future(anext(rows))
+            done, _ = await asyncio.wait({pending}, timeout=RECHECK)
+            if not done:
+                continue  # nothing new: ask about the credential again
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                break
+            pending = None
+            yield _chunk_frame(chunk, redactor)
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
     run = await app.runtime.store.get_run(run_id)
     yield _frame("end", {"run_id": run_id, "status": run.status if run else None})

@@ -1,10 +1,13 @@
 """Failed sign-ins are limited per client address: after `MOST_FAILURES` wrong credentials in
-`WINDOW` seconds the address is answered 429 until the oldest failure ages out.
+`WINDOW` seconds a wrong one from the address is answered 429 until the oldest failure
+ages out.
 
-A credential that was valid before (the real token or session of someone on the same
-address) still goes through while its address is held back, so guessing cannot lock
-out the people who hold one; a request that presents no credential is no guess and is
-not counted.
+A valid credential is never refused: it is checked (one indexed look-up of its hash) and
+goes through while its address is held back, whether or not this process has seen it
+before, so guessing from an address (or a proxy's, or a shared NAT's) cannot lock out
+the people who hold one; a request that presents no credential is no guess and is not
+counted. The client address is the one that connected, unless the server was told to
+believe a proxy's `X-Forwarded-For` (`--trusted-proxy`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ..errors import PerdureError
 
 MOST_FAILURES = 20  # wrong credentials per address per window
 WINDOW = 60.0  # seconds
-REMEMBERED = 10_000  # addresses with recent failures, and credentials known valid, kept
+REMEMBERED = 10_000  # addresses with recent failures kept
 T = TypeVar("T")
 
 
@@ -33,8 +36,8 @@ class TooManyFailures(PerdureError):
 
 
 class Throttle:
-    """Per-address failures in a sliding window, and the credentials lately seen valid
-    (by hash); both bounded so a flood of addresses or guesses cannot grow them."""
+    """Per-address failures in a sliding window, bounded so a flood of addresses or guesses
+    cannot grow them."""
 
     def __init__(
         self,
@@ -44,12 +47,11 @@ class Throttle:
     ) -> None:
         self.most, self.window, self.clock = most, window, clock
         self.failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self.known: OrderedDict[str, None] = OrderedDict()
 
-    def wait(self, address: str, credential: str) -> float:
-        """Seconds `address` must wait before `credential` (a hash) is checked; 0: go on."""
+    def wait(self, address: str) -> float:
+        """Seconds before a wrong credential from `address` is answered 401 again; 0: now."""
         recent = self.failures.get(address)
-        if recent is None or credential in self.known:
+        if recent is None:
             return 0.0
         now = self.clock()
         while recent and recent[0] <= now - self.window:
@@ -65,23 +67,13 @@ class Throttle:
         if len(self.failures) > REMEMBERED:
             self.failures.popitem(last=False)
 
-    def passed(self, credential: str) -> None:
-        self.known.pop(credential, None)
-        self.known[credential] = None
-        if len(self.known) > REMEMBERED:
-            self.known.popitem(last=False)
-
-    async def check(
-        self, address: str, credential: str, verify: Callable[[], Awaitable[T | None]]
-    ) -> T | None:
-        """`verify()`'s answer for `credential` (a hash) from `address`, counted; raises
-        TooManyFailures instead of verifying while the address is held back."""
-        wait = self.wait(address, credential)
-        if wait > 0:
-            raise TooManyFailures(wait)
+    async def check(self, address: str, verify: Callable[[], Awaitable[T | None]]) -> T | None:
+        """`verify()`'s answer for a credential from `address`; a wrong one is counted, and
+        raises TooManyFailures while the address is held back (a valid one never does)."""
         found = await verify()
         if found is None:
+            wait = self.wait(address)
+            if wait > 0:
+                raise TooManyFailures(wait)
             self.failed(address)
-        else:
-            self.passed(credential)
         return found

@@ -42,6 +42,7 @@ from starlette.routing import Match, Route
 from starlette.types import Scope
 
 from ..errors import ConfigError
+from ..nesting import nested_message, too_deep
 from ..store.base import ALL_STATUSES, RunRow, Store
 from ..store.names import (
     MAX_NAME,
@@ -354,10 +355,12 @@ async def parse_body(request: Request, model: type[M]) -> M:
                 raise BadInput(400, f"body is not JSON: {exc}", "body") from None
         if not isinstance(data, dict):
             raise BadInput(422, f"body must be a JSON object, not {type(data).__name__}", "body")
+        if too_deep(data):
+            raise BadInput(400, nested_message("body"), "body")
         for key, value in data.items():
             _check_strings(value, str(key))
     except RecursionError:  # JSON nested thousands deep: the client's fault, never a 500
-        raise BadInput(400, "body is nested too deeply", "body") from None
+        raise BadInput(400, nested_message("body"), "body") from None
     try:
         body = model.model_validate(data)
     except ValidationError as exc:

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse
 
 from ..app import App
 from ..errors import ConfigError, PayloadError, StoreUnavailable
+from ..nesting import nested_message, too_deep
 from ..triggers.webhooks import DeliveryRefused, Webhook, deliver
 
 log = logging.getLogger("perdure.server")
@@ -83,11 +84,13 @@ async def _receive(app: App, hook: Webhook, request: Request) -> JSONResponse:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise Refused(400, f"body is not JSON ({exc})") from None
     except RecursionError:  # nested thousands deep: the sender's fault, never a 500
-        raise Refused(400, "body is nested too deeply") from None
+        raise Refused(400, nested_message("body")) from None
+    if too_deep(payload):  # else a run nobody could inspect
+        raise Refused(400, nested_message("body"))
     try:
         delivery = await deliver(app.runtime, hook, delivery_id, payload)
     except RecursionError:
-        raise Refused(400, "body is nested too deeply") from None
+        raise Refused(400, nested_message("body")) from None
     except PayloadError as exc:
         raise Refused(400, str(exc)) from None
     except ConfigError as exc:

@@ -84,7 +84,7 @@ class PostgresStore(ThreadedStore):
         self.db_errors = (psycopg.Error,)
         self.pooler = pooler
         size = options.get("pool_size", str(POOL_SIZE))
-        if not size.isdigit() or int(size) < 1:
+        if not (size.isascii() and size.isdigit()) or int(size) < 1:
             raise ConfigError(f"pool_size={size!r}: use a whole number of connections, 1 or more")
         # 1: the store thread only (workers poll); 2: and LISTEN; 3 or more: and direct writes
         self.pool_size = int(size)

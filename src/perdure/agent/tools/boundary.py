@@ -7,6 +7,11 @@ error and never executed.
 Paths are checked twice: lexically (`..` may not climb out of a root) and on the
 real, symlink-resolved path of the target and of every existing component on the
 way to it, so a symlink inside a root that points outside gives nothing away.
+
+No path with a `.git` component is read or written, whatever the roots: a repository's
+`.git` holds its configuration and hooks, which run commands (`core.fsmonitor`, hooks,
+filters) the next time git runs there, perdure's own workspace commit included; a
+write root over it would equal granting every command.
 """
 
 from __future__ import annotations
@@ -112,6 +117,9 @@ class Boundary:
             raise ToolRefused(f"{verb} {path!r}: no paths are granted for {verb}ing")
         candidate = Path(path) if os.path.isabs(path) else self.workdir / path
         lexical = Path(os.path.normpath(candidate))
+        if _in_git_dir(lexical) or _in_git_dir(Path(os.path.realpath(candidate))):
+            raise ToolRefused(f"{verb} {path!r}: paths in a repository's .git are never "
+                              "granted (its config and hooks run commands)")  # fmt: skip
         live = [r for r in roots if r.is_dir()]
         real_roots = [Path(os.path.realpath(r)) for r in live]
         # Every refusal names the path as resolved and the roots it was checked against,
@@ -198,6 +206,35 @@ class Boundary:
             raise ToolRefused(f"url {url!r}: IP addresses are refused unless allowlisted")
         allowed = ", ".join(h if p is None else f"{h}:{p}" for h, p in self.hosts) or "none"
         raise ToolRefused(f"url {url!r}: host {host!r} is not allowed (allowed: {allowed})")
+
+
+def read_no_links(path: Path) -> bytes:
+    """The bytes of the file at the absolute `path`, opened one component at a time from
+    `/` without following any symbolic link (`O_NOFOLLOW`, each directory from its parent's
+    descriptor): a path checked by `Boundary.resolve_read` (which gives a real path) then
+    swapped, wholly or in part, for a link to somewhere else raises OSError (ELOOP or
+    ENOTDIR) instead of being read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    parts = path.parts
+    if not path.is_absolute() or len(parts) < 2:
+        raise OSError(22, "not an absolute path to a file", str(path))
+    folder = os.open(parts[0], flags | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for part in parts[1:-1]:
+            inner = os.open(part, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        handle = os.open(parts[-1], flags, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with os.fdopen(handle, "rb") as opened:
+        return opened.read()
+
+
+def _in_git_dir(path: Path) -> bool:
+    """`path` has a `.git` component (any case: some file systems ignore it; a trailing dot
+    or space too: Windows drops them)."""
+    return any(part.casefold().rstrip(". ") == ".git" for part in path.parts)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+    authorization_context,
+)
 from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
@@ -46,7 +51,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ...engine.worker import Worker, WorkerOptions
-from ..access import address_of, authenticate, digest
+from ..access import address_of, authenticate
 from ..hosts import AllowedHosts, HostCheck, hosts_for
 from ..operations import Forbidden
 from ..throttle import Throttle, TooManyFailures
@@ -81,8 +86,8 @@ class StoreTokens:
 
 class ThrottledBearer(BearerAuthBackend):
     """The SDK's bearer check, with wrong tokens limited per client address as the HTTP
-    API limits them (`Throttle`): 429 while an address is held back; a token that worked
-    before still goes through."""
+    API limits them (`Throttle`): a wrong one gets 429 while an address is held back; a
+    valid token always goes through."""
 
     def __init__(self, verifier: StoreTokens, throttle: Throttle) -> None:
         super().__init__(verifier)
@@ -95,7 +100,7 @@ class ThrottledBearer(BearerAuthBackend):
         verify = super().authenticate
         try:
             found: tuple[AuthCredentials, BaseUser] | None = await self.throttle.check(
-                address_of(conn), digest(header[7:].strip()), lambda: verify(conn)
+                address_of(conn), lambda: verify(conn)
             )
         except TooManyFailures as exc:
             raise HeldBack(exc) from None
@@ -166,13 +171,21 @@ class Revisions:
             await self._stateless(scope, receive, send, message, version)
             return
         session = headers.get(MCP_SESSION_ID_HEADER)
-        if method == "tasks/get" and session is not None and self._live(session):
+        if method == "tasks/get" and session is not None and self._live(session, scope):
             await self._get_task(scope, receive, send, message, session)
             return
         await self.manager.handle_request(scope, _replay(body, receive), send)
 
-    def _live(self, session: str) -> bool:
-        return session in getattr(self.manager, "_server_instances", {})
+    def _live(self, session: str, scope: Scope) -> bool:
+        """`session` is open and the request's credential opened it (else the SDK answers
+        404, as for a session that does not exist)."""
+        if session not in getattr(self.manager, "_server_instances", {}):
+            return False
+        user = scope.get("user")
+        if not isinstance(user, AuthenticatedUser):
+            return False
+        owners: dict[str, Any] = getattr(self.manager, "_session_owners", {})
+        return owners.get(session) == authorization_context(user)
 
     async def _get_task(
         self, scope: Scope, receive: Receive, send: Send, message: dict[str, Any], session: str

@@ -1,12 +1,44 @@
-// perdure dashboard: live updates over server-sent events, and confirmations. No library.
+// perdure dashboard: live updates over server-sent events, confirmations, and the session's
+// tab key. No library.
 (function () {
   "use strict";
 
-  // Buttons with data-confirm ask first (cancel a run, retry a step, ...).
+  // The tab key: sign-in puts it in the address's fragment (never sent to a server); it is
+  // kept in this origin's storage, which pages of other ports of the host cannot read (they
+  // do get the session cookie), and sent with every action and the event stream.
+  var KEY = "perdure-tab";
+  if (window.location.hash.indexOf("#tab=") === 0) {
+    window.localStorage.setItem(KEY, window.location.hash.slice(5));
+    window.history.replaceState(null, "", window.location.pathname + window.location.search);
+  }
+  var tab = window.localStorage.getItem(KEY) || "";
+
+  // Buttons with data-confirm ask first (cancel a run, retry a step, ...). Every form but the
+  // sign-in one is sent with the tab key, then the page it leads to is shown.
   document.addEventListener("submit", function (event) {
     var button = event.submitter;
     var question = button && button.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) event.preventDefault();
+    if (question && !window.confirm(question)) { event.preventDefault(); return; }
+    var form = event.target;
+    // getAttribute: a field named "action" or "method" shadows the form's own properties
+    var action = new URL(form.getAttribute("action") || "", window.location.href);
+    var method = (form.getAttribute("method") || "get").toLowerCase();
+    if (method !== "post" || action.pathname === "/ui/login") return;
+    if (action.pathname === "/ui/logout") window.localStorage.removeItem(KEY);
+    event.preventDefault();
+    var body = new URLSearchParams(new FormData(form, button || undefined));
+    // marked as a refresh: the page a redirect leads to keeps its flash for the load below
+    fetch(action.href, {
+      method: "POST", body: body, credentials: "same-origin", cache: "no-store",
+      headers: { "X-Perdure-Tab": tab, "X-Perdure-Refresh": "1" },
+    })
+      .then(function (response) {
+        if (response.redirected) { window.location.assign(response.url); return; }
+        return response.text().then(function (html) {
+          document.open(); document.write(html); document.close();
+        });
+      })
+      .catch(function () { window.location.reload(); });
   });
 
   var regions = document.querySelectorAll("[data-live]");
@@ -65,7 +97,8 @@
   }
 
   var run = document.body.getAttribute("data-run");
-  var source = new EventSource("/ui/stream" + (run ? "?run=" + encodeURIComponent(run) : ""));
+  var query = "?tab=" + encodeURIComponent(tab) + (run ? "&run=" + encodeURIComponent(run) : "");
+  var source = new EventSource("/ui/stream" + query);
   source.onopen = function () { badge.className = "live on"; badge.title = "live updates: on"; };
   source.onerror = function () { badge.className = "live off"; badge.title = "live updates: reconnecting"; };
   source.addEventListener("change", refresh);
