@@ -189,7 +189,8 @@ def test_a_renamed_agent_is_a_non_determinism_error_at_its_first_step(
     finally:
         fresh.close()
     message = json.loads(run.error or "{}").get("message", "")
-    assert run.status == "failed" and "at position 0" in message, message
+    # a deploy never fails the run (issue 36): it waits for a worker of its code version
+    assert run.status == "needs_attention" and "at position 0" in message, message
     assert "agents.refunds.model" in message and "agents.helpdesk.model" in message, message
 
 
