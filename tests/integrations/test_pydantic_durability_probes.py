@@ -1,0 +1,197 @@
+"""Probes of tools run through PerdureDurability: `tool_probes=`, `@perdure_tool(effect=
+"once", probe=...)` and tool metadata `{"perdure": {"probe": ...}}`. A real pydantic-ai Agent
+(FunctionModel, scripted) with `capabilities=[PerdureDurability(app)]` in a perdure
+workflow; a crash inside the once refund tool: recovery asks the probe with the call's own
+arguments: done settles the call with the probe's value (the tool not run again), not done
+runs it again, cannot tell parks the run with the probe's answer in the reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from extras_needed import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import perdure
+from crash_steps import crash_after, recover
+from perdure import ProbeAnswer
+from perdure.agent.tool_probes import INTERRUPTED
+from perdure.errors import ConfigError
+from perdure.integrations.pydantic_ai import perdure_tool
+from perdure.integrations.pydantic_durability import PerdureDurability
+from perdure.testing import TestClock
+
+REFUND = "shop__function_toolset__<agent>.call_tool:issue_refund"
+
+
+class Ledger:
+    """The payment system the refund tool pays through and the probe reads."""
+
+    def __init__(self) -> None:
+        self.refunds: dict[str, list[str]] = {}
+        self.calls = 0  # how often the refund tool's body ran
+        self.asked: list[dict[str, Any]] = []  # each probe call's arguments
+        self.cannot_tell = False
+
+    def refund(self, order: str, amount: float) -> str:
+        self.calls += 1
+        refund_id = f"rf-{order}-{self.calls}"
+        self.refunds.setdefault(order, []).append(refund_id)
+        return f"refunded {amount:g} as {refund_id}"
+
+    async def find(self, order: str, amount: float) -> ProbeAnswer:
+        self.asked.append({"order": order, "amount": amount})
+        if self.cannot_tell:
+            return ProbeAnswer.cannot_tell("the payment API answers 503")
+        found = self.refunds.get(order)
+        if found:
+            return ProbeAnswer.done(f"refunded {amount:g} as {found[0]}")
+        return ProbeAnswer.not_done()
+
+
+class Script:
+    """A FunctionModel script: refund order o42 once, then answer with the tool's result."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        returns = [p for m in messages for p in getattr(m, "parts", [])
+                   if p.part_kind == "tool-return"]  # fmt: skip
+        if not returns:
+            part = ToolCallPart("issue_refund", {"order": "o42", "amount": 12.5}, "c1")
+            return ModelResponse(parts=[part])
+        return ModelResponse(parts=[TextPart(f"done: {returns[0].content}")])
+
+
+def shop(
+    app: perdure.App,
+    ledger: Ledger,
+    *,
+    declare: str = "perdure_tool",
+    pays_before_the_crash: bool = False,
+    probe: Any = None,
+) -> Any:
+    """The refund agent's workflow; the refund's probe declared by `declare`: on the tool
+    (`perdure_tool`), in `tool_probes`, or in the tool's metadata. `pays_before_the_crash`:
+    the refund pays before crash_after kills the worker."""
+    probe = probe if probe is not None else ledger.find
+    mapping = {"issue_refund": probe} if declare == "tool_probes" else None
+    durability = PerdureDurability(app, tool_probes=mapping)
+    agent: Any = Agent(FunctionModel(Script()), name="shop", capabilities=[durability])
+
+    def issue_refund(order: str, amount: float) -> str:
+        """Refund an order."""
+        return ledger.refund(order, amount)
+
+    if declare == "perdure_tool":
+        agent.tool_plain(perdure_tool(effect="once", probe=probe)(issue_refund))
+    elif declare == "metadata":
+        agent.tool_plain(metadata={"perdure": {"effect": "once", "probe": probe}})(issue_refund)
+    else:
+        agent.tool_plain(issue_refund)
+    if pays_before_the_crash:
+        ledger.refund("o42", 12.5)  # the world as the killed attempt left it: paid
+
+    @app.workflow(name="shop")
+    async def run_agent(prompt: str) -> Any:
+        return (await agent.run(prompt)).output
+
+    return run_agent
+
+
+def probed(app: perdure.App, run_id: str) -> list[dict[str, Any]]:
+    """The journaled probe answers of the run."""
+    return [json.loads(e.data or "{}") for e in app.journal(run_id) if e.kind == "step.probed"]
+
+
+def reason(app: perdure.App, run_id: str) -> str:
+    """The reason the run's last parked step gives."""
+    parked = [e for e in app.journal(run_id) if e.kind == "step.needs_attention"]
+    return str(json.loads(parked[-1].data or "{}")["reason"])
+
+
+@pytest.mark.parametrize("declare", ["perdure_tool", "tool_probes", "metadata"])
+def test_a_refund_paid_before_the_crash_is_settled_by_its_probe(
+    app: perdure.App, clock: TestClock, declare: str
+) -> None:
+    """The refund paid, the worker killed before its outcome was journaled: recovery asks
+    the probe with the call's arguments, which finds the refund; the tool is not run again,
+    the probe's value is recorded as the call's outcome and the model reads it."""
+    ledger = Ledger()
+    workflow = shop(app, ledger, declare=declare, pays_before_the_crash=True)
+    handle = app.start(workflow, "refund order o42", run_id="paid")
+    recover(app, clock, crash_after(app, REFUND))
+
+    assert handle.result(1) == "done: refunded 12.5 as rf-o42-1"
+    assert ledger.calls == 1 and ledger.refunds == {"o42": ["rf-o42-1"]}
+    assert ledger.asked == [{"order": "o42", "amount": 12.5}]
+    [answer] = probed(app, "paid")
+    assert answer["answer"] == "done" and answer["probe"].endswith("Ledger.find")
+    [outcome] = [e for e in app.journal("paid") if e.kind == "step.outcome" and e.name == REFUND]
+    assert json.loads(outcome.data or "{}")["value"] == {
+        "kind": "tool_return", "result": "refunded 12.5 as rf-o42-1"
+    }  # fmt: skip
+
+
+def test_a_refund_cut_before_paying_runs_again(app: perdure.App, clock: TestClock) -> None:
+    """Cut off before paying: the probe says not done, the refund runs again (once) and the
+    run completes with exactly one refund."""
+    ledger = Ledger()
+    handle = app.start(shop(app, ledger), "refund order o42", run_id="again")
+    recover(app, clock, crash_after(app, REFUND))
+
+    assert handle.result(1) == "done: refunded 12.5 as rf-o42-1"
+    assert ledger.calls == 1 and ledger.refunds == {"o42": ["rf-o42-1"]}
+    assert [a["answer"] for a in probed(app, "again")] == ["not_done"]
+
+
+def test_a_probe_that_cannot_tell_parks_with_its_answer(app: perdure.App, clock: TestClock) -> None:
+    """A probe that cannot tell parks the run in needs_attention with its answer in the
+    reason; the refund is not run."""
+    ledger = Ledger()
+    ledger.cannot_tell = True
+    handle = app.start(shop(app, ledger, declare="tool_probes"), "refund order o42", run_id="p")
+    recover(app, clock, crash_after(app, REFUND))
+
+    assert app.get_run(handle.id).status == "needs_attention"
+    assert ledger.calls == 0 and ledger.asked == [{"order": "o42", "amount": 12.5}]
+    assert "cannot tell (the payment API answers 503)" in reason(app, "p")
+
+
+@pytest.mark.parametrize("declare", ["perdure_tool", "tool_probes"])
+def test_tell_model_settles_the_cut_call_with_an_interrupted_result(
+    app: perdure.App, clock: TestClock, declare: str
+) -> None:
+    """`probe="tell_model"` (opt-in): the cut-off refund is not run again and the run does
+    not park; the model reads a tool result saying the call was cut off, outcome unknown."""
+    ledger = Ledger()
+    workflow = shop(app, ledger, declare=declare, probe="tell_model")
+    handle = app.start(workflow, "refund order o42", run_id="told")
+    recover(app, clock, crash_after(app, REFUND))
+
+    assert handle.result(1) == "done: " + INTERRUPTED.format(tool="issue_refund")
+    assert ledger.calls == 0
+    [answer] = probed(app, "told")
+    assert answer["probe"] == "tell_model" and "outcome unknown" in answer["reason"]
+
+
+def test_a_probe_on_a_tool_that_is_not_once_is_one_config_error(app: perdure.App) -> None:
+    """A probe in `tool_probes` for a tool declared `read`, or one that is not a function
+    nor "tell_model", is one ConfigError when the capability is built."""
+    ledger = Ledger()
+    with pytest.raises(ConfigError, match="a probe is for once tools, this one is 'read'"):
+        PerdureDurability(
+            app, tool_effects={"issue_refund": "read"}, tool_probes={"issue_refund": ledger.find}
+        )
+    with pytest.raises(ConfigError, match="is not a function"):
+        PerdureDurability(app, tool_probes={"issue_refund": "find"})  # type: ignore[dict-item]
