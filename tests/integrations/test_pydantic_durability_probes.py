@@ -27,7 +27,7 @@ from perdure.agent.tool_probes import INTERRUPTED
 from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import perdure_tool
 from perdure.integrations.pydantic_durability import PerdureDurability
-from perdure.testing import TestClock
+from perdure.testing import TestClock, TestWorker
 
 REFUND = "shop__function_toolset__<agent>.call_tool:issue_refund"
 
@@ -126,7 +126,8 @@ def test_a_refund_paid_before_the_crash_is_settled_by_its_probe(
 ) -> None:
     """The refund paid, the worker killed before its outcome was journaled: recovery asks
     the probe with the call's arguments, which finds the refund; the tool is not run again,
-    the probe's value is recorded as the call's outcome and the model reads it."""
+    the probe's value is recorded as the call's outcome and the model reads it; the call's
+    arguments reach the probe but are not journaled with the tool's step."""
     ledger = Ledger()
     workflow = shop(app, ledger, declare=declare, pays_before_the_crash=True)
     handle = app.start(workflow, "refund order o42", run_id="paid")
@@ -141,6 +142,7 @@ def test_a_refund_paid_before_the_crash_is_settled_by_its_probe(
     assert json.loads(outcome.data or "{}")["value"] == {
         "kind": "tool_return", "result": "refunded 12.5 as rf-o42-1"
     }  # fmt: skip
+    assert not [e for e in app.journal("paid") if e.name == REFUND and "amount" in (e.data or "")]
 
 
 def test_a_refund_cut_before_paying_runs_again(app: perdure.App, clock: TestClock) -> None:
@@ -195,3 +197,26 @@ def test_a_probe_on_a_tool_that_is_not_once_is_one_config_error(app: perdure.App
         )
     with pytest.raises(ConfigError, match="is not a function"):
         PerdureDurability(app, tool_probes={"issue_refund": "find"})  # type: ignore[dict-item]
+
+
+def test_a_metadata_probe_on_a_read_tool_is_one_config_error(app: perdure.App) -> None:
+    """Tool metadata `{"perdure": {"effect": "read", "probe": ...}}` is one ConfigError
+    naming the tool, the refund not run."""
+    ledger = Ledger()
+    agent: Any = Agent(FunctionModel(Script()), name="shop", capabilities=[PerdureDurability(app)])
+
+    @agent.tool_plain(metadata={"perdure": {"effect": "read", "probe": ledger.find}})
+    def issue_refund(order: str, amount: float) -> str:
+        """Refund an order."""
+        return ledger.refund(order, amount)
+
+    @app.workflow(name="shop")
+    async def run_agent(prompt: str) -> Any:
+        return (await agent.run(prompt)).output
+
+    handle = app.start(run_agent, "refund order o42")
+    TestWorker(app).run_until_idle()
+    run = app.get_run(handle.id)
+    assert run.status == "failed", run.status
+    assert "tool 'issue_refund': a probe is for once tools, this one is 'read'" in str(run.error)
+    assert ledger.calls == 0
