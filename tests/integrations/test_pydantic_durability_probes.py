@@ -8,6 +8,9 @@ runs it again, cannot tell parks the run with the probe's answer in the reason."
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from extras_needed import needs
 
 pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
 
+from crashes import app_module, kill_all, worker_process
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -28,6 +32,7 @@ from perdure.errors import ConfigError
 from perdure.integrations.pydantic_ai import perdure_tool
 from perdure.integrations.pydantic_durability import PerdureDurability
 from perdure.testing import TestClock, TestWorker
+from waits import wait_for
 
 REFUND = "shop__function_toolset__<agent>.call_tool:issue_refund"
 
@@ -220,3 +225,36 @@ def test_a_metadata_probe_on_a_read_tool_is_one_config_error(app: perdure.App) -
     assert run.status == "failed", run.status
     assert "tool 'issue_refund': a probe is for once tools, this one is 'read'" in str(run.error)
     assert ledger.calls == 0
+
+
+@pytest.mark.slow
+def test_a_worker_killed_after_the_refund_paid_is_settled_by_the_probe(
+    tmp_path: Path, store_url: str
+) -> None:
+    """`kill -9` of a real `perdure worker` after the once refund paid, before its outcome:
+    a new worker asks the probe (which finds the payment in the ledger), records its value
+    as the tool's output and finishes the run; the refund is paid once, the recorded model
+    response not requested again."""
+    mod = app_module("pydantic_durability_probes_app")
+    url, ledger, log = store_url, tmp_path / "ledger", tmp_path / "log"
+    ledger.touch()
+    env = {"PAI_LEDGER": str(ledger)}
+    client = perdure.App(url)
+    workflow = mod.register(client)
+    lines = lambda: ledger.read_text().split()  # noqa: E731
+    first = worker_process("pydantic_durability_probes_app:app", url, env, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        handle = client.start(workflow, "refund order 42", run_id="refund-42")
+        wait_for("the refund to pay", lambda: "paid-42" in lines(), log, timeout=120)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        assert lines() == ["model", "paid-42"]  # killed inside the refund, after paying
+        second = worker_process("pydantic_durability_probes_app:app", url, env, log)
+        assert handle.result(120) == "done: refunded 42 (found by the probe)"
+        assert lines() == ["model", "paid-42", "probe", "model"]
+        [answer] = probed(client, handle.id)
+        assert answer["answer"] == "done"
+    finally:
+        kill_all(first, second)
+        client.close()
