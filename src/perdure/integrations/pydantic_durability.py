@@ -12,7 +12,9 @@ one perdure step, named by pydantic-ai's `JournalOperationNamer` (an MCP tool ca
 tool too; persisted names, pinned by tests/integrations/test_pydantic_durability_names.py):
 each model request (`keyed`, committed before the loop goes on, reserved against the agent's
 budgets first), each tool call (the tool's declared effect: `tool_effects=`,
-`@perdure_tool`, tool metadata `{"perdure": {"effect": ...}}`, its toolset's, else `once`),
+`@perdure_tool`, tool metadata `{"perdure": {"effect": ...}}`, its toolset's, else `once`;
+a `once` tool's probe from `tool_probes=`, `@perdure_tool(probe=)` or the metadata's
+`"probe"`, asked with the call's arguments by recovery: integrations/tool_probes.py),
 each MCP discovery (`read`), and each model call a capability makes from a hook
 (`@durable_operation` methods, compaction): a recorded answer is replayed, never asked (nor
 billed) again. Deferred tool calls (`requires_approval=True`, `ApprovalRequired`,
@@ -22,7 +24,8 @@ durable timer. Outside a workflow the agent runs as a plain pydantic-ai agent.
 The backend is a `CallableOperationBackend`: a perdure step is a callback run at the run's
 next journal position, registered on first use, so nothing has to be registered before a
 worker starts. Step outcomes are JSON (`JSON_CODEC`); a step's arguments are never
-journaled, so a model step records the response, not the whole conversation it was sent.
+journaled, so a model step records the response, not the whole conversation it was sent
+(a tool step takes the call's arguments too, for its probe, and journals only its result).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from ..agent.spec import BudgetSpec, Price
+from ..agent.tool_probes import TELL_MODEL
 from ..engine import durable
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
@@ -44,6 +48,7 @@ from .budget import ModelBudget, call_within_budget, reserved
 from .gates import Gates
 from .replay import check_tools
 from .streaming import write_event
+from .tool_probes import step_probe
 
 require_extra("pydantic-ai", "perdure.integrations.pydantic_durability")
 
@@ -84,8 +89,9 @@ from pydantic_ai.tools import (  # noqa: E402
     ToolDenied,
 )
 from pydantic_ai.toolsets import FunctionToolset, ToolsetTool  # noqa: E402
+from pydantic_core import to_jsonable_python  # noqa: E402
 
-from .pydantic_ai import EFFECT_ATTR  # noqa: E402
+from .pydantic_ai import EFFECT_ATTR, PROBE_ATTR  # noqa: E402
 
 if TYPE_CHECKING:
     from ..app import App
@@ -100,13 +106,15 @@ _MODEL_EVENTS = (PartStartEvent, PartDeltaEvent, PartEndEvent)
 
 class StepConfig(TypedDict, total=False):
     """How one operation's perdure step is registered (a tool's `{"perdure": {...}}` metadata
-    overrides keys of it): its effect, retry policy, per-attempt timeout, and whether its
-    outcome is committed before the workflow goes on."""
+    overrides keys of it): its effect, retry policy, per-attempt timeout, whether its
+    outcome is committed before the workflow goes on, and a `once` tool's probe (a function
+    called with the call's arguments, or "tell_model")."""
 
     effect: Effect
     retry: Retry
     timeout: float
     commit: bool
+    probe: Callable[..., Any] | str
 
 
 def _payload_error(exc: Exception) -> BaseException:
@@ -114,9 +122,23 @@ def _payload_error(exc: Exception) -> BaseException:
     return PayloadError(f"a pydantic-ai value is not JSON, so perdure cannot journal it: {exc}")
 
 
-async def _unit(body: Callable[[], Awaitable[object]]) -> Any:
-    """Every operation's step: run pydantic-ai's encoded body (its outcome is the payload)."""
+async def _unit(body: Callable[[], Awaitable[object]], tool_args: object = None) -> Any:
+    """Every operation's step: run pydantic-ai's encoded body (its outcome is the payload).
+    A tool call's step is also given the call's arguments (never journaled): its probe is
+    asked with them."""
     return await body()
+
+
+def _tool_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, Any]:
+    """A tool call's arguments, from its step's (`_unit`'s) own."""
+    found = kwargs.get("tool_args", args[1] if len(args) > 1 else None)
+    return found if isinstance(found, Mapping) else {}
+
+
+def _tool_return(value: Any) -> dict[str, Any]:
+    """A probe's `done` value (what the tool would have returned) as a tool step journals
+    it: pydantic-ai's encoded tool return."""
+    return {"kind": "tool_return", "result": to_jsonable_python(value)}
 
 
 class PerdureOperationNamer(JournalOperationNamer):
@@ -162,8 +184,9 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
         info = _step_info.get()
         return 1 if info is None else info.attempt
 
-    def step(self, name: str, config: StepConfig) -> Step[..., Any]:
-        """The perdure step `name` (registered the first time it runs)."""
+    def step(self, name: str, config: StepConfig, tool: str | None = None) -> Step[..., Any]:
+        """The perdure step `name` (registered the first time it runs; `tool`: the name of
+        the tool it calls, if it calls one)."""
         found = self._steps.get(name)
         if found is None:
             effect = config.get("effect", "once")
@@ -173,12 +196,16 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
                     f"step {name!r} is registered with effect {known.effect!r}, "
                     f"not {effect!r}: two agents with one name? give one another name"
                 )
+            probe = config.get("probe")
             found = self.app.step(
                 name=name,
                 effect=effect,
                 retry=config.get("retry"),
                 timeout=config.get("timeout"),
                 commit=config.get("commit", False),
+                probe=None
+                if probe is None
+                else step_probe(name, probe, _tool_args, _tool_return, tool=tool),
             )(_unit)
             self._steps[name] = found
         return found
@@ -192,13 +219,17 @@ class PerdureOperationBackend(CallableOperationBackend[StepConfig]):
         cache_key: tuple[object, ...],
         config: StepConfig,
     ) -> object:
-        step = self.step(name, config)
+        calls_tool = isinstance(operation_id, ToolsetCallToolId) and len(cache_key) > 1
+        step = self.step(name, config, str(cache_key[0]) if calls_tool else None)
         if current() is None:  # not in a workflow: a plain call
             return await body()
         if isinstance(operation_id, ModelRequestId):
             return await self._model_request(step, name, body, cache_key)
-        outcome = await step(body)
-        if isinstance(operation_id, ToolsetCallToolId) and not _tool_payload(outcome):
+        if not calls_tool:
+            return await step(body)
+        # the call's arguments reach the step (not its journal): its probe is asked with them
+        outcome = await step(body, cache_key[1])
+        if not _tool_payload(outcome):
             # an operator resolved the step with the tool's output, as it is
             return {"kind": "tool_return", "result": outcome}
         return outcome
@@ -250,6 +281,10 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         app: the perdure App the steps are registered on (its workflows run the agent).
         name: the agent's durable identity (default: the agent's `name`); it names its steps.
         tool_effects: effect per tool name (`{"lookup_order": "read"}`).
+        tool_probes: probe per `once` tool name (`{"issue_refund": find_refund}`): recovery
+            asks it, with the cut-off call's arguments, whether the call took effect (a
+            `perdure.ProbeAnswer`), or "tell_model"; wins over `@perdure_tool(probe=)`, tool
+            metadata `{"perdure": {"probe": ...}}` wins over both.
         toolset_effects: effect of a toolset's tools (an MCP server) by toolset `id`.
         default_effect: the effect of a tool declared nowhere (default `once`: a call cut
             off by a crash parks the run in needs_attention, it never runs twice).
@@ -264,7 +299,8 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         event_stream_handler: pydantic-ai's own handler instead (not with `stream`).
 
     Raises:
-        ConfigError: an effect is unknown, or a budget is wrong.
+        ConfigError: an effect is unknown, a budget is wrong, or a probe is not a function
+            nor "tell_model", or is given to a tool that is not `once`.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -304,6 +340,7 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         *,
         name: str | None = None,
         tool_effects: Mapping[str, Effect] | None = None,
+        tool_probes: Mapping[str, Callable[..., Any] | Literal["tell_model"]] | None = None,
         toolset_effects: Mapping[str, Effect] | None = None,
         default_effect: Effect = "once",
         budget: BudgetSpec | Mapping[str, Any] | None = None,
@@ -333,6 +370,9 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
             ts: check_effect(effect, f"{where} toolset {ts!r}")
             for ts, effect in (toolset_effects or {}).items()
         }
+        self.tool_probes = dict(tool_probes or {})
+        for tool, probe in self.tool_probes.items():
+            _check_probe(f"{where} tool {tool!r}", probe, self.tool_effects.get(tool, "once"))
         self._budget_args: dict[str, Any] = {
             "budget": budget, "max_tokens": max_tokens, "max_cost": max_cost, "price": price,
         }  # fmt: skip
@@ -435,6 +475,11 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
             return {"effect": "read"}
         toolset_id = operation_id.toolset_id
         base: StepConfig = {"effect": self.effect_of(tool_name, toolset_id)}
+        probe = self.tool_probes.get(
+            tool_name, getattr(self._function(tool_name, toolset_id), PROBE_ATTR, None)
+        )
+        if probe is not None:
+            base["probe"] = probe
         resolve = self._build_resolve_tool_config(base)
         config = resolve(cast("ToolsetTool[Any] | None", tool), tool_name)
         if config is False:
@@ -442,22 +487,37 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         resolved = cast(StepConfig, config)
         if "effect" in resolved:
             resolved["effect"] = check_effect(resolved["effect"], f"tool {tool_name!r} metadata")
+        if "probe" in resolved:
+            _check_probe(f"tool {tool_name!r}", resolved["probe"], resolved.get("effect", "once"))
         return resolved
+
+    def _function(self, tool: str, toolset_id: str | None) -> Callable[..., Any] | None:
+        """The Python function of `tool`, a function toolset's (None for an MCP tool)."""
+        wrapper = self._toolsets_by_id.get(toolset_id or "")
+        inner = getattr(wrapper, "wrapped", None)
+        if isinstance(inner, FunctionToolset) and tool in inner.tools:
+            return inner.tools[tool].function
+        return None
 
     def effect_of(self, tool: str, toolset_id: str | None) -> Effect:
         """The effect a call of `tool` is journaled with: `tool_effects`, `@perdure_tool`,
         its toolset's, else the default."""
         if tool in self.tool_effects:
             return self.tool_effects[tool]
-        wrapper = self._toolsets_by_id.get(toolset_id or "")
-        inner = getattr(wrapper, "wrapped", None)
-        if isinstance(inner, FunctionToolset) and tool in inner.tools:
-            marked: Effect | None = getattr(inner.tools[tool].function, EFFECT_ATTR, None)
-            if marked is not None:
-                return marked
+        marked: Effect | None = getattr(self._function(tool, toolset_id), EFFECT_ATTR, None)
+        if marked is not None:
+            return marked
         if toolset_id is not None and toolset_id in self.toolset_effects:
             return self.toolset_effects[toolset_id]
         return self.default_effect
+
+
+def _check_probe(where: str, probe: object, effect: str) -> None:
+    """A tool's probe is a function or "tell_model", on a `once` tool: else one line."""
+    if not callable(probe) and probe != TELL_MODEL:
+        raise ConfigError(f"{where}: probe={probe!r} is not a function nor {TELL_MODEL!r}")
+    if effect != "once":
+        raise ConfigError(f"{where}: a probe is for once tools, this one is {effect!r}")
 
 
 async def _to_run_stream(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:

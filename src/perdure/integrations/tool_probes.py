@@ -34,23 +34,29 @@ Shape = Callable[[Any], Any]
 
 
 def step_probe(
-    step: str, probe: Callable[..., Any] | str, pick: Pick, shape: Shape | None = None
+    step: str,
+    probe: Callable[..., Any] | str,
+    pick: Pick,
+    shape: Shape | None = None,
+    *,
+    tool: str | None = None,
 ) -> Any:
     """The probe of the tool step `step`: `probe` called with the tool call's arguments
     (`pick` finds them among the step's), its `done` value passed through `shape`; or, for
     `probe="tell_model"`, one that settles the cut-off call with a tool result telling the
     model its outcome is unknown (agent/tool_probes.py, `INTERRUPTED`; opt-in: the model
-    may call the tool again).
+    may call the tool again). `tool`: the tool's name the model is told (default: the step
+    name's last dotted part).
 
     Raises:
         ConfigError: `probe` is not a function nor "tell_model", or is a perdure step not
             declared `read`.
     """
     if probe == TELL_MODEL:
-        tool = step.rsplit(".", 1)[-1]
+        name = tool or step.rsplit(".", 1)[-1]
 
         def told(*args: Any, **kwargs: Any) -> ProbeAnswer:
-            text = INTERRUPTED.format(tool=tool)
+            text = INTERRUPTED.format(tool=name)
             value = shape(text) if shape is not None else text
             return ProbeAnswer.done(value, f"{TELL_MODEL}: outcome unknown, the model was told")
 
