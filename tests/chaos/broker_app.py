@@ -5,7 +5,8 @@
 Each message of the broker queue/stream/subject/topic NAME (KIND: rabbitmq, redis, nats,
 mqtt) starts one `pay` run; its `charge` step (effect `once`, as a payment API without an
 idempotency key) appends one line per execution to `WORKDIR/ledger.jsonl` (one `write()`
-on an O_APPEND file survives kill -9 whole). The store is the SQLite file
+on an O_APPEND file survives kill -9 whole). Its probe asks that ledger, as one would ask
+the payment provider, whether the run's charge went through. The store is the SQLite file
 `WORKDIR/perdure.db` unless `BROKER_STORE_URL` names another.
 """
 
@@ -81,7 +82,14 @@ def build_app(workdir: Path, kind: str, name: str) -> perdure.App:
     workdir = Path(workdir)
     app = perdure.App(store_url(workdir))
 
-    @app.step(name="charge", effect="once")
+    def charged(order: int) -> perdure.ProbeAnswer:
+        """The payment system's answer: is there a charge of this run?"""
+        run = perdure.current_step().run_id
+        if any(line["run"] == run for line in read_ledger(workdir)):
+            return perdure.ProbeAnswer.done(order, "the ledger has the charge")
+        return perdure.ProbeAnswer.not_done("the ledger has no charge of this run")
+
+    @app.step(name="charge", effect="once", probe=charged)
     def charge(order: int) -> int:
         time.sleep(random.uniform(0.0, 0.02))  # a kill may land before or after the effect
         line = {"order": order, "run": perdure.current_step().run_id, "pid": os.getpid()}
