@@ -53,6 +53,7 @@ from ..triggers.schedule_sql import Schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .access_sql import Access
+from .answers import parsed
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
@@ -512,7 +513,7 @@ def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) ->
     last = {e.position: e.seq for e in entries if e.position is not None}
     rows: list[TimelineRow] = []
     for entry in entries:
-        data = _json(entry.data)
+        data = parsed(entry.data)
         data = redactor.value(data)
         value = data.get("value") if isinstance(data, dict) else None
         usage = value.get("usage") if isinstance(value, dict) else None
@@ -534,15 +535,6 @@ def timeline(app: App, run: RunRow, entries: list[Entry], redactor: Redactor) ->
             row.probe = definition is not None and definition.probe is not None
         rows.append(row)
     return rows
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _summary(data: Any) -> str:
@@ -570,11 +562,11 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
     redactor = Redactor()
     shown = [e for e in entries if not internal(e)]  # perdure's own markers: show --all
     rows = timeline(app, run, shown, redactor)
-    error = redactor.value(_json(run.error)) if run.error else None
+    error = redactor.value(parsed(run.error)) if run.error else None
     if error is not None and not isinstance(error, dict):
         error = {"message": str(error)}
-    result = redactor.value(_json(await unblob_text(app.runtime.store, run.result)))
-    arguments = redactor.value(_json(await unblob_text(app.runtime.store, run.input)))
+    result = redactor.value(parsed(await unblob_text(app.runtime.store, run.result)))
+    arguments = redactor.value(parsed(await unblob_text(app.runtime.store, run.input)))
     audit = await Access(app.runtime.store).audit_log(target=f"run:{run.id}", limit=100)
     tokens, cost = await Budgets(app.runtime.store).run_spent(run.id)
     children = await app.runtime.store.list_runs(parent_id=run.id, limit=200)
@@ -603,7 +595,7 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         picture=picture(run, shown, app.clock.now()), output=output[-MAX_OUTPUTS:],
         older=streamed[0].seq if streamed else 0,  # stream rows before those read
         error=error, result=_pretty(result), arguments=_pretty(arguments),
-        audit=[(a, redactor.value(_json(a.detail))) for a in audit], tokens=tokens, cost=cost,
+        audit=[(a, redactor.value(parsed(a.detail))) for a in audit], tokens=tokens, cost=cost,
         children=children, gate=gate, actions=actions, final=run.status in FINISHED,
         executing=doing.describe(now) if doing else None,
     )  # fmt: skip
@@ -644,7 +636,7 @@ async def approvals_page(request: Request, app: App, who: Principal) -> Response
         for gate in await operations.pending_gates(app)
     ]
     decided = [
-        (a, redactor.value(_json(a.detail)))
+        (a, redactor.value(parsed(a.detail)))
         for a in await Access(app.runtime.store).audit_log(limit=200)
         if a.action.startswith("gate.") and a.outcome == "ok"
     ][:20]
@@ -777,7 +769,7 @@ async def _shared_gauges(app: App) -> list[dict[str, Any]]:
 
     names = set()
     for _, text in await Budgets(app.runtime.store).declared_agents():
-        spec = _json(text)
+        spec = parsed(text)
         shared = spec.get("shared") if isinstance(spec, dict) else None
         if isinstance(shared, str):
             names.add(shared)
@@ -869,7 +861,7 @@ async def audit_page(request: Request, app: App, who: Principal) -> Response:
         target=target, limit=PAGE + 1, before=before, actor=actor, since=since
     )
     redactor = Redactor()
-    shown = [(a, redactor.value(_json(a.detail)), redactor.value(a.reason)) for a in rows[:PAGE]]
+    shown = [(a, redactor.value(parsed(a.detail)), redactor.value(a.reason)) for a in rows[:PAGE]]
     filters = {"target": target or "", "actor": actor or "", "since": since_text}
     older = ""
     if len(rows) > PAGE:
