@@ -14,7 +14,8 @@ from perdure.testing import TestWorker
 
 
 def test_a_failed_runs_traceback_names_no_install_path(tmp_path: Path) -> None:
-    (tmp_path / "shop.py").write_text(
+    # a name no other test's module has (an imported `shop` would be found in sys.modules)
+    (tmp_path / "traced_shop.py").write_text(
         "import json\n\ndef parse(text):\n    return json.loads(text)\n"
     )
     sys.path.insert(0, str(tmp_path))
@@ -22,11 +23,11 @@ def test_a_failed_runs_traceback_names_no_install_path(tmp_path: Path) -> None:
     os.chdir(tmp_path)
     app = perdure.App(f"sqlite:///{tmp_path}/t.db")
     try:
-        import shop  # type: ignore[import-not-found]
+        import traced_shop  # type: ignore[import-not-found]
 
         @app.workflow()
         def broken(text: str) -> object:
-            return shop.parse(text)
+            return traced_shop.parse(text)
 
         handle = app.start(broken, "{")
         TestWorker(app).run_until_idle()
@@ -36,7 +37,8 @@ def test_a_failed_runs_traceback_names_no_install_path(tmp_path: Path) -> None:
         app.close()
         os.chdir(cwd)
         sys.path.remove(str(tmp_path))
+        sys.modules.pop("traced_shop", None)
     text = json.dumps(error)
-    assert 'File \\"shop.py\\", line 4, in parse' in text, text
+    assert 'File \\"traced_shop.py\\", line 4, in parse' in text, text
     for installed in ("site-packages", "/lib/python3", "perdure/engine", str(tmp_path)):
         assert installed not in text, (installed, text)
