@@ -16,7 +16,7 @@ from fresh_stores import fresh_store_url
 from perdure.store.base import TERMINAL
 
 RUNS = 8
-STEPS = 12
+STEPS = 40  # more than four kills' worth of steps on a loaded machine
 KILLS = 4
 
 
@@ -51,13 +51,21 @@ def test_kill_minus_nine_reruns_at_most_the_executing_step(
             for _ in range(KILLS):
                 seen = len(chaos_app.read_ledger(workdir))
                 proc = pool.spawn()
-                wait_until(
-                    lambda seen=seen: len(chaos_app.read_ledger(workdir)) >= seen + RUNS,
-                    60, "the worker to run steps",
-                )  # fmt: skip
+
+                def ran(seen: int = seen) -> bool:
+                    """The worker ran a step per run, or (a slow machine) every run ended."""
+                    if len(chaos_app.read_ledger(workdir)) >= seen + RUNS:
+                        return True
+                    return all(app.get_run(r).status in TERMINAL for r in runs)
+
+                wait_until(ran, 60, "the worker to run steps")
+                if all(app.get_run(r).status in TERMINAL for r in runs):
+                    pool.kill(proc)
+                    break
                 time.sleep(rng.uniform(0.0, 0.1))
                 pool.kill(proc)
                 killed.append(proc.pid)
+            assert killed, "every run ended before the first kill"
             proc = pool.spawn()
             deadline = time.monotonic() + 120
             while not all(app.get_run(r).status in TERMINAL for r in runs):
