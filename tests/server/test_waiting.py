@@ -5,10 +5,8 @@ and resolve with the step's probe asked again from the API and the dashboard (au
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from collections.abc import Iterator
-from html import unescape
 
 import pytest
 from click.testing import CliRunner
@@ -16,6 +14,8 @@ from click.testing import CliRunner
 from extras_needed import needs
 
 pytest.importorskip("starlette", reason=needs("server"))
+
+from test_dashboard import sign_in, text_of
 
 import perdure
 from perdure import ProbeAnswer
@@ -85,21 +85,6 @@ def park(app: perdure.App, ledger: Ledger, clock: TestClock, run_id: str) -> Non
     clock.advance(dying.lease + 1)
     TestWorker(app).run_until_idle()
     assert app.get_run(run_id).status == "needs_attention"
-
-
-def sign_in(client: TestClient, value: str) -> str:
-    """Sign in with token `value`; the CSRF token the session's forms carry."""
-    login = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/ui/login").text)
-    assert login
-    data = {"token": value, "csrf": login.group(1), "next": "/ui/runs"}
-    assert client.post("/ui/login", data=data, follow_redirects=False).status_code == 303
-    fresh = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/ui/runs").text)
-    assert fresh
-    return fresh.group(1)
-
-
-def text_of(html: str) -> str:
-    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
 
 
 def test_the_api_cli_and_monitor_tell_the_same_truth(
