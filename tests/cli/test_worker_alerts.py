@@ -3,14 +3,10 @@ a run for a person POSTs it once, as JSON, to a real local HTTP server."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +19,6 @@ from process_stops import stop_processes
 from waits import wait_for
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A local HTTP server that keeps the JSON bodies POSTed to it."""
-    bodies: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            bodies.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", bodies
-    finally:
-        server.shutdown()
 
 
 @pytest.mark.slow

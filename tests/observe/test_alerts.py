@@ -3,10 +3,6 @@ to a URL), and counted by cause in `perdure_runs_waiting_for_person`."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -56,29 +52,6 @@ def test_a_callback_is_told_once_when_a_run_parks(app: perdure.App, clock: TestC
     assert (event.cause, event.step, event.position) == ("interrupted", "charge", 0)
     assert "between intent and outcome of a once step" in event.reason
     assert event.fix == "perdure resolve a1 0 --value JSON | --retry | --fail"
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A local HTTP server that keeps the JSON bodies POSTed to it."""
-    bodies: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            bodies.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
-    finally:
-        server.shutdown()
 
 
 def test_a_url_receives_the_alert_as_json(
