@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perdure.agent.facts import HEADING as FACTS_HEADING
 from perdure.agent.grounding import COPY, copy_ratio, has_sentence, unsupported
 
 from .common import ROOT, Table
@@ -192,7 +193,8 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
         result.unsupported_landed = unsupported(result.landed, source)
         result.copy_landed = round(copy_ratio(result.landed.removeprefix("Summary: "), source), 3)
         result.no_sentence_landed = not has_sentence(result.landed)
-        landed = next((a for a in answers if a.text.strip() == result.landed), None)
+        said = result.landed.split(f"\n\n{FACTS_HEADING}\n", 1)[0]  # the answer, no facts list
+        landed = next((a for a in answers if a.text.strip() == said), None)
         result.truncated_landed = landed is not None and landed.stop_reason == "length"
     if answers:
         result.first_recalled = sum(recalled(f, answers[0].text) for f in doc.facts)

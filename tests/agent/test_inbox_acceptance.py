@@ -248,7 +248,8 @@ def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:
     """The first call lists the facts; an invented one is dropped (journaled with why),
-    the checked ones go before the file in the call that writes the summary."""
+    the checked ones follow the file in the call that writes the summary, which begins as
+    the first did (the model server's prompt cache reads the file once)."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
     (tmp_path / "agent.toml").write_text(text)
     (tmp_path / "inbox").mkdir()
@@ -262,8 +263,18 @@ def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
     assert "List the key facts" in model.requests[0].messages[1].content
     asked = model.requests[1].messages[1].content
     assert "- Ana chaired on 14 November." in asked and "- Ben owns the migration." in asked
+    first, second = model.requests[0].messages, model.requests[1].messages
+    assert first[0] == second[0]  # one system message for both calls
+    file_part = first[1].content.split("List the key facts")[0]
+    assert "File notes.txt:" in file_part and asked.startswith(file_part)
+    assert asked.index("- Ana chaired") > asked.index(NOTES.strip()[:40])
     assert "Carla" not in asked
     entries = app.runtime.sync(app.runtime.store.journal("r"), "journal")
     [facts] = [json.loads(e.data or "{}")["value"] for e in entries
                if e.kind == "step.outcome" and e.name.endswith(".facts")]  # fmt: skip
     assert facts["dropped"] == [{"fact": "Carla owns the export.", "why": "not in the file: Carla"}]
+    # the checked facts the summary leaves out follow it in the output; none invented
+    written = (tmp_path / "outbox/notes_summary.md").read_text()
+    body = written.split("\n---\n")[0]
+    assert f"{GOOD}\n\nKey facts:\n- Ana chaired on 14 November.\n- Ben owns the migration." in body
+    assert "Carla" not in written

@@ -4,7 +4,8 @@ checked against the file, before the model writes its summary from them.
 A small model that writes a summary straight from a document copies its first lines or
 drops the amounts; asked first for the facts, one a line, it names them, and each line
 can be checked on its own (every number, date and name in the file). The lines that hold
-are put before the file in the request for the summary; the rest are dropped, and which
+are put after the file in the request for the summary (both requests begin alike, so a
+model server with a prompt cache reads the file once); the rest are dropped, and which
 were dropped is journaled with the step.
 """
 
@@ -15,12 +16,13 @@ from typing import Any
 
 from .grounding import claims, unsupported
 
+HEADING = "Key facts:"  # the output's list of the checked facts its summary leaves out
+
 PROMPT = (
-    "List the key facts of the file below: who, what, when, where and how much. "
+    "List the key facts of the file above: who, what, when, where and how much. "
     "One short fact a line, each starting with '- ', at most {most} lines, using the "
     "file's own numbers, dates, amounts and names. No introduction, no summary."
 )
-SYSTEM = "You list the facts of a document, one short line each, in the document's own words."
 MOST = 6  # facts kept at most
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
 
@@ -58,3 +60,33 @@ def facts_block(facts: list[str]) -> str:
     return (
         f"Facts checked against the file (use them; add nothing that is not in the file):\n{lines}"
     )
+
+
+def unstated(facts: list[str] | tuple[str, ...], answer: str, source: str) -> list[str]:
+    """The checked facts whose numbers, dates or names the answer does not all state. A
+    fact line's first word is a name only if the source writes it so ("Amount 1,392.00
+    EUR", "Billed to ..." name nothing by their first word)."""
+    left = []
+    for fact in facts:
+        missing = unsupported(fact, answer)
+        first = fact.split(maxsplit=1)[0].strip(".,:;'’") if fact.strip() else ""
+        if missing and missing[0] == first and not _written(first, source):
+            missing = missing[1:]
+        if missing:
+            left.append(fact)
+    return left
+
+
+def _written(word: str, text: str) -> bool:
+    """`word` occurs in `text` as written (case and all), as a whole word."""
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
+
+
+def facts_section(facts: list[str] | tuple[str, ...], answer: str, source: str) -> str:
+    """The output's `{facts}`: the checked facts the answer leaves out, as a list under
+    HEADING after a blank line; empty when the answer states them all (or there are none)."""
+    left = unstated(facts, answer, source)
+    if not left:
+        return ""
+    lines = "\n".join(f"- {fact}" for fact in left)
+    return f"\n\n{HEADING}\n{lines}"

@@ -39,8 +39,7 @@ from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
-from .facts import SYSTEM as FACTS_SYSTEM
-from .facts import check_facts, facts_block
+from .facts import check_facts, facts_block, facts_section
 from .facts import request_text as facts_request
 from .grounding import check as check_grounding
 from .memory_sql import AgentMemory
@@ -383,8 +382,11 @@ class Agent:
         context = await read_context(query)
         try:
             shown = self._shown_notes(context["notes"], task)
-            messages = [Message("system", self._system(shown, context["memories"])),
-                        Message("user", "")]  # fmt: skip
+            # facts first: both calls share the system and the file, the request at the end,
+            # so the model server reads the file once (its prompt cache keeps the prefix)
+            facts_first = spec.acceptance.facts_first and bool(file)
+            system = self._system(shown, context["memories"], goal=not facts_first)
+            messages = [Message("system", system), Message("user", "")]
             user = [str(task["prompt"])] if task.get("prompt") else []
             source = ""
             if file:
@@ -399,10 +401,13 @@ class Agent:
             failures: Counter[str] = Counter()
             failed_iterations = rejections = 0
             spend = _Spend()
-            if spec.acceptance.facts_first and file:
+            checked: list[str] = []  # facts first: the file's facts, each checked
+            if facts_first:
                 checked = await self._facts_first(messages, source, spend)
-                if checked:
-                    messages[1].content = f"{facts_block(checked)}\n\n{messages[1].content}"
+                asked = [facts_block(checked)] if checked else []
+                messages[1].content = "\n\n".join(
+                    [messages[1].content, *asked, f"Goal: {spec.goal.strip()}"]
+                )
             evidence = "not checked yet"
             rejected: dict[tuple[str, str], str] = {}  # answers rejected so far, with why
             previous: str | None = None
@@ -469,7 +474,7 @@ class Agent:
                     messages.pop()  # the repeat is not shown to the next tier
                     continue
                 if finishing:
-                    attempt = _Attempt(task, tier, reply, summary, source, foreign)
+                    attempt = _Attempt(task, tier, reply, summary, source, foreign, tuple(checked))
                     done, evidence = await self._complete(attempt)
                     if done:
                         await steps.notes(self._note(task, "done", evidence))
@@ -492,9 +497,9 @@ class Agent:
         """The file's facts, listed by the first tier (a model step of its own) and each
         checked against the file (the `facts` step); none if the tier cannot answer."""
         tier = self._route(0)
-        ask = Message("user", f"{facts_request()}\n\n{messages[1].content}")
+        ask = Message("user", f"{messages[1].content}\n\n{facts_request()}")
         request = ModelRequest(
-            model=self.spec.tier(tier).model, messages=[Message("system", FACTS_SYSTEM), ask],
+            model=self.spec.tier(tier).model, messages=[messages[0], ask],
             max_tokens=self.spec.limits.max_tokens_per_call or self.spec.tier(tier).max_tokens,
             temperature=self.spec.tier(tier).temperature,
         )  # fmt: skip
@@ -519,8 +524,10 @@ class Agent:
             lines = [line for line in lines if marker in line]
         return "\n".join(lines[-NOTES_IN_CONTEXT:])
 
-    def _system(self, notes: str, memories: list[str]) -> str:
-        parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}"]
+    def _system(self, notes: str, memories: list[str], goal: bool = True) -> str:
+        """The spec's instructions, its goal (unless the request ends with it), and what this
+        run may see of earlier runs."""
+        parts = [self.spec.instructions.strip(), f"Goal: {self.spec.goal.strip()}" if goal else ""]
         if notes:  # the most recent lines: enough to go on, little to echo
             parts.append(f"Progress notes from earlier runs:\n{notes}")
         if memories:
@@ -704,6 +711,7 @@ class Agent:
                 return False, str(verdict["evidence"])
         written = ""
         fields = self._fields(attempt.task, text, attempt.tier, attempt.reply.model)
+        fields["facts"] = facts_section(attempt.facts, text, attempt.source)
         if output is not None and not attempt.reply.message.tool_calls:
             path = str(self.spec.path(output.path.format(**fields)))
             written = await self.steps.output(path, output.template.format(**fields))
@@ -829,6 +837,7 @@ class _Attempt:
     summary: str
     source: str
     foreign: list[str]
+    facts: tuple[str, ...] = ()  # facts first: the file's checked facts
 
 
 def estimate_tokens(text: str) -> float:

@@ -239,9 +239,10 @@ def extractive_summary(request: ModelRequest) -> ModelResponse:
     users = [m.content for m in request.messages if m.role == "user"]
     text = next((u for u in users if u.count("---") >= 2), users[0] if users else "")
     body = text
-    if "\n---\n" in text and text.rstrip().endswith("---"):  # the file between its fences
-        body = text.split("\n---\n", 1)[1].rstrip().removesuffix("---")
-    if text.startswith(FACTS_PROMPT[:30]):  # facts first: the fact sentences, one a line
+    if "\n---\n" in text:  # the file between its fences (the request may follow them)
+        body = text.split("\n---\n", 1)[1]
+        body = body.rsplit("\n---", 1)[0] if "\n---" in body else body
+    if FACTS_PROMPT[:30] in text:  # facts first: the fact sentences, one a line
         pieces, _ = extract_pieces(body)
         facts = "\n".join(f"- {piece}" for piece in pieces) or "- (empty file)"
         return ModelResponse(message=Message("assistant", facts))
