@@ -91,7 +91,9 @@ def script_of(readme: Path, blocks: list[Block]) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", origin
 
 
-def run_session(clone: Path, readme: Path, blocks: list[Block], log: Path) -> Session:
+def run_session(
+    clone: Path, readme: Path, blocks: list[Block], log: Path, *, drain: float = DRAIN_TIMEOUT
+) -> Session:
     """Run the blocks in one bash session at the clone's root; every process it left behind
     is stopped once it ends (see end_group)."""
     script, origin = script_of(readme, blocks)
@@ -110,7 +112,7 @@ def run_session(clone: Path, readme: Path, blocks: list[Block], log: Path) -> Se
         except subprocess.TimeoutExpired:
             returncode = -1
         finally:
-            left = end_group(proc.pid)
+            left = end_group(proc.pid, drain)
     output = log.read_text(errors="replace")
     failed_at = ""
     if "[failed at script line " in output:
@@ -139,13 +141,14 @@ def wait_group(pgid: int, timeout: float) -> bool:
     return True
 
 
-def end_group(pgid: int) -> list[str]:
-    """Let what the session left in its process group finish (a worker it sent SIGTERM
-    drains); then SIGTERM, then SIGKILL what is still there. Returns what was left running."""
-    if wait_group(pgid, DRAIN_TIMEOUT):
+def end_group(pgid: int, drain: float) -> list[str]:
+    """Give what the session left in its process group (a session of its own) `drain` s to
+    finish (a worker it sent SIGTERM drains); then SIGTERM, then SIGKILL what is still
+    there. Returns what was left running ("PID ARGS")."""
+    if wait_group(pgid, drain):
         return []
     left = subprocess.run(
-        ["ps", "-o", "pid=,args=", "-g", str(pgid)], capture_output=True, text=True
+        ["ps", "-o", "pid=,args=", "-s", str(pgid)], capture_output=True, text=True
     ).stdout.splitlines()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
