@@ -123,22 +123,17 @@ def run_session(
     return Session(returncode, output, failed_at, left)
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def wait_group(pgid: int, timeout: float) -> bool:
     """Whether the process group empties within `timeout` s."""
     limit = time.monotonic() + timeout
-    while group_alive(pgid):
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
         if time.monotonic() > limit:
             return False
         time.sleep(0.1)
-    return True
 
 
 def end_group(pgid: int, drain: float) -> list[str]:

@@ -263,6 +263,14 @@ def test_a_bare_import_loads_no_broker_client() -> None:
 # -- Redis Streams ----------------------------------------------------------------------
 
 
+def redis_orders(app: perdure.App, **options: Any) -> tuple[MessageTrigger, str, str]:
+    """Trigger `orders` of take_order on a fresh stream, poison copied to a fresh dead
+    stream: (the trigger, the stream, the dead stream)."""
+    stream, dead_stream = unique("stream"), unique("stream-dead")
+    source = perdure.sources.RedisStream(REDIS_URL, stream, dead_stream=dead_stream, **options)
+    return app.on_message(source, "take_order", name="orders"), stream, dead_stream
+
+
 def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claimed(
     tmp_path: Path,
 ) -> None:
@@ -273,11 +281,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
     import redis.asyncio as aioredis
 
     app = shop(tmp_path)
-    stream, dead_stream = unique("stream"), unique("stream-dead")
-    trigger = app.on_message(
-        perdure.sources.RedisStream(REDIS_URL, stream, claim_idle=0.5, dead_stream=dead_stream),
-        "take_order", name="orders",
-    )  # fmt: skip
+    trigger, stream, dead_stream = redis_orders(app, claim_idle=0.5)
 
     async def scenario(worker: Worker) -> None:
         client = aioredis.Redis.from_url(REDIS_URL)
@@ -315,11 +319,7 @@ def test_redis_streams_an_entry_without_the_body_field_is_dead_not_a_run(tmp_pat
     import redis.asyncio as aioredis
 
     app = shop(tmp_path)
-    stream, dead_stream = unique("stream"), unique("stream-dead")
-    trigger = app.on_message(
-        perdure.sources.RedisStream(REDIS_URL, stream, dead_stream=dead_stream),
-        "take_order", name="orders",
-    )  # fmt: skip
+    trigger, stream, dead_stream = redis_orders(app)
 
     async def scenario(worker: Worker) -> None:
         client = aioredis.Redis.from_url(REDIS_URL)
