@@ -32,12 +32,13 @@ DRAIN_TIMEOUT = 30.0
 
 def fresh_clone(base: Path) -> Path:
     """A copy of the checkout's files as `git clone` would give them, in `base/clone`."""
-    listed = subprocess.run(
+    git = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         capture_output=True,
-        check=True,
-    ).stdout.decode()
+    )
+    assert git.returncode == 0, f"git ls-files in {ROOT}: {git.stderr.decode()}"
+    listed = git.stdout.decode()
     clone = base / "clone"
     for name in filter(None, listed.split("\0")):
         source = ROOT / name
