@@ -26,7 +26,7 @@ from readme_doc import Block, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELL_LANGS = {"bash", "sh", "shell"}
-SESSION_TIMEOUT = 280.0
+SESSION_TIMEOUT = 240.0  # under pytest-timeout's 300 s, with the drain
 DRAIN_TIMEOUT = 30.0
 
 
