@@ -13,6 +13,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATE = os.path.join(HERE, ".state")
@@ -36,6 +38,16 @@ def worker() -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, cwd=HERE, stderr=subprocess.DEVNULL)
 
 
+def wait_for_ledger(ready: Callable[[list[str]], bool], timeout: float = 60.0) -> None:
+    """Wait until the side ledger's lines say `ready` (the worker is where the demo wants it)."""
+    limit = time.monotonic() + timeout
+    ledger = Path(STATE, "ledger.txt")
+    while not (ledger.exists() and ready(ledger.read_text().splitlines())):
+        if time.monotonic() > limit:
+            raise SystemExit(f"the worker did not get there in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def main() -> None:
     shutil.rmtree(STATE, ignore_errors=True)
     os.makedirs(STATE)
@@ -50,7 +62,8 @@ def main() -> None:
     print(f"started {len(handles)} runs of 'onboard' in {app.url}")
 
     first = worker()
-    time.sleep(2.6)  # accounts created, mails sent, reports being built
+    # the moment to kill: five reports are being built and Linus's slow mail is being sent
+    wait_for_ledger(lambda lines: sum("(started)" in line for line in lines) >= 5)
     print("\n$ kill -9 <worker>   # in the middle of build_report")
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -64,6 +77,8 @@ def main() -> None:
         for h in others:
             h.result(timeout=60)
         while linus.status() != "needs_attention":
+            if linus.status() == "completed":
+                raise SystemExit("the kill came after Linus's mail was sent: run the demo again")
             time.sleep(0.1)
         for h in handles:
             print(f"  {h.id:<18} {h.status()}")
@@ -105,7 +120,7 @@ def main() -> None:
     print(f"  invoices            {invoices}  (transactional: exactly once)")
     print(f"\nresult of {handles[0].id}: {handles[0].result()}")
     print(
-        f"\nsee a journal: .venv/bin/perdure --db sqlite:///{os.path.relpath(STATE)}/demo.db "
+        f"\nsee a journal: perdure --db sqlite:///{os.path.relpath(STATE)}/demo.db "
         f"show {handles[0].id}"
     )
 

@@ -5,6 +5,7 @@ messages at the broker, and a broker that is down or refuses the credentials."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -262,6 +263,14 @@ def test_a_bare_import_loads_no_broker_client() -> None:
 # -- Redis Streams ----------------------------------------------------------------------
 
 
+def redis_orders(app: perdure.App, **options: Any) -> tuple[MessageTrigger, str, str]:
+    """Trigger `orders` of take_order on a fresh stream, poison copied to a fresh dead
+    stream: (the trigger, the stream, the dead stream)."""
+    stream, dead_stream = unique("stream"), unique("stream-dead")
+    source = perdure.sources.RedisStream(REDIS_URL, stream, dead_stream=dead_stream, **options)
+    return app.on_message(source, "take_order", name="orders"), stream, dead_stream
+
+
 def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claimed(
     tmp_path: Path,
 ) -> None:
@@ -272,11 +281,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
     import redis.asyncio as aioredis
 
     app = shop(tmp_path)
-    stream, dead_stream = unique("stream"), unique("stream-dead")
-    trigger = app.on_message(
-        perdure.sources.RedisStream(REDIS_URL, stream, claim_idle=0.5, dead_stream=dead_stream),
-        "take_order", name="orders",
-    )  # fmt: skip
+    trigger, stream, dead_stream = redis_orders(app, claim_idle=0.5)
 
     async def scenario(worker: Worker) -> None:
         client = aioredis.Redis.from_url(REDIS_URL)
@@ -304,6 +309,46 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
 
     asyncio.run(with_worker(app, scenario))
     assert trigger.started == 8
+
+
+def test_redis_streams_an_entry_without_the_body_field_is_dead_not_a_run(tmp_path: Path) -> None:
+    """An entry whose JSON is in another field than the source's (`body`, not `data`) is dead
+    with a reason naming both, its fields kept in the dead message; so is one whose `data`
+    is not JSON; the entry with `data` starts its run."""
+    require("redis")
+    import redis.asyncio as aioredis
+
+    app = shop(tmp_path)
+    trigger, stream, dead_stream = redis_orders(app)
+
+    async def scenario(worker: Worker) -> None:
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            await client.xgroup_create(stream, "perdure", id="0", mkstream=True)
+            wrong = await client.xadd(stream, {"body": "not json", "kind": "order"})
+            await client.xadd(stream, {"data": "not json"})
+            good = await client.xadd(stream, {"data": body({"sku": "b", "qty": 2})})
+
+            async def done() -> bool:
+                info = await client.xpending(stream, "perdure")
+                return await client.xlen(dead_stream) == 2 and info["pending"] == 0
+
+            await until(done)
+            assert await run_ids(app, "take_order") == {f"msg:orders:{good.decode()}"}
+            dead = {d.message_id: d for d in await DeadMessages(app.runtime.store).dead_messages(
+                "orders")}  # fmt: skip
+            no_field = dead[wrong.decode()]
+            assert no_field.reason.startswith("entry has no 'data' field"), no_field.reason
+            assert "its fields: body, kind" in no_field.reason
+            assert json.loads(no_field.body) == {"body": "not json", "kind": "order"}
+            [other] = [d for key, d in dead.items() if key != wrong.decode()]
+            assert other.reason.startswith("payload is not JSON")
+        finally:
+            await client.delete(stream, dead_stream)
+            await client.aclose()
+
+    asyncio.run(with_worker(app, scenario))
+    assert trigger.started == 1 and trigger.dead == 2
 
 
 # -- NATS JetStream ---------------------------------------------------------------------

@@ -16,7 +16,8 @@ Every worker consumes (a message trigger is a service); the broker spreads messa
 them. At most `prefetch` messages are held unacknowledged per worker, and a worker stops
 taking messages while the workflow is paused or the store holds `max_pending` pending runs
 (the broker keeps the rest). A message that can start no run (not JSON, over `max_payload`
-bytes, refused by the workflow's input check) is kept in the `dead_messages` table with the
+bytes, refused by the workflow's input check, or without a body its source can read: a Redis
+Streams entry without the body field) is kept in the `dead_messages` table with the
 reason, handed to the source's dead-letter mechanism where it has one, and acknowledged.
 """
 
@@ -74,6 +75,7 @@ class Message:
     body: bytes
     handle: Any = None
     extra: dict[str, Any] = field(default_factory=dict)  # origin details (topic, subject)
+    unreadable: str | None = None  # why the source could not read a body: the message is dead
 
 
 class SourceRefused(ConfigError):
@@ -375,6 +377,8 @@ class MessageTrigger:
         return True
 
     def _decode(self, message: Message) -> tuple[str | None, Any]:
+        if message.unreadable is not None:
+            return message.unreadable, None
         size = len(message.body)
         if size > self.max_payload:
             return f"payload of {size} bytes is over the limit of {self.max_payload}", None

@@ -27,8 +27,9 @@ class RedisStream:
         url: `redis://[:password@]host:6379/0`.
         stream: the stream key (created with the group if missing).
         group: the consumer group (default `perdure`), created at the stream's start.
-        field: the entry field holding the JSON body; an entry without it is taken whole
-            (its fields as a JSON object).
+        field: the entry field holding the JSON body (`XADD stream * data '{"sku": ...}'`).
+            An entry without it is dead (its fields kept as a JSON object in the dead
+            message, the reason naming them); its other fields are ignored.
         claim_idle: seconds an entry stays pending with a consumer before another takes it
             (a slow live consumer losing one is harmless: its run id is the same).
         dead_stream: a stream key poison entries are copied to, with the reason.
@@ -122,12 +123,15 @@ class RedisStream:
                 await self._redis.xgroup_delconsumer(self.stream, self.group, name)
 
     def _message(self, entry_id: Any, fields: dict[Any, Any]) -> Message:
+        identity, extra = _text(entry_id), {"stream": self.stream}
         key = self.field.encode()
         if key in fields:
-            body = bytes(fields[key])
-        else:
-            body = json.dumps({_text(k): _text(v) for k, v in fields.items()}).encode()
-        return Message(_text(entry_id), body, _text(entry_id), {"stream": self.stream})
+            return Message(identity, bytes(fields[key]), identity, extra)
+        names = {_text(k): _text(v) for k, v in fields.items()}
+        unreadable = (f"entry has no {self.field!r} field, the one this source reads the JSON "
+                      f"body from (its fields: {', '.join(sorted(names))}; "
+                      f"RedisStream(..., field=NAME) reads another)")  # fmt: skip
+        return Message(identity, json.dumps(names).encode(), identity, extra, unreadable)
 
     async def ack(self, messages: list[Message]) -> None:
         if messages:
