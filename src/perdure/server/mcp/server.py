@@ -4,7 +4,9 @@ Built on the official SDK's low-level `Server` (mcp 1.x), with the task methods
 of the MCP specification 2025-11-25 registered as its request handlers over the
 store, not over the SDK's in-memory task store, so a task outlives the process:
 
-- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`.
+- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`; with
+  `operator`, the operator tools too (`operator.py`: stuck, explain, resolve, cancel, pause,
+  resume, fork, under the requestor's scopes; answered at once, never as tasks).
 - `tools/call` with `task`: starts the run `mcp:<uuid>` (its id is the task id) and
   returns `CreateTaskResult` at once. Without `task`: starts the run and waits for
   its result (at most `call_wait` seconds; after that the result says the run goes
@@ -59,11 +61,12 @@ from mcp.shared.message import ServerMessageMetadata
 
 from ...engine.client import origin_of
 from ...engine.streams import StreamChunk, chunk_of
-from ...errors import PerdureError, StoreError
+from ...errors import ConfigError, PerdureError, StoreError
 from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
 from ..access import Principal
 from ..operations import Action, Forbidden, answer, decide, require
+from .operator import OperatorTool, call_operator, operator_tools
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
@@ -185,6 +188,10 @@ class PerdureMcp:
 
     Args:
         http: requests come over Streamable HTTP and must carry a bearer token's principal.
+        operator: also offer the operator tools (`operator.operator_tools`).
+
+    Raises:
+        ConfigError: a workflow's tool has the name of an operator tool.
     """
 
     def __init__(
@@ -194,9 +201,17 @@ class PerdureMcp:
         options: McpOptions | None = None,
         *,
         http: bool = False,
+        operator: bool = False,
     ) -> None:
         self.app = app
         self.tools = tools
+        self.operators = operator_tools() if operator else {}
+        clash = sorted(set(tools) & set(self.operators))
+        if clash:
+            raise ConfigError(
+                f"workflow tool(s) {', '.join(clash)} have an operator tool's name; rename "
+                "the workflow (name=...) or serve without --operator"
+            )
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
@@ -490,15 +505,30 @@ class PerdureMcp:
 
     # -- tools (2025-11-25, through the SDK) ------------------------------------------------
 
+    def listed_tools(self) -> list[types.Tool]:
+        """What tools/list answers: the workflows' tools, then the operator tools."""
+        return [t.tool for t in self.tools.values()] + [t.tool for t in self.operators.values()]
+
+    async def operate(
+        self, req: Requestor, tool: OperatorTool, arguments: dict[str, Any], as_task: bool
+    ) -> types.CallToolResult:
+        """A tools/call of an operator tool: done at once, never as a task."""
+        if as_task:
+            raise _error(types.INVALID_PARAMS, f"tool {tool.name!r} cannot be called as a task")
+        return await call_operator(self.app, req.who, tool, arguments)
+
     async def _list_tools(self, req: types.ListToolsRequest) -> types.ServerResult:
         asker, *_ = self._context()
         require(asker.who, "read", "listing tools")
-        tools = [t.tool for t in self.tools.values()]
-        return types.ServerResult(types.ListToolsResult(tools=tools))
+        return types.ServerResult(types.ListToolsResult(tools=self.listed_tools()))
 
     async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
         asker, state, session, request_id = self._context()
         as_task = req.params.task is not None
+        operator = self.operators.get(req.params.name)
+        if operator is not None:
+            arguments = req.params.arguments or {}
+            return types.ServerResult(await self.operate(asker, operator, arguments, as_task))
         try:
             run = await self.start(asker, req.params.name, req.params.arguments or {}, as_task)
         except (Forbidden, StoreError):

@@ -8,6 +8,7 @@ endpoint (`transports.http_app` picks the revision per request):
 - `server/discover`: the versions served, the tools and tasks-extension capabilities.
 - `tools/list`; `tools/call`: for a client declaring the tasks extension, starts the run
   and returns its handle (`resultType: "task"`); otherwise waits (bounded) for its result.
+  An operator tool (`perdure mcp --operator`) answers at once, never as a task.
 - `tasks/get`: the task with `pollIntervalMs`, and inlined by status: `inputRequests`
   (a gate, as an `elicitation/create` form) for `input_required`, `result` (the
   `CallToolResult`) for `completed`. A failed workflow is a tool error, so `completed`
@@ -173,8 +174,8 @@ class Stateless:
     async def _list_tools(self, rpc: Rpc, req: Requestor) -> dict[str, Any]:
         require(req.who, "read", "listing tools")
         tools = [
-            t.tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for t in self.mcp.tools.values()
+            t.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for t in self.mcp.listed_tools()
         ]
         for tool in tools:
             tool.pop("execution", None)  # the extension drops per-tool task support
@@ -185,6 +186,9 @@ class Stateless:
         arguments = rpc.params.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise _invalid("tools/call needs a tool name and an arguments object")
+        operator = self.mcp.operators.get(name)
+        if operator is not None:  # done at once: a task would only wrap the answer
+            return _dump(await self.mcp.operate(req, operator, arguments, False))
         try:
             run = await self.mcp.start(req, name, arguments, rpc.with_tasks)
         except (Forbidden, StoreError):
