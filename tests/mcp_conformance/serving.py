@@ -17,7 +17,8 @@ import httpx
 
 from local_servers import free_port
 from perdure import App
-from perdure.server.access import create_token
+from perdure.server.access import create_token, local_operator
+from perdure.server.operations import revoke_token
 from process_stops import stop_processes
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class Store:
     db: str
     folder: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    token_ids: dict[str, str] = field(default_factory=dict)
     servers: list[Server] = field(default_factory=list)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -57,8 +59,17 @@ class Store:
             made = maker.runtime.sync(create_token(maker, name, list(scopes)), "token")
         finally:
             maker.close()
-        self.tokens[name] = made[1]
+        self.token_ids[name], self.tokens[name] = made
         return made[1]
+
+    def revoke(self, name: str) -> None:
+        """Revoke the token `name` as an admin would (`perdure token revoke`)."""
+        maker = App(self.db)
+        try:
+            done = revoke_token(maker, local_operator(), self.token_ids[name])
+            maker.runtime.sync(done, "revoke")
+        finally:
+            maker.close()
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**os.environ, "PERDURE_DB": self.db, "PYTHONUNBUFFERED": "1", **extra}

@@ -62,10 +62,13 @@ from mcp.shared.message import ServerMessageMetadata
 from ...engine.client import origin_of
 from ...engine.streams import StreamChunk, chunk_of
 from ...errors import ConfigError, PerdureError, StoreError
+from ...observe.redact import Redactor
 from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
-from ..access import Principal
+from ..access import Principal, digest
+from ..access_sql import Access
 from ..operations import Action, Forbidden, answer, decide, require
+from ..sse import REVOKED, Recheck
 from .operator import OperatorTool, call_operator, operator_tools
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
@@ -113,13 +116,16 @@ class Progress:
 PROGRESS_TEXT = 1000  # characters of new output one progress notification carries at most
 
 
-def progress_message(chunks: list[StreamChunk]) -> str:
+def progress_message(chunks: list[StreamChunk], redactor: Redactor) -> str:
     """New stream rows as one human-readable line: text as it is, other topics as JSON,
-    markers in brackets (a retry says the step began again)."""
+    markers in brackets (a retry says the step began again); each row masked by the
+    redactor before the line is cut to its last PROGRESS_TEXT characters (as every view of
+    a run's stream masks it: a secret is never shown, nor a piece of one cut short)."""
     parts: list[str] = []
     for chunk in chunks:
         if chunk.kind == "chunk":
-            text = chunk.data if isinstance(chunk.data, str) else json.dumps(chunk.data)
+            data = redactor.value(chunk.data)
+            text = data if isinstance(data, str) else json.dumps(data)
             parts.append(text if chunk.topic == "out" else f"{chunk.topic}: {text} ")
         elif chunk.kind == "retry" and isinstance(chunk.data, dict):
             parts.append(f"[step {chunk.data.get('step')} began again] ")
@@ -148,11 +154,13 @@ class SessionState:
 
 @dataclass(frozen=True)
 class Requestor:
-    """Who sends a request: the principal (scopes apply) and the authorization context its
-    tasks are bound to (`token:<digest>` over HTTP, `stdio` for the local client)."""
+    """Who sends a request: the principal (scopes apply), the authorization context its
+    tasks are bound to (`token:<digest>` over HTTP, `stdio` for the local client) and, over
+    HTTP, the SHA-256 of its token (how a long response asks again whether it still holds)."""
 
     who: Principal
     owner: str
+    credential: str = field(default="", compare=False)
 
 
 class _TaskServer(Server[SessionState, Any]):
@@ -215,7 +223,10 @@ class PerdureMcp:
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
+        self.redactor = Redactor()  # what a client is sent of a run's stream is masked
         self._sessions: dict[str, SessionState] = {}  # HTTP sessions by Mcp-Session-Id
+        # ends an HTTP session (its streams closed), set by `transports.http_app`
+        self.end_session: Callable[[str], Awaitable[None]] | None = None
         try:
             perdure_version = version("perdure")
         except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -268,12 +279,17 @@ class PerdureMcp:
 
     async def _watch(self, state: SessionState) -> None:
         """Send notifications/tasks/status when a followed task's status or message changes,
-        and notifications/progress with what its run wrote to its stream meanwhile."""
+        and notifications/progress with what its run wrote to its stream meanwhile; once the
+        session's token is revoked, end the session (its streams close, nothing more is sent)."""
+        check = Recheck(lambda: self._session_holds(state))
         while True:
             await anyio.sleep(self.options.poll)
             session = state.session
             if session is None:
                 continue
+            if not await check.still():
+                await self._end(state)
+                return
             if state.progress and not await self._progress(state, session):
                 return  # the client went away
             if not state.watched:
@@ -303,6 +319,19 @@ class PerdureMcp:
                     await session.send_notification(types.ServerNotification(note))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the client went away
+
+    async def _session_holds(self, state: SessionState) -> bool:
+        return state.asker is None or await self.holds(state.asker)
+
+    async def _end(self, state: SessionState) -> None:
+        """A session whose token was revoked: follow nothing more, and end it over HTTP."""
+        state.watched.clear()
+        state.progress.clear()
+        who = state.asker.who.name if state.asker is not None else "?"
+        for session_id in [k for k, v in self._sessions.items() if v is state]:
+            log.info("mcp: ending a session of %s: %s", who, REVOKED)
+            if self.end_session is not None:
+                await self.end_session(session_id)
 
     def _put_gate(self, state: SessionState, session: ServerSession, run: RunRow) -> None:
         """A followed task reached a gate: put it to the client at once, on the session's own
@@ -345,8 +374,9 @@ class PerdureMcp:
             progress.after = rows[-1].seq
             progress.sent += sum(c.kind == "chunk" for c in chunks) or 1
             try:
+                message = progress_message(chunks, self.redactor) or None
                 await session.send_progress_notification(
-                    progress.token, progress.sent, message=progress_message(chunks) or None
+                    progress.token, progress.sent, message=message
                 )
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return False
@@ -376,10 +406,30 @@ class PerdureMcp:
         if isinstance(user, AuthenticatedUser):
             token = user.access_token
             who = Principal(token.client_id, frozenset(token.scopes))
-            return Requestor(who, f"token:{token.subject}")
+            return Requestor(who, f"token:{token.subject}", digest(token.token))
         if self.http:
             raise _error(types.INVALID_REQUEST, "a bearer token is required")
         return Requestor(Principal(f"mcp:{client}", LOCAL_SCOPES), "stdio")
+
+    async def holds(self, req: Requestor) -> bool:
+        """Whether the requestor's token is still valid (not revoked); the stdio client's
+        always is. Asked by every long response: a bearer check at the request's start does
+        not cover what it sends minutes later."""
+        if not req.credential:
+            return True
+        try:
+            return await Access(self.app.runtime.store).find_token(req.credential) is not None
+        except PerdureError:  # the store is away: deliver nothing rather than unchecked
+            return False
+
+    def recheck(self, req: Requestor) -> Recheck:
+        """A check of `holds` at most every `sse.RECHECK` seconds, for a long wait's loop."""
+        return Recheck(lambda: self.holds(req))
+
+    async def still_holds(self, req: Requestor) -> None:
+        """Raises the JSON-RPC error that ends a long response once the token was revoked."""
+        if not await self.holds(req):
+            raise _error(types.INVALID_REQUEST, f"{REVOKED}: this response ends here")
 
     # -- which runs are tasks, for whom ------------------------------------------------
 
@@ -631,10 +681,14 @@ class PerdureMcp:
         last seen."""
         deadline = None if wait is None else anyio.current_time() + wait
         asked: set[str] = set()
+        check = self.recheck(asker)
         while True:
+            if not await check.still():  # revoked while it waits: the response ends
+                await self.still_holds(asker)
             run = await self._run(run_id)
             remaining = math.inf if deadline is None else deadline - anyio.current_time()
             if run.status in FINISHED or remaining <= 0:
+                await self.still_holds(asker)  # nothing written after a revoke is delivered
                 return run
             gate = await gate_of(self.app, run)
             key = f"{run.id}\n{run.waiting_for}"

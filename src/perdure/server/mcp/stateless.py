@@ -35,6 +35,7 @@ from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from ...errors import PerdureError, StoreError
 from ...store.base import COMPLETED, FAILED, FINISHED, RunRow
 from ..operations import Forbidden, require
+from ..sse import REVOKED
 from .tasks import FOREVER_MS, GateQuestion, error_text, gate_of, status_of, tool_result, ttl_ms
 
 if TYPE_CHECKING:
@@ -203,6 +204,7 @@ class Stateless:
             while run.status not in FINISHED:
                 await self.app.runtime.wait_change(self.mcp.options.poll)
                 run = await self.mcp._run(run.id)
+        await self.mcp.still_holds(req)  # nothing written after a revoke is delivered
         if run.status in FINISHED:
             return _dump(await tool_result(self.app, run))
         text = (
@@ -309,7 +311,11 @@ class Stateless:
             "params": {"notifications": {"taskIds": mine}, "_meta": meta},
         }
         last: dict[str, str] = {}
+        check = self.mcp.recheck(req)
         while mine:
+            if not await check.still():  # revoked: the stream ends, with the error as its answer
+                yield _failure(rpc.id, types.INVALID_REQUEST, f"{REVOKED}: this stream ends here")
+                return
             for task_id in list(mine):
                 run = await self.app.runtime.store.get_run(task_id)
                 if run is None:
@@ -317,6 +323,9 @@ class Stateless:
                     continue
                 task = await self.task(run)
                 seen = json.dumps(task, sort_keys=True)
+                if "result" in task and not await self.mcp.holds(req):  # asked at once
+                    yield _failure(rpc.id, types.INVALID_REQUEST, f"{REVOKED}: this stream ends")
+                    return
                 if last.get(task_id) != seen:
                     last[task_id] = seen
                     yield {"jsonrpc": "2.0", "method": "notifications/tasks",
