@@ -117,16 +117,14 @@ def mcp_cmd(
     from ..agent.serve import with_model
     from ..agent.spec import load_spec
     from ..engine.worker import WorkerOptions
-    from ..observe.logs import PlainFormatter
-    from ..observe.redact import Redactor
+    from ..observe.logs import configure_logging
     from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
     from .main import get_app  # main imports this module to register the command
 
-    # stderr only: over stdio, standard output is the protocol; secrets masked as in every
-    # perdure log (an access log line can carry `?token=pdr_...`)
-    handler = logging.StreamHandler()
-    handler.setFormatter(PlainFormatter(Redactor()))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    # the one log configuration of perdure's processes (PERDURE_LOG_FORMAT, PERDURE_LOG_LEVEL),
+    # on stderr only: over stdio, standard output is the protocol; secrets masked as in every
+    # perdure log (an access log's request line can carry `?token=...`)
+    configure_logging()
     logging.getLogger("mcp").setLevel(logging.WARNING)
     app = get_app(ctx)
     descriptions: dict[str, str] = {}
