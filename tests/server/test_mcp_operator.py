@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from extras_needed import needs
+from parked_runs import crash_and_recover
 
 pytest.importorskip("mcp", reason=needs("mcp"))
 
@@ -28,7 +29,7 @@ from perdure.server.access_sql import Access
 from perdure.server.mcp import McpOptions, PerdureMcp, skill, workflow_tools
 from perdure.server.mcp.server import Requestor
 from perdure.server.mcp.stateless import Rpc, Stateless
-from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from perdure.testing import TestClock, TestWorker
 
 OPERATOR_TOOLS = {"perdure_stuck", "perdure_explain", "perdure_resolve", "perdure_cancel",
                   "perdure_pause", "perdure_resume", "perdure_fork"}  # fmt: skip
@@ -44,13 +45,12 @@ def charges(app: perdure.App) -> list[str]:
         paid.append(order)
         return f"paid-{order}"
 
-    @app.step(effect="idempotent", name="receipt")
-    def receipt(payment: str) -> str:
-        return f"receipt for {payment}"
+    receipt = app.step(effect="idempotent", name="receipt")(lambda paid: f"receipt for {paid}")
 
     @app.workflow(name="charge")
     async def charge(order: str) -> str:
-        return str(await receipt(await pay(order)))
+        payment = await pay(order)
+        return str(await receipt(payment))
 
     @app.workflow(name="hold")
     async def hold() -> str:
@@ -62,12 +62,7 @@ def charges(app: perdure.App) -> list[str]:
 def park(app: perdure.App, clock: TestClock, run_id: str) -> None:
     """A charge whose worker died between the pay step's intent and its outcome."""
     app.start("charge", run_id, run_id=run_id)
-    dying = TestWorker(app)
-    dying.crash_after_intent("pay")
-    with pytest.raises(SimulatedCrash):
-        dying.run_until_idle()
-    clock.advance(dying.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "pay")
     assert app.get_run(run_id).status == "needs_attention"
 
 
