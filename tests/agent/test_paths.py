@@ -79,21 +79,23 @@ def test_relative_paths_start_at_the_spec_folder(agent: Agent) -> None:
 
 def test_refusals_name_the_resolved_path_and_the_allowed_roots(agent: Agent) -> None:
     """A refusal says where the path led and which roots were allowed, and never names as
-    allowed the very place it refused."""
+    allowed the very place it refused; both relative to the workspace (the spec's folder),
+    never as absolute server paths (issue 35 §11: refusals reach MCP callers)."""
     folder, toolbox = agent.spec.folder, agent.toolbox
-    tickets, drafts = folder / "tickets", folder / "drafts"
+    tickets = folder / "tickets"
     written = run_tool(toolbox, "write_file", path="tickets/new.txt", content="x")
     assert written == (
-        f"refused: write 'tickets/new.txt': {tickets / 'new.txt'} is outside "
-        f"the allowed paths ({drafts})"
+        "refused: write 'tickets/new.txt': tickets/new.txt is outside the allowed paths (drafts)"
     )
     read = run_tool(toolbox, "read_file", path="t1.txt")  # no longer from the first read root
-    assert read == (
-        f"refused: read 't1.txt': {folder / 't1.txt'} is outside "
-        f"the allowed paths ({tickets}, {drafts})"
-    )
+    assert read == ("refused: read 't1.txt': t1.txt is outside the allowed paths (tickets, drafts)")
     missing = run_tool(toolbox, "read_file", path="tickets/t9.txt")
-    assert missing == f"error: 'tickets/t9.txt' does not exist ({tickets / 't9.txt'})"
+    assert missing == "error: 'tickets/t9.txt' does not exist (tickets/t9.txt)"
+    outside = run_tool(toolbox, "read_file", path=str(folder.parent / "elsewhere.txt"))
+    assert outside == (
+        f"refused: read {str(folder.parent / 'elsewhere.txt')!r}: ../elsewhere.txt is outside "
+        "the allowed paths (tickets, drafts)"
+    )
     assert not (tickets / "new.txt").exists()
 
 
@@ -203,8 +205,9 @@ def test_any_path_inside_a_root_works_and_any_outside_is_refused() -> None:
                 if outside_roots:
                     assert result.startswith("refused: "), (tool_name, path, result)
                     if not any(_inside(lexical, r) for r in roots):
-                        allowed = ", ".join(str(r) for r in roots)
-                        assert f"{lexical} is outside the allowed paths ({allowed})" in result
+                        allowed = ", ".join(os.path.relpath(r, folder) for r in roots)
+                        shown = os.path.relpath(lexical, folder)  # never absolute
+                        assert f"{shown} is outside the allowed paths ({allowed})" in result
             assert os.listdir(outside) == []  # nothing ever lands outside
 
         inside()

@@ -199,9 +199,8 @@ def test_path_traversal_is_refused(tree: dict[str, Path]) -> None:
     with pytest.raises(ToolRefused) as refused:
         toolbox.boundary.resolve_read("../outside/secret.txt")
     # the refusal names the path as resolved and the one root it was checked against
-    assert str(refused.value) == (
-        f"read '../outside/secret.txt': {tree['outside'] / 'secret.txt'} is outside "
-        f"the allowed paths ({tree['root']})"
+    assert str(refused.value) == (  # relative to the workspace, never absolute
+        "read '../outside/secret.txt': ../outside/secret.txt is outside the allowed paths (.)"
     )
 
 
@@ -222,8 +221,8 @@ def test_symlink_escape_is_refused_for_read_and_write(tree: dict[str, Path]) -> 
     (tree["root"] / "link.txt").symlink_to(secret)
     toolbox = files(tree)
     assert run(toolbox, call("read_file", path="link.txt")) == "refused: " + (
-        f"read 'link.txt': the symlink {tree['root'] / 'link.txt'} leads to {secret.resolve()}, "
-        f"outside the allowed paths ({tree['root']})"
+        "read 'link.txt': the symlink link.txt leads to ../outside/secret.txt, "
+        "outside the allowed paths (.)"
     )
     assert run(toolbox, call("write_file", path="link.txt", content="pwned")).startswith(
         "refused: "

@@ -132,10 +132,8 @@ def test_run_resolves_the_models_paths_from_the_spec_folder(
         app.close()
     assert results[0] == "The printer on floor 2 is jammed."
     assert results[1] == "wrote 6 bytes to drafts/ok.txt"
-    folder = tmp_path.resolve()
     assert results[2] == (  # a path from the first read root is not the spec's folder
-        f"refused: read 't1.txt': {folder / 't1.txt'} is outside the allowed paths "
-        f"({folder / 'tickets'}, {folder / 'drafts'})"
+        "refused: read 't1.txt': t1.txt is outside the allowed paths (tickets, drafts)"
     )
 
 

@@ -38,3 +38,15 @@ async def nap(x: int, pause: float = 1.0) -> int:
 async def family() -> str:
     """Start a child run of `hold` and wait for it."""
     return str(await hold())
+
+
+@app.step(effect="read", name="say")
+def say(words: str) -> int:
+    perdure.stream.write(words)
+    return len(words)
+
+
+@app.workflow(name="confide")
+def confide(words: str) -> int:
+    """Write `words` into the run's stream."""
+    return say(words)

@@ -7,18 +7,22 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from local_servers import free_port
 from perdure import App
-from perdure.server.access import create_token
+from perdure.server.access import create_token, local_operator
+from perdure.server.operations import revoke_token
 from process_stops import stop_processes
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 HERE = Path(__file__).parent
 MODERN = "2026-07-28"
@@ -45,7 +49,9 @@ class Store:
     db: str
     folder: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    token_ids: dict[str, str] = field(default_factory=dict)
     servers: list[Server] = field(default_factory=list)
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def token(self, name: str, scopes: tuple[str, ...] = ("read", "operate", "approve")) -> str:
         maker = App(self.db)
@@ -53,15 +59,40 @@ class Store:
             made = maker.runtime.sync(create_token(maker, name, list(scopes)), "token")
         finally:
             maker.close()
-        self.tokens[name] = made[1]
+        self.token_ids[name], self.tokens[name] = made
         return made[1]
 
-    def serve(self, *options: str, worker: bool = True) -> Server:
+    def revoke(self, name: str) -> None:
+        """Revoke the token `name` as an admin would (`perdure token revoke`)."""
+        maker = App(self.db)
+        try:
+            done = revoke_token(maker, local_operator(), self.token_ids[name])
+            maker.runtime.sync(done, "revoke")
+        finally:
+            maker.close()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "PERDURE_DB": self.db, "PYTHONUNBUFFERED": "1", **extra}
+
+    def worker(
+        self, *options: str, app: str = "mcp_app:app", **env: str
+    ) -> subprocess.Popen[bytes]:
+        """Start `perdure worker` (its output in worker-N.log), stopped with the servers."""
+        log = self.folder / f"worker-{len(self.workers)}.log"
+        argv = [sys.executable, "-m", "perdure", "--app", app, "worker", *options]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv, cwd=HERE, env=self.env(**env), stdout=out, stderr=subprocess.STDOUT
+            )
+        self.workers.append(proc)
+        return proc
+
+    def serve(self, *options: str, worker: bool = True, app: str = "mcp_app:app") -> Server:
         """Start `perdure mcp --http` (with `--worker` unless told otherwise) and wait for it."""
         port = free_port()
         log = self.folder / f"mcp-{port}.log"
-        env = {**os.environ, "PERDURE_DB": self.db, "PYTHONUNBUFFERED": "1"}
-        argv = [sys.executable, "-m", "perdure", "--app", "mcp_app:app", "mcp", "--http",
+        env = self.env()
+        argv = [sys.executable, "-m", "perdure", "--app", app, "mcp", "--http",
                 "--port", str(port), *(["--worker"] if worker else []), *options]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -79,7 +110,7 @@ class Store:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        stop_processes([server.proc for server in self.servers], grace=20)
+        stop_processes([server.proc for server in self.servers] + self.workers, grace=20)
 
 
 @contextmanager
@@ -107,6 +138,24 @@ def postgres_store(folder: Path) -> Iterator[Store]:
         store.stop()
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@asynccontextmanager
+async def sdk_session(url: str, token: str, **options: Any) -> AsyncIterator[ClientSession]:
+    """The official SDK's client session over Streamable HTTP with a bearer token, initialized
+    (`options`: ClientSession's, e.g. a message_handler). Needs the mcp extra (imported here,
+    as the conftest imports this module)."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=120)) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write, **options) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def modern_meta(tasks: bool = True) -> dict[str, Any]:

@@ -37,6 +37,17 @@ def test_mcp_logs_mask_a_token_in_the_request_line(mcp_http: Served) -> None:
     assert leaked not in mcp_http.output(), mcp_http.output()[-2000:]
 
 
+def test_mcp_access_log_keeps_no_credential_from_a_query(mcp_http: Served) -> None:
+    """A credential in a query that is not perdure-token-shaped (a wrong guess, another
+    service's key) is masked by its parameter's name in the access log's request line."""
+    with mcp_http.client("read") as http:
+        for query in ("token=guess-0123456789", "api_key=other-service-9876543210"):
+            http.post(f"/mcp?{query}", json=INITIALIZE, headers=ACCEPT)
+    output = mcp_http.output()
+    assert "guess-0123456789" not in output and "other-service-9876543210" not in output
+    assert "/mcp?token=*** " in output and "/mcp?api_key=*** " in output, output[-2000:]
+
+
 def test_perdure_tail_masks_what_a_step_wrote() -> None:
     """`perdure tail` prints a run's stream through the redactor, as the API's run-output
     stream now does: a key a step printed is shown masked, text and JSON alike."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from extras_needed import needs
+from parked_runs import crash_and_recover
 
 pytest.importorskip("starlette", reason=needs("server"))
 
@@ -468,7 +469,6 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
 ) -> None:
     """After a crash between a `once` step's intent and its outcome the run page says the
     run needs attention and what recovery does; an operator's retry sends it back to work."""
-    from perdure.testing import SimulatedCrash
 
     sent: list[str] = []
 
@@ -482,12 +482,7 @@ def test_a_crashed_once_step_shows_its_recovery_and_can_be_retried(
         return send_mail(to)
 
     app.start("mailer", "ana@example.org", run_id="mail-1")
-    dying = TestWorker(app)
-    dying.crash_after_intent("send_mail")
-    with pytest.raises(SimulatedCrash):
-        dying.run_until_idle()
-    clock.advance(dying.lease + 1)
-    TestWorker(app).run_until_idle()
+    crash_and_recover(app, clock, "send_mail")
     assert app.get_run("mail-1").status == "needs_attention" and sent == []
     csrf = sign_in(server, token(app, "operate"))
     shown = text_of(server.get("/ui/runs/mail-1").text)

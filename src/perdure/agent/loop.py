@@ -301,7 +301,7 @@ class Agent:
                   retry=Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
         def read_task_file(path: str, limit: int = MAX_FILE_TOKENS) -> str:
             real = self.boundary.resolve_read(path)
-            return task_text(real, limit)
+            return task_text(real, limit, path)
 
         @runtime.step(name=f"{name}.context", effect="read")
         async def read_context(query: str) -> dict[str, Any]:
@@ -846,20 +846,22 @@ def estimate_tokens(text: str) -> float:
     return wide + (len(text) - wide) / CHARS_PER_TOKEN
 
 
-def task_text(path: Path, limit: int) -> str:
+def task_text(path: Path, limit: int, given: str | None = None) -> str:
     """A task file's text, cut to about `limit` tokens (at a line end, saying so);
     AgentFailed (one line, not retried) if it is empty or binary, since no answer about
-    it could be checked."""
+    it could be checked. Failures name the file as `given` (as the task named it), not by
+    its absolute server path (a run's error reaches MCP callers and the API)."""
+    name = path if given is None else given
     try:  # no link followed: the file checked is the file read (a swap is refused)
         data = read_no_links(path)
     except OSError as exc:
-        raise AgentFailed(f"cannot read {path}: {exc.strerror}") from None
+        raise AgentFailed(f"cannot read {name}: {exc.strerror}") from None
     if not data.strip():
-        raise AgentFailed(f"{path} is empty: nothing to work on")
+        raise AgentFailed(f"{name} is empty: nothing to work on")
     head = data[: limit * 16]
     text = head.decode("utf-8", errors="replace")
     if b"\0" in head or text.count("\ufffd") > max(3, len(text) // 100):
-        raise AgentFailed(f"{path} is not text (binary or not UTF-8): not sent to a model")
+        raise AgentFailed(f"{name} is not text (binary or not UTF-8): not sent to a model")
     if estimate_tokens(text) <= limit:
         return text
     low, high = 0, len(text)  # the longest prefix that fits

@@ -54,6 +54,18 @@ from .listening import connection_limits, listen_options
 )
 @click.option("--builtin", is_flag=True, help="Also expose perdure's own workflows (perdure.plan).")
 @click.option(
+    "--operator",
+    is_flag=True,
+    help="Also offer the operator tools (stuck, explain, resolve, cancel, pause, resume, fork) "
+    "under the client's scopes; no --app needed.",
+)
+@click.option(
+    "--print-skill",
+    is_flag=True,
+    help="Print the skill file (SKILL.md) telling a model how to work the stuck queue with "
+    "the operator tools, and exit.",
+)
+@click.option(
     "--call-wait",
     default=60.0,
     show_default=True,
@@ -74,6 +86,8 @@ def mcp_cmd(
     model: str,
     only: tuple[str, ...],
     builtin: bool,
+    operator: bool,
+    print_skill: bool,
     call_wait: float,
     allowed_hosts: tuple[str, ...],
     **listening: Any,
@@ -87,24 +101,30 @@ def mcp_cmd(
     tasks/update, tasks/cancel, subscriptions/listen), chosen per request. Tasks
     survive the server: any server on the same store answers for them. Over HTTP it
     answers only requests for its own address or an --allowed-host name, and cuts
-    slow clients off.
+    slow clients off. With --operator it also offers the operator tools, each
+    checked against the client's scopes and audited as the same action from the
+    CLI; --print-skill prints the skill file that tells a model how to use them
+    (e.g. `perdure mcp --print-skill > .claude/skills/perdure-operator/SKILL.md`).
     """  # fmt: skip
     require_extra("mcp", "perdure mcp")
+    if print_skill:
+        from ..server.mcp import skill
+
+        click.echo(skill(), nl=False)
+        return
     from ..agent.loop import Agent
     from ..agent.models import require_extras
     from ..agent.serve import with_model
     from ..agent.spec import load_spec
     from ..engine.worker import WorkerOptions
-    from ..observe.logs import PlainFormatter
-    from ..observe.redact import Redactor
+    from ..observe.logs import configure_logging
     from ..server.mcp import McpOptions, PerdureMcp, serve_http, serve_stdio, workflow_tools
     from .main import get_app  # main imports this module to register the command
 
-    # stderr only: over stdio, standard output is the protocol; secrets masked as in every
-    # perdure log (an access log line can carry `?token=pdr_...`)
-    handler = logging.StreamHandler()
-    handler.setFormatter(PlainFormatter(Redactor()))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    # the one log configuration of perdure's processes (PERDURE_LOG_FORMAT, PERDURE_LOG_LEVEL),
+    # on stderr only: over stdio, standard output is the protocol; secrets masked as in every
+    # perdure log (an access log's request line can carry `?token=...`)
+    configure_logging()
     logging.getLogger("mcp").setLevel(logging.WARNING)
     app = get_app(ctx)
     descriptions: dict[str, str] = {}
@@ -116,12 +136,14 @@ def mcp_cmd(
     tools = workflow_tools(
         app.runtime.workflows, only=only, builtin=builtin, descriptions=descriptions
     )
-    if not tools:
-        raise ConfigError("no tools to serve: pass --app module:attribute and/or --agent SPEC")
+    if not tools and not operator:
+        raise ConfigError(
+            "no tools to serve: pass --app module:attribute and/or --agent SPEC, or --operator"
+        )
     options = McpOptions(call_wait=call_wait)
     worker = WorkerOptions(concurrency=concurrency) if with_worker else None
-    server = PerdureMcp(app, tools, options, http=over_http)
-    names = ", ".join(sorted(tools))
+    server = PerdureMcp(app, tools, options, http=over_http, operator=operator)
+    names = ", ".join([*sorted(tools), *server.operators]) or "none"
     runs = "runs workflows here" if with_worker else "a `perdure worker` runs them"
     try:
         if over_http:

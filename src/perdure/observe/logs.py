@@ -35,7 +35,16 @@ TOKEN_SHAPED = [  # perdure's API tokens and `sk-` provider keys, wherever they 
     (re.compile(r"\bpdr_[A-Za-z0-9_\-]{6,}"), "pdr_" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + MASK),
 ]
-_BUILTIN = [(re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"), r"\1" + MASK), *TOKEN_SHAPED]
+# a credential in a URL's query (`?token=...`, as a request line in an access log shows it)
+SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:token|access_token|api_key|apikey|key|secret|password|client_secret)=)"
+    r"[^&#\s\"']+"
+)
+_BUILTIN = [
+    (re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"), r"\1" + MASK),
+    (SECRET_QUERY, r"\1" + MASK),
+    *TOKEN_SHAPED,
+]
 
 
 class Redactor:

@@ -123,13 +123,15 @@ class Boundary:
         live = [r for r in roots if r.is_dir()]
         real_roots = [Path(os.path.realpath(r)) for r in live]
         # Every refusal names the path as resolved and the roots it was checked against,
-        # so the model (and the journal) can see why, whatever the working directory.
-        allowed = f"the allowed paths ({', '.join(dict.fromkeys(str(r) for r in roots))})"
+        # so the model (and the journal) can see why, whatever the working directory; both
+        # relative to the workspace (`shown`): a refusal tells no absolute server path.
+        shown = self.shown
+        allowed = f"the allowed paths ({', '.join(dict.fromkeys(shown(r) for r in roots))})"
         if not any(_inside(lexical, r) for r in (*roots, *real_roots)):
-            raise ToolRefused(f"{verb} {path!r}: {lexical} is outside {allowed}")
+            raise ToolRefused(f"{verb} {path!r}: {shown(lexical)} is outside {allowed}")
         if not any(_inside(lexical, r) for r in (*live, *real_roots)):
             missing = next(r for r in roots if _inside(lexical, r))
-            raise ToolRefused(f"{verb} {path!r}: its allowed root {missing} does not exist")
+            raise ToolRefused(f"{verb} {path!r}: its allowed root {shown(missing)} does not exist")
         # Every existing step at or below a root, and the target itself, must stay inside
         # once symlinks are followed (a dangling symlink resolves to where it points).
         step = Path(candidate.anchor)
@@ -141,12 +143,22 @@ class Boundary:
             target = Path(os.path.realpath(step))
             if os.path.lexists(step) and not _within(target, real_roots):
                 raise ToolRefused(
-                    f"{verb} {path!r}: the symlink {below} leads to {target}, outside {allowed}"
+                    f"{verb} {path!r}: the symlink {shown(below)} leads to "
+                    f"{shown(target, real=True)}, outside {allowed}"
                 )
         real = Path(os.path.realpath(candidate))
         if not _within(real, real_roots):
-            raise ToolRefused(f"{verb} {path!r}: {lexical} resolves to {real}, outside {allowed}")
+            raise ToolRefused(f"{verb} {path!r}: {shown(lexical)} resolves to "
+                              f"{shown(real, real=True)}, outside {allowed}")  # fmt: skip
         return real
+
+    def shown(self, path: Path, *, real: bool = False) -> str:
+        """`path` as a refusal names it: relative to the workspace (`workdir`; `real`: to
+        the workspace's symlink-resolved path, for a resolved `path`), `..` included for a
+        place outside it, never absolute, so what a model, a journal or an MCP caller is
+        shown of a refusal tells no server path."""
+        base = os.path.realpath(self.workdir) if real else self.workdir
+        return os.path.relpath(path, base)
 
     # -- commands -----------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ def read_file(
         max_bytes: Read at most this many bytes; longer files are cut with a note.
     """
     real = ctx.boundary.resolve_read(path)
-    fd = _open_nofollow(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0), path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    fd = _open_nofollow(real, flags, path, ctx.boundary.shown(real, real=True))
     info = os.fstat(fd)  # before fdopen, which refuses a directory with an OSError of its own
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
@@ -137,11 +138,13 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     return "\n".join(shown) if shown else "[empty directory]"
 
 
-def _open_nofollow(real: Path, flags: int, shown: str) -> int:
+def _open_nofollow(real: Path, flags: int, shown: str, where: str) -> int:
+    """`real` opened without following a link; errors name it as given (`shown`) and where
+    it led (`where`, relative to the workspace: `Boundary.shown`)."""
     try:
         return os.open(real, flags | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
-        raise ToolFailed(f"{shown!r} does not exist ({real})") from None
+        raise ToolFailed(f"{shown!r} does not exist ({where})") from None
     except OSError as exc:
         if real.is_symlink():  # swapped for a symlink since the check
             raise ToolRefused(f"{shown!r}: is a symlink") from None

@@ -9,6 +9,7 @@ even after the one it used was killed, can still poll the task and fetch its res
 
 from __future__ import annotations
 
+from .operator import OperatorTool, operator_tools, skill
 from .server import McpOptions, PerdureMcp
 from .tasks import TASK_PREFIX, status_of, task_of, tool_result
 from .tools import WorkflowTool, tool_name, workflow_tools
@@ -17,11 +18,14 @@ from .transports import http_app, serve_http, serve_stdio
 __all__ = [
     "TASK_PREFIX",
     "McpOptions",
+    "OperatorTool",
     "PerdureMcp",
     "WorkflowTool",
     "http_app",
+    "operator_tools",
     "serve_http",
     "serve_stdio",
+    "skill",
     "status_of",
     "task_of",
     "tool_name",

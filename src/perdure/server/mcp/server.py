@@ -4,7 +4,9 @@ Built on the official SDK's low-level `Server` (mcp 1.x), with the task methods
 of the MCP specification 2025-11-25 registered as its request handlers over the
 store, not over the SDK's in-memory task store, so a task outlives the process:
 
-- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`.
+- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`; with
+  `operator`, the operator tools too (`operator.py`: stuck, explain, resolve, cancel, pause,
+  resume, fork, under the requestor's scopes; answered at once, never as tasks).
 - `tools/call` with `task`: starts the run `mcp:<uuid>` (its id is the task id) and
   returns `CreateTaskResult` at once. Without `task`: starts the run and waits for
   its result (at most `call_wait` seconds; after that the result says the run goes
@@ -59,11 +61,15 @@ from mcp.shared.message import ServerMessageMetadata
 
 from ...engine.client import origin_of
 from ...engine.streams import StreamChunk, chunk_of
-from ...errors import PerdureError, StoreError
+from ...errors import ConfigError, PerdureError, StoreError
+from ...observe.redact import Redactor
 from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
-from ..access import Principal
+from ..access import Principal, digest
+from ..access_sql import Access
 from ..operations import Action, Forbidden, answer, decide, require
+from ..sse import REVOKED, Recheck
+from .operator import OperatorTool, call_operator, operator_tools
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
@@ -110,13 +116,16 @@ class Progress:
 PROGRESS_TEXT = 1000  # characters of new output one progress notification carries at most
 
 
-def progress_message(chunks: list[StreamChunk]) -> str:
+def progress_message(chunks: list[StreamChunk], redactor: Redactor) -> str:
     """New stream rows as one human-readable line: text as it is, other topics as JSON,
-    markers in brackets (a retry says the step began again)."""
+    markers in brackets (a retry says the step began again); each row masked by the
+    redactor before the line is cut to its last PROGRESS_TEXT characters (as every view of
+    a run's stream masks it: a secret is never shown, nor a piece of one cut short)."""
     parts: list[str] = []
     for chunk in chunks:
         if chunk.kind == "chunk":
-            text = chunk.data if isinstance(chunk.data, str) else json.dumps(chunk.data)
+            data = redactor.value(chunk.data)
+            text = data if isinstance(data, str) else json.dumps(data)
             parts.append(text if chunk.topic == "out" else f"{chunk.topic}: {text} ")
         elif chunk.kind == "retry" and isinstance(chunk.data, dict):
             parts.append(f"[step {chunk.data.get('step')} began again] ")
@@ -145,11 +154,13 @@ class SessionState:
 
 @dataclass(frozen=True)
 class Requestor:
-    """Who sends a request: the principal (scopes apply) and the authorization context its
-    tasks are bound to (`token:<digest>` over HTTP, `stdio` for the local client)."""
+    """Who sends a request: the principal (scopes apply), the authorization context its
+    tasks are bound to (`token:<digest>` over HTTP, `stdio` for the local client) and, over
+    HTTP, the SHA-256 of its token (how a long response asks again whether it still holds)."""
 
     who: Principal
     owner: str
+    credential: str = field(default="", compare=False)
 
 
 class _TaskServer(Server[SessionState, Any]):
@@ -185,6 +196,10 @@ class PerdureMcp:
 
     Args:
         http: requests come over Streamable HTTP and must carry a bearer token's principal.
+        operator: also offer the operator tools (`operator.operator_tools`).
+
+    Raises:
+        ConfigError: a workflow's tool has the name of an operator tool.
     """
 
     def __init__(
@@ -194,13 +209,24 @@ class PerdureMcp:
         options: McpOptions | None = None,
         *,
         http: bool = False,
+        operator: bool = False,
     ) -> None:
         self.app = app
         self.tools = tools
+        self.operators = operator_tools() if operator else {}
+        clash = sorted(set(tools) & set(self.operators))
+        if clash:
+            raise ConfigError(
+                f"workflow tool(s) {', '.join(clash)} have an operator tool's name; rename "
+                "the workflow (name=...) or serve without --operator"
+            )
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
+        self.redactor = Redactor()  # what a client is sent of a run's stream is masked
         self._sessions: dict[str, SessionState] = {}  # HTTP sessions by Mcp-Session-Id
+        # ends an HTTP session (its streams closed), set by `transports.http_app`
+        self.end_session: Callable[[str], Awaitable[None]] | None = None
         try:
             perdure_version = version("perdure")
         except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -253,12 +279,17 @@ class PerdureMcp:
 
     async def _watch(self, state: SessionState) -> None:
         """Send notifications/tasks/status when a followed task's status or message changes,
-        and notifications/progress with what its run wrote to its stream meanwhile."""
+        and notifications/progress with what its run wrote to its stream meanwhile; once the
+        session's token is revoked, end the session (its streams close, nothing more is sent)."""
+        check = Recheck(lambda: self._session_holds(state))
         while True:
             await anyio.sleep(self.options.poll)
             session = state.session
             if session is None:
                 continue
+            if not await check.still():
+                await self._end(state)
+                return
             if state.progress and not await self._progress(state, session):
                 return  # the client went away
             if not state.watched:
@@ -288,6 +319,19 @@ class PerdureMcp:
                     await session.send_notification(types.ServerNotification(note))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the client went away
+
+    async def _session_holds(self, state: SessionState) -> bool:
+        return state.asker is None or await self.holds(state.asker)
+
+    async def _end(self, state: SessionState) -> None:
+        """A session whose token was revoked: follow nothing more, and end it over HTTP."""
+        state.watched.clear()
+        state.progress.clear()
+        who = state.asker.who.name if state.asker is not None else "?"
+        for session_id in [k for k, v in self._sessions.items() if v is state]:
+            log.info("mcp: ending a session of %s: %s", who, REVOKED)
+            if self.end_session is not None:
+                await self.end_session(session_id)
 
     def _put_gate(self, state: SessionState, session: ServerSession, run: RunRow) -> None:
         """A followed task reached a gate: put it to the client at once, on the session's own
@@ -330,8 +374,9 @@ class PerdureMcp:
             progress.after = rows[-1].seq
             progress.sent += sum(c.kind == "chunk" for c in chunks) or 1
             try:
+                message = progress_message(chunks, self.redactor) or None
                 await session.send_progress_notification(
-                    progress.token, progress.sent, message=progress_message(chunks) or None
+                    progress.token, progress.sent, message=message
                 )
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return False
@@ -361,10 +406,30 @@ class PerdureMcp:
         if isinstance(user, AuthenticatedUser):
             token = user.access_token
             who = Principal(token.client_id, frozenset(token.scopes))
-            return Requestor(who, f"token:{token.subject}")
+            return Requestor(who, f"token:{token.subject}", digest(token.token))
         if self.http:
             raise _error(types.INVALID_REQUEST, "a bearer token is required")
         return Requestor(Principal(f"mcp:{client}", LOCAL_SCOPES), "stdio")
+
+    async def holds(self, req: Requestor) -> bool:
+        """Whether the requestor's token is still valid (not revoked); the stdio client's
+        always is. Asked by every long response: a bearer check at the request's start does
+        not cover what it sends minutes later."""
+        if not req.credential:
+            return True
+        try:
+            return await Access(self.app.runtime.store).find_token(req.credential) is not None
+        except PerdureError:  # the store is away: deliver nothing rather than unchecked
+            return False
+
+    def recheck(self, req: Requestor) -> Recheck:
+        """A check of `holds` at most every `sse.RECHECK` seconds, for a long wait's loop."""
+        return Recheck(lambda: self.holds(req))
+
+    async def still_holds(self, req: Requestor) -> None:
+        """Raises the JSON-RPC error that ends a long response once the token was revoked."""
+        if not await self.holds(req):
+            raise _error(types.INVALID_REQUEST, f"{REVOKED}: this response ends here")
 
     # -- which runs are tasks, for whom ------------------------------------------------
 
@@ -490,15 +555,30 @@ class PerdureMcp:
 
     # -- tools (2025-11-25, through the SDK) ------------------------------------------------
 
+    def listed_tools(self) -> list[types.Tool]:
+        """What tools/list answers: the workflows' tools, then the operator tools."""
+        return [t.tool for t in self.tools.values()] + [t.tool for t in self.operators.values()]
+
+    async def operate(
+        self, req: Requestor, tool: OperatorTool, arguments: dict[str, Any], as_task: bool
+    ) -> types.CallToolResult:
+        """A tools/call of an operator tool: done at once, never as a task."""
+        if as_task:
+            raise _error(types.INVALID_PARAMS, f"tool {tool.name!r} cannot be called as a task")
+        return await call_operator(self.app, req.who, tool, arguments)
+
     async def _list_tools(self, req: types.ListToolsRequest) -> types.ServerResult:
         asker, *_ = self._context()
         require(asker.who, "read", "listing tools")
-        tools = [t.tool for t in self.tools.values()]
-        return types.ServerResult(types.ListToolsResult(tools=tools))
+        return types.ServerResult(types.ListToolsResult(tools=self.listed_tools()))
 
     async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
         asker, state, session, request_id = self._context()
         as_task = req.params.task is not None
+        operator = self.operators.get(req.params.name)
+        if operator is not None:
+            arguments = req.params.arguments or {}
+            return types.ServerResult(await self.operate(asker, operator, arguments, as_task))
         try:
             run = await self.start(asker, req.params.name, req.params.arguments or {}, as_task)
         except (Forbidden, StoreError):
@@ -601,10 +681,14 @@ class PerdureMcp:
         last seen."""
         deadline = None if wait is None else anyio.current_time() + wait
         asked: set[str] = set()
+        check = self.recheck(asker)
         while True:
+            if not await check.still():  # revoked while it waits: the response ends
+                await self.still_holds(asker)
             run = await self._run(run_id)
             remaining = math.inf if deadline is None else deadline - anyio.current_time()
             if run.status in FINISHED or remaining <= 0:
+                await self.still_holds(asker)  # nothing written after a revoke is delivered
                 return run
             gate = await gate_of(self.app, run)
             key = f"{run.id}\n{run.waiting_for}"

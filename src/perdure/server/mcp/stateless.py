@@ -8,6 +8,7 @@ endpoint (`transports.http_app` picks the revision per request):
 - `server/discover`: the versions served, the tools and tasks-extension capabilities.
 - `tools/list`; `tools/call`: for a client declaring the tasks extension, starts the run
   and returns its handle (`resultType: "task"`); otherwise waits (bounded) for its result.
+  An operator tool (`perdure mcp --operator`) answers at once, never as a task.
 - `tasks/get`: the task with `pollIntervalMs`, and inlined by status: `inputRequests`
   (a gate, as an `elicitation/create` form) for `input_required`, `result` (the
   `CallToolResult`) for `completed`. A failed workflow is a tool error, so `completed`
@@ -34,6 +35,7 @@ from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from ...errors import PerdureError, StoreError
 from ...store.base import COMPLETED, FAILED, FINISHED, RunRow
 from ..operations import Forbidden, require
+from ..sse import REVOKED
 from .tasks import FOREVER_MS, GateQuestion, error_text, gate_of, status_of, tool_result, ttl_ms
 
 if TYPE_CHECKING:
@@ -173,8 +175,8 @@ class Stateless:
     async def _list_tools(self, rpc: Rpc, req: Requestor) -> dict[str, Any]:
         require(req.who, "read", "listing tools")
         tools = [
-            t.tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for t in self.mcp.tools.values()
+            t.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for t in self.mcp.listed_tools()
         ]
         for tool in tools:
             tool.pop("execution", None)  # the extension drops per-tool task support
@@ -185,6 +187,9 @@ class Stateless:
         arguments = rpc.params.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise _invalid("tools/call needs a tool name and an arguments object")
+        operator = self.mcp.operators.get(name)
+        if operator is not None:  # done at once: a task would only wrap the answer
+            return _dump(await self.mcp.operate(req, operator, arguments, False))
         try:
             run = await self.mcp.start(req, name, arguments, rpc.with_tasks)
         except (Forbidden, StoreError):
@@ -199,6 +204,7 @@ class Stateless:
             while run.status not in FINISHED:
                 await self.app.runtime.wait_change(self.mcp.options.poll)
                 run = await self.mcp._run(run.id)
+        await self.mcp.still_holds(req)  # nothing written after a revoke is delivered
         if run.status in FINISHED:
             return _dump(await tool_result(self.app, run))
         text = (
@@ -305,7 +311,11 @@ class Stateless:
             "params": {"notifications": {"taskIds": mine}, "_meta": meta},
         }
         last: dict[str, str] = {}
+        check = self.mcp.recheck(req)
         while mine:
+            if not await check.still():  # revoked: the stream ends, with the error as its answer
+                yield _failure(rpc.id, types.INVALID_REQUEST, f"{REVOKED}: this stream ends here")
+                return
             for task_id in list(mine):
                 run = await self.app.runtime.store.get_run(task_id)
                 if run is None:
@@ -313,6 +323,9 @@ class Stateless:
                     continue
                 task = await self.task(run)
                 seen = json.dumps(task, sort_keys=True)
+                if "result" in task and not await self.mcp.holds(req):  # asked at once
+                    yield _failure(rpc.id, types.INVALID_REQUEST, f"{REVOKED}: this stream ends")
+                    return
                 if last.get(task_id) != seen:
                     last[task_id] = seen
                     yield {"jsonrpc": "2.0", "method": "notifications/tasks",

@@ -309,6 +309,13 @@ def http_app(mcp: PerdureMcp, path: str = "/mcp", allowed: AllowedHosts | None =
 
     revisions = Revisions(mcp, manager)
 
+    async def end_session(session_id: str) -> None:
+        transport = getattr(manager, "_server_instances", {}).get(session_id)
+        if transport is not None:
+            await transport.terminate()
+
+    mcp.end_session = end_session
+
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await revisions.handle(scope, receive, send)
 
