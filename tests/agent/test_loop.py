@@ -179,7 +179,7 @@ def test_a_crash_after_a_tool_resumes_without_calling_the_model_again(
          call("finish", summary="ok")],
     )  # fmt: skip
     handle = app.start(agent.workflow, {"prompt": "write a"})
-    worker.crash_after_intent("agent:helper.tool.idempotent")
+    worker.crash_after_intent("agent:helper.tool.write_file")
     with pytest.raises(SimulatedCrash):
         worker.run_until_idle()
     calls, tokens = model.calls, model.tokens
