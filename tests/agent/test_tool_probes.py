@@ -281,6 +281,42 @@ def test_a_once_tool_without_an_entry_still_parks(app: perdure.App, tmp_path: Pa
     assert probed(app, handle.id) == []
 
 
+@pytest.mark.parametrize("tool", ["issue_refund", "send_email"])
+def test_every_view_names_the_tool_that_was_cut_off(
+    app: perdure.App, tmp_path: Path, db_url: str, tool: str
+) -> None:
+    """A parked call is its tool's step in `stuck`, `explain`, `show` and the dashboard's
+    timeline; `--probe` is offered only for the tool that has a probe (issue_refund, whose
+    probe could not tell), not for send_email beside it."""
+    from perdure.observe.redact import Redactor
+    from perdure.server.dashboard import timeline
+
+    ledger = Ledger(tmp_path)
+    ledger.find_says = "payment API down (503)"
+    agent, _ = make(app, tmp_path, ledger, 'issue_refund = { probe = "find_refund" }',
+                    [call(tool, order="o1", amount=30) if tool == "issue_refund"
+                     else call(tool, order="o1"), call("finish", summary="x")])  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "o1"})
+    dead = TestWorker(app)
+    step = f"agent:refunder.tool.{tool}"
+    dead.crash_after_intent(step)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+
+    recover(app, dead)
+
+    assert handle.status() == "needs_attention"
+    stuck = CliRunner().invoke(cli, ["--db", db_url, "stuck"]).output
+    assert f"({step})" in stuck and ("--probe" in stuck) == (tool == "issue_refund")
+    for command in ("explain", "show"):
+        shown = CliRunner().invoke(cli, ["--db", db_url, command, handle.id]).output
+        assert step in shown, shown
+    run, entries = app.get_run(handle.id), app.journal(handle.id)
+    rows = timeline(app, run, entries, Redactor())
+    [parked] = [r for r in rows if r.name == step and r.state == "needs_attention"]
+    assert parked.effect == "once" and parked.probe == (tool == "issue_refund")
+
+
 @pytest.mark.parametrize(
     ("effects", "grant", "said"),
     [
