@@ -5,8 +5,9 @@ context -> model step (its worst case reserved against the budgets first) -> too
 holding no slot, until budget frees up (agent/budgets.py).
 A model call is a `keyed` step (its request fingerprint, response and usage are
 journaled, so replay returns the recorded response and spends nothing); each
-tool call is a step with the tool's own effect, so recovery follows that
-effect's rule (a `once` tool cut short parks the run, never runs twice). A call
+tool call is its tool's step (`agent:NAME.tool.TOOL`) with the tool's own effect, so
+recovery follows that effect's rule (a `once` tool cut short is asked its probe, or
+parks the run, never runs twice) and every view names the tool. A call
 outside the boundary is refused by a recorded step and shown to the model as an
 error. The run completes only when the acceptance check holds; hitting a limit
 fails it with the last evidence. A model provider refusing its key (401/403, or no
