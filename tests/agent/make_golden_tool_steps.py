@@ -30,17 +30,9 @@ OUT = HERE / "golden_tool_steps_by_effect.json"
 SPEC = """
 name = "refunder"
 goal = "Refund"
-
-[models.fast]
-provider = "scripted"
-script = "replies.jsonl"
-context_tokens = 100000
-
-[tools]
-grant = ["issue_refund", "find_refund", "notify", "finish"]
-
-[tools.effects]
-issue_refund = { probe = "find_refund" }
+models.fast = { provider = "scripted", script = "replies.jsonl", context_tokens = 100000 }
+tools.grant = ["issue_refund", "find_refund", "notify", "finish"]
+tools.effects.issue_refund = { probe = "find_refund" }
 """
 
 
