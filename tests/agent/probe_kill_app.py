@@ -6,9 +6,11 @@ model, `[tools.effects] issue_refund = { probe = "find_refund" }`) and `PROBE_KI
 folder outside the store: the ledger, the markers, the gates).
 
 `issue_refund(order)` appends `started:<order>` to `markers`, waits for the gate file
-`pay`, appends `<order>` to `ledger` (the effect), waits for the gate file `return`, and
-returns `refunded <order>`; `find_refund(order)`, the probe, reads the ledger. Each line is
-one write() on an O_APPEND file: whole even under kill -9.
+`pay` (or `pay-<order>`), appends `<order>` to `ledger` (the effect), waits for the gate
+file `return` (or `return-<order>`), and returns `refunded <order>`; `find_refund(order)`,
+the probe, appends `<order>` to `looked` and reads the ledger; `notify(order)`, a once tool
+without a probe, appends `<order>` to `notified`. Each line is one write() on an O_APPEND
+file: whole even under kill -9.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def wait_gate(name: str) -> None:
+def wait_gate(name: str, order: str) -> None:
+    """Until the gate file `name` (for every order) or `name-order` is there."""
     limit = time.monotonic() + GATE_MOST
-    while not (folder() / name).exists() and time.monotonic() < limit:
+    gates = (folder() / name, folder() / f"{name}-{order}")
+    while not any(g.exists() for g in gates) and time.monotonic() < limit:
         time.sleep(0.02)
 
 
@@ -58,9 +62,9 @@ def issue_refund(order: str) -> str:
         order: The order.
     """
     append_line(folder() / "markers", f"started:{order}")
-    wait_gate("pay")
+    wait_gate("pay", order)
     append_line(folder() / "ledger", order)
-    wait_gate("return")
+    wait_gate("return", order)
     return f"refunded {order}"
 
 
@@ -71,10 +75,23 @@ def find_refund(order: str) -> str:
     Args:
         order: The order.
     """
+    append_line(folder() / "looked", order)
     if order in lines(folder() / "ledger"):
         return json.dumps({"done": True, "value": f"refunded {order} (found in the ledger)"})
     return json.dumps({"done": False})
 
 
+@tool(effect="once")
+def notify(order: str) -> str:
+    """Tell the customer a refund is on its way.
+
+    Args:
+        order: The order.
+    """
+    append_line(folder() / "notified", order)
+    return f"notified {order}"
+
+
 app = perdure.App()
-agent = Agent(app.runtime, load_spec(os.environ[SPEC_ENV]), tools=[issue_refund, find_refund])
+tools = [issue_refund, find_refund, notify]
+agent = Agent(app.runtime, load_spec(os.environ[SPEC_ENV]), tools=tools)

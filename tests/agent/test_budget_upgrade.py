@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import perdure
+from golden_journals import seed_journal
 from perdure.agent.budget_sql import Budget, Budgets
 from perdure.agent.loop import Agent, raise_budget
 from perdure.agent.providers.scripted import ScriptedModel
 from perdure.agent.spec import load_spec
-from perdure.store.base import Entry, NewRun
 from perdure.testing import TestClock, TestWorker
 
 HERE = Path(__file__).parent
@@ -41,15 +41,7 @@ def test_a_run_parked_before_reservations_replays_and_finishes(tmp_path: Path) -
         Agent(
             app.runtime, load_spec(tmp_path / "a.toml"), providers={"fast": model}
         )  # registers it
-        run = record["run"]
-        entries = [Entry(**{k: v for k, v in e.items() if k not in ("seq", "epoch", "worker")})
-                   for e in record["journal"]]  # fmt: skip
-        app.runtime.sync(app.runtime.open_store(), "open")
-        new = NewRun(
-            id=run["id"], workflow=run["workflow"], input=run["input"],
-            code_version=run["code_version"], now=run["created_at"], entries=entries,
-        )  # fmt: skip
-        app.runtime.sync(app.runtime.store.create_run(new), "seed")
+        seed_journal(app, record)
         worker = TestWorker(app)
         worker.run_until_idle()
         assert app.get_run("two").status == "waiting" and model.calls == 0

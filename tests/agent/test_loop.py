@@ -54,6 +54,7 @@ def make(
     extra: str = "",
     grant: tuple[str, ...] = (),
     approval: tuple[str, ...] = (),
+    tools: tuple[Any, ...] = (),
 ) -> tuple[Agent, ScriptedModel]:
     (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "out").mkdir(exist_ok=True)
@@ -64,7 +65,7 @@ def make(
         SPEC.format(iterations=iterations, extra=extra, grant=more, approval=json.dumps(approval))
     )
     model = ScriptedModel(replies)
-    return Agent(app.runtime, load_spec(path), providers={"fast": model}), model
+    return Agent(app.runtime, load_spec(path), providers={"fast": model}, tools=list(tools)), model
 
 
 def test_tools_run_and_finish_needs_the_acceptance(
@@ -179,7 +180,7 @@ def test_a_crash_after_a_tool_resumes_without_calling_the_model_again(
          call("finish", summary="ok")],
     )  # fmt: skip
     handle = app.start(agent.workflow, {"prompt": "write a"})
-    worker.crash_after_intent("agent:helper.tool.idempotent")
+    worker.crash_after_intent("agent:helper.tool.write_file")
     with pytest.raises(SimulatedCrash):
         worker.run_until_idle()
     calls, tokens = model.calls, model.tokens
@@ -190,6 +191,70 @@ def test_a_crash_after_a_tool_resumes_without_calling_the_model_again(
     assert model.calls == calls + 1  # only the turn after the tool; the first was replayed
     assert (tmp_path / "out" / "a.txt").read_text() == "A"
     assert model.tokens > tokens
+
+
+@tool(effect=lambda args: "read" if args.get("method") == "GET" else "once")
+def hook(url: str, method: str = "GET") -> str:
+    """Call a web hook.
+
+    Args:
+        url: The hook.
+        method: GET reads, anything else changes something.
+    """
+    return f"{method} {url}"
+
+
+def test_each_tool_call_is_a_step_named_after_its_tool(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """Each tool's calls are the step `agent:NAME.tool.TOOL` with the tool's effect; a call
+    whose effect depends on its arguments (a GET) is `agent:NAME.tool.TOOL.EFFECT`; the run
+    records one marker saying so (not the budget one, which it implies)."""
+    agent, _ = make(
+        app, tmp_path,
+        [call("write_file", path=str(tmp_path / "out" / "a.txt"), content="A"),
+         call("hook", url="http://h/x", method="GET"), call("hook", url="http://h/x",
+         method="POST"), call("finish", summary="ok")],
+        grant=("hook",), tools=(hook,),
+    )  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "write a"})
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["status"] == "done"
+    journal = app.journal(handle.id)
+    assert [(e.kind, e.name) for e in journal if e.position == 0] == [
+        ("patch.marker", "perdure.agent.tool_names")
+    ]
+    outcomes = [e.name for e in journal if e.kind == "step.outcome" and ".tool." in e.name]
+    assert outcomes == ["agent:helper.tool.write_file", "agent:helper.tool.hook.read",
+                        "agent:helper.tool.hook", "agent:helper.tool.finish"]  # fmt: skip
+    steps = app.runtime.steps
+    assert steps["agent:helper.tool.write_file"].effect == "idempotent"
+    assert steps["agent:helper.tool.hook"].effect == "once"
+    assert steps["agent:helper.tool.hook.read"].effect == "read"
+
+
+@pytest.mark.parametrize("effect", ["read", "once"])
+def test_a_tool_named_like_an_effect_shares_the_older_step_or_is_refused(
+    app: perdure.App, tmp_path: Path, effect: str
+) -> None:
+    """A tool named `read` takes the step older runs' read calls ran as (the same name,
+    the same effect); declared `once`, it could not, and the agent says so in one line."""
+
+    @tool(name="read", effect=effect)
+    def read_it(what: str) -> str:
+        """Read it.
+
+        Args:
+            what: What.
+        """
+        return what
+
+    if effect == "once":
+        with pytest.raises(perdure.ConfigError, match=r"tool 'read' is once.*rename the tool"):
+            make(app, tmp_path, [], grant=("read",), tools=(read_it,))
+        return
+    agent, _ = make(app, tmp_path, [], grant=("read",), tools=(read_it,))
+    assert agent.steps.tools["read"] is agent.steps.by_effect["read"]
 
 
 def test_memory_is_kept_across_runs_of_the_agent(

@@ -37,7 +37,8 @@ grant = {grant}
 {effects}
 """
 GRANT = ["issue_refund", "find_refund", "send_email", "finish"]
-STEP = "agent:refunder.tool.once"
+STEP = "agent:refunder.tool.issue_refund"  # each tool is a step of its own
+EMAIL = "agent:refunder.tool.send_email"
 
 
 class Ledger:
@@ -246,7 +247,7 @@ def test_tell_model_settles_the_cut_call_with_an_interrupted_result(
                         'send_email = { on_interrupt = "tell_model" }', replies)  # fmt: skip
     handle = app.start(agent.workflow, {"prompt": "mail o1"})
     dead = TestWorker(app)
-    dead.crash_after_intent(STEP)
+    dead.crash_after_intent(EMAIL)
     with pytest.raises(SimulatedCrash):
         dead.run_until_idle()
 
@@ -256,21 +257,21 @@ def test_tell_model_settles_the_cut_call_with_an_interrupted_result(
     told = INTERRUPTED.format(tool="send_email")
     assert [m.content for m in model.requests[1].messages if m.role == "tool"] == [told]
     [answer] = probed(app, handle.id)
-    assert answer["probe"] == "tools.effects" and "outcome unknown" in answer["reason"]
+    assert answer["probe"] == "tell_model" and "outcome unknown" in answer["reason"]
     outcomes = [json.loads(e.data or "{}") for e in app.journal(handle.id)
-                if e.kind == "step.outcome" and e.name == STEP]  # fmt: skip
-    assert outcomes[0]["probe"] == "tools.effects" and told in json.dumps(outcomes[0])
+                if e.kind == "step.outcome" and e.name == EMAIL]  # fmt: skip
+    assert outcomes[0]["probe"] == "tell_model" and told in json.dumps(outcomes[0])
 
 
 def test_a_once_tool_without_an_entry_still_parks(app: perdure.App, tmp_path: Path) -> None:
-    """The agent's probe serves only the tools its table names: another once tool's cut call
-    parks as before, and nothing of a probe is journaled."""
+    """Only the tools its table names have a probe: another once tool's cut call parks as
+    before, and nothing of a probe is journaled."""
     ledger = Ledger(tmp_path)
     agent, _ = make(app, tmp_path, ledger, 'issue_refund = { probe = "find_refund" }',
                     [call("send_email", order="o1"), call("finish", summary="x")])  # fmt: skip
     handle = app.start(agent.workflow, {"prompt": "mail o1"})
     dead = TestWorker(app)
-    dead.crash_after_intent(STEP)
+    dead.crash_after_intent(EMAIL)
     with pytest.raises(SimulatedCrash):
         dead.run_until_idle()
 
@@ -278,6 +279,42 @@ def test_a_once_tool_without_an_entry_still_parks(app: perdure.App, tmp_path: Pa
 
     assert handle.status() == "needs_attention"
     assert probed(app, handle.id) == []
+
+
+@pytest.mark.parametrize("tool", ["issue_refund", "send_email"])
+def test_every_view_names_the_tool_that_was_cut_off(
+    app: perdure.App, tmp_path: Path, db_url: str, tool: str
+) -> None:
+    """A parked call is its tool's step in `stuck`, `explain`, `show` and the dashboard's
+    timeline; `--probe` is offered only for the tool that has a probe (issue_refund, whose
+    probe could not tell), not for send_email beside it."""
+    from perdure.observe.redact import Redactor
+    from perdure.server.dashboard import timeline
+
+    ledger = Ledger(tmp_path)
+    ledger.find_says = "payment API down (503)"
+    agent, _ = make(app, tmp_path, ledger, 'issue_refund = { probe = "find_refund" }',
+                    [call(tool, order="o1", amount=30) if tool == "issue_refund"
+                     else call(tool, order="o1"), call("finish", summary="x")])  # fmt: skip
+    handle = app.start(agent.workflow, {"prompt": "o1"})
+    dead = TestWorker(app)
+    step = f"agent:refunder.tool.{tool}"
+    dead.crash_after_intent(step)
+    with pytest.raises(SimulatedCrash):
+        dead.run_until_idle()
+
+    recover(app, dead)
+
+    assert handle.status() == "needs_attention"
+    stuck = CliRunner().invoke(cli, ["--db", db_url, "stuck"]).output
+    assert f"({step})" in stuck and ("--probe" in stuck) == (tool == "issue_refund")
+    for command in ("explain", "show"):
+        shown = CliRunner().invoke(cli, ["--db", db_url, command, handle.id]).output
+        assert step in shown, shown
+    run, entries = app.get_run(handle.id), app.journal(handle.id)
+    rows = timeline(app, run, entries, Redactor())
+    [parked] = [r for r in rows if r.name == step and r.state == "needs_attention"]
+    assert parked.effect == "once" and parked.probe == (tool == "issue_refund")
 
 
 @pytest.mark.parametrize(
@@ -394,7 +431,7 @@ def test_an_mcp_tool_is_probed_by_another_mcp_tool(
     agent = Agent(app.runtime, load_spec(path), providers={"fast": model})
     handle = app.start(agent.workflow, {"prompt": "touch"})
     dead = TestWorker(app)
-    dead.crash_after_intent("agent:toucher.tool.once")
+    dead.crash_after_intent("agent:toucher.tool.fx__touch")
     with pytest.raises(SimulatedCrash):
         dead.run_until_idle()
     if happened:  # the call had reached the server before the worker died

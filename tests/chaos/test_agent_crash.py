@@ -444,7 +444,7 @@ def test_agent_crash_at_each_kill_point_for_each_tool_effect(
                 f"in needs_attention, but the run is {status}; ledger {ledger_of(ledger, run)}"
             )
             [stuck] = [e for e in app.journal(run) if e.kind == "step.needs_attention"]
-            assert stuck.name == f"{WORKFLOW}.tool.once", stuck
+            assert stuck.name == f"{WORKFLOW}.tool.ledger_once", stuck
             done = ledger_of(ledger, run)
             case.before_resolve = len(done)
             if not done:  # the effect did not happen: run it (once)

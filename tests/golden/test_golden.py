@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import perdure
-from perdure.store.base import Entry, NewRun
+from golden_journals import seed_journal
 from perdure.testing import TestClock, TestWorker
 
 HERE = Path(__file__).parent
@@ -20,23 +20,7 @@ from golden_app import build  # noqa: E402
 
 def load_golden(app: perdure.App, name: str) -> str:
     """Seed the store with a checked-in run and its journal; return the run id."""
-    record = json.loads((HERE / name).read_text())
-    run = record["run"]
-    entries = [
-        Entry(**{k: v for k, v in e.items() if k not in ("seq", "epoch", "worker")})
-        for e in record["journal"]
-    ]
-    new = NewRun(
-        id=run["id"],
-        workflow=run["workflow"],
-        input=run["input"],
-        code_version=run["code_version"],
-        now=run["created_at"],
-        entries=entries,
-    )
-    app.runtime.sync(app.runtime.open_store(), "open")
-    app.runtime.sync(app.runtime.store.create_run(new), "seed")
-    return str(run["id"])
+    return seed_journal(app, json.loads((HERE / name).read_text()))
 
 
 @pytest.mark.parametrize("golden", sorted(p.name for p in HERE.glob("*.json")))

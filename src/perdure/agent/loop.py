@@ -5,8 +5,9 @@ context -> model step (its worst case reserved against the budgets first) -> too
 holding no slot, until budget frees up (agent/budgets.py).
 A model call is a `keyed` step (its request fingerprint, response and usage are
 journaled, so replay returns the recorded response and spends nothing); each
-tool call is a step with the tool's own effect, so recovery follows that
-effect's rule (a `once` tool cut short parks the run, never runs twice). A call
+tool call is its tool's step (`agent:NAME.tool.TOOL`) with the tool's own effect, so
+recovery follows that effect's rule (a `once` tool cut short is asked its probe, or
+parks the run, never runs twice) and every view names the tool. A call
 outside the boundary is refused by a recorded step and shown to the model as an
 error. The run completes only when the acceptance check holds; hitting a limit
 fails it with the last evidence. A model provider refusing its key (401/403, or no
@@ -35,7 +36,7 @@ from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.runtime import runtime_of
 from ..engine.steps import current_step
-from ..errors import PerdureError, StepError, WaitTimeout
+from ..errors import ConfigError, PerdureError, StepError, WaitTimeout
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
@@ -51,7 +52,7 @@ from .tool_probes import ToolProbes
 from .tools.base import Memory, Tool
 from .tools.boundary import Boundary, read_no_links
 from .tools.builtins import builtin_tools, gate_event
-from .tools.registry import ERROR, REFUSED, Refusal, Toolbox
+from .tools.registry import ERROR, REFUSED, PreparedCall, Refusal, Toolbox
 
 TOOL_EFFECTS: tuple[Effect, ...] = ("once", "keyed", "idempotent", "read")
 
@@ -64,6 +65,8 @@ log = logging.getLogger("perdure.agent")
 BUDGET_RECHECK = 300.0  # seconds a run parked by the old budget check waits before checking
 BUDGET_RECHECK_MAX = 3600.0  # seconds a parked run waits at most (woken sooner by a raise)
 RESERVATIONS = "perdure.budget.reservations"  # patch marker: the run reserves per call
+# patch marker: tool steps are named after the tool (and the run reserves per call)
+TOOL_NAMES = "perdure.agent.tool_names"
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_TOKENS = 4000  # of a task's file put in the transcript (less for a small context)
@@ -109,7 +112,8 @@ class _Steps:
     """The agent's durable steps, each registered on the App under the agent's name."""
 
     model: Any
-    tools: dict[Effect, Any]
+    tools: dict[str, Any]  # by tool (TOOL.EFFECT for a call of another effect than its own)
+    by_effect: dict[Effect, Any]  # the tool steps of runs journaled before TOOL_NAMES
     refuse: Any
     file: Any
     context: Any
@@ -270,28 +274,17 @@ class Agent:
             return {**response.to_dict(), "fingerprint": req.fingerprint(), "cost": cost,
                     "reserved": held.tokens}  # fmt: skip
 
-        def make_tool_step(effect: Effect) -> Any:
-            asks = effect == "once" and bool(self.tool_probes)
-            probe = self.tool_probes.step_probe() if asks else None
-            timeout = self.tool_probes.timeout if asks else None
-
-            @runtime.step(name=f"{name}.tool.{effect}", effect=effect, probe=probe,
-                          probe_timeout=timeout)  # fmt: skip
-            async def tool_call(call: dict[str, Any]) -> str:
-                prepared = self.toolbox.prepare(ToolCall(**call))
-                if isinstance(prepared, Refusal):
-                    return prepared.text
-                memory: Memory | None = None
-                if spec.memory.enabled:
-                    memory = StoreMemory(runtime, spec.name, current_step().run_id)
-                running = self.toolbox.execute(prepared, self.toolbox.context(call["id"], memory))
-                if prepared.tool.may_abort(prepared.effect):  # pause --now may cut it off
-                    return await aborts.abortable(running, f"tool {prepared.tool.name}")
-                return await running
-
-            return tool_call
-
-        tool_steps = {e: make_tool_step(e) for e in TOOL_EFFECTS}
+        # runs journaled before TOOL_NAMES call their tools through one step per effect
+        shared = self.tool_probes.shared() if self.tool_probes else None
+        by_effect = {
+            e: self._tool_step(f"{name}.tool.{e}", e, shared if e == "once" else None)
+            for e in TOOL_EFFECTS
+        }
+        tool_steps: dict[str, Any] = {}
+        for tool in self.toolbox.tools.values():  # a step per tool a call may reach
+            if self.toolbox.is_granted(tool.name) and not tool.gate:
+                effect = self.toolbox.effects.get(tool.name) or tool.effect
+                tool_steps[tool.name] = self._named_step(tool.name, effect, by_effect)
 
         @runtime.step(name=f"{name}.refuse", effect="read")
         def refuse(call: dict[str, Any], reason: str) -> str:
@@ -356,9 +349,9 @@ class Agent:
                 await asyncio.to_thread(self._commit_workspace, notes, run_id)
 
         self.steps = _Steps(
-            model=model_call, tools=tool_steps, refuse=refuse, file=read_task_file,
-            context=read_context, escalate=escalate, budget=check_budget, accept=accept,
-            ground=ground, output=write_output, notes=write_notes, facts=facts,
+            model=model_call, tools=tool_steps, by_effect=by_effect, refuse=refuse,
+            file=read_task_file, context=read_context, escalate=escalate, budget=check_budget,
+            accept=accept, ground=ground, output=write_output, notes=write_notes, facts=facts,
         )  # fmt: skip
 
         @runtime.workflow(name=name, deadline=deadline_seconds(spec))
@@ -369,6 +362,52 @@ class Agent:
 
         return agent_run
 
+    def _tool_step(self, step: str, effect: Effect, probe: tuple[Any, float] | None) -> Any:
+        """The step `step` running a tool call with `effect` (and `probe`, with its timeout,
+        asked when a `once` call was cut off)."""
+        runtime, spec = self.runtime, self.spec
+        ask, timeout = probe if probe is not None else (None, None)
+
+        @runtime.step(name=step, effect=effect, probe=ask, probe_timeout=timeout)
+        async def tool_call(call: dict[str, Any]) -> str:
+            prepared = self.toolbox.prepare(ToolCall(**call))
+            if isinstance(prepared, Refusal):
+                return prepared.text
+            memory: Memory | None = None
+            if spec.memory.enabled:
+                memory = StoreMemory(runtime, spec.name, current_step().run_id)
+            running = self.toolbox.execute(prepared, self.toolbox.context(call["id"], memory))
+            if prepared.tool.may_abort(prepared.effect):  # pause --now may cut it off
+                return await aborts.abortable(running, f"tool {prepared.tool.name}")
+            return await running
+
+        return tool_call
+
+    def _named_step(self, key: str, effect: Effect, by_effect: dict[Effect, Any]) -> Any:
+        """The step `agent:NAME.tool.KEY` (KEY: a tool, or TOOL.EFFECT for its calls of
+        another effect than its own), with the tool's probe if it is `once`."""
+        if key in by_effect:  # a tool named like an effect: older runs' step of that name
+            if key != effect:
+                raise ConfigError(
+                    f"agent {self.spec.name!r}: tool {key!r} is {effect}, but runs from before "
+                    f"tool steps were named after their tool call their {key} tools through "
+                    f"the step {self.name}.tool.{key}; rename the tool"
+                )
+            return by_effect[key]
+        probe = self.tool_probes.probe(key.partition(".")[0]) if effect == "once" else None
+        return self._tool_step(f"{self.name}.tool.{key}", effect, probe)
+
+    def _step_of(self, prepared: PreparedCall) -> Any:
+        """The step a prepared call runs as: its tool's, or (a call whose effect depends on
+        its arguments, e.g. an HTTP GET) the tool's step for that effect, registered at its
+        first call."""
+        tool = prepared.tool.name
+        own = self.toolbox.effects.get(tool) or prepared.tool.effect
+        key = tool if prepared.effect == own else f"{tool}.{prepared.effect}"
+        if key not in self.steps.tools:
+            self.steps.tools[key] = self._named_step(key, prepared.effect, self.steps.by_effect)
+        return self.steps.tools[key]
+
     # -- the loop ------------------------------------------------------------------------
 
     async def _loop(self, task: dict[str, Any]) -> dict[str, Any]:
@@ -377,8 +416,10 @@ class Agent:
         spec, limits = self.spec, self.spec.limits
         file = task.get("file")
         query = " ".join(str(v) for v in (spec.goal, task.get("prompt", ""), file or ""))
-        # runs started before reservations replay as they ran: a budget check step first
-        legacy = not durable.patched(RESERVATIONS)
+        # new runs record TOOL_NAMES (which implies RESERVATIONS); older runs replay as they
+        # ran: tool steps named after their effect, and before reservations a budget check
+        named = durable.patched(TOOL_NAMES)
+        legacy = not named and not durable.patched(RESERVATIONS)
         context = await read_context(query)
         try:
             shown = self._shown_notes(context["notes"], task)
@@ -452,7 +493,7 @@ class Agent:
                 summary = reply.message.content
                 iteration_failed = False
                 for call in reply.message.tool_calls:
-                    result = await self._call_tool(call)
+                    result = await self._call_tool(call, named)
                     messages.append(Message("tool", result, tool_call_id=call.id, name=call.name))
                     tool = self.toolbox.tools.get(call.name)
                     if tool is not None and tool.finish and not result.startswith(REFUSED):
@@ -678,8 +719,9 @@ class Agent:
         note = ModelResponse.from_dict(answer).message.content
         return [*head, Message("user", f"Notes on the work so far: {note}"), *recent]
 
-    async def _call_tool(self, call: ToolCall) -> str:
-        """Refuse (recorded), wait for a human, or run the call as a step with its effect."""
+    async def _call_tool(self, call: ToolCall, named: bool) -> str:
+        """Refuse (recorded), wait for a human, or run the call as its tool's step (`named`:
+        the run has TOOL_NAMES; else as the step of its effect)."""
         prepared = self.toolbox.prepare(call)
         as_dict = {"id": call.id, "name": call.name, "arguments": call.arguments}
         if isinstance(prepared, Refusal):
@@ -694,7 +736,9 @@ class Agent:
                 why = verdict.get("comment", "") if isinstance(verdict, dict) else ""
                 denied = f"{REFUSED}a human denied this call {why}".strip()
                 return str(await self.steps.refuse(as_dict, denied))
-        return str(await self.steps.tools[prepared.effect](as_dict))
+        if not named:  # journaled before TOOL_NAMES: its calls replay under their effect
+            return str(await self.steps.by_effect[prepared.effect](as_dict))
+        return str(await self._step_of(prepared)(as_dict))
 
     async def _complete(self, attempt: _Attempt) -> tuple[bool, str]:
         """Check the answer's grounding (if the spec asks), write it where the spec says,

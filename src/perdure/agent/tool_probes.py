@@ -1,8 +1,8 @@
 """What recovery asks before parking an agent's interrupted `once` tool call.
 
-An agent's `once` tool calls share one step (`agent:NAME.tool.once`), so its probe is a
-dispatcher: for the interrupted call's tool it does what the spec's `[tools.effects]` says
-(agent/spec.py, `ToolEffectSpec`):
+Each tool is its own step (`agent:NAME.tool.TOOL`, agent/loop.py), so each `once` tool
+that its spec's `[tools.effects]` (agent/spec.py, `ToolEffectSpec`) gives a question has its
+own probe, named after that question:
 
 - `probe = "find_refund"`: the read tool `find_refund` is called with the call's arguments
   (those it declares); a result that is JSON `{"done": true, "value": V}` means done (the
@@ -14,7 +14,11 @@ dispatcher: for the interrupted call's tool it does what the spec's `[tools.effe
   was cut off and its outcome is unknown (`INTERRUPTED`), journaled as the probe `tell_model`
   answering done with the reason `outcome unknown`: the run goes on, and the model may call
   the tool again (it is told to check first);
-- a tool with neither: `not_asked`, the run parks as a step without a probe does.
+- a tool with neither has no probe: its cut call parks the run.
+
+Runs journaled before tool steps were named after their tool share one step per effect
+(`agent:NAME.tool.once`); that step's probe (`tools.effects`) asks, for the interrupted
+call's tool, the same question, and answers `not_asked` for a tool with none.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..engine.probes import DEFAULT_TIMEOUT, ProbeAnswer
@@ -32,15 +36,18 @@ from .spec import AgentSpec, ToolEffectSpec, probe_function
 from .tools.registry import ERROR, REFUSED, Refusal, Toolbox, render
 
 TELL_MODEL = "tell_model"  # the probe name a told interruption is journaled under
+SHARED = "tools.effects"  # the probe of the per-effect tool step of older runs
 INTERRUPTED = (
     "interrupted: this call of {tool} was cut off (the worker running it stopped) and its "
     "outcome is unknown: it may or may not have taken effect. Check with a read tool before "
     "calling {tool} again."
 )
 
+Asker = Callable[[dict[str, Any]], Awaitable[Any]]
+
 
 class ToolProbes:
-    """The probe of an agent's `once` tool step, built from its spec's `[tools.effects]`."""
+    """The probes of an agent's `once` tool steps, built from its spec's `[tools.effects]`."""
 
     def __init__(self, spec: AgentSpec, toolbox: Toolbox) -> None:
         self.toolbox = toolbox
@@ -57,33 +64,43 @@ class ToolProbes:
 
                 self.functions[name] = probe_function(spec, entry.probe, fail)
 
-    def step_probe(self) -> Callable[..., Any]:
-        """The tool step's probe, journaled as `tools.effects` (the answer's reason names
-        the probe that answered)."""
+    def probe(self, tool: str) -> tuple[Asker, float] | None:
+        """The probe of `tool`'s step and the timeout the engine gives it, or None if the
+        spec asks nothing for it. The probe is named after its question (`find_refund`,
+        `module:function`, `tell_model`), the name its journaled answer carries."""
+        entry = self.entries.get(tool)
+        if entry is None:
+            return None
 
         async def ask(call: dict[str, Any]) -> Any:
-            return await self(call)
+            return await self._ask(tool, entry, call)
 
-        ask.__qualname__ = ask.__name__ = "tools.effects"
-        return ask
+        named = TELL_MODEL if entry.on_interrupt == "tell_model" else str(entry.probe)
+        ask.__qualname__ = ask.__name__ = named
+        return ask, 1.0 + _timeout(entry)  # past its own: its own reason names the probe
 
-    @property
-    def timeout(self) -> float:
-        """The step's probe timeout: past the longest any of its probes may take (each is
-        timed on its own, so its own reason names it)."""
-        return 1.0 + max((e.probe_timeout or DEFAULT_TIMEOUT for e in self.entries.values()),
-                         default=DEFAULT_TIMEOUT)  # fmt: skip
+    def shared(self) -> tuple[Asker, float]:
+        """The probe of older runs' shared `once` tool step, journaled as `tools.effects`:
+        for the interrupted call's tool, that tool's question (`not_asked` if none)."""
+
+        async def ask(call: dict[str, Any]) -> Any:
+            name = str(call.get("name", ""))
+            entry = self.entries.get(name)
+            if entry is None:
+                return ProbeAnswer.not_asked()
+            return await self._ask(name, entry, call)
+
+        ask.__qualname__ = ask.__name__ = SHARED
+        longest = max((_timeout(e) for e in self.entries.values()), default=DEFAULT_TIMEOUT)
+        return ask, 1.0 + longest
 
     def __bool__(self) -> bool:
         return bool(self.entries)
 
-    async def __call__(self, call: dict[str, Any]) -> Any:
-        """The answer for the interrupted call `call` (the tool step's own argument): a
-        ProbeAnswer, or what a `module:function` probe returned (checked by the engine)."""
-        name = str(call.get("name", ""))
-        entry = self.entries.get(name)
-        if entry is None:
-            return ProbeAnswer.not_asked()
+    async def _ask(self, name: str, entry: ToolEffectSpec, call: dict[str, Any]) -> Any:
+        """The answer for the interrupted call `call` of `name` (the tool step's own
+        argument): a ProbeAnswer, or what a `module:function` probe returned (checked by
+        the engine)."""
         arguments = call.get("arguments") or {}
         if entry.on_interrupt == "tell_model":
             text = INTERRUPTED.format(tool=name)
@@ -93,7 +110,7 @@ class ToolProbes:
             asking = self._function(entry.probe, self.functions[name], arguments)
         else:
             asking = self._tool(entry.probe, str(call.get("id", "")), arguments)
-        timeout = entry.probe_timeout or DEFAULT_TIMEOUT
+        timeout = _timeout(entry)
         try:
             return await asyncio.wait_for(asking, timeout)
         except TimeoutError:
@@ -147,3 +164,7 @@ def answer_of(probe: str, text: str) -> ProbeAnswer:
     return ProbeAnswer.cannot_tell(
         f'{probe} answered {shown!r}, not {{"done": true, "value": ...}} or {{"done": false}}'
     )
+
+
+def _timeout(entry: ToolEffectSpec) -> float:
+    return entry.probe_timeout or DEFAULT_TIMEOUT

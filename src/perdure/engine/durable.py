@@ -237,7 +237,7 @@ INTERNAL = "perdure."  # the prefix of the patch markers perdure records for its
 
 def internal(entry: Entry) -> bool:
     """Is `entry` a marker perdure records for itself (a `patched` name under `perdure.`,
-    e.g. an agent run's `perdure.budget.reservations`)? Timelines hide it; `perdure show
+    e.g. an agent run's `perdure.agent.tool_names`)? Timelines hide it; `perdure show
     --all` and the API's journal keep it."""
     return entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)
 

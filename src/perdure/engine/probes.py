@@ -12,8 +12,9 @@ position and `idempotency_key`), and answers with a `ProbeAnswer`:
 - `cannot_tell(reason)`: the world cannot say; the run waits for a person
   (`needs_attention`) with the reason;
 - `not_asked()`: this call has no question to ask (a probe that serves many calls, such
-  as an agent's for its tools, and whose tool declares none): the run parks as a step
-  without a probe does, and nothing is journaled of the probe.
+  as the one tool step per effect of agent runs journaled before each tool had its own
+  step, and whose tool declares none): the run parks as a step without a probe does, and
+  nothing is journaled of the probe.
 
 A probe that raises, outlasts its timeout or returns anything else counts as "cannot
 tell", with one line saying what it did. The answer is journaled (`step.probed`) before
