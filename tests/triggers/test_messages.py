@@ -242,8 +242,8 @@ def test_bad_trigger_options_are_one_line() -> None:
         app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, "q"), "one", name="x")
     assert list(app.runtime.triggers.of(MessageTrigger)) == ["x"]
     assert app.runtime.triggers.of(MessageTrigger)["x"].status() == {
-        "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "lag": None,
-        "pending": None, "last_error": None,
+        "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "since": None,
+        "lag": None, "pending": None, "last_error": None, "workers": [],
     }  # fmt: skip
 
 
@@ -281,7 +281,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
     async def scenario(worker: Worker) -> None:
         client = aioredis.Redis.from_url(REDIS_URL)
         try:
-            await client.xgroup_create(stream, "perdure", id="0", mkstream=True)
+            # the worker is ready once it consumes: its group exists (made at the start)
             ids = [await client.xadd(stream, {"data": body({"sku": "r", "qty": i})})
                    for i in range(8)]  # fmt: skip
             await client.xadd(stream, {"data": b"\xff\xfe"})

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,7 +46,7 @@ from .peers import (
     this_process,
 )
 from .runner import execute
-from .services import supervise
+from .services import Starting, not_working, supervise
 from .state import Phase
 from .versions import check_build, default_build, held_versions, record_build, routing
 
@@ -207,7 +208,8 @@ class Worker:
         stop_wait = asyncio.create_task(self.stopping.wait())
         self.loop = asyncio.get_running_loop()
         self.context = contextvars.copy_context()
-        self._announce()
+        starting = [s for s in self.runtime.services if isinstance(s, Starting)]
+        announce = asyncio.create_task(self._announce(starting), name="perdure-ready")
         self.runtime.takers.append(self)
         loops = [*stoppable, *lasting]
         try:
@@ -217,6 +219,7 @@ class Worker:
                     raise task.exception()  # type: ignore[misc]
         finally:
             self.runtime.takers.remove(self)
+            announce.cancel()
             if not self.stopping.is_set():  # a loop failed: stop as if signalled
                 self.stop()
             # a claim in flight must finish, or its runs would wait out their leases; they
@@ -305,16 +308,26 @@ class Worker:
             log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
             self.peers = self.peers or PeerWatch(store, self.id, sessions=False)
 
-    def _announce(self) -> None:
+    async def _announce(self, starting: Sequence[Starting]) -> None:
+        """Ready once its services that take a moment to start (message triggers) work,
+        or READY_WAIT seconds at most: the line then names those not working
+        (`not_consuming=orders:refused,...`), and the log says why. It claims meanwhile."""
+        idle = await not_working(starting, self.stopping) if starting else {}
         if self.stopping.is_set():
-            return  # stopped before it claimed anything: never ready
+            return  # stopped before it was ready: never ready
         self.ready.set()
         log.info("worker %s: claiming (concurrency %d)", self.id, self.options.concurrency)
+        for name, state in idle.items():
+            log.warning("worker %s: ready, but trigger %r is not consuming (%s)", self.id, name,
+                        state)  # fmt: skip
         if self.options.announce:
             line = (
                 f"ready worker={self.id} store={public_url(self.runtime.url)} "
                 f"concurrency={self.options.concurrency}"
             )
+            if idle:
+                shown = ",".join(f"{n}:{s.split(' ', 1)[0]}" for n, s in idle.items())
+                line += f" not_consuming={shown}"
             print(line, file=sys.stdout, flush=True)
 
     def stop(self) -> None:
