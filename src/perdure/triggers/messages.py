@@ -219,7 +219,7 @@ class MessageTrigger:
         if state in FAILING:
             state, error = "error", f"{got['state']}: {error}"
         return [TriggerStatus(got["kind"], got["name"], got["workflow"], state, None, error,
-                              "", got["pending"], got["since"])]  # fmt: skip
+                              self.source.where(), got["pending"], got["since"])]  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         """kind, name, workflow, state (idle | connecting | consuming | paused (...) |
@@ -357,7 +357,7 @@ class MessageTrigger:
                         self.last_error, self.runtime.clock.now())  # fmt: skip
         try:
             await TriggerHealth(self.runtime.store).record_health(row)
-        except StoreError as exc:
+        except Exception as exc:  # recording must never stop the consumer: next change
             log.warning("message trigger %r: state not recorded (%s)", self.name, exc)
             return
         self._recorded = (self.state, self.last_error)
