@@ -20,6 +20,8 @@ from message_brokers import (
     REDIS_URL,
     Proxy,
     body,
+    publish,
+    rabbit_queue,
     run_ids,
     unique,
     until,
@@ -52,27 +54,6 @@ def shop(tmp_path: Path) -> perdure.App:
 
 
 # -- RabbitMQ ---------------------------------------------------------------------------
-
-
-async def rabbit_queue(name: str, *, dead_letter: str | None = None) -> Any:
-    import aio_pika
-
-    conn = await aio_pika.connect(RABBIT_URL)
-    channel = await conn.channel()
-    arguments: dict[str, Any] = {}
-    if dead_letter:
-        await channel.declare_queue(dead_letter, durable=True)
-        arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letter}
-    await channel.declare_queue(name, durable=True, arguments=arguments)
-    return conn, channel
-
-
-async def publish(channel: Any, queue: str, data: bytes, message_id: str | None) -> None:
-    import aio_pika
-
-    await channel.default_exchange.publish(
-        aio_pika.Message(data, message_id=message_id, delivery_mode=2), routing_key=queue
-    )
 
 
 def test_rabbitmq_one_run_per_message_id_and_poison_is_dead(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from message_brokers import RABBIT_URL, REDIS_URL, body, unique, until
+from message_brokers import RABBIT_URL, REDIS_URL, body, publish, rabbit_queue, unique, until
 
 import perdure
 from extras_needed import require
@@ -38,26 +38,15 @@ def perdure_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
 
 
 async def _declare(queue: str, dead_letter: str | None = None) -> None:
-    import aio_pika
-
-    conn = await aio_pika.connect(RABBIT_URL)
-    async with conn:
-        channel = await conn.channel()
-        arguments: dict[str, Any] = {}
-        if dead_letter:
-            await channel.declare_queue(dead_letter, durable=True)
-            arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letter}
-        await channel.declare_queue(queue, durable=True, arguments=arguments)
+    conn, _ = await rabbit_queue(queue, dead_letter=dead_letter)
+    await conn.close()
 
 
 async def _publish(queue: str, data: bytes, message_id: str) -> None:
     import aio_pika
 
-    async with await aio_pika.connect(RABBIT_URL) as conn:
-        channel = await conn.channel()
-        await channel.default_exchange.publish(
-            aio_pika.Message(data, message_id=message_id, delivery_mode=2), routing_key=queue
-        )
+    async with await aio_pika.connect(RABBIT_URL) as conn:  # the queue as it is
+        await publish(await conn.channel(), queue, data, message_id)
 
 
 async def _delete(*queues: str) -> None:
