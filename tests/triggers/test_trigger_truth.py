@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from message_brokers import RABBIT_URL, REDIS_URL, body, publish, rabbit_queue, 
 
 import perdure
 from extras_needed import require
+from fresh_stores import fresh_store_url
 from live_workers import worker_task
 from module_files import load_file
 from perdure.engine.worker import WorkerOptions
@@ -250,3 +252,42 @@ async def _result(app: perdure.App, run_id: str) -> Any:
 async def _all_done(app: perdure.App, expected: set[str]) -> bool:
     rows = await app.client.list_runs(workflow="take", limit=100)
     return {r.id for r in rows if r.status == "completed"} == expected
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_only_a_live_workers_record_of_a_trigger_counts(kind: str, tmp_path: Path) -> None:
+    """Each worker's row is its own (a later state replaces it, since when kept as
+    written); a stopped worker's and a dead one's (its process gone) are history."""
+    from perdure.engine.peers import this_process
+    from perdure.store.workers_sql import WorkerRow
+    from perdure.triggers.health_sql import HealthRow, TriggerHealth
+    from perdure.triggers.messages import consumer_health
+
+    with fresh_store_url(kind, tmp_path) as url:
+        app = perdure.App(url)
+        runtime = app.runtime
+
+        async def scenario() -> list[HealthRow]:
+            await runtime.open_store()
+            now, store, pid = runtime.clock.now(), runtime.store, os.getpid()
+            gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            workers = [
+                WorkerRow("alive", "h", pid, now, now, 4, 0, proc=this_process()),
+                WorkerRow("stopped", "h", pid, now, now, 4, 0, stopped_at=now),
+                WorkerRow("dead", socket.gethostname(), int(gone.stdout), now, now, 4, 0),
+            ]
+            health = TriggerHealth(store)
+            for w in workers:
+                await store.worker_beat(w)
+                await health.record_health(HealthRow("orders", w.id, "rabbitmq", "refused",
+                                                     now - 5, "no", now))  # fmt: skip
+            await health.record_health(HealthRow("orders", "alive", "rabbitmq", "consuming",
+                                                 now, None, now))  # fmt: skip
+            return await consumer_health(runtime, "orders")
+
+        try:
+            [row] = app.runtime.sync(scenario(), "health")
+        finally:
+            app.close()
+    assert (row.worker, row.state, row.error, row.failing) == ("alive", "consuming", None, False)
