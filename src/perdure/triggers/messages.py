@@ -189,7 +189,7 @@ class MessageTrigger:
         self.state = "idle"  # not consumed by this process
         self.since: float | None = None  # when `state` began (store clock); None while idle
         self.last_error: str | None = None
-        self._recorded: tuple[str, str | None] | None = None  # (state, error) in the store
+        self._recorded: dict[str, tuple[str, str | None]] = {}  # worker -> (state, error) kept
         self.last_lag: int | None = None
         self.started = 0  # runs this process created
         self.duplicates = 0  # deliveries whose run existed already
@@ -317,9 +317,11 @@ class MessageTrigger:
     async def _attempt(self, worker: Worker, backoff: float) -> float:
         """Connect and consume until held or stopping (0.0), or fail: the seconds to wait
         before the next attempt, the failure recorded with the broker's words."""
+        connected = False
         try:
             _check_consumer(self.source, worker)
             await self.source.connect(worker.id, self.prefetch)
+            connected = True  # a connection lost later is retried soon again
             if self.last_error is not None:
                 log.info("message trigger %r: connected to %s", self.name,
                          self.source.where())  # fmt: skip
@@ -334,6 +336,7 @@ class MessageTrigger:
                       self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
             return MAX_BACKOFF
         except Exception as exc:
+            backoff = 0.5 if connected else backoff
             await self._become(worker, "down", _one_line(exc))
             log.warning("message trigger %r: cannot consume from %s (%s); retrying in %.1fs",
                         self.name, self.source.where(), self.last_error, backoff)  # fmt: skip
@@ -351,7 +354,7 @@ class MessageTrigger:
         await self._record(worker)
 
     async def _record(self, worker: Worker) -> None:
-        if self._recorded == (self.state, self.last_error) or self.since is None:
+        if self._recorded.get(worker.id) == (self.state, self.last_error) or self.since is None:
             return
         row = HealthRow(self.name, worker.id, self.source.kind, self.state, self.since,
                         self.last_error, self.runtime.clock.now())  # fmt: skip
@@ -360,7 +363,7 @@ class MessageTrigger:
         except Exception as exc:  # recording must never stop the consumer: next change
             log.warning("message trigger %r: state not recorded (%s)", self.name, exc)
             return
-        self._recorded = (self.state, self.last_error)
+        self._recorded[worker.id] = (self.state, self.last_error)
 
     async def _consume(self, worker: Worker) -> None:
         looked = -1e18
