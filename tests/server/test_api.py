@@ -515,7 +515,7 @@ def test_triggers_lists_every_trigger_for_a_read_token(
     assert orders["kind"] == "table_change" and orders["state"] == "error"
     assert "no table 'orders'" in orders["last_error"]
     assert set(orders) == {"kind", "name", "workflow", "state", "lag", "last_error", "detail",
-                           "pending"}  # fmt: skip
+                           "pending", "since"}  # fmt: skip
 
 
 def test_schedules_are_stored_paused_resumed_and_deleted_by_admin(
