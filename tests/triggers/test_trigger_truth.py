@@ -148,6 +148,9 @@ def _served_views() -> None:
             row = re.search(r"<td>orders</td>.*?</tr>", page, re.S)
             assert row and ">error<" in row.group(0) and "does not exist" in row.group(0)
             assert "(since " in row.group(0)
+            notice = re.search(r'id="not-consuming".*?</div>', client.get("/ui/runs").text, re.S)
+            assert notice and "1 message trigger not consuming" in notice.group(0)
+            assert "<td>orders</td>" in notice.group(0) and "does not exist" in notice.group(0)
     finally:
         app.close()
 
