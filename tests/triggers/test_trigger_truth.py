@@ -7,6 +7,7 @@ consumer takes its own pending entries back at once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -259,8 +260,8 @@ async def _all_done(app: perdure.App, expected: set[str]) -> bool:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_only_a_live_workers_record_of_a_trigger_counts(kind: str, tmp_path: Path) -> None:
-    """Each worker's row is its own (a later state replaces it, since when kept as
-    written); a stopped worker's and a dead one's (its process gone) are history."""
+    """Each worker's row is its own (a later state replaces it); a stopped worker's and a
+    dead one's (its process gone) are history, the stopped one's dropped at the next write."""
     from perdure.engine.peers import this_process
     from perdure.store.workers_sql import WorkerRow
     from perdure.triggers.health_sql import HealthRow, TriggerHealth
@@ -282,11 +283,14 @@ def test_only_a_live_workers_record_of_a_trigger_counts(kind: str, tmp_path: Pat
             ]
             health = TriggerHealth(store)
             for w in workers:
+                await store.worker_beat(dataclasses.replace(w, stopped_at=None))  # registers
                 await store.worker_beat(w)
                 await health.record_health(HealthRow("orders", w.id, "rabbitmq", "refused",
                                                      now - 5, "no", now))  # fmt: skip
             await health.record_health(HealthRow("orders", "alive", "rabbitmq", "consuming",
                                                  now, None, now))  # fmt: skip
+            kept = {r.worker for r in await health.trigger_health("orders")}
+            assert kept == {"alive", "dead"}  # the stopped worker's row went at the next write
             return await consumer_health(runtime, "orders")
 
         try:

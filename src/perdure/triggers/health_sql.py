@@ -4,7 +4,8 @@ when, one row per (trigger, worker), so `perdure triggers`, `perdure stuck`, `/r
 the dashboard read one truth whatever process asks (`TriggerHealth(store)`).
 
 A worker writes its row when the state or the error changes; whether the row still counts
-is the worker registry's to say (a stopped, dead or silent worker's row is history).
+is the worker registry's to say (a stopped, dead or silent worker's row is history; a
+stopped worker's is dropped at the next write).
 """
 
 from __future__ import annotations
@@ -62,7 +63,13 @@ class HealthRow:
 
 
 def put_health(conn: Db, row: HealthRow) -> None:
-    """Record (or replace) a worker's state of one trigger."""
+    """Record (or replace) a worker's state of one trigger; the rows of workers that have
+    stopped since go (a worker restarted under its id writes its row anew)."""
+    conn.execute(
+        "DELETE FROM trigger_health WHERE worker IN (SELECT id FROM workers WHERE "
+        "stopped_at IS NOT NULL) AND worker <> ?",
+        (row.worker,),
+    )
     conn.execute(
         "INSERT INTO trigger_health (trigger, worker, kind, state, since, error, at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (trigger, worker) DO UPDATE SET "
