@@ -298,3 +298,38 @@ def test_only_a_live_workers_record_of_a_trigger_counts(kind: str, tmp_path: Pat
         finally:
             app.close()
     assert (row.worker, row.state, row.error, row.failing) == ("alive", "consuming", None, False)
+
+
+def test_a_queue_the_broker_refuses_is_recorded_in_the_brokers_words(tmp_path: Path) -> None:
+    """A queue another connection holds exclusively is refused (RESOURCE_LOCKED): the
+    worker records `refused` with the broker's sentence, and the ready event waits for
+    that answer (the trigger is no longer `starting`)."""
+    require("rabbitmq")
+    import aio_pika
+
+    from perdure.triggers.messages import consumer_health
+
+    app = perdure.App(f"sqlite:///{tmp_path}/x.db")
+
+    @app.workflow(name="take")
+    def take(item: Any) -> None:
+        return None
+
+    queue = unique("exclusive")
+    trigger = app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, queue), take, name="locked")
+
+    async def scenario() -> None:
+        async with await aio_pika.connect(RABBIT_URL) as holder:
+            await (await holder.channel()).declare_queue(queue, exclusive=True)
+            options = WorkerOptions(id=unique("w"), poll=0.05, gc_every=None, grace=2.0)
+            async with worker_task(app, options, stop_within=30) as worker:
+                await asyncio.wait_for(worker.ready.wait(), 20)
+                assert trigger.readiness() == "refused"
+                [row] = await consumer_health(app.runtime, "locked")
+                assert (row.worker, row.state) == (worker.id, "refused")
+                assert row.error is not None and row.error.startswith(
+                    f"queue {queue!r} refused: RESOURCE_LOCKED - cannot obtain exclusive access"
+                ), row.error
+
+    asyncio.run(scenario())
+    app.close()
