@@ -109,7 +109,7 @@ def test_a_trigger_a_worker_cannot_consume_is_in_error_in_every_view(
         assert "TRIGGER NOT CONSUMING" in perdure_cli(env, "stuck").stdout
         _served_views()
         wait_for("the run of the live queue's message",
-                 lambda: "completed" in perdure_cli(env, "ls").stdout, log)  # fmt: skip
+                 lambda: "completed" in perdure_cli(env, "ls").stdout, log, every=0.5)  # fmt: skip
         dead = perdure_cli(env, "dead", "ls", "--json")
         assert [d["message_id"] for d in json.loads(dead.stdout)["dead_messages"]] == ["l2"]
     finally:

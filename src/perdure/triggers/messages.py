@@ -346,31 +346,33 @@ class MessageTrigger:
                 await asyncio.wait_for(self.source.close(), 5.0)
 
     async def _become(self, worker: Worker, state: str, error: str | None) -> None:
-        """Take `state` (since now if it changed) and record it in the store for every
-        view; a failed write is tried again at the next change or look."""
-        if state != self.state or self.since is None:
-            self.since = self.runtime.clock.now()
-        self.state, self.last_error = state, error
-        await self._record(worker)
+        """Take `state` (since now if it changed), recorded in the store first, so that what
+        this process shows (the ready line) is never ahead of what every view reads; a
+        failed write is tried again at the next change or look."""
+        kept = state == self.state and self.since is not None
+        since = self.since if kept and self.since is not None else self.runtime.clock.now()
+        await self._record(worker, state, error, since)
+        self.state, self.last_error, self.since = state, error, since
 
-    async def _record(self, worker: Worker) -> None:
-        if self._recorded.get(worker.id) == (self.state, self.last_error) or self.since is None:
+    async def _record(self, worker: Worker, state: str, error: str | None, since: float) -> None:
+        if self._recorded.get(worker.id) == (state, error):
             return
-        row = HealthRow(self.name, worker.id, self.source.kind, self.state, self.since,
-                        self.last_error, self.runtime.clock.now())  # fmt: skip
+        row = HealthRow(self.name, worker.id, self.source.kind, state, since, error,
+                        self.runtime.clock.now())  # fmt: skip
         try:
             await TriggerHealth(self.runtime.store).record_health(row)
         except Exception as exc:  # recording must never stop the consumer: next change
             log.warning("message trigger %r: state not recorded (%s)", self.name, exc)
             return
-        self._recorded[worker.id] = (self.state, self.last_error)
+        self._recorded[worker.id] = (state, error)
 
     async def _consume(self, worker: Worker) -> None:
         looked = -1e18
         while not worker.stopping.is_set():
             if await self._held(worker) is not None:
                 return  # `run` disconnects and waits for the hold to end
-            await self._record(worker)  # if the store refused it before
+            if self.since is not None:  # if the store refused it before
+                await self._record(worker, self.state, self.last_error, self.since)
             batch = await self.source.receive(self.prefetch, RECEIVE_WAIT)
             if batch:
                 await self.handle(batch)
