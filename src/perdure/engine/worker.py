@@ -112,7 +112,8 @@ class WorkerOptions:
         gc_every: seconds between background gc passes applying workflows' `retention`
             (None or 0: no background gc; `perdure gc` still works).
         announce: print one `ready worker=... store=... concurrency=...` line on stdout
-            once claiming (for supervisors and scripts to wait for).
+            once claiming and its message triggers consume (10 s at most; those that do
+            not are named: `not_consuming=NAME:STATE,...`), for supervisors and scripts.
         build: the name of the code it runs, kept with its presence record with the
             version of each workflow it holds (None: a hash of those versions); two live
             workers of one build must hold the same code.
@@ -149,7 +150,7 @@ class Worker:
         self.contexts: dict[str, RunContext] = {}
         self.stopping = asyncio.Event()  # no new claim, no new step
         self.stop_now = asyncio.Event()  # a second stop: abandon what still executes
-        self.ready = asyncio.Event()  # claiming
+        self.ready = asyncio.Event()  # claiming, its starting services answered (`_announce`)
         self.executor = ThreadPoolExecutor(
             max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"
         )
