@@ -244,7 +244,8 @@ def test_stuck_lists_a_skip_schedule_held_by_a_run_that_needs_attention(
     TestWorker(app).run_until_idle()
     clean = run("stuck")
     assert (
-        clean.exit_code == 0 and "no stuck runs, blocked schedules or dead messages" in clean.output
+        clean.exit_code == 0
+        and "no stuck runs, blocked schedules, dead messages or triggers in error" in clean.output
     )
 
 

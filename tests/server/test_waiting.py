@@ -98,7 +98,7 @@ def test_the_api_cli_and_monitor_tell_the_same_truth(
     read = bearer(app, "read")
     assert client.get("/stuckz").json() == {"stuck": False, "runs": 0, "causes": {},
                                             "schedules": 0, "dead_messages": 0,
-                                            "store": False}  # fmt: skip
+                                            "triggers": 0, "store": False}  # fmt: skip
     assert client.get("/api/v1/stuck", headers=read).json()["runs"] == []
     park(app, ledger, clock, "o1")
     clock.advance(2 * 3600)

@@ -31,13 +31,15 @@ from perdure.store.dialect import Db, PostgresDb
 from perdure.store.migrations import LATEST
 from perdure.triggers.changes_sql import OUTBOX, ChangeRow, Outbox, TableTrigger
 from perdure.triggers.dead_sql import DEAD, DeadMessages
+from perdure.triggers.health_sql import HEALTH
 from perdure.triggers.schedule_sql import SCHEDULES, Schedules
 
 # an extension the old perdure did not have makes its own tables as a store opens (declared
 # `at_open`, imported here so every order of the tests sees it): not the extensions' upgrade
-assert CLAUDE_SESSIONS.at_open
+assert CLAUDE_SESSIONS.at_open and HEALTH.at_open
 NEWER = frozenset({"claude_sessions", "claude_session_entries", "claude_session_entries_once",
-                   "claude_session_entries_by_key", "claude_session_summaries"})  # fmt: skip
+                   "claude_session_entries_by_key", "claude_session_summaries",
+                   "trigger_health"})  # fmt: skip
 
 T = TypeVar("T")
 STORE_V20 = Path(__file__).with_name("store_v20") / "store.db"

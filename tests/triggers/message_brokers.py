@@ -36,6 +36,30 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> 
     await wait_for_async(getattr(check, "__name__", "the condition"), check, timeout, every=0.05)
 
 
+async def rabbit_queue(name: str, *, dead_letter: str | None = None) -> Any:
+    """A connection and channel to RabbitMQ, with durable queue `name` declared (its
+    dead-letter exchange routing to queue `dead_letter`, declared too, if given)."""
+    import aio_pika
+
+    conn = await aio_pika.connect(RABBIT_URL)
+    channel = await conn.channel()
+    arguments: dict[str, Any] = {}
+    if dead_letter:
+        await channel.declare_queue(dead_letter, durable=True)
+        arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letter}
+    await channel.declare_queue(name, durable=True, arguments=arguments)
+    return conn, channel
+
+
+async def publish(channel: Any, queue: str, data: bytes, message_id: str | None) -> None:
+    """Publish `data` persistently to `queue` through the default exchange."""
+    import aio_pika
+
+    await channel.default_exchange.publish(
+        aio_pika.Message(data, message_id=message_id, delivery_mode=2), routing_key=queue
+    )
+
+
 async def with_worker(app: perdure.App, body_of_test: Callable[[Worker], Awaitable[T]]) -> T:
     """Run a real worker of `app` (its message triggers consuming) while the test runs."""
     options = WorkerOptions(id=unique("worker"), concurrency=8, poll=0.05, gc_every=None,

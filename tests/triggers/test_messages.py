@@ -21,6 +21,8 @@ from message_brokers import (
     REDIS_URL,
     Proxy,
     body,
+    publish,
+    rabbit_queue,
     run_ids,
     unique,
     until,
@@ -53,27 +55,6 @@ def shop(tmp_path: Path) -> perdure.App:
 
 
 # -- RabbitMQ ---------------------------------------------------------------------------
-
-
-async def rabbit_queue(name: str, *, dead_letter: str | None = None) -> Any:
-    import aio_pika
-
-    conn = await aio_pika.connect(RABBIT_URL)
-    channel = await conn.channel()
-    arguments: dict[str, Any] = {}
-    if dead_letter:
-        await channel.declare_queue(dead_letter, durable=True)
-        arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letter}
-    await channel.declare_queue(name, durable=True, arguments=arguments)
-    return conn, channel
-
-
-async def publish(channel: Any, queue: str, data: bytes, message_id: str | None) -> None:
-    import aio_pika
-
-    await channel.default_exchange.publish(
-        aio_pika.Message(data, message_id=message_id, delivery_mode=2), routing_key=queue
-    )
 
 
 def test_rabbitmq_one_run_per_message_id_and_poison_is_dead(tmp_path: Path) -> None:
@@ -243,8 +224,8 @@ def test_bad_trigger_options_are_one_line() -> None:
         app.on_message(perdure.sources.RabbitMQ(RABBIT_URL, "q"), "one", name="x")
     assert list(app.runtime.triggers.of(MessageTrigger)) == ["x"]
     assert app.runtime.triggers.of(MessageTrigger)["x"].status() == {
-        "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "lag": None,
-        "pending": None, "last_error": None,
+        "kind": "rabbitmq", "name": "x", "workflow": "one", "state": "idle", "since": None,
+        "lag": None, "pending": None, "last_error": None, "workers": [],
     }  # fmt: skip
 
 
@@ -286,7 +267,7 @@ def test_redis_streams_one_run_per_entry_and_a_dead_consumers_entries_are_claime
     async def scenario(worker: Worker) -> None:
         client = aioredis.Redis.from_url(REDIS_URL)
         try:
-            await client.xgroup_create(stream, "perdure", id="0", mkstream=True)
+            # the worker is ready once it consumes: its group exists (made at the start)
             ids = [await client.xadd(stream, {"data": body({"sku": "r", "qty": i})})
                    for i in range(8)]  # fmt: skip
             await client.xadd(stream, {"data": b"\xff\xfe"})

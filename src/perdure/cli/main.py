@@ -230,8 +230,10 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
     """Runs waiting for a person (needs_attention, dead, parked by a step) with the reason in
     full, how long and the command that moves them; runs nobody is moving (lease long
     expired, timer long due, pending long), schedules held back by a run waiting for an
-    operator, broker messages that could start no run (dead, with the reason), and an SQLite
-    write lock held so long that every writer waits (naming its holder); exit 1 if any."""
+    operator, broker messages that could start no run (dead, with the reason), message
+    triggers a live worker cannot consume (with the broker's words, since when), and an
+    SQLite write lock held so long that every writer waits (naming its holder); exit 1 if
+    any."""
     from ..server.stuck import anything
     from ..server.stuck import stuck as listing
 
@@ -243,10 +245,14 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
     if found["store"] is not None:
         render.echo(f"store: {found['store']}")
     runs, held, dead = found["runs"], found["schedules"], found["dead_messages"]
-    if not runs and not held and not dead:
+    failing = found["triggers"]
+    if not runs and not held and not dead and not failing:
         if found["store"] is not None:
             sys.exit(1)
-        render.echo(f"no stuck runs, blocked schedules or dead messages (grace {grace:g}s)")
+        render.echo(
+            "no stuck runs, blocked schedules, dead messages or triggers in error "
+            f"(grace {grace:g}s)"
+        )
         return
     if runs:
         rows = [(r["run_id"], r["workflow"], r["status"], r["reason"]) for r in runs]
@@ -263,6 +269,13 @@ def stuck(ctx: click.Context, grace: float, as_json: bool) -> None:
             render.echo()
         lines = [(d["trigger"], d["message_id"], d["kind"], d["reason"]) for d in dead]
         render.echo(render.table(lines, ("MESSAGE TRIGGER", "DEAD MESSAGE", "SOURCE", "WHY")))
+    if failing:
+        if runs or held or dead:
+            render.echo()
+        cells = [(t["trigger"], t["kind"], t["worker"], f"{t['state']} since "
+                  f"{render.when(t['since'])}", t["error"]) for t in failing]  # fmt: skip
+        header = ("TRIGGER NOT CONSUMING", "SOURCE", "WORKER", "STATE", "BROKER SAID")
+        render.echo(render.table(cells, header))
     sys.exit(1)
 
 

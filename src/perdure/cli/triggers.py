@@ -18,7 +18,9 @@ from .specs import agent_option
 @click.pass_context
 def triggers(ctx: click.Context, agent_specs: tuple[str, ...], as_json: bool) -> None:
     """Every trigger (schedules, inbox folders, webhooks, events, table changes, message
-    sources) with its state, lag and last error; exit 1 if one is in error. Without --app
+    sources) with its state, lag and last error; exit 1 if one is in error. A message
+    source is as its live workers recorded it (in error while one cannot consume, with the
+    broker's words and since when), else as its broker answers this shell. Without --app
     or --agent, only the schedules in the store."""
     ctx.meta["perdure.agent_specs"] = agent_specs  # `triggers --agent SPEC install` too
     if ctx.invoked_subcommand is not None:

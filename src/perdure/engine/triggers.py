@@ -44,6 +44,7 @@ class TriggerStatus:
     last_error: str | None = None
     detail: str = ""  # what it watches: a cron, a folder, a path, a table
     pending: int | None = None  # occasions recorded but not yet turned into runs
+    since: float | None = None  # when its state began, where known (a message trigger's)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

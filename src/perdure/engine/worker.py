@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,7 +46,7 @@ from .peers import (
     this_process,
 )
 from .runner import execute
-from .services import supervise
+from .services import Starting, not_working, supervise
 from .state import Phase
 from .versions import check_build, default_build, held_versions, record_build, routing
 
@@ -111,7 +112,8 @@ class WorkerOptions:
         gc_every: seconds between background gc passes applying workflows' `retention`
             (None or 0: no background gc; `perdure gc` still works).
         announce: print one `ready worker=... store=... concurrency=...` line on stdout
-            once claiming (for supervisors and scripts to wait for).
+            once claiming and its message triggers consume (10 s at most; those that do
+            not are named: `not_consuming=NAME:STATE,...`), for supervisors and scripts.
         build: the name of the code it runs, kept with its presence record with the
             version of each workflow it holds (None: a hash of those versions); two live
             workers of one build must hold the same code.
@@ -148,7 +150,7 @@ class Worker:
         self.contexts: dict[str, RunContext] = {}
         self.stopping = asyncio.Event()  # no new claim, no new step
         self.stop_now = asyncio.Event()  # a second stop: abandon what still executes
-        self.ready = asyncio.Event()  # claiming
+        self.ready = asyncio.Event()  # claiming, its starting services answered (`_announce`)
         self.executor = ThreadPoolExecutor(
             max_workers=max(4, self.options.concurrency), thread_name_prefix="perdure-wf"
         )
@@ -207,7 +209,8 @@ class Worker:
         stop_wait = asyncio.create_task(self.stopping.wait())
         self.loop = asyncio.get_running_loop()
         self.context = contextvars.copy_context()
-        self._announce()
+        starting = [s for s in self.runtime.services if isinstance(s, Starting)]
+        announce = asyncio.create_task(self._announce(starting), name="perdure-ready")
         self.runtime.takers.append(self)
         loops = [*stoppable, *lasting]
         try:
@@ -217,6 +220,7 @@ class Worker:
                     raise task.exception()  # type: ignore[misc]
         finally:
             self.runtime.takers.remove(self)
+            announce.cancel()
             if not self.stopping.is_set():  # a loop failed: stop as if signalled
                 self.stop()
             # a claim in flight must finish, or its runs would wait out their leases; they
@@ -305,16 +309,26 @@ class Worker:
             log.warning("worker %s: cannot check for dead workers (%s)", self.id, exc)
             self.peers = self.peers or PeerWatch(store, self.id, sessions=False)
 
-    def _announce(self) -> None:
+    async def _announce(self, starting: Sequence[Starting]) -> None:
+        """Ready once its services that take a moment to start (message triggers) work,
+        or READY_WAIT seconds at most: the line then names those not working
+        (`not_consuming=orders:refused,...`), and the log says why. It claims meanwhile."""
+        idle = await not_working(starting, self.stopping) if starting else {}
         if self.stopping.is_set():
-            return  # stopped before it claimed anything: never ready
+            return  # stopped before it was ready: never ready
         self.ready.set()
         log.info("worker %s: claiming (concurrency %d)", self.id, self.options.concurrency)
+        for name, state in idle.items():
+            log.warning("worker %s: ready, but trigger %r is not consuming (%s)", self.id, name,
+                        state)  # fmt: skip
         if self.options.announce:
             line = (
                 f"ready worker={self.id} store={public_url(self.runtime.url)} "
                 f"concurrency={self.options.concurrency}"
             )
+            if idle:
+                shown = ",".join(f"{n}:{s.split(' ', 1)[0]}" for n, s in idle.items())
+                line += f" not_consuming={shown}"
             print(line, file=sys.stdout, flush=True)
 
     def stop(self) -> None:

@@ -33,6 +33,7 @@ from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, Store
 from ..observe.redact import Redactor
 from ..store.workers_sql import WorkerRow
 from ..triggers import schedules as sched
+from ..triggers.health_sql import FAILING
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import ScheduleRow, Schedules
 from . import answers, sse
@@ -184,7 +185,9 @@ async def _probe(app: App) -> None:
 async def readyz(call: Call) -> Any:
     """Readiness: 200 once the store answers a query, 503 (and why, in the log) if not, if
     the store's write lock (SQLite) has been held so long that every writer is stalled, or
-    if the broker of a message trigger cannot be reached (naming the trigger). Runs waiting
+    if a message trigger is not consuming (a worker records its broker refusing it or out
+    of reach, or, with no worker consuming, this process cannot reach it: naming the
+    trigger and its state, never the broker). Runs waiting
     for a person leave it 200: the server can serve; `/stuckz` is the check for them."""
     stall = call.app.client.write_lock_stall()
     if stall is not None:
@@ -197,12 +200,11 @@ async def readyz(call: Call) -> Any:
         return JSONResponse({"ready": False, "error": "the store cannot be reached"}, 503)
     triggers = call.app.runtime.triggers.of(MessageTrigger).values()
     for status in await asyncio.gather(*(t.probe(READY_TIMEOUT) for t in triggers)):
-        if status["state"] in ("down", "refused"):
-            said = (f"message trigger {status['name']!r} ({status['kind']}): broker "
-                    f"{status['state']}")  # fmt: skip
+        if status["state"] in FAILING:
+            said = f"message trigger {status['name']!r} is not consuming ({status['state']})"
             log.warning("readyz: %s: %s", said, status["last_error"])
-            # public: the broker's address and its error stay in the log (see the log)
-            return JSONResponse({"ready": False, "error": f"{said} (see the log)"}, 503)
+            # public: the trigger's name and state only; the broker's words stay in the log
+            return JSONResponse({"ready": False, "error": f"{said}; see perdure triggers"}, 503)
     return {"ready": True}
 
 

@@ -458,7 +458,8 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
         rows = [r for r in rows if search.lower() in r.id.lower()]
     shown = rows[start : start + PAGE]
     counts = await app.runtime.store.count_runs()
-    waiting = (await stuck(app))["runs"]
+    found = await stuck(app)
+    waiting = found["runs"]
     names = sorted(
         set(app.runtime.workflows) | {r.workflow for r in shown} | {workflow or ""} - {""}
     )
@@ -482,6 +483,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
         older=link(page=number + 1) if len(rows) > start + PAGE else "",
         clear=link(status=[]), waiting=waiting[:MAX_WAITING], waiting_total=len(waiting),
         for_person=sum(1 for w in waiting if w["cause"] != "overdue"),
+        not_consuming=found["triggers"],
     )  # fmt: skip
 
 

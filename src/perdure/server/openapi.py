@@ -106,7 +106,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": _obj("error", error=STR, field=STR),
     "Ready": _obj("ready", ready=BOOL, error=STR),
     "Stuck": _obj(
-        "runs schedules dead_messages store grace at", grace=NUM, at=NUM, store=OPT_STR,
+        "runs schedules dead_messages triggers store grace at", grace=NUM, at=NUM,
+        store=OPT_STR,
         runs=_array(_obj(
             "run_id workflow status cause reason since age fix", run_id=STR, workflow=STR,
             status=STR, reason=STR, since=NUM, age=NUM, fix=OPT_STR,
@@ -120,11 +121,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "trigger message_id kind reason at", trigger=STR, message_id=STR, kind=STR,
             reason=STR, at=NUM,
         )),
+        triggers=_array(_obj(
+            "trigger kind worker state error since", trigger=STR, kind=STR, worker=STR,
+            state={"enum": ["refused", "down"]}, error=STR, since=NUM,
+        )),
     ),
     "StuckCounts": _obj(
-        "stuck runs causes schedules dead_messages store", stuck=BOOL, runs=INT,
+        "stuck runs causes schedules dead_messages triggers store", stuck=BOOL, runs=INT,
         causes={"type": "object", "additionalProperties": INT}, schedules=INT,
-        dead_messages=INT, store=BOOL,
+        dead_messages=INT, triggers=INT, store=BOOL,
     ),
     "RunSummary": _obj(_STATUS_KEYS, **_SUMMARY),
     "Run": _obj(
@@ -179,9 +184,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         )),
     ),
     "Triggers": _obj("triggers", triggers=_array(_obj(
-        "kind name workflow state lag last_error detail pending", kind=STR, name=STR,
+        "kind name workflow state lag last_error detail pending since", kind=STR, name=STR,
         workflow=STR, state=STR, lag=OPT_NUM, last_error=OPT_STR, detail=STR,
-        pending=OPT_INT,
+        pending=OPT_INT, since=OPT_NUM,
     ))),
     "Deleted": _obj("deleted", deleted=STR),
     "Workers": _obj("workers", workers=_array(_obj(

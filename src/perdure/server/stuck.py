@@ -4,12 +4,14 @@
 The runs come from `Client.stuck` (the same reason line `perdure stuck` prints, with its
 age and the command that moves the run), the schedules a parked run holds back from
 `triggers.schedules.blocked`, the broker messages that could start no run from the dead
-message table, and the SQLite write lock's stall from the store. One read, one truth
-(reasons masked by `observe.redact`):
+message table, the message triggers a live worker cannot consume (its broker refused it or
+is out of reach, as the worker recorded it), and the SQLite write lock's stall from the
+store. One read, one truth (reasons masked by `observe.redact`):
 
     {"runs": [{"run_id", "workflow", "status", "cause", "reason", "since", "age", "fix"}],
      "schedules": [{"schedule", "run_id", "status", "since", "held", "fix"}],
      "dead_messages": [{"trigger", "message_id", "kind", "reason", "at"}],
+     "triggers": [{"trigger", "kind", "worker", "state", "error", "since"}],
      "store": null | "the write lock's stall, in one line",
      "grace": 60.0, "at": <the store clock's now>}
 
@@ -29,6 +31,7 @@ from ..engine.reasons import cause_of
 from ..observe.redact import Redactor
 from ..store.base import RunRow
 from ..triggers.dead_sql import DeadMessages
+from ..triggers.messages import consumer_health
 
 DEAD_LIMIT = 100  # dead messages listed (as `perdure stuck` lists them)
 _FIX = re.compile(r"; to (?:settle|revive) it: (perdure .+)$")
@@ -60,6 +63,12 @@ async def stuck(app: App, grace: float = 60.0) -> dict[str, Any]:
     now = app.runtime.clock.now()
     held = await blocked(app.runtime)
     dead = await DeadMessages(app.runtime.store).dead_messages(limit=DEAD_LIMIT)
+    not_consuming = [
+        {"trigger": h.trigger, "kind": h.kind, "worker": h.worker, "state": h.state,
+         "error": Redactor().text(h.error or ""), "since": h.since}
+        for h in await consumer_health(app.runtime)
+        if h.failing
+    ]  # fmt: skip
     schedules = [
         {"schedule": b.schedule, "run_id": b.run_id, "status": b.status, "since": b.since,
          "held": b.held, "fix": b.fix}
@@ -74,6 +83,7 @@ async def stuck(app: App, grace: float = 60.0) -> dict[str, Any]:
         "runs": [run_entry(run, why, now) for run, why in found],
         "schedules": schedules,
         "dead_messages": messages,
+        "triggers": not_consuming,
         "store": stall,
         "grace": grace,
         "at": now,
@@ -83,7 +93,13 @@ async def stuck(app: App, grace: float = 60.0) -> dict[str, Any]:
 def anything(found: dict[str, Any]) -> bool:
     """Whether `found` (from `stuck`) holds anything a person must see (`perdure stuck`
     exits 1, `/stuckz` answers 503)."""
-    return bool(found["runs"] or found["schedules"] or found["dead_messages"] or found["store"])
+    return bool(
+        found["runs"]
+        or found["schedules"]
+        or found["dead_messages"]
+        or found["triggers"]
+        or found["store"]
+    )
 
 
 def counts(found: dict[str, Any]) -> dict[str, Any]:
@@ -97,5 +113,6 @@ def counts(found: dict[str, Any]) -> dict[str, Any]:
         "causes": causes,
         "schedules": len(found["schedules"]),
         "dead_messages": len(found["dead_messages"]),
+        "triggers": len(found["triggers"]),
         "store": found["store"] is not None,
     }

@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..engine.client import Client
+from ..engine.peers import SILENT_AFTER, worker_state
 from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError, PayloadError, PerdureError, StoreError
 from ..store.base import PENDING
 from .dead_sql import DeadMessage, DeadMessages
+from .health_sql import FAILING, HealthRow, TriggerHealth
 from .ids import id_problem
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ __all__ = [
     "Pending",
     "SourceRefused",
     "add_message_trigger",
+    "consumer_health",
 ]
 
 log = logging.getLogger("perdure.messages")
@@ -186,7 +189,9 @@ class MessageTrigger:
         self.max_pending = max_pending
         self.max_payload = max_payload
         self.state = "idle"  # not consumed by this process
+        self.since: float | None = None  # when `state` began (store clock); None while idle
         self.last_error: str | None = None
+        self._recorded: dict[str, tuple[str, str | None]] = {}  # worker -> (state, error) kept
         self.last_lag: int | None = None
         self.started = 0  # runs this process created
         self.duplicates = 0  # deliveries whose run existed already
@@ -209,33 +214,62 @@ class MessageTrigger:
         return self.source.kind
 
     async def statuses(self, runtime: Runtime) -> list[TriggerStatus]:
+        """One row: `error` (with the broker's words, since when) while a worker cannot
+        consume it or the broker refuses this process too; else the state `probe` says."""
         got = await self.probe()
-        return [TriggerStatus(got["kind"], got["name"], got["workflow"], got["state"], None,
-                              got["last_error"], "", got["pending"])]  # fmt: skip
+        state, error = got["state"], got["last_error"]
+        if state in FAILING:
+            state, error = "error", f"{got['state']}: {error}"
+        return [TriggerStatus(got["kind"], got["name"], got["workflow"], state, None, error,
+                              self.source.where(), got["pending"], got["since"])]  # fmt: skip
 
     def status(self) -> dict[str, Any]:
-        """kind, name, workflow, state (idle | connecting | consuming | paused | backpressure
-        | down | refused), lag (seconds: None, a broker does not say), pending (messages
-        not yet taken, None if unknown) and last_error, as this process knows them."""
+        """kind, name, workflow, state (idle | connecting | consuming | paused (...) |
+        backpressure | down | refused), since (when that state began), lag (seconds: None,
+        a broker does not say), pending (messages not yet taken, None if unknown),
+        last_error (the broker's words) and workers (each worker's state, as it recorded
+        it: filled by `probe`), as this process knows them."""
         return {
             "kind": self.source.kind,
             "name": self.name,
             "workflow": self.workflow,
             "state": self.state,
+            "since": self.since,
             "lag": None,
             "pending": self.last_lag,
             "last_error": self.last_error,
+            "workers": [],
         }
 
+    def readiness(self) -> str | None:
+        """For the worker's ready line: `starting` until the first connection consumes or
+        fails, then None while consuming, else the state that keeps it from consuming."""
+        if self.state in ("idle", "connecting"):
+            return "starting"
+        return None if self.state == "consuming" else self.state
+
     async def probe(self, timeout: float = 5.0) -> dict[str, Any]:
-        """`status()`, with the broker asked now when this process does not consume it: a
-        connection and the lag, or the error (for `/readyz` and `perdure triggers`)."""
+        """`status()` when this process consumes it; else what the live workers recorded
+        (a worker that cannot consume wins: the trigger is `refused` or `down` with its
+        broker's words and since when), the broker asked now for the messages waiting,
+        and the broker's answer alone when no worker consumes (for `/readyz`, `perdure
+        triggers`, the dashboard)."""
         if self.state != "idle":
             return self.status()
         at, answer = self._probed
         if time.monotonic() - at < PROBE_CACHE:
             return answer
         answer = await self._probe(timeout)
+        rows = await consumer_health(self.runtime, self.name)
+        if rows:
+            failing = [r for r in rows if r.failing]
+            shown = min(failing, key=lambda r: r.since) if failing else None
+            if shown is None:  # consuming, paused, ...: the workers' word, the broker's count
+                states = {r.state for r in rows}
+                one = "consuming" if "consuming" in states else sorted(states)[0]
+                shown = min((r for r in rows if r.state == one), key=lambda r: r.since)
+            answer |= {"state": shown.state, "since": shown.since, "last_error": shown.error}
+        answer["workers"] = [r.as_dict() for r in rows]
         self._probed = (time.monotonic(), answer)
         return answer
 
@@ -246,9 +280,11 @@ class MessageTrigger:
             self.last_lag = await asyncio.wait_for(probe.lag(), timeout)
             answer = self.status() | {"state": "reachable"}
         except ConfigError as exc:
-            answer = self.status() | {"state": "refused", "last_error": _one_line(exc)}
+            answer = self.status() | {"state": "refused", "last_error": _one_line(exc),
+                                      "since": self.runtime.clock.now()}  # fmt: skip
         except Exception as exc:
-            answer = self.status() | {"state": "down", "last_error": _one_line(exc)}
+            answer = self.status() | {"state": "down", "last_error": _one_line(exc),
+                                      "since": self.runtime.clock.now()}  # fmt: skip
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(probe.close(), timeout)
@@ -260,49 +296,85 @@ class MessageTrigger:
         """Consume until the worker stops; reconnect with backoff when the broker is lost;
         disconnect while held (what this worker held unacknowledged goes back)."""
         backoff = 0.5
-        while not worker.stopping.is_set():
-            hold = await self._held(worker)
-            if hold is not None:
-                if self.state != hold:
-                    log.info("message trigger %r: %s; not taking messages", self.name, hold)
-                self.state = hold
-                await _wait(worker, HOLD_CHECK_EVERY)
-                continue
-            self.state = "connecting"
-            try:
-                _check_consumer(self.source, worker)
-                await self.source.connect(worker.id, self.prefetch)
-                if self.last_error is not None:
-                    log.info("message trigger %r: connected to %s", self.name,
-                             self.source.where())  # fmt: skip
-                self.last_error, backoff = None, 0.5
-                await self._consume(worker)
-                continue  # held, or stopping
-            except asyncio.CancelledError:
-                raise
-            except ConfigError as exc:  # SourceRefused, or the source's extra is missing
-                self.state, self.last_error = "refused", _one_line(exc)
-                log.error("message trigger %r (%s): %s; retrying in %.0fs", self.name,
-                          self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
-                backoff = MAX_BACKOFF
-            except Exception as exc:
-                self.state, self.last_error = "down", _one_line(exc)
-                log.warning("message trigger %r: cannot consume from %s (%s); retrying in %.1fs",
-                            self.name, self.source.where(), self.last_error,
-                            backoff)  # fmt: skip
-            finally:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.source.close(), 5.0)
-            await _wait(worker, backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF)
-        self.state = "idle"
+        try:
+            while not worker.stopping.is_set():
+                hold = await self._held(worker)
+                if hold is not None:
+                    if self.state != hold:
+                        log.info("message trigger %r: %s; not taking messages", self.name, hold)
+                    await self._become(worker, hold, None)
+                    await _wait(worker, HOLD_CHECK_EVERY)
+                    continue
+                if self.state not in FAILING:  # a retry stays refused or down until it works
+                    await self._become(worker, "connecting", None)
+                backoff = await self._attempt(worker, backoff)
+                if backoff:
+                    await _wait(worker, backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF)
+                else:
+                    backoff = 0.5
+        finally:
+            self.state, self.since = "idle", None
+
+    async def _attempt(self, worker: Worker, backoff: float) -> float:
+        """Connect and consume until held or stopping (0.0), or fail: the seconds to wait
+        before the next attempt, the failure recorded with the broker's words."""
+        connected = False
+        try:
+            _check_consumer(self.source, worker)
+            await self.source.connect(worker.id, self.prefetch)
+            connected = True  # a connection lost later is retried soon again
+            if self.last_error is not None:
+                log.info("message trigger %r: connected to %s", self.name,
+                         self.source.where())  # fmt: skip
+            await self._become(worker, "consuming", None)
+            await self._consume(worker)
+            return 0.0  # held, or stopping
+        except asyncio.CancelledError:
+            raise
+        except ConfigError as exc:  # SourceRefused, or the source's extra is missing
+            await self._become(worker, "refused", _one_line(exc))
+            log.error("message trigger %r (%s): %s; retrying in %.0fs", self.name,
+                      self.source.where(), self.last_error, MAX_BACKOFF)  # fmt: skip
+            return MAX_BACKOFF
+        except Exception as exc:
+            backoff = 0.5 if connected else backoff
+            await self._become(worker, "down", _one_line(exc))
+            log.warning("message trigger %r: cannot consume from %s (%s); retrying in %.1fs",
+                        self.name, self.source.where(), self.last_error, backoff)  # fmt: skip
+            return backoff
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.source.close(), 5.0)
+
+    async def _become(self, worker: Worker, state: str, error: str | None) -> None:
+        """Take `state` (since now if it changed), recorded in the store first, so that what
+        this process shows (the ready line) is never ahead of what every view reads; a
+        failed write is tried again at the next change or look."""
+        kept = state == self.state and self.since is not None
+        since = self.since if kept and self.since is not None else self.runtime.clock.now()
+        await self._record(worker, state, error, since)
+        self.state, self.last_error, self.since = state, error, since
+
+    async def _record(self, worker: Worker, state: str, error: str | None, since: float) -> None:
+        if self._recorded.get(worker.id) == (state, error):
+            return
+        row = HealthRow(self.name, worker.id, self.source.kind, state, since, error,
+                        self.runtime.clock.now())  # fmt: skip
+        try:
+            await TriggerHealth(self.runtime.store).record_health(row)
+        except Exception as exc:  # recording must never stop the consumer: next change
+            log.warning("message trigger %r: state not recorded (%s)", self.name, exc)
+            return
+        self._recorded[worker.id] = (state, error)
 
     async def _consume(self, worker: Worker) -> None:
-        self.state = "consuming"
         looked = -1e18
         while not worker.stopping.is_set():
             if await self._held(worker) is not None:
                 return  # `run` disconnects and waits for the hold to end
+            if self.since is not None:  # if the store refused it before
+                await self._record(worker, self.state, self.last_error, self.since)
             batch = await self.source.receive(self.prefetch, RECEIVE_WAIT)
             if batch:
                 await self.handle(batch)
@@ -466,6 +538,18 @@ def _check_consumer(source: MessageSource, worker: Worker) -> None:
             "workers with a stable id (perdure worker --id NAME, WorkerOptions(id=...)) or "
             "give the source client_id=..."
         )
+
+
+async def consumer_health(runtime: Runtime, trigger: str | None = None) -> list[HealthRow]:
+    """What the live workers (alive in the registry: not stopped, dead or silent)
+    recorded of their consumers of `trigger` (or of every message trigger)."""
+    rows = await TriggerHealth(runtime.store).trigger_health(trigger)
+    if not rows:
+        return []
+    now = runtime.clock.now()
+    workers = await runtime.store.list_workers(now - 2 * SILENT_AFTER)
+    live = {w.id for w in workers if worker_state(w, now).live}
+    return [r for r in rows if r.worker in live]
 
 
 async def _wait(worker: Worker, seconds: float) -> None:

@@ -120,7 +120,14 @@ class JetStream:
             return []
         return [
             Message(
-                f"{self.stream}:{m.metadata.sequence.stream}", m.data, m, {"subject": m.subject}
+                f"{self.stream}:{m.metadata.sequence.stream}",
+                m.data,
+                m,
+                {
+                    "stream": self.stream,
+                    "subject": m.subject,
+                    "redelivered": (m.metadata.num_delivered or 1) > 1,
+                },
             )
             for m in found
         ]

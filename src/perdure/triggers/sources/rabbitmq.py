@@ -3,6 +3,11 @@
 The identity of a message is its `message_id` property, or a content hash when it has none
 (two identical bodies without ids are then one message). A poison message is rejected
 without requeue, so the queue's dead-letter exchange (if it has one) receives it.
+
+A queue that exists is used as it is (its dead-letter exchange and other arguments kept:
+`declare=True` declares only a missing one); a broker that refuses the queue
+(PRECONDITION_FAILED, RESOURCE_LOCKED, ACCESS_REFUSED, NOT_FOUND) is `SourceRefused` in the
+broker's own words.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ class RabbitMQ:
     Args:
         url: `amqp://user:password@host:5672/vhost`.
         queue: the queue to consume.
-        declare: declare the queue (durable) if missing; False: it must exist.
+        declare: declare the queue (durable) if missing; False: it must exist. An existing
+            queue is never declared again (its arguments, e.g. a dead-letter exchange, stay).
         name: the trigger's name (default: set by `on_message`).
     """
 
@@ -60,15 +66,28 @@ class RabbitMQ:
             raise SourceRefused(f"credentials refused ({exc})") from None
         if not prefetch:  # a probe: the connection, and `lag` asks for the queue's depth
             return
-        self._channel = await self._conn.channel()
-        await self._channel.set_qos(prefetch_count=prefetch)
+        queue = await self._declared(prefetch)
         try:
-            queue = await self._channel.declare_queue(
-                self.queue, durable=True, passive=not self.declare
-            )
-        except errors.ChannelNotFoundEntity:
-            raise SourceRefused(f"queue {self.queue!r} does not exist") from None
-        await queue.consume(self._inbox.put, no_ack=False)
+            await queue.consume(self._inbox.put, no_ack=False)
+        except errors.AMQPChannelError as exc:  # e.g. RESOURCE_LOCKED: exclusive elsewhere
+            raise SourceRefused(f"queue {self.queue!r} refused: {exc}") from None
+
+    async def _declared(self, prefetch: int) -> Any:
+        """The queue on a fresh channel: looked up (passive), declared only if missing and
+        `declare`; the broker's refusal in its words."""
+        import aio_pika.exceptions as errors
+
+        for passive in (True, False):
+            self._channel = await self._conn.channel()  # a refused declare closes its channel
+            await self._channel.set_qos(prefetch_count=prefetch)
+            try:
+                return await self._channel.declare_queue(self.queue, durable=True, passive=passive)
+            except errors.ChannelNotFoundEntity:
+                if not self.declare:
+                    raise SourceRefused(f"queue {self.queue!r} does not exist") from None
+            except errors.AMQPChannelError as exc:  # PRECONDITION_FAILED, RESOURCE_LOCKED, ...
+                raise SourceRefused(f"queue {self.queue!r} refused: {exc}") from None
+        raise SourceRefused(f"queue {self.queue!r} does not exist")  # declared, then gone
 
     async def receive(self, limit: int, wait: float) -> list[Message]:
         conn, channel = self._conn, self._channel
@@ -81,9 +100,10 @@ class RabbitMQ:
         while len(found) < limit and not self._inbox.empty():
             found.append(self._inbox.get_nowait())
         return [
-            Message(usable_identity(m.message_id, m.body), m.body, m, {"queue": self.queue})
+            Message(usable_identity(m.message_id, m.body), m.body, m,
+                    {"queue": self.queue, "redelivered": bool(m.redelivered)})
             for m in found
-        ]
+        ]  # fmt: skip
 
     async def ack(self, messages: list[Message]) -> None:
         for message in messages:

@@ -1,10 +1,12 @@
 """Redis Streams (redis-py, extra `redis`): a consumer group over one stream.
 
 Each worker is a consumer of the group, named by its worker id. The identity of a message
-is its entry id. Entries a consumer read and never acknowledged (it was killed) are taken
-over with XAUTOCLAIM once idle for `claim_idle` seconds; consumers long gone with nothing
-pending are removed from the group. A poison entry is copied to `dead_stream` (if given)
-and acknowledged.
+is its entry id. A consumer, once connected, first takes back at once its own pending
+entries (read by an earlier process under the same name, never acknowledged); entries
+another consumer read and never acknowledged (it was killed) are taken over with
+XAUTOCLAIM once idle for `claim_idle` seconds; consumers long gone with nothing pending are
+removed from the group. Entries taken back either way are marked `redelivered` in the
+run's origin. A poison entry is copied to `dead_stream` (if given) and acknowledged.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class RedisStream:
         self._consumer = ""
         self._claimed_at = 0.0
         self._swept_at = 0.0
+        self._own_from: str | None = None
 
     def copy(self) -> RedisStream:
         return RedisStream(self.url, self.stream, group=self.group, field=self.field,
@@ -88,9 +91,11 @@ class RedisStream:
             if "BUSYGROUP" not in str(exc):
                 raise
         self._claimed_at = 0.0
+        self._own_from = "0-0"  # its own pending entries: taken back first
 
     async def receive(self, limit: int, wait: float) -> list[Message]:
-        found = await self._claim(limit)
+        found = await self._own_pending(limit) or await self._claim(limit)
+        again = bool(found)
         if not found:
             answer = await self._redis.xreadgroup(
                 self.group, self._consumer, {self.stream: ">"}, count=limit,
@@ -98,7 +103,30 @@ class RedisStream:
             )  # fmt: skip
             for _, entries in answer or []:
                 found.extend(entries)
-        return [self._message(entry_id, fields) for entry_id, fields in found if fields]
+        messages = [self._message(entry_id, fields) for entry_id, fields in found if fields]
+        for message in messages:
+            message.extra["redelivered"] = again
+        return messages
+
+    async def _own_pending(self, limit: int) -> list[Any]:
+        """The entries this consumer's name holds pending (an earlier process under the same
+        worker id read them and never acknowledged them), read from its own pending list
+        with XREADGROUP from id 0 until it is empty; an entry deleted from the stream since
+        comes without fields and is acknowledged."""
+        if self._own_from is None:
+            return []
+        answer = await self._redis.xreadgroup(
+            self.group, self._consumer, {self.stream: self._own_from}, count=limit
+        )
+        entries = [e for _, got in answer or [] for e in got]
+        if not entries:
+            self._own_from = None
+            return []
+        self._own_from = _text(entries[-1][0])
+        gone = [entry_id for entry_id, fields in entries if not fields]
+        if gone:
+            await self._redis.xack(self.stream, self.group, *gone)
+        return [e for e in entries if e[1]] or await self._own_pending(limit)
 
     async def _claim(self, limit: int) -> list[Any]:
         """Entries idle with another consumer past `claim_idle` (checked every few seconds)."""
