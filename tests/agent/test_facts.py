@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perdure.agent.facts import HEADING, check_facts, facts_section, unstated
@@ -34,6 +34,7 @@ def test_the_facts_a_summary_leaves_out_follow_it_in_order() -> None:
     )
 
 
+@settings(deadline=None, database=None)  # a loaded machine's first call is slow
 @given(st.lists(st.sampled_from([*LISTED, "Paid by Carla on 3 May", "Due 1 June 2027"])))
 def test_only_checked_facts_ever_reach_the_list(listed: list[str]) -> None:
     """Whatever the model lists, the list under the summary holds only checked facts:
