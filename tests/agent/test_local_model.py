@@ -113,12 +113,24 @@ def test_local_model_summarises_through_the_openai_sdk() -> None:
         )
         assert text.strip()
         assert prompt_tokens > 0 and completion_tokens > 0
+        # prompt lookup is on by default: the server drafted tokens from the prompt's n-grams
+        assert "draft_n" in timings, timings
     finally:
         lm.stop()
     lm.stop()  # safe twice
     assert not lm.running
     assert not _port_open(port)
     assert not _pid_alive(pid)
+
+
+@pytest.mark.parametrize("lookup", ["0,8", "3", "a,b"])
+def test_a_bad_lookup_is_refused_before_the_model_loads(lookup: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "perdure.agent.local_server", "--model", "/nonexistent.gguf",
+         "--port", "0", "--lookup", lookup],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--lookup" in done.stderr, done.stderr
 
 
 def test_the_model_file_ships_with_the_extra() -> None:

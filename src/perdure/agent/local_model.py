@@ -220,6 +220,11 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+# prompt lookup: a 3-token n-gram of the prompt proposes up to 8 next tokens (bench:
+# `python -m bench.summary_quality` measures the inbox agent's seconds with it)
+LOOKUP = (3, 8)
+
+
 class LocalModel:
     """One llama.cpp server process for one model on `host` (127.0.0.1): the file at
     `model_path`, else the known model named `model` (see `KNOWN_MODELS`).
@@ -239,12 +244,17 @@ class LocalModel:
         threads: int = 2,
         startup_timeout: float = 60.0,
         temperature: float | None = None,
+        lookup: tuple[int, int] | None = LOOKUP,
     ) -> None:
+        """`lookup`: draft tokens from the prompt's own n-grams (n, most drafted) and have the
+        model check them in one batch; a summary that repeats the document's words is then
+        written faster, with the same output distribution. None: one token at a time."""
         self._model_path = Path(model_path) if model_path is not None else None
         self.model = model
         self.host = host
         self.n_ctx = n_ctx
         self.threads = threads
+        self.lookup = lookup
         self.startup_timeout = startup_timeout
         known = KNOWN_MODELS.get(model)
         self.temperature = (
@@ -355,6 +365,7 @@ class LocalModel:
             "--threads",
             str(self.threads),
             *(["--temperature", str(self.temperature)] if self.temperature is not None else []),
+            *(["--lookup", "{},{}".format(*self.lookup)] if self.lookup else []),
             "--parent-pid",
             str(os.getpid()),
             "--exit-on-stdin-eof",

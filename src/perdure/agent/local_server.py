@@ -39,11 +39,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--temperature", type=float, default=None, help="for requests that set none"
     )
+    parser.add_argument(
+        "--lookup", type=_lookup, default=None, metavar="N,M",
+        help="draft up to M tokens from the prompt's own N-grams (prompt lookup decoding)",
+    )  # fmt: skip
     parser.add_argument("--parent-pid", type=int, default=0, help="exit when this pid is gone")
     parser.add_argument(
         "--exit-on-stdin-eof", action="store_true", help="exit when stdin reaches end of file"
     )
     return parser.parse_args(argv)
+
+
+def _lookup(text: str) -> tuple[int, int]:
+    """`N,M` of --lookup: two positive integers."""
+    try:
+        n, m = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N,M (two integers), got {text!r}") from None
+    if n < 1 or m < 1:
+        raise argparse.ArgumentTypeError(f"N and M must be at least 1, got {text!r}")
+    return n, m
 
 
 def _watch_stdin(stop: threading.Event) -> None:
@@ -92,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         params.sampling.temp = args.temperature
     if args.alias:
         params.model_alias = {args.alias}
+    if args.lookup:  # drafts from the prompt's n-grams, checked by the model in one batch
+        params.speculative.types = [
+            xlc.common_speculative_type.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE
+        ]
+        params.speculative.ngram_simple.size_n, params.speculative.ngram_simple.size_m = args.lookup
     try:
         server = xlc.Server(params)
     except Exception as exc:
