@@ -93,7 +93,7 @@ def openapi_reference(path: Path) -> str:
             out += [f"Scope: `{scope}`." if scope else "No token needed.", ""]
             params = op.get("parameters", [])
             if params:
-                out += ["| parameter | in | required | type | description |", "|---|" * 5]
+                out += ["| parameter | in | required | type | description |", "|" + "---|" * 5]
                 for p in params:
                     out.append(
                         f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} "
