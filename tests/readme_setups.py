@@ -266,14 +266,16 @@ def serve(sandbox: Sandbox) -> None:
     """`perdure --app shop:app serve` on a free port, which replaces the block's 8000."""
     port = free_port()
     sandbox.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
-    sandbox.background(f"perdure --app shop:app serve --port {port}", line=0, ready_port=port)
+    sandbox.background(
+        f"perdure --app shop:app serve --port {port}", at="setup=serve", ready_port=port
+    )
 
 
 def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
     """The delivery started `hook:push:push-1`; a `perdure worker` completes it."""
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer == {"run_id": "hook:push:push-1", "duplicate": False}, answer
-    sandbox.background("perdure --app shop:app worker", line=0)
+    sandbox.background("perdure --app shop:app worker", at="check=hook-run-completes")
     limit = time.monotonic() + 60
     while True:
         shown = sandbox.run("perdure show hook:push:push-1")
