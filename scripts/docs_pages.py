@@ -5,19 +5,25 @@ from the click commands of `perdure.cli.main` (brackets in help text escaped so
 Markdown does not read `[ARGS] [OPTIONS]` as a link; click's "unset" defaults shown
 as nothing). A page holding `<!-- generated: openapi -->` gets the HTTP API, every
 endpoint of docs/openapi.json with its scope, parameters, body and answers, and
-every schema with its fields. Nothing here reaches the network.
+every schema with its fields. `<!-- generated: spec -->` becomes every key of an agent
+spec, from the pydantic models of `perdure.agent.spec`: type, default, the model's
+docstring and the comment on the field's line. Nothing here reaches the network.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 OPENAPI = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 CLI_MARK = "<!-- generated: cli -->"
 OPENAPI_MARK = "<!-- generated: openapi -->"
+SPEC_MARK = "<!-- generated: spec -->"
 METHODS = ("get", "post", "put", "delete", "patch")
 
 
@@ -27,7 +33,71 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(CLI_MARK, cli_reference())
     if OPENAPI_MARK in markdown:
         markdown = markdown.replace(OPENAPI_MARK, openapi_reference(OPENAPI))
+    if SPEC_MARK in markdown:
+        markdown = markdown.replace(SPEC_MARK, spec_reference())
     return markdown
+
+
+def field_comments(model: type) -> dict[str, str]:
+    """The comment written on each field's line of a model's source."""
+    source = inspect.getsource(model)
+    found = re.findall(r"^    (\w+): [^\n]*?  # ([^\n]*)$", source, re.MULTILINE)
+    return dict(found)
+
+
+def submodel(annotation: Any) -> tuple[type | None, str]:
+    """The spec model a field holds (alone, in a list or in a dict), and how its table is
+    named: `[section]`, `[[section]]` or `[section.KEY]`."""
+    from pydantic import BaseModel
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, "[{}]"
+    if origin is list and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0], "[[{}]]"
+    if origin is dict and isinstance(args[-1], type) and issubclass(args[-1], BaseModel):
+        return args[-1], "[{}.KEY]"
+    if origin in (types.UnionType, typing.Union) and len(args) == 1:
+        return submodel(args[0])
+    return None, ""
+
+
+def type_name(annotation: Any) -> str:
+    """A field's type as a reader of TOML sees it."""
+    text = str(annotation).replace("typing.", "").replace("NoneType", "None")
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+    return re.sub(r"\b(?:perdure|pathlib)\.[\w.]+\.(\w+)", r"\1", text)
+
+
+def spec_reference() -> str:
+    """Markdown: every key of an agent spec, section by section."""
+    from perdure.agent.spec import AgentSpec
+
+    out: list[str] = []
+    pending: list[tuple[str, type]] = [("", AgentSpec)]
+    while pending:
+        section, model = pending.pop(0)
+        title = section or "top level"
+        out += [f"## `{title}`" if section else f"## {title}", ""]
+        own = model.__dict__.get("__doc__")  # not pydantic's BaseModel docstring
+        out += [cell(inspect.cleandoc(own) if own else ""), ""]
+        comments = field_comments(model)
+        out += ["| key | type | default | note |", "|---|---|---|---|"]
+        for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+            if info.exclude:
+                continue
+            inner, form = submodel(info.annotation)
+            key = f"{section}.{name}" if section else name
+            if inner is not None:
+                pending.append((form.format(key), inner))
+            default = "required" if info.is_required() else f"`{info.get_default()!r}`"
+            if inner is not None and not info.is_required():
+                default = "see its table" if info.get_default() is not None else "`None`"
+            note = cell(comments.get(name, ""))
+            out.append(f"| `{name}` | `{cell(type_name(info.annotation))}` | {default} | {note} |")
+        out.append("")
+    return "\n".join(out)
 
 
 def cli_reference() -> str:

@@ -286,7 +286,22 @@ def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
         time.sleep(0.3)
 
 
+def first_workflow_resumed(sandbox: Sandbox, result: ShellResult) -> None:
+    """The run completed after its worker was killed: one charge (under the run's key),
+    one receipt, and the journal holds each step's outcome once."""
+    charges = (sandbox.path / "charges.log").read_text().split()
+    receipts = (sandbox.path / "receipts.log").read_text().splitlines()
+    assert charges == ["checkout-order-42:0"], charges
+    assert receipts == ["order-42 receipt-order-42"], receipts
+    assert '"receipt-order-42"' in result.stdout, result.stdout
+    shown = sandbox.run("perdure show checkout-order-42 --all")
+    assert re.search(r"^status\s+completed$", shown.stdout, re.MULTILINE), shown.stdout
+    outcomes = re.findall(r"step\.outcome\s+(\w+)", shown.stdout)
+    assert outcomes == ["charge", "send_receipt"], shown.stdout
+
+
 SHELL_SETUPS: dict[str, Callable[[Sandbox], None]] = {"serve": serve}
 SHELL_CHECKS: dict[str, Callable[[Sandbox, ShellResult], None]] = {
-    "hook-run-completes": hook_run_completes
+    "hook-run-completes": hook_run_completes,
+    "first-workflow-resumed": first_workflow_resumed,
 }

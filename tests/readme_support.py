@@ -40,6 +40,7 @@ LONG_RUNNING = {"worker", "serve", "agent", "mcp"}
 SHELL_LANGS = {"bash", "sh", "shell"}
 PY_TIMEOUT = 120.0
 CMD_TIMEOUT = 60.0
+BLOCK_TIMEOUT = 180.0  # a whole shell block (the first workflow's kill -9 and resume)
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 20.0
 SETTLE = 0.3
@@ -89,16 +90,26 @@ class Sandbox:
         return text
 
     def run(self, command: str, timeout: float = CMD_TIMEOUT) -> ShellResult:
-        """Run one shell command in the sandbox and capture its output."""
-        done = subprocess.run(
+        """Run one shell command in the sandbox and capture its output; past `timeout`, it and
+        every job it started in the background are killed."""
+        proc = subprocess.Popen(
             ["bash", "-c", command],
             cwd=self.path,
             env=self.env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
-        return ShellResult(done.returncode, done.stdout, done.stderr)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(
+                f"`{command[-300:]}` ran over {timeout:.0f} s:\n{stdout[-3000:]}{stderr[-3000:]}"
+            )
+        return ShellResult(proc.returncode, stdout, stderr)
 
     def background(self, command: str, *, at: str, ready_port: int | None = None) -> None:
         """Start a long-running command and wait until it is ready: its port answers, or
@@ -305,7 +316,10 @@ def commands(block: Block) -> list[tuple[int, str]]:
 
 
 def is_long_running(command: str) -> bool:
-    """A `perdure` command line whose subcommand serves until SIGTERM."""
+    """A `perdure` command line whose subcommand serves until SIGTERM (and that the block does
+    not itself send to the background with a trailing `&`: the script manages that one)."""
+    if command.split(" #", 1)[0].rstrip().endswith("&"):
+        return False
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
@@ -346,7 +360,7 @@ def run_shell(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
                 started |= set(range(number, number + command.count("\n") + 1))
         for number, text in block.lines():
             script.append(":" if number in started else sandbox.apply(text))
-        result = sandbox.run("\n".join(script) + "\n")
+        result = sandbox.run("\n".join(script) + "\n", timeout=BLOCK_TIMEOUT)
         expected = int(block.markers.get("exit", "0"))
         assert result.returncode == expected, (
             f"{block.at}: the block exited {result.returncode}, not {expected}:\n"

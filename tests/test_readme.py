@@ -12,7 +12,8 @@ done with it depends on its language:
   PATH; the exit code must be 0 (or `exit=`). A `perdure worker|serve|agent|mcp`
   line serves until SIGTERM: it is started in the background before the rest of
   the block, waited for (its port answers or it writes its first line), and at
-  the end stopped with SIGTERM and must exit 0.
+  the end stopped with SIGTERM and must exit 0. A line ending in `&` is the block's own
+  background job instead (it may `kill -9 $!` it): the script runs it as written.
 - ```toml: parsed; a complete agent spec (with `name` and `goal`) must pass
   `perdure validate`.
 - ```json: parsed. A plain ``` block must be declared (`synopsis` or `no-run`).
@@ -206,6 +207,7 @@ def test_parse_reads_headings_lines_and_markers() -> None:
     assert python.markers == {"setup": "app"} and shell.markers == {"exit": "3"}
     assert [line for line, _ in commands(shell)] == [13, 14, 15]
     assert [is_long_running(c) for _, c in commands(shell)] == [False, True, False]
+    assert not is_long_running("perdure --app shop:app worker > w.log 2>&1 &  # its own job")
 
 
 @pytest.mark.parametrize(
