@@ -80,3 +80,28 @@ def test_the_readme_is_short() -> None:
 def test_nav_pages_finds_every_depth(nav: Any, pages: set[str]) -> None:
     """The nav reader finds pages given bare or titled, at any nesting."""
     assert nav_pages(nav) == pages
+
+
+def test_the_readmes_links_lead_somewhere() -> None:
+    """README.md is not built by mkdocs, so its relative links are checked here: each names
+    a file of the repository (a docs page, an example)."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [link.split("#", 1)[0] for link in links if "://" not in link]
+    assert len(local) >= 10, local
+    missing = [link for link in local if link and not (ROOT / link).exists()]
+    assert missing == [], missing
+
+
+def test_the_first_workflow_is_the_example_file() -> None:
+    """The first workflow the README and its tutorial show is examples/first_workflow/shop.py,
+    as it is, so what a reader copies is what the example's tests run."""
+    from readme_doc import document_blocks
+
+    shop = (ROOT / "examples" / "first_workflow" / "shop.py").read_text(encoding="utf-8")
+    documents = document_blocks()
+    for doc in ("README.md", "docs/tutorials/first-workflow.md"):
+        shown = [b.source for b in documents[doc] if b.markers.get("name") == "first-workflow"]
+        assert shown == [shop], f"{doc} does not show examples/first_workflow/shop.py as it is"
