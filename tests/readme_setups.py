@@ -300,8 +300,18 @@ def first_workflow_resumed(sandbox: Sandbox, result: ShellResult) -> None:
     assert outcomes == ["charge", "send_receipt"], shown.stdout
 
 
+def spec_agent_summarised(sandbox: Sandbox, result: ShellResult) -> None:
+    """The inbox file became one completed run whose summary keeps the file's facts."""
+    summary = (sandbox.path / "outbox" / "release_summary.md").read_text()
+    assert "12 March" in summary and "Ana Lima" in summary, summary
+    runs = json.loads(sandbox.run("perdure ls --json").stdout)["runs"]
+    assert [r["id"].split(":")[:2] for r in runs] == [["inbox", "summariser"]], runs
+    assert runs[0]["status"] == "completed", runs
+
+
 SHELL_SETUPS: dict[str, Callable[[Sandbox], None]] = {"serve": serve}
 SHELL_CHECKS: dict[str, Callable[[Sandbox, ShellResult], None]] = {
     "hook-run-completes": hook_run_completes,
     "first-workflow-resumed": first_workflow_resumed,
+    "spec-agent-summarised": spec_agent_summarised,
 }
