@@ -50,6 +50,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "perdure.App" in api and "current_step" in api and "Retry" in api
+    assert "crash_after_intent" in api and "PerdureAgent" in api and "ClaudeAgent" in api
     cli = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     assert "perdure worker" in cli and "--concurrency" in cli and "Sentinel" not in cli
     http = (site / "reference" / "http-api" / "index.html").read_text(encoding="utf-8")
