@@ -287,17 +287,18 @@ def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
 
 
 def first_workflow_resumed(sandbox: Sandbox, result: ShellResult) -> None:
-    """The run completed after its worker was killed: one charge (under the run's key),
-    one receipt, and the journal holds each step's outcome once."""
-    charges = (sandbox.path / "charges.log").read_text().split()
-    receipts = (sandbox.path / "receipts.log").read_text().splitlines()
-    assert charges == ["checkout-order-42:0"], charges
-    assert receipts == ["order-42 receipt-order-42"], receipts
-    assert '"receipt-order-42"' in result.stdout, result.stdout
-    shown = sandbox.run("perdure show checkout-order-42 --all")
-    assert re.search(r"^status\s+completed$", shown.stdout, re.MULTILINE), shown.stdout
-    outcomes = re.findall(r"step\.outcome\s+(\w+)", shown.stdout)
-    assert outcomes == ["charge", "send_receipt"], shown.stdout
+    """The run completed after its worker was killed, and no step that had completed ran
+    again: the stand-ins printed loading, charging and mailing once each (packing once or,
+    when the kill landed inside it, twice); the journal holds each step's outcome once."""
+    words = [line.split()[0] for line in (sandbox.path / "worker.log").read_text().splitlines()]
+    counts = {word: words.count(word) for word in ("loading", "charging", "packing", "mailing")}
+    assert counts["loading"] == counts["charging"] == counts["mailing"] == 1, counts
+    assert counts["packing"] in (1, 2), counts
+    assert '"order-42: ch_order-42, parcel-order-42"' in result.stdout, result.stdout
+    shown = json.loads(sandbox.run("perdure show order-42 --json").stdout)
+    assert shown["run"]["status"] == "completed", shown["run"]
+    outcomes = [e["name"] for e in shown["entries"] if e["kind"] == "step.outcome"]
+    assert outcomes == ["load_order", "charge", "pack", "send_receipt"], outcomes
 
 
 def spec_agent_summarised(sandbox: Sandbox, result: ShellResult) -> None:
