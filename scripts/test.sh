@@ -3,7 +3,7 @@
 # including the slow chaos suite. Extra arguments go to pytest (e.g. -m "not slow").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh dev,postgres,server,models,mcp,local,local-small,observe,openai-agents,pydantic-ai,claude-agent,rabbitmq,nats,redis,mqtt,kafka
+scripts/setup.sh dev,docs,postgres,server,models,mcp,local,local-small,observe,openai-agents,pydantic-ai,claude-agent,rabbitmq,nats,redis,mqtt,kafka
 .venv/bin/ruff check src tests bench examples
 .venv/bin/ruff format --check src tests bench examples
 .venv/bin/mypy

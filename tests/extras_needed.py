@@ -17,9 +17,10 @@ import pytest
 
 from perdure.extras import EXTRAS, FIND_ONLY
 
-# Not a runtime extra of perdure, but the test tools of pyproject's `dev` extra (schemathesis,
-# playwright, and jsonschema which schemathesis brings).
+# Not runtime extras of perdure, but tools: pyproject's `dev` extra (schemathesis, playwright,
+# and jsonschema which schemathesis brings) and `docs` (mkdocs and its plugins, the site).
 DEV = "dev"
+TOOLS = {DEV: ("schemathesis", "playwright"), "docs": ("mkdocs", "material", "mkdocstrings")}
 SKIPPED = re.compile(r"needs the ([\w-]+) extra: pip install")
 
 
@@ -29,15 +30,15 @@ def needs(extra: str) -> str:
     Raises:
         KeyError: `extra` is not one of pyproject's extras.
     """
-    if extra != DEV and extra not in EXTRAS:
-        raise KeyError(f"no extra named {extra!r}: one of {sorted(EXTRAS)} or {DEV!r}")
+    if extra not in TOOLS and extra not in EXTRAS:
+        raise KeyError(f"no extra named {extra!r}: one of {sorted(EXTRAS)} or {sorted(TOOLS)}")
     return f"needs the {extra} extra: pip install 'perdure[{extra}]'"
 
 
 def require(extra: str, *modules: str) -> None:
     """Skip the calling test (the module, when called at its top) unless `modules` (default:
     every module of `extra`) can be imported; the find-only ones are only looked for."""
-    for module in modules or EXTRAS[extra]:
+    for module in modules or TOOLS.get(extra) or EXTRAS[extra]:
         if module in FIND_ONLY:
             if importlib.util.find_spec(module) is None:
                 pytest.skip(needs(extra), allow_module_level=True)

@@ -266,14 +266,16 @@ def serve(sandbox: Sandbox) -> None:
     """`perdure --app shop:app serve` on a free port, which replaces the block's 8000."""
     port = free_port()
     sandbox.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
-    sandbox.background(f"perdure --app shop:app serve --port {port}", line=0, ready_port=port)
+    sandbox.background(
+        f"perdure --app shop:app serve --port {port}", at="setup=serve", ready_port=port
+    )
 
 
 def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
     """The delivery started `hook:push:push-1`; a `perdure worker` completes it."""
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer == {"run_id": "hook:push:push-1", "duplicate": False}, answer
-    sandbox.background("perdure --app shop:app worker", line=0)
+    sandbox.background("perdure --app shop:app worker", at="check=hook-run-completes")
     limit = time.monotonic() + 60
     while True:
         shown = sandbox.run("perdure show hook:push:push-1")
@@ -284,7 +286,33 @@ def hook_run_completes(sandbox: Sandbox, result: ShellResult) -> None:
         time.sleep(0.3)
 
 
+def first_workflow_resumed(sandbox: Sandbox, result: ShellResult) -> None:
+    """The run completed after its worker was killed, and no step that had completed ran
+    again: the stand-ins printed loading, charging and mailing once each (packing once or,
+    when the kill landed inside it, twice); the journal holds each step's outcome once."""
+    words = [line.split()[0] for line in (sandbox.path / "worker.log").read_text().splitlines()]
+    counts = {word: words.count(word) for word in ("loading", "charging", "packing", "mailing")}
+    assert counts["loading"] == counts["charging"] == counts["mailing"] == 1, counts
+    assert counts["packing"] in (1, 2), counts
+    assert '"order-42: ch_order-42, parcel-order-42"' in result.stdout, result.stdout
+    shown = json.loads(sandbox.run("perdure show order-42 --json").stdout)
+    assert shown["run"]["status"] == "completed", shown["run"]
+    outcomes = [e["name"] for e in shown["entries"] if e["kind"] == "step.outcome"]
+    assert outcomes == ["load_order", "charge", "pack", "send_receipt"], outcomes
+
+
+def spec_agent_summarised(sandbox: Sandbox, result: ShellResult) -> None:
+    """The inbox file became one completed run whose summary keeps the file's facts."""
+    summary = (sandbox.path / "outbox" / "release_summary.md").read_text()
+    assert "12 March" in summary and "Ana Lima" in summary, summary
+    runs = json.loads(sandbox.run("perdure ls --json").stdout)["runs"]
+    assert [r["id"].split(":")[:2] for r in runs] == [["inbox", "summariser"]], runs
+    assert runs[0]["status"] == "completed", runs
+
+
 SHELL_SETUPS: dict[str, Callable[[Sandbox], None]] = {"serve": serve}
 SHELL_CHECKS: dict[str, Callable[[Sandbox, ShellResult], None]] = {
-    "hook-run-completes": hook_run_completes
+    "hook-run-completes": hook_run_completes,
+    "first-workflow-resumed": first_workflow_resumed,
+    "spec-agent-summarised": spec_agent_summarised,
 }

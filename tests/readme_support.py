@@ -1,6 +1,7 @@
-"""How each kind of README block is checked: a sandbox (directory and store), a runner per language.
+"""How each kind of README or docs block is checked: a sandbox (directory and store), a runner
+per language.
 
-Every runner raises `pytest.fail` (or an AssertionError) naming the README line
+Every runner raises `pytest.fail` (or an AssertionError) naming the document and line
 when the block does not do what it says; none of them skips.
 """
 
@@ -26,7 +27,7 @@ import click
 import pytest
 
 from perdure.extras import EXTRAS
-from readme_doc import README, Block
+from readme_doc import Block
 from readme_setups import PY_CHECKS, PY_SETUPS, PY_WRAPS, SHELL_CHECKS, SHELL_SETUPS
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +40,7 @@ LONG_RUNNING = {"worker", "serve", "agent", "mcp"}
 SHELL_LANGS = {"bash", "sh", "shell"}
 PY_TIMEOUT = 120.0
 CMD_TIMEOUT = 60.0
+BLOCK_TIMEOUT = 180.0  # a whole shell block (the first workflow's kill -9 and resume)
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 20.0
 SETTLE = 0.3
@@ -54,12 +56,12 @@ class ShellResult:
 @dataclass
 class Background:
     command: str
-    line: int
+    at: str  # `document:line` of the command
     proc: subprocess.Popen[bytes]
     log: Path
 
     def fail(self, what: str) -> NoReturn:
-        pytest.fail(f"{where(self.line)}`{self.command}` {what}:\n{self.log.read_text()[-3000:]}")
+        pytest.fail(f"{self.at}: `{self.command}` {what}:\n{self.log.read_text()[-3000:]}")
 
 
 class Sandbox:
@@ -88,18 +90,28 @@ class Sandbox:
         return text
 
     def run(self, command: str, timeout: float = CMD_TIMEOUT) -> ShellResult:
-        """Run one shell command in the sandbox and capture its output."""
-        done = subprocess.run(
+        """Run one shell command in the sandbox and capture its output; past `timeout`, it and
+        every job it started in the background are killed."""
+        proc = subprocess.Popen(
             ["bash", "-c", command],
             cwd=self.path,
             env=self.env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
-        return ShellResult(done.returncode, done.stdout, done.stderr)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(
+                f"`{command[-300:]}` ran over {timeout:.0f} s:\n{stdout[-3000:]}{stderr[-3000:]}"
+            )
+        return ShellResult(proc.returncode, stdout, stderr)
 
-    def background(self, command: str, *, line: int, ready_port: int | None = None) -> None:
+    def background(self, command: str, *, at: str, ready_port: int | None = None) -> None:
         """Start a long-running command and wait until it is ready: its port answers, or
         (without a port) it has written its first line, not an `error:` line; and it still runs
         SETTLE s later."""
@@ -113,7 +125,7 @@ class Sandbox:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        job = Background(command, line, proc, log)
+        job = Background(command, at, proc, log)
         self.backgrounds.append(job)
         limit = time.monotonic() + READY_TIMEOUT
         while not self._ready(job, ready_port):
@@ -157,7 +169,7 @@ class Sandbox:
                 code = None
             if code != 0:
                 problems.append(
-                    f"{where(job.line)}`{job.command}` "
+                    f"{job.at}: `{job.command}` "
                     + ("ignored SIGTERM" if code is None else f"exited {code} on SIGTERM")
                     + f":\n{job.log.read_text()[-3000:]}"
                 )
@@ -194,10 +206,6 @@ def extras_needed(block: Block, blocks: list[Block]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(needed))
 
 
-def where(line: int) -> str:
-    return f"README.md:{line}: " if line else ""
-
-
 # -- python ----------------------------------------------------------------------------
 
 
@@ -211,7 +219,7 @@ def chain(block: Block, blocks: list[Block]) -> list[Block]:
             for b in blocks[: members[0].index]
             if b.lang == "python" and (not name or b.markers.get("name") == name)
         ]
-        assert earlier, f"README.md:{members[0].line}: no python block above to continue"
+        assert earlier, f"{members[0].at}: no python block above to continue"
         members.insert(0, earlier[-1])
     return members
 
@@ -225,7 +233,7 @@ def wrapped(block: Block) -> tuple[int, str]:
     indent = template[at][: len(template[at]) - len(template[at].lstrip())]
     body = [indent + text if text.strip() else text for text in block.source.splitlines()]
     head, tail = template[:at], template[at + 1 :]
-    assert len(head) < block.first_line, "wrap template longer than the README above the block"
+    assert len(head) < block.first_line, "wrap template longer than the document above the block"
     return block.first_line - len(head), "\n".join([*head, *body, *tail]) + "\n"
 
 
@@ -242,7 +250,7 @@ def python_parts(
                 setup = PY_SETUPS[name]
                 parts.append({"file": f"<readme setup={name}>", "line": 1, "source": setup})
         line, source = wrapped(member)
-        parts.append({"file": str(README), "line": line, "source": source})
+        parts.append({"file": str(member.path), "line": line, "source": source})
     if check and block.has("check"):
         name = block.markers["check"]
         parts.append({"file": f"<readme check={name}>", "line": 1, "source": PY_CHECKS[name]})
@@ -263,11 +271,10 @@ def run_python(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
             timeout=PY_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"README.md:{block.line}: the python block ran over {PY_TIMEOUT:.0f} s")
+        pytest.fail(f"{block.at}: the python block ran over {PY_TIMEOUT:.0f} s")
     if done.returncode != 0:
         pytest.fail(
-            f"README.md:{block.line}: the python block failed (exit {done.returncode}):\n"
-            f"{done.stderr[-6000:]}"
+            f"{block.at}: the python block failed (exit {done.returncode}):\n{done.stderr[-6000:]}"
         )
 
 
@@ -283,7 +290,7 @@ def write_app_module(block: Block, blocks: list[Block], sandbox: Sandbox) -> Non
 def compile_python(block: Block) -> None:
     """Compile only (a declared no-run block): a syntax error still fails."""
     line, source = wrapped(block)
-    compile("\n" * (line - 1) + source, str(README), "exec", dont_inherit=True,
+    compile("\n" * (line - 1) + source, str(block.path), "exec", dont_inherit=True,
             flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)  # fmt: skip
 
 
@@ -291,7 +298,7 @@ def compile_python(block: Block) -> None:
 
 
 def commands(block: Block) -> list[tuple[int, str]]:
-    """(README line, command) for each logical line (backslash continuations joined)."""
+    """(document line, command) for each logical line (backslash continuations joined)."""
     found: list[tuple[int, str]] = []
     pending: tuple[int, str] | None = None
     for number, text in block.lines():
@@ -304,12 +311,15 @@ def commands(block: Block) -> list[tuple[int, str]]:
             continue
         if text.strip() and not text.strip().startswith("#"):
             found.append((number, text))
-    assert pending is None, f"README.md:{block.line}: the last line continues into nothing"
+    assert pending is None, f"{block.at}: the last line continues into nothing"
     return found
 
 
 def is_long_running(command: str) -> bool:
-    """A `perdure` command line whose subcommand serves until SIGTERM."""
+    """A `perdure` command line whose subcommand serves until SIGTERM (and that the block does
+    not itself send to the background with a trailing `&`: the script manages that one)."""
+    if command.split(" #", 1)[0].rstrip().endswith("&"):
+        return False
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
@@ -327,12 +337,12 @@ def is_long_running(command: str) -> bool:
 def parse_shell(block: Block) -> None:
     """`bash -n`: the block parses as a script."""
     done = subprocess.run(["bash", "-n"], input=block.source, capture_output=True, text=True)
-    assert done.returncode == 0, f"README.md:{block.line}: bash -n: {done.stderr}"
+    assert done.returncode == 0, f"{block.at}: bash -n: {done.stderr}"
 
 
 def run_shell(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
     """Run the block in bash -euo pipefail: long-running lines in the background first,
-    then the rest as one script whose $LINENO is the README line; check its exit code,
+    then the rest as one script whose $LINENO is the document line; check its exit code,
     its output (`expect=`), its check, and that every background command stops cleanly."""
     write_app_module(block, blocks, sandbox)
     for assignment in shlex.split(block.markers.get("env", "")):
@@ -341,25 +351,25 @@ def run_shell(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
     try:
         for name in block.names("setup"):
             SHELL_SETUPS[name](sandbox)
-        script = ["set -euo pipefail; trap 'echo \"README.md:$LINENO: exit $?\" >&2' ERR"]
+        script = [f"set -euo pipefail; trap 'echo \"{block.doc}:$LINENO: exit $?\" >&2' ERR"]
         script += [""] * (block.first_line - 1 - len(script))
-        started: set[int] = set()  # README lines of the commands started in the background
+        started: set[int] = set()  # document lines of the commands started in the background
         for number, command in commands(block):
             if block.has("background") or is_long_running(command):
-                sandbox.background(sandbox.apply(command), line=number)
+                sandbox.background(sandbox.apply(command), at=f"{block.doc}:{number}")
                 started |= set(range(number, number + command.count("\n") + 1))
         for number, text in block.lines():
             script.append(":" if number in started else sandbox.apply(text))
-        result = sandbox.run("\n".join(script) + "\n")
+        result = sandbox.run("\n".join(script) + "\n", timeout=BLOCK_TIMEOUT)
         expected = int(block.markers.get("exit", "0"))
         assert result.returncode == expected, (
-            f"README.md:{block.line}: the block exited {result.returncode}, not {expected}:\n"
+            f"{block.at}: the block exited {result.returncode}, not {expected}:\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         )
         if block.has("expect"):
             output = result.stdout + result.stderr
             assert block.markers["expect"] in output, (
-                f"README.md:{block.line}: {block.markers['expect']!r} not in the output:\n{output}"
+                f"{block.at}: {block.markers['expect']!r} not in the output:\n{output}"
             )
         if block.has("check"):
             SHELL_CHECKS[block.markers["check"]](sandbox, result)
@@ -376,7 +386,7 @@ def check_toml(block: Block, sandbox: Sandbox) -> None:
     try:
         spec = tomllib.loads(block.source)
     except tomllib.TOMLDecodeError as exc:
-        pytest.fail(f"README.md:{block.line}: not TOML: {exc}")
+        pytest.fail(f"{block.at}: not TOML: {exc}")
     if "name" in spec and "goal" in spec:
         (sandbox.path / "agent.toml").write_text(block.source, encoding="utf-8")
         # validate checks an MCP server's command is on PATH; the README names third-party
@@ -389,7 +399,7 @@ def check_toml(block: Block, sandbox: Sandbox) -> None:
         setup = f"mkdir -p bin && {stand_ins}PATH=$PWD/bin:$PATH " if names else ""
         result = sandbox.run(f"{setup}perdure validate agent.toml")
         assert result.returncode == 0, (
-            f"README.md:{block.line}: perdure validate refused the spec:\n{result.stderr}"
+            f"{block.at}: perdure validate refused the spec:\n{result.stderr}"
         )
 
 
@@ -397,11 +407,11 @@ def check_json(block: Block) -> None:
     try:
         json.loads(block.source)
     except json.JSONDecodeError as exc:
-        pytest.fail(f"README.md:{block.first_line + exc.lineno - 1}: not JSON: {exc.msg}")
+        pytest.fail(f"{block.doc}:{block.first_line + exc.lineno - 1}: not JSON: {exc.msg}")
 
 
 def synopsis_entries(block: Block) -> list[tuple[int, list[str], list[str]]]:
-    """(README line, command path, the other words) for every command a CLI synopsis names.
+    """(document line, command path, the other words) for every command a CLI synopsis names.
 
     A line `perdure [--db URL] COMMAND` or an indented `name ARGS [--opt V]   description`
     names a command; a deeper-indented line starting with `[` continues the one above;
@@ -445,11 +455,11 @@ def check_synopsis(block: Block) -> int:
 
     checked = 0
     for number, path, words in synopsis_entries(block):
-        at = f"README.md:{number}: `perdure {' '.join(path)}`"
+        at = f"{block.doc}:{number}: `perdure {' '.join(path)}`"
         command: click.Command = cli
         for depth, word in enumerate(path):
             assert isinstance(command, click.Group) and word in command.commands, (
-                f"README.md:{number}: no command `perdure {' '.join(path[: depth + 1])}`"
+                f"{block.doc}:{number}: no command `perdure {' '.join(path[: depth + 1])}`"
             )
             command = command.commands[word]
         params = {opt: param for param in command.params for opt in param.opts}
@@ -478,11 +488,11 @@ def check_synopsis(block: Block) -> int:
     for number, text in block.lines():
         for option, values in re.findall(r"(--[a-z-]+) ([a-z]+(?:\|[a-z]+)+)", text):
             params = [p for p in _all_params(cli) if option in p.opts]
-            assert params, f"README.md:{number}: no command has {option}"
+            assert params, f"{block.doc}:{number}: no command has {option}"
             for param in params:
                 if isinstance(param.type, click.Choice):
                     extra = set(values.split("|")) - set(param.type.choices)
-                    assert not extra, f"README.md:{number}: {option} does not accept {extra}"
+                    assert not extra, f"{block.doc}:{number}: {option} does not accept {extra}"
     return checked
 
 
@@ -497,7 +507,7 @@ def _all_params(command: click.Command) -> list[click.Parameter]:
 def check_block(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
     """Check one block as its language and markers say (see tests/test_readme.py)."""
     if block.has("no-run"):
-        assert block.markers.get("reason"), f"README.md:{block.line}: no-run without a reason"
+        assert block.markers.get("reason"), f"{block.at}: no-run without a reason"
         if block.lang == "python":
             compile_python(block)
         elif block.lang in SHELL_LANGS:
@@ -507,7 +517,7 @@ def check_block(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
         elif block.lang == "json":
             check_json(block)
     elif block.has("synopsis"):
-        assert check_synopsis(block) > 0, f"README.md:{block.line}: the synopsis names no command"
+        assert check_synopsis(block) > 0, f"{block.at}: the synopsis names no command"
     elif block.lang == "python":
         run_python(block, blocks, sandbox)
     elif block.lang in SHELL_LANGS:
@@ -517,4 +527,4 @@ def check_block(block: Block, blocks: list[Block], sandbox: Sandbox) -> None:
     elif block.lang == "json":
         check_json(block)
     else:
-        pytest.fail(f"README.md:{block.line}: a ```{block.lang} block must be declared")
+        pytest.fail(f"{block.at}: a ```{block.lang} block must be declared")

@@ -1,16 +1,19 @@
-"""Every fenced code block of README.md is executed or checked here, so none can rot.
+"""Every fenced code block of README.md and of every docs page (docs/**/*.md) is executed or
+checked here, so none can rot.
 
-Each block is one test case, named by the heading it sits under and its line
-(`a-first-workflow:L39`). What is done with it depends on its language:
+Each block is one test case, named by its page (none for the README), the heading it sits
+under and its line (`a-first-workflow:L39`, `docs/concepts/effects:effects:L12`). What is
+done with it depends on its language:
 
 - ```python: run for real in a subprocess (the venv's python), in a fresh temp
-  directory with a fresh SQLite store (PERDURE_DB), compiled under README.md's
-  own line numbers so a traceback names the README line.
+  directory with a fresh SQLite store (PERDURE_DB), compiled under its document's
+  own line numbers so a traceback names the document and line.
 - ```bash: run with `bash -euo pipefail` in such a sandbox with the venv first on
   PATH; the exit code must be 0 (or `exit=`). A `perdure worker|serve|agent|mcp`
   line serves until SIGTERM: it is started in the background before the rest of
   the block, waited for (its port answers or it writes its first line), and at
-  the end stopped with SIGTERM and must exit 0.
+  the end stopped with SIGTERM and must exit 0. A line ending in `&` is the block's own
+  background job instead (it may `kill -9 $!` it): the script runs it as written.
 - ```toml: parsed; a complete agent spec (with `name` and `goal`) must pass
   `perdure validate`.
 - ```json: parsed. A plain ``` block must be declared (`synopsis` or `no-run`).
@@ -25,7 +28,7 @@ Markers: an HTML comment on the lines right before the fence, merged if several:
   the block's `127.0.0.1:8000`).
 - `name=NAME`: names a python block, for `continues=NAME`.
 - `continues[=NAME]`: python: run after the python block above (or the one
-  named NAME, and what that one continues), in one process.
+  named NAME, and what that one continues) of the same document, in one process.
 - `wrap=NAME`: python: the block is a fragment, run inside the named template
   (`PY_WRAPS`).
 - `check=NAME`: after the block, run the named check of what it did
@@ -38,10 +41,10 @@ Markers: an HTML comment on the lines right before the fence, merged if several:
 - `synopsis`: a CLI usage block: each command and option it shows must exist in
   the CLI, and `--opt a|b` values must be among its choices.
 - `no-run reason="WHY"`: not run, only parsed (python compiles, shell `bash -n`,
-  toml loads). It must say why, and at most MAX_NO_RUN blocks may be exempt.
+  toml loads). It must say why, and at most MAX_NO_RUN blocks of a document may be exempt.
 
 Shell blocks get `shop.py` in their sandbox, made of the nearest python block
-above (with its setups), so `perdure --app shop:app ...` lines find that block's
+above in their document (with its setups), so `perdure --app shop:app ...` lines find that block's
 app. They start real servers and workers, so they are marked slow.
 """
 
@@ -54,7 +57,7 @@ from pathlib import Path
 import pytest
 
 from extras_needed import require
-from readme_doc import KEYS, Block, ReadmeError, parse, readme_blocks
+from readme_doc import KEYS, Block, ReadmeError, document_blocks, parse
 from readme_setups import PY_CHECKS, PY_SETUPS, PY_WRAPS, SHELL_CHECKS, SHELL_SETUPS
 from readme_support import (
     PG_URL,
@@ -70,8 +73,9 @@ from readme_support import (
     run_shell,
 )
 
-BLOCKS = readme_blocks()
-MAX_NO_RUN = 2
+DOCUMENTS = document_blocks()
+BLOCKS = [block for blocks in DOCUMENTS.values() for block in blocks]
+MAX_NO_RUN = 2  # per document
 LANGS = {"python", "toml", "json", "", *SHELL_LANGS}
 
 
@@ -107,18 +111,19 @@ def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sandbox]
 
 @pytest.mark.parametrize(("block", "store"), cases())
 def test_block(block: Block, store: str, sandbox: Sandbox) -> None:
-    """The README block does what it shows (run, served, validated or parsed, as declared)."""
+    """The block does what it shows (run, served, validated or parsed, as declared)."""
+    blocks = DOCUMENTS[block.doc]
     if not block.has("no-run"):
-        for extra, module in extras_needed(block, BLOCKS):
+        for extra, module in extras_needed(block, blocks):
             require(extra, module)
-    check_block(block, BLOCKS, sandbox)
+    check_block(block, blocks, sandbox)
 
 
 def test_markers_name_what_exists() -> None:
     """Every marker is used where it means something and names a setup, wrap or check
     that exists."""
     for block in BLOCKS:
-        at = f"README.md:{block.line}"
+        at = block.at
         assert block.lang in LANGS, f"{at}: no way to check a ```{block.lang} block"
         python, shell = block.lang == "python", block.lang in SHELL_LANGS
         assert block.lang or block.has("synopsis") or block.has("no-run"), (
@@ -139,7 +144,7 @@ def test_markers_name_what_exists() -> None:
             name = block.markers["continues"]
             assert python and any(
                 b.lang == "python" and (not name or b.markers.get("name") == name)
-                for b in BLOCKS[: block.index]
+                for b in DOCUMENTS[block.doc][: block.index]
             ), f"{at}: `continues` needs a python block above (named {name!r})"
         for key in ("env", "exit", "expect", "background"):
             assert shell or not block.has(key), f"{at}: {key} is for shell blocks"
@@ -148,18 +153,23 @@ def test_markers_name_what_exists() -> None:
         assert set(block.names("stores")) <= {"sqlite", "postgres"}, f"{at}: unknown store"
 
 
-def test_no_run_blocks_are_few_and_say_why() -> None:
-    """At most MAX_NO_RUN blocks are exempt from running, each with its reason."""
-    exempt = [b for b in BLOCKS if b.has("no-run")]
-    assert len(exempt) <= MAX_NO_RUN, [f"L{b.line}: {b.markers.get('reason')}" for b in exempt]
+@pytest.mark.parametrize("doc", sorted(DOCUMENTS))
+def test_no_run_blocks_are_few_and_say_why(doc: str) -> None:
+    """At most MAX_NO_RUN blocks of a document are exempt from running, each with its reason."""
+    exempt = [b for b in DOCUMENTS[doc] if b.has("no-run")]
+    assert len(exempt) <= MAX_NO_RUN, [f"{b.at}: {b.markers.get('reason')}" for b in exempt]
     for block in exempt:
-        assert len(block.markers.get("reason", "")) >= 10, f"README.md:{block.line}: say why"
+        assert len(block.markers.get("reason", "")) >= 10, f"{block.at}: say why"
 
 
-def test_the_readme_has_its_blocks() -> None:
-    """The extractor finds the README's python, shell and toml blocks (not zero of each)."""
+def test_the_documents_have_their_blocks() -> None:
+    """The extractor finds the README's python and shell blocks, and python, shell and toml
+    blocks across the docs pages (not zero of each); every case has its own id."""
+    readme = [b.lang for b in DOCUMENTS["README.md"]]
+    assert readme.count("python") >= 1 and readme.count("bash") >= 1
     langs = [b.lang for b in BLOCKS]
-    assert langs.count("python") >= 10 and langs.count("bash") >= 1 and "toml" in langs
+    assert langs.count("python") >= 10 and langs.count("bash") >= 2 and "toml" in langs
+    assert len(DOCUMENTS) > 10, sorted(DOCUMENTS)
     assert len({b.id for b in BLOCKS}) == len(BLOCKS)
 
 
@@ -197,6 +207,7 @@ def test_parse_reads_headings_lines_and_markers() -> None:
     assert python.markers == {"setup": "app"} and shell.markers == {"exit": "3"}
     assert [line for line, _ in commands(shell)] == [13, 14, 15]
     assert [is_long_running(c) for _, c in commands(shell)] == [False, True, False]
+    assert not is_long_running("perdure --app shop:app worker > w.log 2>&1 &  # its own job")
 
 
 @pytest.mark.parametrize(
@@ -293,6 +304,10 @@ def test_json_and_undeclared_blocks_are_checked(tmp_path: Path) -> None:
     check_json(good)
     with pytest.raises(pytest.fail.Exception, match=r"README\.md:6: not JSON"):
         check_json(bad)
+    (paged,) = parse('\n```json\n{"a": }\n```\n', "docs/how-to/x.md")
+    with pytest.raises(pytest.fail.Exception, match=r"docs/how-to/x\.md:3: not JSON"):
+        check_json(paged)
+    assert paged.id == "docs/how-to/x:top:L2" and paged.path.name == "x.md"
     (ruby,) = parse("```ruby\nputs 1\n```\n")
     sandbox = Sandbox(tmp_path, f"sqlite:///{tmp_path}/s.db")
     with pytest.raises(pytest.fail.Exception, match="must be declared"):

@@ -246,7 +246,7 @@ class OutputSpec(_Strict):
 
 
 class AgentSpec(_Strict):
-    """A whole agent: its goal, models, tools and limits; see README "The agent spec"."""
+    """A whole agent: its goal, models, tools and limits; every key: docs/reference/spec.md."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     goal: str

@@ -51,5 +51,5 @@ def open_store(url: str | None = None, environ: Mapping[str, str] | None = None)
         return PostgresStore(url)
     raise ConfigError(
         f"store URL {url!r}: unknown scheme {parts.scheme or '(none)'!r}; "
-        "use sqlite:///path.db (see README, 'Choosing a store')"
+        "use sqlite:///path.db (see docs/how-to/choosing-a-store.md)"
     )

@@ -71,7 +71,7 @@ class _LockWait:
         self.warned = now
         log.warning(
             "sqlite store %s: waiting %.0fs for the write lock, held by %s; every writer of "
-            "this store waits until that transaction ends (see README, 'Choosing a store')",
+            "this store waits until that transaction ends (see docs/how-to/choosing-a-store.md)",
             self.store.path, now - self.started, self.store.who_holds(),
         )  # fmt: skip
 
@@ -305,7 +305,7 @@ class SQLiteStore(ThreadedStore):
         return StoreUnavailable(
             f"store {self.url}: the store is locked for more than {seconds:g}s by "
             f"{self.who_holds()}; nothing was written (try again later or pass a longer "
-            "timeout; see README, 'Choosing a store')"
+            "timeout; see docs/how-to/choosing-a-store.md)"
         )
 
     def _lock_taken(self) -> bool:

@@ -213,7 +213,8 @@ def add_table_change(
             default the table's name. Two triggers of one app need different names.
         notify: the trigger NOTIFYs the workers as each transaction commits, so a run
             starts within milliseconds; False saves that NOTIFY's cost on every write
-            transaction (see the README's measurement) and workers look every second.
+            transaction (measured in docs/how-to/table-changes.md) and workers look every
+            second.
 
     Returns:
         The `TableChange`, kept with the runtime's triggers; every worker installs its
