@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,21 @@ def start(
         yield served
     finally:
         stop_processes([served.proc], grace=20)
+
+
+@contextmanager
+def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `perdure worker` of the tests' app on the store of `env` (a served one's, or
+    its own), its output in `log`, stopped (SIGTERM) when the block ends."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perdure", "--app", "sec_app:app", "worker"],
+            cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        stop_processes([proc], grace=20)
 
 
 def form_csrf(html: str) -> str:
