@@ -49,8 +49,9 @@ def leaky() -> str:
 
 @app.workflow()
 def read_drop(path: str) -> int:
-    """Reads a dropped file (as a real inbox workflow would): its length is the result."""
-    with open(path, "rb") as dropped:
+    """Reads a dropped file (as a real inbox workflow should: the checked copy of the content
+    its run was started for): its length is the result."""
+    with perdure.open_inbox_file() as dropped:
         return len(dropped.read())
 
 
