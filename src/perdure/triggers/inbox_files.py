@@ -22,14 +22,24 @@ import os
 import tempfile
 from typing import IO
 
-from ..engine.context import require
+from ..engine.context import current, require
 from ..errors import InboxFileChanged, PerdureError
 from ..nofollow import open_no_links
 
-__all__ = ["open_inbox_file"]
+__all__ = ["open_inbox_file", "started_for"]
 
 IN_MEMORY = 8 * 1024 * 1024  # bytes of the copy kept in memory; larger ones spill to disk
 READ = 1024 * 1024  # bytes read at a time
+
+
+def started_for(path: str | os.PathLike[str]) -> bool:
+    """Whether the calling run is an inbox run started for the file at `path` (then read it
+    with `open_inbox_file`); False outside a run."""
+    ctx = current()
+    if ctx is None or "inbox" not in ctx.origin or "sha256" not in ctx.origin:
+        return False
+    started = str(ctx.origin.get("path", ""))
+    return os.path.abspath(path) == os.path.abspath(started)
 
 
 def open_inbox_file() -> IO[bytes]:
