@@ -47,6 +47,20 @@ def leaky() -> str:
     return "ok"
 
 
+@app.step()  # once: a crash inside it leaves the run for a person
+def charge() -> str:
+    """Kills its worker when CRASH_IN_CHARGE is set (the next worker parks the run)."""
+    if os.environ.get("CRASH_IN_CHARGE"):
+        os._exit(3)
+    return "charged"
+
+
+@app.workflow()
+def charges() -> str:
+    """A run that needs an operator once its `charge` step crashed its worker."""
+    return charge()
+
+
 @app.workflow()
 def read_drop(path: str) -> int:
     """Reads a dropped file (as a real inbox workflow should: the checked copy of the content

@@ -2,7 +2,8 @@
 provider key to its stream, executed by a real `perdure worker`, is shown masked by every
 view: the run-output stream of `perdure serve`, `perdure tail`, `perdure explain` (table and
 JSON; the secret used to show inside the step's returned value) and `perdure audit` (a
-comment quoting a key, table and JSON). One redactor (`observe.redact`) masks them all."""
+comment quoting a key, a resolve value holding a client secret; table and JSON) as
+`GET /api/v1/audit` does. One redactor (`observe.redact`) masks them all."""
 
 from __future__ import annotations
 
@@ -50,3 +51,29 @@ def test_perdure_audit_masks_a_key_quoted_in_a_comment(serve: Served) -> None:
     for shown in (from_api, table, as_json):
         assert "rotated sk-***" in shown, shown
         assert PROVIDER_KEY not in shown and CLIENT_SECRET not in shown, shown
+
+
+def test_a_resolve_value_is_masked_in_the_audit_api_and_perdure_audit(serve: Served) -> None:
+    """A step's crash left the run for a person (a real worker died inside a `once` step);
+    the value an operator resolves it with quotes a client secret and a key: both views of
+    the audit log mask them."""
+    crashing = {**serve.env, "CRASH_IN_CHARGE": "1"}
+    with serve.client("operate") as api:
+        assert api.post("/api/v1/runs", json={"workflow": "charges", "id": "paid"}).is_success
+        with worker(crashing, serve.log.with_name("crashed.log")) as crashed:
+            assert crashed.wait(60) == 3  # died inside the step
+        with worker(serve.env, serve.log.with_name("worker.log")):
+            deadline = time.monotonic() + 60
+            while api.get("/api/v1/runs/paid").json()["status"] != "needs_attention":
+                assert time.monotonic() < deadline, "the crashed run was never parked"
+                time.sleep(0.2)
+            value = {"receipt": "r-1", "client_secret": CLIENT_SECRET, "note": PROVIDER_KEY}
+            resolved = api.post("/api/v1/runs/paid/resolve", json={"step": 0, "value": value})
+            assert resolved.is_success, resolved.text
+        from_api = api.get("/api/v1/audit").json()["entries"]
+    [entry] = [e for e in from_api if e["action"] == "run.resolve"]
+    assert entry["detail"]["value"] == {"receipt": "r-1", "client_secret": "***",
+                                        "note": "sk-***"}  # fmt: skip
+    for shown in (perdure(serve.env, "audit", "--json").stdout,
+                  perdure(serve.env, "audit", "--wide").stdout):  # fmt: skip
+        assert "r-1" in shown and CLIENT_SECRET not in shown and PROVIDER_KEY not in shown
