@@ -8,11 +8,13 @@ link (`nofollow.open_no_links`), copies what it reads while hashing it, and hand
 over only if its sha256 is the one recorded; otherwise `InboxFileChanged`, and the run never
 sees a byte of the other content. A plain `open(path)` in a workflow has no such guard.
 
-    @app.workflow()
-    def summarise(path: str) -> str:
+    @app.step(effect="read")
+    def load(path: str) -> str:
         with perdure.open_inbox_file() as dropped:
-            text = dropped.read().decode()
-        ...
+            return dropped.read().decode()
+
+In a step, the content read is journaled with its outcome; read in the workflow itself, it is
+read again at each replay (a file moved away since then fails the recovered run).
 """
 
 from __future__ import annotations
