@@ -64,14 +64,15 @@ def open_inbox_file() -> IO[bytes]:
         )
     path, digest = str(origin["path"]), str(origin["sha256"])
     folder = str(origin.get("folder") or os.path.dirname(path))  # older runs: its own folder
+    shown = os.path.relpath(path, folder)  # never the server's absolute path: errors reach MCP
     where = f"inbox {origin['inbox']!r}: run {ctx.run_id!r}"
     copy = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY)  # noqa: SIM115 (handed to the caller)
     try:
         try:
-            handle = open_no_links(os.path.relpath(path, folder), below=folder)
+            handle = open_no_links(shown, below=folder)
         except OSError as exc:
             raise InboxFileChanged(
-                f"{where}: cannot open {path} without following a link ({exc.strerror}): "
+                f"{where}: cannot open {shown} without following a link ({exc.strerror}): "
                 "it was moved, or swapped for a link or a folder, since the run was started"
             ) from None
         found = hashlib.sha256()
@@ -81,7 +82,7 @@ def open_inbox_file() -> IO[bytes]:
                 copy.write(block)
         if found.hexdigest() != digest:
             raise InboxFileChanged(
-                f"{where}: {path} is not the content the run was started for (sha256 "
+                f"{where}: {shown} is not the content the run was started for (sha256 "
                 f"{found.hexdigest()[:16]}..., started for {digest[:16]}...): it was replaced "
                 "or edited since; its new content starts a run of its own"
             )
