@@ -12,7 +12,7 @@ ROOT = Path(perdure.__file__).parent
 
 # bottom to top; a module may import its own layer and any layer below it
 LAYERS: list[tuple[str, ...]] = [
-    ("perdure.errors", "perdure.extras", "perdure.nesting"),
+    ("perdure.errors", "perdure.extras", "perdure.nesting", "perdure.nofollow"),
     ("perdure.store",),
     ("perdure.engine",),
     ("perdure.observe", "perdure.triggers"),

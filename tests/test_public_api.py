@@ -33,6 +33,7 @@ EXPECTED = [
     "TickRow",
     "sources",
     "MessageTrigger",
+    "open_inbox_file",
     # inside a workflow
     "now",
     "uuid",
@@ -69,6 +70,7 @@ EXPECTED = [
     "DeadlineExceeded",
     "WaitTimeout",
     "SyncInAsyncError",
+    "InboxFileChanged",
     "__version__",
 ]
 

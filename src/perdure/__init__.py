@@ -32,6 +32,7 @@ from .engine.worker import Worker, WorkerOptions
 from .errors import (
     ConfigError,
     DeadlineExceeded,
+    InboxFileChanged,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -48,6 +49,7 @@ from .errors import (
 )
 from .store.base import Entry, QueueSpec, RunRow, RunStatus
 from .triggers import sources
+from .triggers.inbox_files import open_inbox_file
 from .triggers.messages import MessageTrigger
 from .triggers.schedule_sql import ScheduleRow, TickRow
 
@@ -77,6 +79,7 @@ __all__ = [
     "TickRow",
     "sources",
     "MessageTrigger",
+    "open_inbox_file",
     # inside a workflow
     "now",
     "uuid",
@@ -113,5 +116,6 @@ __all__ = [
     "DeadlineExceeded",
     "WaitTimeout",
     "SyncInAsyncError",
+    "InboxFileChanged",
     "__version__",
 ]

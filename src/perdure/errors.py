@@ -16,7 +16,8 @@
     ├── RunFailed               waited-for run ended failed, cancelled or dead
     ├── DeadlineExceeded        the run passed its deadline
     ├── WaitTimeout             handle.result(timeout) gave up waiting
-    └── SyncInAsyncError        the sync facade was called inside an event loop
+    ├── SyncInAsyncError        the sync facade was called inside an event loop
+    └── InboxFileChanged        an inbox run's file is not the content it was started for
 
 `RunSuspended` and `WorkerStopping` derive from BaseException on purpose: they
 unwind user workflow code and must not be swallowed by a bare `except Exception`.
@@ -135,6 +136,11 @@ class WaitTimeout(PerdureError):
 
 class SyncInAsyncError(PerdureError):
     """Raised when a blocking sync call is made inside a running event loop."""
+
+
+class InboxFileChanged(PerdureError):
+    """Raised when `open_inbox_file` finds the run's file swapped for a link, replaced or
+    edited since its run was started (its sha256 differs): the run never sees that content."""
 
 
 class RunSuspended(BaseException):

@@ -27,10 +27,45 @@ app.webhook("small", waits, secret=SECRET, max_body=1000)  # a hook that takes l
 app.webhook("push-body", waits, secret=SECRET, scheme="body")
 
 
+CLIENT_SECRET = "cs-0123456789-client-secret"  # no token shape: masked for its field name
+PROVIDER_KEY = "sk-live0123456789abcdefghijklmnop"
+
+
+@app.step(effect="read")
+def fetch_credentials() -> dict[str, Any]:
+    """Writes a key to the run's stream (as text and as a field) and returns a payload
+    holding a client secret, as a step talking to an OAuth provider might."""
+    perdure.stream.write(f"using {PROVIDER_KEY}\n")
+    perdure.stream.write({"api_key": PROVIDER_KEY, "n": 1}, topic="log")
+    return {"client_id": "perdure", "client_secret": CLIENT_SECRET}
+
+
+@app.workflow()
+def leaky() -> str:
+    """A run whose step output and stream hold secrets every view must mask."""
+    fetch_credentials()
+    return "ok"
+
+
+@app.step()  # once: a crash inside it leaves the run for a person
+def charge() -> str:
+    """Kills its worker when CRASH_IN_CHARGE is set (the next worker parks the run)."""
+    if os.environ.get("CRASH_IN_CHARGE"):
+        os._exit(3)
+    return "charged"
+
+
+@app.workflow()
+def charges() -> str:
+    """A run that needs an operator once its `charge` step crashed its worker."""
+    return charge()
+
+
 @app.workflow()
 def read_drop(path: str) -> int:
-    """Reads a dropped file (as a real inbox workflow would): its length is the result."""
-    with open(path, "rb") as dropped:
+    """Reads a dropped file (as a real inbox workflow should: the checked copy of the content
+    its run was started for): its length is the result."""
+    with perdure.open_inbox_file() as dropped:
         return len(dropped.read())
 
 

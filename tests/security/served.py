@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,29 @@ def start(
         yield served
     finally:
         stop_processes([served.proc], grace=20)
+
+
+@contextmanager
+def worker_process(
+    env: dict[str, str], log: Path, command: list[str], cwd: Path = HERE
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `perdure COMMAND` (a worker, say) in `cwd` on the store of `env`, its output in
+    `log`, stopped (SIGTERM) when the block ends."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perdure", *command],
+            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        stop_processes([proc], grace=20)
+
+
+def worker(env: dict[str, str], log: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """A real `perdure worker` of the tests' app on the store of `env` (a served one's, or
+    its own), its output in `log`, stopped (SIGTERM) when the block ends."""
+    return worker_process(env, log, ["--app", "sec_app:app", "worker"])
 
 
 def form_csrf(html: str) -> str:

@@ -259,9 +259,9 @@ def test_known_files_are_not_hashed_again(
     hashed: list[str] = []
     real_digest = inbox_module._digest
 
-    def counting(path: str, sig: tuple[int, int, int]) -> str | None:
+    def counting(folder: Path, path: str, sig: tuple[int, int, int]) -> str | None:
         hashed.append(path)
-        return real_digest(path, sig)
+        return real_digest(folder, path, sig)
 
     monkeypatch.setattr(inbox_module, "_digest", counting)
     drop = make_drop(stable=0)

@@ -36,7 +36,8 @@ from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.runtime import runtime_of
 from ..engine.steps import current_step
-from ..errors import ConfigError, PerdureError, StepError, WaitTimeout
+from ..errors import ConfigError, InboxFileChanged, PerdureError, StepError, WaitTimeout
+from ..triggers.inbox_files import open_inbox_file, started_for
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
@@ -294,7 +295,13 @@ class Agent:
                   retry=Retry(no_retry_on=(AgentFailed,)))  # fmt: skip
         def read_task_file(path: str, limit: int = MAX_FILE_TOKENS) -> str:
             real = self.boundary.resolve_read(path)
-            return task_text(real, limit, path)
+            if not started_for(path):
+                return task_text(real, limit, path)
+            try:  # the file an inbox started the run for: the content it was started for
+                with open_inbox_file() as dropped:
+                    return task_text(real, limit, path, dropped.read())
+            except InboxFileChanged as exc:
+                raise AgentFailed(str(exc)) from None
 
         @runtime.step(name=f"{name}.context", effect="read")
         async def read_context(query: str) -> dict[str, Any]:
@@ -890,14 +897,15 @@ def estimate_tokens(text: str) -> float:
     return wide + (len(text) - wide) / CHARS_PER_TOKEN
 
 
-def task_text(path: Path, limit: int, given: str | None = None) -> str:
-    """A task file's text, cut to about `limit` tokens (at a line end, saying so);
-    AgentFailed (one line, not retried) if it is empty or binary, since no answer about
-    it could be checked. Failures name the file as `given` (as the task named it), not by
-    its absolute server path (a run's error reaches MCP callers and the API)."""
+def task_text(path: Path, limit: int, given: str | None = None, data: bytes | None = None) -> str:
+    """A task file's text (its bytes `data` if already read), cut to about `limit` tokens
+    (at a line end, saying so); AgentFailed (one line, not retried) if it is empty or
+    binary, since no answer about it could be checked. Failures name the file as `given`
+    (as the task named it), not by its absolute server path (a run's error reaches MCP
+    callers and the API)."""
     name = path if given is None else given
     try:  # no link followed: the file checked is the file read (a swap is refused)
-        data = read_no_links(path)
+        data = read_no_links(path) if data is None else data
     except OSError as exc:
         raise AgentFailed(f"cannot read {name}: {exc.strerror}") from None
     if not data.strip():

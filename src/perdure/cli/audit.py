@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from ..errors import PerdureError
+from ..observe.redact import Redactor
 from ..server.access_sql import Access
 from . import render
 
@@ -34,6 +36,7 @@ def audit(
 ) -> None:
     """Who did what, to which run, schedule, workflow, worker or token, when, and how it
     ended (ok, refused or failed, with the reason), from every interface."""
+    from ..server.answers import audit_entry
     from ..server.operations import parse_since
     from .main import get_app
 
@@ -49,33 +52,34 @@ def audit(
         ),
         "audit",
     )
+    redactor = Redactor()  # masked as GET /api/v1/audit and the dashboard mask them
+    entries = [audit_entry(r, redactor) for r in rows]
     if as_json:
-        for r in rows:
-            entry = {"id": r.id, "at": r.at, "actor": r.actor, "action": r.action,
-                     "target": r.target, "outcome": r.outcome, "reason": r.reason,
-                     "detail": json.loads(r.detail)}  # fmt: skip
+        for entry in entries:
             render.echo(json.dumps(entry, sort_keys=True))
         return
-    if not rows:
+    if not entries:
         render.echo("no audit entries" + (" match" if since or actor or run_id or target else ""))
         return
     width = None if wide else 60
     body = [
-        [str(r.id), render.when(r.at), r.actor, r.action, r.target,
-         r.outcome if r.outcome == "ok" else f"{r.outcome}: {render.cut(r.reason, width)}",
-         render.cut(_detail(r.detail), width)]
-        for r in rows
+        [str(e["id"]), render.when(e["at"]), e["actor"], e["action"], e["target"],
+         _outcome(e, width),
+         render.cut(_detail(e["detail"]), width)]
+        for e in entries
     ]  # fmt: skip
     render.echo(render.table(body, ["#", "WHEN", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"]))
-    if not wide and any(len(r.reason) > 60 or len(_detail(r.detail)) > 60 for r in rows):
+    if not wide and any(len(e["reason"]) > 60 or len(_detail(e["detail"])) > 60 for e in entries):
         render.echo(render.cut_note("OUTCOME or DETAIL", "perdure audit"))
 
 
-def _detail(text: str) -> str:
-    try:
-        detail = json.loads(text)
-    except ValueError:
-        return text
+def _outcome(entry: dict[str, Any], width: int | None) -> str:
+    if entry["outcome"] == "ok":
+        return "ok"
+    return f"{entry['outcome']}: {render.cut(entry['reason'], width)}"
+
+
+def _detail(detail: Any) -> str:
     if not isinstance(detail, dict):
         return str(detail)
     return " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}"

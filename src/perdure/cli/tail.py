@@ -43,8 +43,9 @@ class Joined:
 
     def show(self, chunk: StreamChunk) -> None:
         if chunk.kind == "chunk" and chunk.topic == "out" and isinstance(chunk.data, str):
-            self.echo(chunk.data, False)  # type: ignore[operator]
-            self.open = not chunk.data.endswith("\n")
+            text = redactor().text(chunk.data)  # masked as `line` masks every other row
+            self.echo(text, False)  # type: ignore[operator]
+            self.open = not text.endswith("\n")
             return
         self.close()
         self.echo(line(chunk), True)  # type: ignore[operator]

@@ -58,7 +58,8 @@ class RunInfo:
     `App.start`, the CLI or the API). `origin` holds the details: e.g.
     `{"schedule": "nightly", "tick": "2026-12-01T02:00:00Z"}`,
     `{"event": "on_paid", "type": "invoice.paid", "id": "evt_1"}`,
-    `{"webhook": "github", "delivery": "..."}`, `{"inbox": "docs", "path": ..., "sha256": ...}`.
+    `{"webhook": "github", "delivery": "..."}`,
+    `{"inbox": "docs", "path": ..., "sha256": ..., "folder": ...}`.
     """
 
     id: str

@@ -3,7 +3,8 @@ and MCP all mask the same secrets the same way.
 
 What the log redactor masks (perdure tokens as `pdr_***`, `sk-` keys as `sk-***`, bearer
 credentials, the values of secret-named environment variables, `PERDURE_REDACT`), plus
-`Authorization` values of any scheme and JSON fields named like secrets (masked whole).
+`Authorization` values of any scheme and JSON fields named like secrets (masked whole, as
+values and inside text: `"client_secret": "..."`, `api_key=...`).
 Plain Python: the CLI of a bare install imports it.
 """
 
@@ -24,11 +25,24 @@ AUTHORIZATION = re.compile(
     re.IGNORECASE,
 )
 # a JSON field with one of these names holds a secret whatever its value looks like
-SECRET_FIELD = re.compile(
-    r"^(authorization|proxy-authorization|api[_-]?key|x-api-key|token|access[_-]?token|"
-    r"secret|password|client[_-]?secret|[a-z_]*_(secret|password))$",
+SECRET_NAMES = (
+    r"(?:authorization|proxy-authorization|api[_-]?key|x-api-key|token|access[_-]?token|"
+    r"secret|password|client[_-]?secret|[a-z_]*_(?:secret|password))"
+)
+SECRET_FIELD = re.compile(f"^{SECRET_NAMES}$", re.IGNORECASE)
+# the same fields inside text: as JSON (`"client_secret": "..."`, the string possibly cut
+# short, as a view cuts a long value) and as a query or environment pair (`api_key=...`)
+SECRET_PAIR = re.compile(
+    rf"(?P<head>\"{SECRET_NAMES}\"\s*:\s*)\"(?:[^\"\\]|\\.)*(?:\"|\\?$)"
+    rf"|(?P<qhead>(?<![\w-]){SECRET_NAMES}=)[^\s&\"',;}}<]+",
     re.IGNORECASE,
 )
+
+
+def _masked_pair(found: re.Match[str]) -> str:
+    if found.group("head") is not None:
+        return f'{found.group("head")}"{MASK}"'
+    return found.group("qhead") + MASK
 
 
 class Redactor(LogRedactor):
@@ -40,7 +54,8 @@ class Redactor(LogRedactor):
     """
 
     def text(self, text: str) -> str:
-        return AUTHORIZATION.sub(r"\g<head>" + MASK, super().text(text))
+        text = AUTHORIZATION.sub(r"\g<head>" + MASK, super().text(text))
+        return SECRET_PAIR.sub(_masked_pair, text)
 
     def value(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, dict) and depth < MAX_DEPTH:

@@ -11,8 +11,15 @@ on any host, never starts a file again; a modified file is processed again (new
 content, new run); a renamed or copied identical file is not (two files with the
 same content are one occasion). The workflow gets the file's path as first found
 (a str) as its first argument, and the full sha256 hex digest as `sha256=` if it
-has a parameter of that name. It reads the file when it runs: to work on exactly
-the content that started it, check the digest or copy the file in its first step.
+has a parameter of that name. The file may change after its run was created (be
+edited, or swapped for a link to `/etc/shadow` by anyone who may write in the folder):
+read it with `perdure.open_inbox_file()`, which opens it once without following a link
+and gives its content only if its sha256 is the one the run was started for
+(`InboxFileChanged` otherwise); a plain `open(path)` has no such guard.
+
+A symlink is taken as the file it leads to (that file's path is the one given) if that file
+is inside the folder; one leading out is skipped and logged once. Files are hashed through
+descriptors opened from the folder's without following links.
 
 A file is taken once its size, mtime and inode have not changed for `stable`
 seconds, so a file still being written is not picked up half-written (a writer
@@ -42,6 +49,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,6 +60,7 @@ from ..engine.client import Client
 from ..engine.retry import seconds
 from ..engine.triggers import TriggerStatus
 from ..errors import ConfigError
+from ..nofollow import open_no_links
 
 if TYPE_CHECKING:
     from ..engine.handles import Workflow
@@ -243,33 +252,38 @@ class Inbox:
                         continue
                     if not entry.is_file() or not self._matches(entry.name):
                         continue
-                    if entry.is_symlink() and not self._link_inside(entry.path, root):
+                    path: str | None = entry.path
+                    if entry.is_symlink():  # taken as the file it leads to, if inside
+                        path = self._link_inside(entry.path, root)
+                    if path is None or _ignored(os.path.basename(path)):
                         continue
-                    st = entry.stat()
+                    st = os.stat(path, follow_symlinks=False)
                 except OSError:  # removed between listing and stat, or a dangling symlink
                     continue
-                found[entry.path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+                if stat.S_ISREG(st.st_mode):
+                    found[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
         return found
 
-    def _link_inside(self, path: str, root: str) -> bool:
-        """Whether a symlink's target is inside the folder: one leading out (to /etc/shadow,
-        say) is never followed, since its run id would reveal the target's sha256 to anyone
-        who may read runs; it is skipped and logged once."""
+    def _link_inside(self, path: str, root: str) -> str | None:
+        """The path (under the folder as named) of the file a symlink leads to, if inside the
+        folder: one leading out (to /etc/shadow, say) is never followed, since its run id
+        would reveal the target's sha256 to anyone who may read runs; it is skipped (None)
+        and logged once."""
         target = os.path.realpath(path)
         if os.path.commonpath([root, target]) == root:
-            return True
+            return os.path.join(self.folder, os.path.relpath(target, root))
         if path not in self._refused_links:
             self._refused_links.add(path)
             log.warning("%s: skipped %s: a symlink leading out of the folder (to %s)",
                         self.scope, path, target)  # fmt: skip
-        return False
+        return None
 
     def _matches(self, filename: str) -> bool:
         return any(fnmatch.fnmatch(filename, p) for p in self.patterns)
 
     async def _hash(self, path: str, known: _File, now: float) -> None:
         try:
-            digest = await asyncio.to_thread(_digest, path, known.sig)
+            digest = await asyncio.to_thread(_digest, self.folder, path, known.sig)
         except FileNotFoundError:
             del self._files[path]
             return
@@ -310,7 +324,7 @@ class Inbox:
 
     async def _start_one(self, digest: str, path: str) -> str:
         kwargs: dict[str, Any] = {"sha256": digest} if self._wants_digest() else {}
-        origin = {"inbox": self.name, "path": path, "sha256": digest}
+        origin = {"inbox": self.name, "path": path, "sha256": digest, "folder": str(self.folder)}
         run = await Client(self.runtime).start(
             self.workflow, (path,), kwargs, run_id=self.run_id(digest), origin=origin
         )
@@ -403,15 +417,17 @@ def _ignored(filename: str) -> bool:
     return filename.startswith(".") or filename.lower().endswith(TEMP_SUFFIXES)
 
 
-def _digest(path: str, sig: Signature) -> str | None:
-    """The sha256 of a file, or None if it is not the file listed or changed while read."""
-    with open(path, "rb") as f:
+def _digest(folder: Path, path: str, sig: Signature) -> str | None:
+    """The sha256 of a file of the folder, opened without following a link (a file swapped
+    for one since it was listed raises OSError), or None if it is not the file listed or
+    changed while read."""
+    with os.fdopen(open_no_links(os.path.relpath(path, folder), below=folder), "rb") as f:
         if _signature(os.fstat(f.fileno())) != sig:
             return None
         digest = hashlib.file_digest(f, "sha256").hexdigest()
         if _signature(os.fstat(f.fileno())) != sig:
             return None
-    if _signature(os.stat(path)) != sig:  # replaced under the same name while read
+    if _signature(os.stat(path, follow_symlinks=False)) != sig:  # replaced while read
         return None
     return digest
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ...errors import PerdureError
+from ...nofollow import open_no_links
 
 # Characters a shell would interpret; commands given as one string may contain none.
 _SHELL_META = frozenset(";&|<>`$(){}[]*?!~#\\\"'\n\r\t")
@@ -221,25 +222,13 @@ class Boundary:
 
 
 def read_no_links(path: Path) -> bytes:
-    """The bytes of the file at the absolute `path`, opened one component at a time from
-    `/` without following any symbolic link (`O_NOFOLLOW`, each directory from its parent's
-    descriptor): a path checked by `Boundary.resolve_read` (which gives a real path) then
-    swapped, wholly or in part, for a link to somewhere else raises OSError (ELOOP or
-    ENOTDIR) instead of being read."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    parts = path.parts
-    if not path.is_absolute() or len(parts) < 2:
+    """The bytes of the file at the absolute `path`, opened from `/` without following any
+    symbolic link (`nofollow.open_no_links`): a path checked by `Boundary.resolve_read`
+    (which gives a real path) then swapped, wholly or in part, for a link to somewhere else
+    raises OSError (ELOOP or ENOTDIR) instead of being read."""
+    if not path.is_absolute():
         raise OSError(22, "not an absolute path to a file", str(path))
-    folder = os.open(parts[0], flags | getattr(os, "O_DIRECTORY", 0))
-    try:
-        for part in parts[1:-1]:
-            inner = os.open(part, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=folder)
-            os.close(folder)
-            folder = inner
-        handle = os.open(parts[-1], flags, dir_fd=folder)
-    finally:
-        os.close(folder)
-    with os.fdopen(handle, "rb") as opened:
+    with os.fdopen(open_no_links(path), "rb") as opened:
         return opened.read()
 
 
