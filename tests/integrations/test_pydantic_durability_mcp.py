@@ -1,9 +1,12 @@
-"""PerdureDurability with pydantic-ai's own `MCPToolset` (which needs the fastmcp client,
-hence mcp 2.x): a real MCP server's tool list and tool calls are steps, each tool with its
-own effect, and a crash inside a `once` tool parks the run without calling it again."""
+"""PerdureDurability with pydantic-ai's own `MCPToolset` (which needs the fastmcp client:
+fastmcp-slim[client] 3.4 on mcp 1.x, the `mcp` extra's pin, or 4.x on mcp 2.x): a real MCP
+server's tool list and tool calls are steps, each tool with its own effect, and a crash
+inside a `once` tool parks the run without calling it again; in process and as a separate
+stdio server process."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 from extras_needed import needs
 
 pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
-pytest.importorskip("fastmcp", reason="pydantic-ai's MCPToolset needs fastmcp-slim[client]")
+pytest.importorskip("fastmcp", reason=needs("pydantic-ai"))  # MCPToolset: fastmcp-slim[client]
 
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
@@ -22,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 import perdure
 from crash_steps import crash_after, recover
 from perdure.integrations.pydantic_durability import PerdureDurability
-from perdure.testing import TestClock, TestWorker
+from perdure.testing import SimulatedCrash, TestClock, TestWorker
 
 try:  # the MCP SDK's in-process server: MCPServer on 2.x, FastMCP on 1.x
     from mcp.server.mcpserver import MCPServer as SdkServer
@@ -30,6 +33,7 @@ except ImportError:  # pragma: no cover
     from mcp.server.fastmcp import FastMCP as SdkServer
 
 MCP = "shop__mcp_server__fixture"
+FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
 
 
 def fixture_server(touched: list[str]) -> Any:
@@ -100,3 +104,45 @@ def test_an_mcp_toolsets_calls_are_steps_and_a_crash_in_a_once_tool_parks(
     TestWorker(app).run_until_idle()
     assert handle.result(5) == "done: touched by hand"
     assert touched == [] and script.requests == 3
+
+
+def test_an_mcp_server_process_tools_are_journaled_and_not_called_again_on_replay(
+    app: perdure.App, clock: TestClock, tmp_path: Path
+) -> None:
+    """MCPToolset on a stdio MCP server process (tests/agent/mcp_server_fixture.py): the
+    calls of `add` and `touch` are journaled with the server's answers; a crash after the
+    run's last model call is recovered by replay alone: the server process is not asked
+    again (`touch` ran once), nor the model."""
+    from fastmcp.client.transports import StdioTransport
+
+    target = tmp_path / "touched.txt"
+    script = Calls(("add", {"a": 2, "b": 3}), ("touch", {"path": str(target)}))
+    durability = PerdureDurability(app, tool_effects={"add": "read"},
+                                   toolset_effects={"fixture": "once"})  # fmt: skip
+    server = StdioTransport(command=sys.executable, args=[FIXTURE])
+    crashed: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if script.requests == 2 and not crashed:  # the worker dies in the third model call
+            crashed.append(1)
+            raise SimulatedCrash("killed in the model call after both tools ran")
+        return script(messages, info)
+
+    agent = Agent(FunctionModel(model), name="shop", capabilities=[durability],
+                  toolsets=[MCPToolset(server, id="fixture")])  # fmt: skip
+
+    @app.workflow(name="shop")
+    async def shop(prompt: str) -> str:
+        return (await agent.run(prompt)).output
+
+    handle = app.start(shop, "add then touch")
+    dead = crash_after(app)
+    assert target.read_text() == "touched" and script.requests == 2
+    target.unlink()  # a `touch` asked again would create it again
+    recover(app, clock, dead)
+    assert handle.result(5) == f"done: touched {target}"
+    assert not target.exists() and script.requests == 3
+    outcomes = {e.name: e.data or "" for e in app.journal(handle.id) if e.kind == "step.outcome"}
+    assert '"add"' in outcomes[f"{MCP}.get_tools"] and "touch" in outcomes[f"{MCP}.get_tools"]
+    assert "5" in outcomes[f"{MCP}.call_tool:add"]
+    assert f"touched {target}" in outcomes[f"{MCP}.call_tool:touch"]
