@@ -6,6 +6,8 @@ stdio server process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import perdure
 from crash_steps import crash_after, recover
 from perdure.integrations.pydantic_durability import PerdureDurability
 from perdure.testing import SimulatedCrash, TestClock, TestWorker
+from process_stops import stop_processes
 
 try:  # the MCP SDK's in-process server: MCPServer on 2.x, FastMCP on 1.x
     from mcp.server.mcpserver import MCPServer as SdkServer
@@ -34,6 +37,18 @@ except ImportError:  # pragma: no cover
 
 MCP = "shop__mcp_server__fixture"
 FIXTURE = str(Path(__file__).parent.parent / "agent" / "mcp_server_fixture.py")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+SERVED = '''
+import perdure
+
+app = perdure.App()
+
+
+@app.workflow(name="double")
+def double(x: int) -> int:
+    """Double an integer."""
+    return 2 * x
+'''
 
 
 def fixture_server(touched: list[str]) -> Any:
@@ -146,3 +161,48 @@ def test_an_mcp_server_process_tools_are_journaled_and_not_called_again_on_repla
     assert '"add"' in outcomes[f"{MCP}.get_tools"] and "touch" in outcomes[f"{MCP}.get_tools"]
     assert "5" in outcomes[f"{MCP}.call_tool:add"]
     assert f"touched {target}" in outcomes[f"{MCP}.call_tool:touch"]
+
+
+@pytest.mark.slow  # a `perdure mcp` process and a `perdure worker` process
+def test_mcptoolset_calls_perdures_own_mcp_server(app: perdure.App, tmp_path: Path) -> None:
+    """pydantic-ai's MCPToolset on `perdure mcp` (stdio, a process of its own, on another
+    store): the served workflow is a tool; the agent's call of it, a step of the agent's
+    run, starts a durable run in the served store, which a `perdure worker` completes; its
+    result is what the model reads, journaled in the agent's run."""
+    from fastmcp.client.transports import StdioTransport
+
+    (tmp_path / "served_app.py").write_text(SERVED)
+    env = {"PERDURE_DB": f"sqlite:///{tmp_path}/served.db",
+           "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)])}  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "perdure", "--app", "served_app:app", "worker", "--poll", "0.05"],
+        cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        mcp = ["-m", "perdure", "--app", "served_app:app", "mcp"]
+        server = StdioTransport(command=sys.executable, args=mcp, cwd=str(tmp_path), env=env)
+        script = Calls(("double", {"x": 21}))
+        durability = PerdureDurability(app, toolset_effects={"perdure": "keyed"})
+        agent = Agent(FunctionModel(script), name="shop", capabilities=[durability],
+                      toolsets=[MCPToolset(server, id="perdure")])  # fmt: skip
+
+        @app.workflow(name="shop")
+        async def shop(prompt: str) -> str:
+            return (await agent.run(prompt)).output
+
+        handle = app.start(shop, "double 21")
+        TestWorker(app).run_until_idle()
+        assert handle.result(5) == "done: 42" and script.requests == 2
+    finally:
+        stop_processes([worker], grace=10)
+    name = "shop__mcp_server__perdure.call_tool:double"
+    assert app.runtime.steps[name].effect == "keyed"
+    called = [e for e in app.journal(handle.id) if e.kind == "step.outcome" and e.name == name]
+    assert len(called) == 1 and "42" in (called[0].data or "")
+    served = perdure.App(env["PERDURE_DB"])
+    try:
+        runs = served.list_runs()
+        assert [(r.workflow, r.status) for r in runs] == [("double", "completed")]
+    finally:
+        served.close()
