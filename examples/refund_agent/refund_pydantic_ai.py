@@ -17,7 +17,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 from refund_model import PID_HEADER
-from refund_tools import Shop
+from refund_tools import Shop, agent_name, probes_of
 
 import perdure
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
@@ -63,14 +63,11 @@ def durable_agent(
     `pydantic_ai:refunds_once` (refund `once`). With `probes`, recovery asks the payment
     ledger and the mail provider about an interrupted `once` call (`Shop.find_refund`,
     `Shop.find_email`) before it parks a run."""
-    name = "refunds" if refund == "keyed" else f"refunds_{refund}"
+    name, asked = agent_name(refund), probes_of(shop, refund) if probes else None
     effect: Any = refund
-    asked: dict[str, Any] = {"send_email": shop.find_email}
-    if refund == "once":
-        asked["issue_refund"] = shop.find_refund
     return PerdureAgent(
         refund_agent(shop, model, name=name), app, tool_effects={"issue_refund": effect},
-        tool_probes=asked if probes else None,
+        tool_probes=asked,
     )  # fmt: skip
 
 
@@ -82,13 +79,10 @@ def capability_workflow(
     with `app.start(workflow, prompt)`. Probes as in `durable_agent`."""
     from perdure.integrations.pydantic_durability import PerdureDurability
 
-    name = "refunds" if refund == "keyed" else f"refunds_{refund}"
+    name, asked = agent_name(refund), probes_of(shop, refund) if probes else None
     effect: Any = refund
-    asked: dict[str, Any] = {"send_email": shop.find_email}
-    if refund == "once":
-        asked["issue_refund"] = shop.find_refund
     durability = PerdureDurability(app, tool_effects={"issue_refund": effect},
-                                   tool_probes=asked if probes else None)  # fmt: skip
+                                   tool_probes=asked)  # fmt: skip
     agent = refund_agent(shop, model, name=name, capabilities=[durability])
 
     @app.workflow(name=f"pai.{name}")

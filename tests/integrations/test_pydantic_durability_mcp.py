@@ -86,6 +86,20 @@ class Calls:
         return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
 
 
+def start_shop(app: perdure.App, model: Any, durability: PerdureDurability, toolset: Any,
+               prompt: str) -> perdure.RunHandle:  # fmt: skip
+    """The agent `shop` (FunctionModel `model`, `durability`, `toolset`) as the workflow
+    `shop`, started on `prompt`."""
+    agent = Agent(FunctionModel(model), name="shop", toolsets=[toolset],
+                  capabilities=[durability])  # fmt: skip
+
+    @app.workflow(name="shop")
+    async def shop(prompt: str) -> str:
+        return (await agent.run(prompt)).output
+
+    return app.start(shop, prompt)
+
+
 def test_an_mcp_toolsets_calls_are_steps_and_a_crash_in_a_once_tool_parks(
     app: perdure.App, clock: TestClock, tmp_path: Path
 ) -> None:
@@ -98,14 +112,7 @@ def test_an_mcp_toolsets_calls_are_steps_and_a_crash_in_a_once_tool_parks(
     durability = PerdureDurability(app, tool_effects={"add": "read"},
                                    toolset_effects={"fixture": "once"})  # fmt: skip
     toolset = MCPToolset(fixture_server(touched), id="fixture")
-    agent = Agent(FunctionModel(script), name="shop", toolsets=[toolset],
-                  capabilities=[durability])  # fmt: skip
-
-    @app.workflow(name="shop")
-    async def shop(prompt: str) -> str:
-        return (await agent.run(prompt)).output
-
-    handle = app.start(shop, "add then touch")
+    handle = start_shop(app, script, durability, toolset, "add then touch")
     dead = crash_after(app, f"{MCP}.call_tool:touch")
     assert touched == [] and script.requests == 2
     recover(app, clock, dead)
@@ -143,14 +150,7 @@ def test_an_mcp_server_process_tools_are_journaled_and_not_called_again_on_repla
             raise SimulatedCrash("killed in the model call after both tools ran")
         return script(messages, info)
 
-    agent = Agent(FunctionModel(model), name="shop", capabilities=[durability],
-                  toolsets=[MCPToolset(server, id="fixture")])  # fmt: skip
-
-    @app.workflow(name="shop")
-    async def shop(prompt: str) -> str:
-        return (await agent.run(prompt)).output
-
-    handle = app.start(shop, "add then touch")
+    handle = start_shop(app, model, durability, MCPToolset(server, id="fixture"), "add then touch")
     dead = crash_after(app)
     assert target.read_text() == "touched" and script.requests == 2
     target.unlink()  # a `touch` asked again would create it again
@@ -184,14 +184,7 @@ def test_mcptoolset_calls_perdures_own_mcp_server(app: perdure.App, tmp_path: Pa
         server = StdioTransport(command=sys.executable, args=mcp, cwd=str(tmp_path), env=env)
         script = Calls(("double", {"x": 21}))
         durability = PerdureDurability(app, toolset_effects={"perdure": "keyed"})
-        agent = Agent(FunctionModel(script), name="shop", capabilities=[durability],
-                      toolsets=[MCPToolset(server, id="perdure")])  # fmt: skip
-
-        @app.workflow(name="shop")
-        async def shop(prompt: str) -> str:
-            return (await agent.run(prompt)).output
-
-        handle = app.start(shop, "double 21")
+        handle = start_shop(app, script, durability, MCPToolset(server, id="perdure"), "double 21")
         TestWorker(app).run_until_idle()
         assert handle.result(5) == "done: 42" and script.requests == 2
     finally:
