@@ -184,6 +184,13 @@ def count_journals(result: Result, world: World, client: perdure.App, ids: list[
 # -- perdure ---------------------------------------------------------------------------
 
 
+def tool_of(step: str | None) -> str:
+    """The tool a tool step calls: `pydantic_ai:refunds.tool.send_email`,
+    `refunds__function_toolset__<agent>.call_tool:send_email` (PerdureDurability's names) and
+    `refunds.tool.send_email` (Claude) all call `send_email`."""
+    return (step or "").rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+
+
 def resolve_parked(client: perdure.App, world: World, framework: str, run_id: str,
                    retried: Counter[tuple[str, str]], how: Counter[str]) -> None:  # fmt: skip
     """Settle a parked tool call as an operator would: look at the payments or mail provider;
@@ -192,7 +199,7 @@ def resolve_parked(client: perdure.App, world: World, framework: str, run_id: st
     stuck = [e for e in client.journal(run_id) if e.kind == "step.needs_attention"]
     if not stuck or stuck[-1].position is None:
         return
-    position, tool = stuck[-1].position, (stuck[-1].name or "").rsplit(".", 1)[-1]
+    position, tool = stuck[-1].position, tool_of(stuck[-1].name)
     order = run_id.removeprefix("refund-")
     # what GET /refunds?order= and GET /sent?order= answer, read in this process
     if tool == "issue_refund":
@@ -225,7 +232,7 @@ def count_probes(client: perdure.App, ids: list[str], retried: Counter[tuple[str
             answer = json.loads(entry.data or "{}").get("answer", "?")
             answers[answer] += 1
             if answer == "not_done":
-                tool = (entry.name or "").rsplit(".", 1)[-1]
+                tool = tool_of(entry.name)
                 retried[(tool, run_id.removeprefix("refund-"))] += 1
     words = {"done": "done", "not_done": "not done", "cannot_tell": "cannot tell"}
     return ", ".join(f"{answers[k]} {w}" for k, w in words.items())

@@ -36,6 +36,16 @@ KILLS = 6
 CONCURRENCY = 4
 
 
+def test_a_tool_steps_tool_is_read_from_every_integrations_step_name() -> None:
+    """The parked or probed step's tool, whatever integration named the step (a capability
+    name read as `call_tool:send_email` credited a probe's `not done` to no tool, and a
+    parked refund was looked up at the mail provider)."""
+    names = ["pydantic_ai:refunds.tool.send_email", "agents.refunds_once.tool.send_email",
+             "refunds_once__function_toolset__<agent>.call_tool:send_email",
+             "refunds.tool.send_email"]  # fmt: skip
+    assert {refunds.tool_of(n) for n in names} == {"send_email"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", refunds.FRAMEWORKS)
 @pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
