@@ -1,5 +1,8 @@
 """Figure R1: refund conversations while a killer `kill -9`s the workers, with and without
-perdure, for the refund agent of examples/refund_agent (pydantic-ai and the Agents SDK).
+perdure, for the refund agent of examples/refund_agent: pydantic-ai (made durable by
+`PerdureAgent`, or by the `PerdureDurability` capability: `pydantic-ai-capability`), the
+Agents SDK, and the Claude Agent SDK (`claude`: bench/refunds_claude.py, its bundled CLI
+against a scripted Anthropic Messages server).
 
 Each trial: N conversations (every second one with `issue_refund` declared `once`, the others
 `keyed`), released at a steady rate onto W worker processes; every 0.5-2 s (uniform) a ready
@@ -21,6 +24,8 @@ every model call.
     python -m bench.refunds                    # 200 conversations, 25 kills, every config
     python -m bench.refunds --quick            # 40 conversations, 6 kills
     python -m bench.refunds --stores sqlite --modes perdure,probes --frameworks agents-sdk
+    python -m bench.refunds --conversations 20 --stores sqlite \
+        --frameworks pydantic-ai-capability,agents-sdk,claude
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .common import ROOT
 from .refunds_world import (
     EXAMPLE,
     Chaos,
@@ -61,6 +67,9 @@ import perdure
 from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
 
 SETTLED = TERMINAL | {NEEDS_ATTENTION}
+CLAUDE = "claude"  # the Claude Agent SDK's refund agent (bench/refunds_claude.py)
+FRAMEWORKS = (*refund_app.FRAMEWORKS, CLAUDE)
+CLAUDE_APP = "bench.refunds_claude:app"
 ONCE_TOOLS = {"send_email"}  # and issue_refund in the `once` conversations
 
 
@@ -144,6 +153,9 @@ def count_outside(result: Result, world: World, names: list[str], variants: dict
             result.once_rerun += max(0, begun[tool][order] - 1 - retried[(tool, order)])
 
 
+MODEL_STEPS = (".model", "__model.request")  # the model steps of the integrations
+
+
 def count_journals(result: Result, world: World, client: perdure.App, ids: list[str],
                    killed: set[int]) -> None:  # fmt: skip
     """Model calls billed again although their response was journaled, and re-sent calls
@@ -151,7 +163,7 @@ def count_journals(result: Result, world: World, client: perdure.App, ids: list[
     recorded: set[int] = set()
     for run_id in ids:
         for entry in client.journal(run_id):
-            if entry.kind == "step.outcome" and (entry.name or "").endswith(".model"):
+            if entry.kind == "step.outcome" and (entry.name or "").endswith(MODEL_STEPS):
                 recorded.update(int(m) for m in MARKER.findall(entry.data or ""))
     groups: dict[tuple[str, int], list[Any]] = defaultdict(list)
     for call in world.model.snapshot():
@@ -163,12 +175,20 @@ def count_journals(result: Result, world: World, client: perdure.App, ids: list[
         if kept:
             rebilled += sum(c.serial > kept[0] for c in calls)
         not_cut += sum(c.pid not in killed for c in calls[:-1])
-    result.rebilled_recorded, result.resent_not_cut = rebilled, not_cut
+    result.rebilled_recorded = rebilled
+    result.resent_not_cut = None if result.framework == CLAUDE else not_cut  # no sender pid
     if len(recorded) != TURNS * len(ids):
         result.notes.append(f"{len(recorded)} recorded model responses, not {TURNS * len(ids)}")
 
 
 # -- perdure ---------------------------------------------------------------------------
+
+
+def tool_of(step: str | None) -> str:
+    """The tool a tool step calls: `pydantic_ai:refunds.tool.send_email`,
+    `refunds__function_toolset__<agent>.call_tool:send_email` (PerdureDurability's names) and
+    `refunds.tool.send_email` (Claude) all call `send_email`."""
+    return (step or "").rsplit(".", 1)[-1].rsplit(":", 1)[-1]
 
 
 def resolve_parked(client: perdure.App, world: World, framework: str, run_id: str,
@@ -179,7 +199,7 @@ def resolve_parked(client: perdure.App, world: World, framework: str, run_id: st
     stuck = [e for e in client.journal(run_id) if e.kind == "step.needs_attention"]
     if not stuck or stuck[-1].position is None:
         return
-    position, tool = stuck[-1].position, (stuck[-1].name or "").rsplit(".", 1)[-1]
+    position, tool = stuck[-1].position, tool_of(stuck[-1].name)
     order = run_id.removeprefix("refund-")
     # what GET /refunds?order= and GET /sent?order= answer, read in this process
     if tool == "issue_refund":
@@ -212,7 +232,7 @@ def count_probes(client: perdure.App, ids: list[str], retried: Counter[tuple[str
             answer = json.loads(entry.data or "{}").get("answer", "?")
             answers[answer] += 1
             if answer == "not_done":
-                tool = (entry.name or "").rsplit(".", 1)[-1]
+                tool = tool_of(entry.name)
                 retried[(tool, run_id.removeprefix("refund-"))] += 1
     words = {"done": "done", "not_done": "not done", "cannot_tell": "cannot tell"}
     return ", ".join(f"{answers[k]} {w}" for k, w in words.items())
@@ -221,24 +241,36 @@ def count_probes(client: perdure.App, ids: list[str], retried: Counter[tuple[str
 def perdure_trial(framework: str, store_kind: str, options: Options, folder: Path) -> Result:
     """N conversations as perdure runs on `perdure worker` processes, under the killer."""
     result = Result(framework, "perdure", store_kind, options.conversations, options.probes)
-    world = World()
+    world = new_world(framework)
     store = Store.create(store_kind, folder)
     client = perdure.App(store.url)
     workers: Workers | None = None
     try:
-        built = refund_app.build(client, Shop(world.payments.url, world.mail.url),
-                                 world.model.base_url, (framework,), options.probes)  # fmt: skip
         names = orders(options.conversations)
         variants = {o: variant(i) for i, o in enumerate(names)}
         ids = [f"refund-{o}" for o in names]
-        env = {**world.env(), "PERDURE_DB": store.url, "REFUND_FRAMEWORKS": framework,
-               "REFUND_PROBES": "1" if options.probes else "0",
+        env = {**world_env(framework, world, folder), "PERDURE_DB": store.url,
+               "REFUND_FRAMEWORKS": framework, "REFUND_PROBES": "1" if options.probes else "0",
                "REFUND_HOLD": ",".join(str(h) for h in options.hold)}  # fmt: skip
-        workers = Workers(perdure_worker_command(options.concurrency), env, EXAMPLE,
-                          folder / "logs", options.workers)  # fmt: skip
+        shop = Shop(world.payments.url, world.mail.url)
+        if framework == CLAUDE:
+            from .refunds_claude import claude_workflow
+
+            flows = {v: claude_workflow(client, shop, world.model.base_url, refund=v,
+                                        probes=options.probes)
+                     for v in refund_app.VARIANTS}  # fmt: skip
+            release = [lambda o=o: client.start(flows[variants[o]], refund_app.prompt(o),
+                                                run_id=f"refund-{o}")
+                       for o in names]  # fmt: skip
+            command, cwd = perdure_worker_command(options.concurrency, CLAUDE_APP), ROOT
+        else:
+            built = refund_app.build(client, shop, world.model.base_url, (framework,),
+                                     options.probes)  # fmt: skip
+            release = [lambda o=o: built.start(framework, variants[o], o) for o in names]
+            command, cwd = perdure_worker_command(options.concurrency), EXAMPLE
+        workers = Workers(command, env, cwd, folder / "logs", options.workers)
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
                       backlog(options), random.Random(options.seed))  # fmt: skip
-        release = [lambda o=o: built.start(framework, variants[o], o) for o in names]
 
         def unsettled() -> int:  # a conversation not released yet has no status
             return sum(s not in SETTLED and s is not None for s in client.statuses(ids).values())
@@ -279,6 +311,24 @@ def perdure_trial(framework: str, store_kind: str, options: Options, folder: Pat
         store.drop()
         world.stop()
     return result
+
+
+def new_world(framework: str) -> World:
+    """The stubs and the model server a trial of `framework` talks to."""
+    if framework == CLAUDE:
+        from .refunds_claude import ClaudeScriptedServer
+
+        return World(ClaudeScriptedServer().start())
+    return World()
+
+
+def world_env(framework: str, world: World, folder: Path) -> dict[str, str]:
+    """What a worker of `framework` needs to find the world (the Claude CLI: a folder for
+    its configuration too)."""
+    if framework != CLAUDE:
+        return world.env()
+    (folder / "claude-config").mkdir(exist_ok=True)
+    return {**world.env(), "CLAUDE_CONFIG_DIR": str(folder / "claude-config")}
 
 
 def fill_kills(result: Result, chaos: Chaos, variants: dict[str, str]) -> None:
@@ -345,14 +395,14 @@ class Queue:
 def plain_trial(framework: str, options: Options, folder: Path) -> Result:
     """The same conversations, the framework alone, restarted conversations from the top."""
     result = Result(framework, "plain", "-", options.conversations)
-    world = World()
+    world = new_world(framework)
     queue = Queue(folder / "queue.db")
     workers: Workers | None = None
     try:
         names = orders(options.conversations)
         variants = {o: variant(i) for i, o in enumerate(names)}
         command = plain_worker_command(framework, queue.path, options.concurrency)
-        workers = Workers(command, world.env(), EXAMPLE.parent.parent, folder / "logs",
+        workers = Workers(command, world_env(framework, world, folder), ROOT, folder / "logs",
                           options.workers)  # fmt: skip
         chaos = Chaos(workers, world, options.kill_every, options.kills_wanted,
                       backlog(options), random.Random(options.seed))  # fmt: skip
@@ -375,10 +425,14 @@ def plain_worker(framework: str, queue_path: Path, concurrency: int) -> None:
     """A worker process of the plain setup: claim a conversation, run it, mark it done."""
     import os
 
-    model = refund_app.model_for(framework, os.environ["REFUND_MODEL"])
     shop = Shop(os.environ["REFUND_PAYMENTS_URL"], os.environ["REFUND_MAIL_URL"])
     queue = Queue(queue_path)
-    if framework == "pydantic-ai":
+    if framework == CLAUDE:
+        from .refunds_claude import plain_conversation
+
+        converse = plain_conversation(shop, os.environ["REFUND_MODEL"])
+    elif framework.startswith("pydantic-ai"):  # the capability's agent alone is this one
+        model = refund_app.model_for(framework, os.environ["REFUND_MODEL"])
         import refund_pydantic_ai
 
         pai = refund_pydantic_ai.refund_agent(shop, model)
@@ -390,6 +444,7 @@ def plain_worker(framework: str, queue_path: Path, concurrency: int) -> None:
         import agents
         import refund_agents_sdk
 
+        model = refund_app.model_for(framework, os.environ["REFUND_MODEL"])
         sdk = refund_agents_sdk.refund_agent(shop, model)
 
         async def converse(text: str) -> Any:
@@ -489,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=0,
                         help="conversations in flight (default: 2 per worker slot)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="40 conversations, 6 kills")
-    parser.add_argument("--frameworks", default=",".join(refund_app.FRAMEWORKS))
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help=f"some of {', '.join(FRAMEWORKS)}")  # fmt: skip
     parser.add_argument("--modes", default="perdure,probes,plain",
                         help="perdure (no probes), probes (perdure + probes), plain")  # fmt: skip
     parser.add_argument("--stores", default="sqlite,postgres", help="for perdure")
@@ -520,7 +576,9 @@ def main(argv: list[str] | None = None) -> int:
         modes = args.modes.split(",")
         trials = [(m, s) for m in ("perdure", "probes") if m in modes
                   for s in args.stores.split(",")]  # fmt: skip
-        trials += [("plain", "-")] if "plain" in modes else []
+        # the capability's agent alone is pydantic-ai's alone: one plain trial for both
+        alone = "plain" in modes and framework != "pydantic-ai-capability"
+        trials += [("plain", "-")] if alone else []
         for mode, store in trials:
             with tempfile.TemporaryDirectory(prefix="perdure-bench-refunds-") as tmp:
                 if mode in ("perdure", "probes"):

@@ -33,7 +33,7 @@ from typing import Any
 from .refunds_world import EXAMPLE, Store, Workers
 
 sys.path.insert(0, str(EXAMPLE))
-from refund_model import ORDER, TURNS, next_action
+from refund_model import ORDER, TURNS, Call, next_action
 from refund_outside import MailStub, PaymentsStub, QuietServer
 from refund_tools import Shop
 
@@ -47,10 +47,11 @@ MODEL = "claude-sonnet-4-5"
 
 class ClaudeScriptedServer:
     """`POST /v1/messages` on 127.0.0.1 answering refund_model's `next_action` as Anthropic
-    server-sent events; every request is counted (billed once it arrived)."""
+    server-sent events; every request is counted (billed once it arrived). The sender's pid
+    is not known (the CLI sends it through the run's endpoint): 0."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []  # (order, turn)
+        self.calls: list[Call] = []
         self.lock = threading.Lock()
         self._httpd = QuietServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -68,6 +69,10 @@ class ClaudeScriptedServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def snapshot(self) -> list[Call]:
+        with self.lock:
+            return list(self.calls)
+
     def answer(self, body: dict[str, Any]) -> Iterator[str]:
         messages = body.get("messages") or []
         texts = [b.get("text", "") for b in _blocks(messages[0]) if b.get("type") == "text"]
@@ -78,7 +83,7 @@ class ClaudeScriptedServer:
                    for b in _blocks(m) if b.get("type") == "tool_result"]  # fmt: skip
         with self.lock:
             serial = len(self.calls) + 1
-            self.calls.append((order, turn))
+            self.calls.append(Call(serial, order, turn, 0, time.monotonic()))
         action = next_action(order, turn, results)
         if action.tool is None:
             block: dict[str, Any] = {"type": "text", "text": f"{action.text} (rq{serial})"}
@@ -146,12 +151,9 @@ def _result_text(block: dict[str, Any]) -> str:
     return str(content or "").strip()
 
 
-def claude_workflow(app: perdure.App, shop: Shop, base_url: str, *, refund: str) -> Any:
-    """The refund agent as the perdure workflow `claude.refunds` (refund `keyed`) or
-    `claude.refunds_once` (refund `once`); the e-mail is `once`, the lookup `read`."""
-    from claude_agent_sdk import ClaudeAgentOptions, tool
-
-    from perdure.integrations.claude_agent import ClaudeAgent
+def refund_tools(shop: Shop) -> list[Any]:
+    """The refund agent's three tools on `shop`, as the SDK's in-process MCP tools."""
+    from claude_agent_sdk import tool
 
     def text(value: str) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": value}]}
@@ -168,16 +170,67 @@ def claude_workflow(app: perdure.App, shop: Shop, base_url: str, *, refund: str)
     async def send_email(args: dict[str, Any]) -> dict[str, Any]:
         return text(await shop.send_email(args["to"], args["order"], args["body"]))
 
+    return [lookup_order, issue_refund, send_email]
+
+
+def claude_options(**more: Any) -> Any:
+    """The SDK's options for the refund agent: no built-in tools, no settings files, the CLI's
+    configuration in CLAUDE_CONFIG_DIR (or a fresh folder)."""
+    from claude_agent_sdk import ClaudeAgentOptions
+
     config = os.environ.get("CLAUDE_CONFIG_DIR") or tempfile.mkdtemp(prefix="claude-config-")
     env = {"ANTHROPIC_API_KEY": "not-needed", "CLAUDE_CONFIG_DIR": config,
-           "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"}  # fmt: skip
-    options = ClaudeAgentOptions(model=MODEL, tools=[], setting_sources=[], env=env, cwd=config,
-                                 max_turns=8)  # fmt: skip
+           "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", **more.pop("env", {})}  # fmt: skip
+    return ClaudeAgentOptions(model=MODEL, tools=[], setting_sources=[], env=env, cwd=config,
+                              max_turns=8, **more)  # fmt: skip
+
+
+def claude_workflow(
+    app: perdure.App, shop: Shop, base_url: str, *, refund: str, probes: bool = False
+) -> Any:
+    """The refund agent as the perdure workflow `claude.refunds` (refund `keyed`) or
+    `claude.refunds_once` (refund `once`); the e-mail is `once`, the lookup `read`. With
+    `probes`, recovery asks the mail provider (and, refund `once`, the payment ledger) about
+    an interrupted `once` call before it parks a run (`Shop.find_email`, `Shop.find_refund`,
+    given the tool's arguments)."""
+    from perdure.integrations.claude_agent import ClaudeAgent
+
+    async def email_sent(args: dict[str, Any]) -> perdure.ProbeAnswer:
+        return await shop.find_email(args["to"], args["order"], args["body"])
+
+    async def refunded(args: dict[str, Any]) -> perdure.ProbeAnswer:
+        return await shop.find_refund(args["order"], float(args["amount"]))
+
+    asked: dict[str, Any] = {"send_email": email_sent}
+    if refund == "once":
+        asked["issue_refund"] = refunded
     name = "refunds" if refund == "keyed" else f"refunds_{refund}"
     effects: Any = {"lookup_order": "read", "issue_refund": refund, "send_email": "once"}
-    agent = ClaudeAgent(app, name, options=options, effects=effects, upstream=base_url,
-                        tools=[lookup_order, issue_refund, send_email])  # fmt: skip
+    agent = ClaudeAgent(app, name, options=claude_options(), effects=effects, upstream=base_url,
+                        tools=refund_tools(shop), probes=asked if probes else None)  # fmt: skip
     return agent.workflow()
+
+
+def plain_conversation(shop: Shop, base_url: str) -> Any:
+    """The same agent without perdure: an async function running one conversation with the
+    SDK's `query` straight against the model at `base_url`, returning its result text."""
+    from claude_agent_sdk import ResultMessage, create_sdk_mcp_server, query
+
+    tools = refund_tools(shop)
+    server = create_sdk_mcp_server("tools", tools=tools)
+    options = claude_options(env={"ANTHROPIC_BASE_URL": base_url}, mcp_servers={"tools": server},
+                             allowed_tools=[f"mcp__tools__{t.name}" for t in tools])  # fmt: skip
+
+    async def converse(prompt: str) -> str:
+        result = ""
+        async for message in query(prompt=prompt, options=options):
+            if isinstance(message, ResultMessage):
+                if message.is_error:
+                    raise RuntimeError(f"the conversation ended in error: {message.result}")
+                result = message.result or ""
+        return result
+
+    return converse
 
 
 def _worker_app() -> perdure.App:
@@ -186,8 +239,10 @@ def _worker_app() -> perdure.App:
     if "REFUND_MODEL" in os.environ:
         low, high = (float(x) for x in os.environ.get("REFUND_HOLD", "0.02,0.1").split(","))
         shop = Shop(os.environ["REFUND_PAYMENTS_URL"], os.environ["REFUND_MAIL_URL"], (low, high))
+        probes = os.environ.get("REFUND_PROBES", "0") != "0"
         for variant in ("keyed", "once"):
-            claude_workflow(built, shop, os.environ["REFUND_MODEL"], refund=variant)
+            claude_workflow(built, shop, os.environ["REFUND_MODEL"], refund=variant,
+                            probes=probes)  # fmt: skip
     return built
 
 

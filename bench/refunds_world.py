@@ -29,12 +29,13 @@ DB_PREFIX = "perdure_refunds_"  # the only databases this bench creates or drops
 
 
 class World:
-    """The payments and mail stubs and the scripted model server, fresh for one trial."""
+    """The payments and mail stubs and the scripted model server, fresh for one trial (`model`:
+    another started server with `base_url`, `snapshot()` and `stop()`, e.g. the Claude one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: Any = None) -> None:
         self.payments = PaymentsStub().start()
         self.mail = MailStub().start()
-        self.model = ScriptedModelServer().start()
+        self.model = model or ScriptedModelServer().start()
 
     def env(self) -> dict[str, str]:
         """What a worker process needs to find them."""
@@ -210,10 +211,10 @@ class Chaos:
         return len(self.kills) >= self.kills_wanted
 
 
-def perdure_worker_command(concurrency: int) -> list[str]:
+def perdure_worker_command(concurrency: int, app: str = "refund_worker:app") -> list[str]:
     """`perdure worker` on the refund app. A long lease: a killed worker is seen dead by its
     pid at once; no recovery limit, since this killer would make any run look poisonous."""
-    return [PYTHON, "-m", "perdure", "--app", "refund_worker:app", "worker",
+    return [PYTHON, "-m", "perdure", "--app", app, "worker",
             "--concurrency", str(concurrency), "--poll", "0.05", "--lease", "30",
             "--max-recoveries", "-1", "--gc-every", "0", "--grace", "2"]  # fmt: skip
 

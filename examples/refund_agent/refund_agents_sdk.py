@@ -14,7 +14,7 @@ import agents
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
 from refund_model import PID_HEADER
-from refund_tools import Shop
+from refund_tools import Shop, agent_name, probes_of
 
 import perdure
 from perdure.integrations.openai_agents import Runner, tool_effect
@@ -62,13 +62,10 @@ def durable_workflow(
     `agents.refunds_once` (refund `once`); start it with `app.start(workflow, prompt)`.
     With `probes`, recovery asks the payment ledger and the mail provider about an
     interrupted `once` call (`Shop.find_refund`, `Shop.find_email`) before it parks a run."""
-    name = "refunds" if refund == "keyed" else f"refunds_{refund}"
+    name, asked = agent_name(refund), probes_of(shop, refund) if probes else None
     effect: Any = refund
-    asked: dict[str, Any] = {"send_email": shop.find_email}
-    if refund == "once":
-        asked["issue_refund"] = shop.find_refund
     runner = Runner(app, tool_effects={"issue_refund": effect},
-                    tool_probes=asked if probes else None)  # fmt: skip
+                    tool_probes=asked)  # fmt: skip
     return runner.workflow(refund_agent(shop, model, name=name))
 
 

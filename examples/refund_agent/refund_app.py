@@ -15,7 +15,8 @@ from refund_tools import Shop
 
 import perdure
 
-FRAMEWORKS = ("pydantic-ai", "agents-sdk")
+# pydantic-ai-capability: the pydantic-ai agent made durable by PerdureDurability
+FRAMEWORKS = ("pydantic-ai", "pydantic-ai-capability", "agents-sdk")
 VARIANTS = ("keyed", "once")  # the effect issue_refund is declared with
 LOCAL_MAX_TOKENS = 160
 
@@ -28,7 +29,7 @@ def prompt(order: str) -> str:
 def model_for(framework: str, choice: str) -> Any:
     """`framework`'s model for `choice` (see the module docstring); None: it has none."""
     if choice == "function":
-        return function_model() if framework == "pydantic-ai" else None
+        return function_model() if framework.startswith("pydantic-ai") else None
     if choice == "local":
         from perdure.agent.local_model import ensure_local_model
 
@@ -41,7 +42,7 @@ def model_for(framework: str, choice: str) -> Any:
 
 def framework_module(framework: str) -> Any:
     """The agent module of `framework`, imported when first needed (each import is slow)."""
-    if framework == "pydantic-ai":
+    if framework.startswith("pydantic-ai"):
         import refund_pydantic_ai
 
         return refund_pydantic_ai
@@ -54,7 +55,7 @@ def framework_module(framework: str) -> Any:
 
 @dataclass
 class RefundApp:
-    """The App and its four durable refund agents, by (framework, variant)."""
+    """The App and its durable refund agents, by (framework, variant)."""
 
     app: perdure.App
     shop: Shop
@@ -84,7 +85,12 @@ def build(app: perdure.App, shop: Shop, model: str, frameworks: tuple[str, ...] 
         if found is None:
             continue
         module = framework_module(framework)
-        make = module.durable_agent if framework == "pydantic-ai" else module.durable_workflow
+        if framework == "pydantic-ai":
+            make = module.durable_agent
+        elif framework == "pydantic-ai-capability":
+            make = module.capability_workflow
+        else:
+            make = module.durable_workflow
         for variant in VARIANTS:
             built.workflows[(framework, variant)] = make(app, shop, found, refund=variant,
                                                          probes=probes)  # fmt: skip

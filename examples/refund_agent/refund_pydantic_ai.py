@@ -1,7 +1,9 @@
-"""The refund agent written with pydantic-ai, and made durable with `PerdureAgent`.
+"""The refund agent written with pydantic-ai, and made durable with `PerdureAgent` or with
+the `PerdureDurability` capability (pydantic-ai's own durable_exec surface).
 
 `refund_agent` is an ordinary pydantic-ai Agent; the only perdure lines are the effect marks
-on its tools and the `PerdureAgent(...)` wrap in `durable_agent`.
+on its tools and the `PerdureAgent(...)` wrap in `durable_agent`, or the capability given to
+the agent in `capability_workflow`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 from refund_model import PID_HEADER
-from refund_tools import Shop
+from refund_tools import Shop, agent_name, probes_of
 
 import perdure
 from perdure.integrations.pydantic_ai import PerdureAgent, perdure_tool
@@ -26,9 +28,13 @@ INSTRUCTIONS = (
 )
 
 
-def refund_agent(shop: Shop, model: Any, *, name: str = "refunds") -> Agent[None, str]:
+def refund_agent(
+    shop: Shop, model: Any, *, name: str = "refunds", capabilities: list[Any] | None = None
+) -> Agent[None, str]:
     """The plain pydantic-ai agent: three tools on `shop`, answering with `model`."""
-    agent: Agent[None, str] = Agent(model, name=name, instructions=INSTRUCTIONS)
+    agent: Agent[None, str] = Agent(
+        model, name=name, instructions=INSTRUCTIONS, capabilities=capabilities
+    )
 
     @agent.tool_plain
     @perdure_tool(effect="read")
@@ -57,15 +63,33 @@ def durable_agent(
     `pydantic_ai:refunds_once` (refund `once`). With `probes`, recovery asks the payment
     ledger and the mail provider about an interrupted `once` call (`Shop.find_refund`,
     `Shop.find_email`) before it parks a run."""
-    name = "refunds" if refund == "keyed" else f"refunds_{refund}"
+    name, asked = agent_name(refund), probes_of(shop, refund) if probes else None
     effect: Any = refund
-    asked: dict[str, Any] = {"send_email": shop.find_email}
-    if refund == "once":
-        asked["issue_refund"] = shop.find_refund
     return PerdureAgent(
         refund_agent(shop, model, name=name), app, tool_effects={"issue_refund": effect},
-        tool_probes=asked if probes else None,
+        tool_probes=asked,
     )  # fmt: skip
+
+
+def capability_workflow(
+    app: perdure.App, shop: Shop, model: Any, *, refund: str, probes: bool = True
+) -> Any:
+    """The same agent made durable by the `PerdureDurability` capability, run by the perdure
+    workflow `pai.refunds` (refund `keyed`) or `pai.refunds_once` (refund `once`); start it
+    with `app.start(workflow, prompt)`. Probes as in `durable_agent`."""
+    from perdure.integrations.pydantic_durability import PerdureDurability
+
+    name, asked = agent_name(refund), probes_of(shop, refund) if probes else None
+    effect: Any = refund
+    durability = PerdureDurability(app, tool_effects={"issue_refund": effect},
+                                   tool_probes=asked)  # fmt: skip
+    agent = refund_agent(shop, model, name=name, capabilities=[durability])
+
+    @app.workflow(name=f"pai.{name}")
+    async def refunds(prompt: str) -> str:
+        return (await agent.run(prompt)).output
+
+    return refunds
 
 
 def openai_model(base_url: str, model: str, max_tokens: int | None = None) -> OpenAIChatModel:

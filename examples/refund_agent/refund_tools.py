@@ -20,6 +20,7 @@ import json
 import os
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -103,6 +104,20 @@ class Shop:
         if not sent:
             return perdure.ProbeAnswer.not_done(f"no message about {order} was sent")
         return perdure.ProbeAnswer.done(f"sent {sent[0]['message_id']}", "found at the provider")
+
+
+def agent_name(refund: str) -> str:
+    """The agent's name for the variant whose `issue_refund` is declared `refund`."""
+    return "refunds" if refund == "keyed" else f"refunds_{refund}"
+
+
+def probes_of(shop: Shop, refund: str) -> dict[str, Any]:
+    """The probes of the `once` tools when `issue_refund` is declared `refund`: the mail
+    provider's look-up for `send_email`, and the payment ledger's for a `once` refund."""
+    asked: dict[str, Any] = {"send_email": shop.find_email}
+    if refund == "once":
+        asked["issue_refund"] = shop.find_refund
+    return asked
 
 
 def _idempotency_key() -> str:

@@ -1,6 +1,8 @@
 """The refund crash bench as a test: the refund agent of examples/refund_agent, written with
-pydantic-ai and with the Agents SDK, runs 30 conversations on two real `perdure worker`
-processes while one of them is `kill -9`ed and restarted 6 times; on SQLite and PostgreSQL.
+pydantic-ai (made durable by PerdureAgent or by the PerdureDurability capability) and with
+the Agents SDK, and bench/refunds_claude's with the Claude Agent SDK, runs 30 conversations
+on two real `perdure worker` processes while one of them is `kill -9`ed and restarted 6
+times; on SQLite and PostgreSQL.
 
 The payments and mail stubs and the scripted model server (bench/refunds_world.py) count
 what happened outside: no refund or e-mail twice, none missing, every `once` tool a kill
@@ -34,8 +36,18 @@ KILLS = 6
 CONCURRENCY = 4
 
 
+def test_a_tool_steps_tool_is_read_from_every_integrations_step_name() -> None:
+    """The parked or probed step's tool, whatever integration named the step (a capability
+    name read as `call_tool:send_email` credited a probe's `not done` to no tool, and a
+    parked refund was looked up at the mail provider)."""
+    names = ["pydantic_ai:refunds.tool.send_email", "agents.refunds_once.tool.send_email",
+             "refunds_once__function_toolset__<agent>.call_tool:send_email",
+             "refunds.tool.send_email"]  # fmt: skip
+    assert {refunds.tool_of(n) for n in names} == {"send_email"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["pydantic-ai", "agents-sdk"])
+@pytest.mark.parametrize("framework", refunds.FRAMEWORKS)
 @pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_kill_9_every_second_or_so_duplicates_nothing_and_loses_nothing(
     framework: str, store: str, tmp_path: Path, chaos_seed: int
@@ -58,7 +70,9 @@ def test_kill_9_every_second_or_so_duplicates_nothing_and_loses_nothing(
     assert (result.refunds_twice, result.emails_twice, result.missing_refunds) == (0, 0, 0)
     assert result.once_rerun == 0, summary  # an interrupted once tool waited for the operator
     assert result.parked is not None and result.parked >= result.once_cut, summary
-    assert result.rebilled_recorded == 0 and result.resent_not_cut == 0, summary
+    assert result.rebilled_recorded == 0, summary
+    # the Claude CLI's requests reach the model through the run's endpoint: no sender pid
+    assert result.resent_not_cut == (None if framework == refunds.CLAUDE else 0), summary
     # a kill cuts off at most the one call in flight of each run the worker held
     assert 0 <= result.beyond_min <= KILLS * CONCURRENCY, summary
 
@@ -95,7 +109,7 @@ def test_the_counting_sees_duplicates_misses_and_once_reruns() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["pydantic-ai", "agents-sdk"])
+@pytest.mark.parametrize("framework", refunds.FRAMEWORKS)
 @pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_with_probes_no_run_waits_for_a_person(
     framework: str, store: str, tmp_path: Path, chaos_seed: int

@@ -15,7 +15,9 @@ from extras_needed import require
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "refund_agent"
 # The extras each framework of the example needs (pydantic-ai talks to the scripted model
 # server through the openai SDK; the Agents SDK brings it).
-FRAMEWORK_EXTRAS = {"pydantic-ai": ("pydantic-ai", "models"), "agents-sdk": ("openai-agents",)}
+FRAMEWORK_EXTRAS = {"pydantic-ai": ("pydantic-ai", "models"),
+                    "pydantic-ai-capability": ("pydantic-ai", "models"),
+                    "agents-sdk": ("openai-agents",), "claude": ("claude-agent",)}  # fmt: skip
 
 
 def demo() -> ModuleType:
@@ -60,6 +62,27 @@ def test_the_demo_refunds_and_emails_each_order_once(
     assert "o0001: refunded 1x, e-mailed 1x" in out and "o0002: refunded 1x, e-mailed 1x" in out
     if model == "scripted":
         assert "model calls: 8 (the script needs 4 per conversation)" in out, out
+
+
+def test_the_capability_agent_journals_pydantic_ais_operations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--framework pydantic-ai-capability`: the same agent given `PerdureDurability`; its
+    steps are pydantic-ai's operation names, each tool with its effect, once per order."""
+    for extra in FRAMEWORK_EXTRAS["pydantic-ai-capability"]:
+        require(extra)
+    argv = ["--framework", "pydantic-ai-capability", "--model", "function", "--refund",
+            "once", "--orders", "2", "--db", f"sqlite:///{tmp_path}/refunds.db",
+            "--timeout", "120"]  # fmt: skip
+    assert demo().main(argv) == 0
+    out = capsys.readouterr().out
+    assert "refund-o0002: Refunded order o0002 and told the customer." in out, out
+    model, tool = "refunds_once__model.request (keyed)", "refunds_once__function_toolset__<agent>"
+    steps = [model, f"{tool}.call_tool:lookup_order (read)", model,
+             f"{tool}.call_tool:issue_refund (once)", model,
+             f"{tool}.call_tool:send_email (once)", model]  # fmt: skip
+    assert out.count("\n".join(f"    {s}" for s in steps)) == 2, out
+    assert "o0001: refunded 1x, e-mailed 1x" in out and "o0002: refunded 1x, e-mailed 1x" in out
 
 
 def test_the_function_model_is_pydantic_ais_own() -> None:

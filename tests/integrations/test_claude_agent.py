@@ -28,6 +28,7 @@ from crashes import app_module
 
 import perdure
 from perdure.integrations.claude_agent import ClaudeAgent, PerdureSessionStore
+from perdure.integrations.streaming import ModelEvents
 from perdure.server import operations
 from perdure.server.access import local_operator
 from perdure.testing import TestClock, TestWorker
@@ -146,6 +147,33 @@ def test_recovery_asks_the_model_nothing_it_answered(
                                       "email-started", "email-sent"]  # fmt: skip
     probed = [e for e in app.journal("c2") if e.kind == "step.probed"]
     assert len(probed) == 1 and json.loads(probed[0].data or "{}")["answer"] == "not_done"
+
+
+def test_stream_writes_each_model_answers_events_once_across_a_crash(
+    app: perdure.App, clock: TestClock, claude: Any, quick: None
+) -> None:
+    """`stream=True`: each model step writes the server's events to the run's durable stream
+    as they arrive; after a crash and a recovery that answers two requests from the journal,
+    each of the four model steps streamed its answer once, and the last one's text deltas
+    are the run's answer."""
+    agent = claude.module.register(app, stream=True)
+    script(claude)
+    handle = app.start(agent.workflow(), "refund o42", run_id="s1")
+    recover(app, clock, crash_after(app, "refunds.tool.refund"))
+    assert handle.result() == "Order o42 was refunded." and len(claude.requests) == 4
+
+    async def read() -> list[Any]:
+        return [item async for item in ModelEvents(app.client, "s1")]
+
+    events = asyncio.run(read())
+    assert events and not any(e.retry for e in events)  # no model step was cut off
+    models = [e.position for e in app.journal("s1")
+              if e.kind == "step.outcome" and e.name == "refunds.model"]  # fmt: skip
+    starts = [e.position for e in events if e.event["type"] == "message_start"]
+    assert len(models) == 4 and starts == models  # one answer each, none streamed again
+    last = [e.event["delta"].get("text", "") for e in events
+            if e.position == models[-1] and e.event["type"] == "content_block_delta"]  # fmt: skip
+    assert "".join(last) == "Order o42 was refunded."
 
 
 def test_an_interrupted_once_tool_parks_and_its_resolution_is_the_tool_result(

@@ -3,14 +3,16 @@
 The CLI runs the agent loop and calls the model itself, so a durable conversation points
 its `ANTHROPIC_BASE_URL` at a local endpoint of the run (integrations/claude_agent_proxy.py)
 and answers each Messages request with a `keyed` step `{name}.model` that passes it on to
-the real API (`commit=True`: a response is never bought twice). The SDK's in-process MCP
-tools (`@tool`) run as steps `{name}.tool.{tool}` with the tool's declared effect (default
-`once`; a `probe` asks the world after a crash inside one). Tools that need a person
-(`approval=`) wait at a perdure gate from the SDK's permission callback (`can_use_tool`),
-and the CLI's built-in tools (Bash, Write, ...), which run inside the CLI where no step
-can hold them, are let through by a `PreToolUse` hook only when declared `read` or
-`idempotent` (re-running them is harmless). Transcripts go to the store
-(`PerdureSessionStore`, integrations/claude_agent_session.py).
+the real API (`commit=True`: a response is never bought twice); with `stream=True` the
+step writes the API's server-sent events to the run's durable stream as they arrive
+(integrations/streaming.py), so a reader sees the tokens while the CLI waits for the
+answer whole. The SDK's in-process MCP tools (`@tool`) run as steps `{name}.tool.{tool}`
+with the tool's declared effect (default `once`; a `probe` asks the world after a crash
+inside one). Tools that need a person (`approval=`) wait at a perdure gate from the SDK's
+permission callback (`can_use_tool`), and the CLI's built-in tools (Bash, Write, ...),
+which run inside the CLI where no step can hold them, are let through by a `PreToolUse`
+hook only when declared `read` or `idempotent` (re-running them is harmless). Transcripts
+go to the store (`PerdureSessionStore`, integrations/claude_agent_session.py).
 
 Recovery replays: a new CLI is started on the same prompt, every recorded model response
 and tool outcome is answered from the journal (nothing is requested or run again), and
@@ -41,6 +43,7 @@ from ..errors import ConfigError, NonDeterminismError, ParkRun, PerdureError, St
 from ..extras import require_extra
 from .claude_agent_proxy import Reply, Request, serving
 from .gates import Gates
+from .streaming import write_event
 
 require_extra("claude-agent", "perdure.integrations.claude_agent")
 
@@ -99,6 +102,29 @@ def _text(value: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}]}
 
 
+async def _relayed(answer: httpx.Response, position: int) -> str:
+    """The body of a server-sent-events answer, whole, each event's JSON written to the run's
+    stream (`write_event`) as soon as its `data:` line has arrived."""
+    whole: list[str] = []
+    pending = ""
+    async for piece in answer.aiter_text():
+        whole.append(piece)
+        *lines, pending = (pending + piece).split("\n")
+        for line in lines:
+            _relay_line(line, position)
+    _relay_line(pending, position)
+    return "".join(whole)
+
+
+def _relay_line(line: str, position: int) -> None:
+    if line.startswith("data:"):
+        try:
+            event = json.loads(line[5:])
+        except ValueError:  # not JSON: left to the CLI, which reads the body whole
+            return
+        write_event(position, event)
+
+
 def _shape(body: bytes) -> dict[str, Any]:
     """What a replayed Messages request must repeat: how many messages it carries and the
     tools it offers (a request that is not JSON has neither)."""
@@ -149,6 +175,10 @@ class ClaudeAgent:
             `approve:{tool_use_id}`, answered with `perdure send`).
         upstream: the Messages API the model steps call (default: the options' or the
             environment's `ANTHROPIC_BASE_URL`, else api.anthropic.com).
+        stream: write each model step's server-sent events, as they arrive, to the run's
+            durable stream (topic `model`, read with
+            `perdure.integrations.streaming.ModelEvents`); the answer is journaled whole
+            once, so a replay streams nothing again.
     """
 
     def __init__(
@@ -163,6 +193,7 @@ class ClaudeAgent:
         probes: Mapping[str, Callable[..., Any]] | None = None,
         approval: Collection[str] = (),
         upstream: str | None = None,
+        stream: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name.strip() or "." in name:
             raise ConfigError(f"ClaudeAgent needs a name without dots, not {name!r}")
@@ -177,6 +208,7 @@ class ClaudeAgent:
             if unknown:
                 raise ConfigError(f"ClaudeAgent {name!r}: {what} names no tool of it: {unknown}")
         self.approval = frozenset(approval)
+        self.stream = stream
         env = self.options.env or {}
         self.upstream = (
             upstream
@@ -213,26 +245,34 @@ class ClaudeAgent:
     async def _model_call(self, path: str, headers: dict[str, str], body: bytes) -> Any:
         """Pass one Messages request on to the API; its answer, whole (SSE text included)."""
         send = {k: v for k, v in headers.items() if k not in _HOP}
+        position = current_step().position
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0)) as http:
-                answer = await http.post(self.upstream + path, headers=send, content=body)
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0)) as http,
+                http.stream("POST", self.upstream + path, headers=send, content=body) as answer,
+            ):
+                sse = "text/event-stream" in answer.headers.get("content-type", "")
+                if self.stream and sse and answer.status_code == 200:
+                    text = await _relayed(answer, position)
+                else:
+                    text = (await answer.aread()).decode(answer.encoding or "utf-8", "replace")
         except httpx.TransportError as exc:
             raise ModelBusy(f"{self.upstream}: {type(exc).__name__}: {exc}") from exc
         status = answer.status_code
         if status in (401, 403):
             raise ParkRun(
                 f"Claude agent {self.name!r}: the model API refused the key ({status}: "
-                f"{_one_line(answer.text)}); fix it where the workers run, then "
+                f"{_one_line(text)}); fix it where the workers run, then "
                 f"`perdure resume {current_step().run_id}`"
             )
         if status == 429 or status >= 500:
-            raise ModelBusy(f"{self.upstream} answered {status}: {_one_line(answer.text)}")
+            raise ModelBusy(f"{self.upstream} answered {status}: {_one_line(text)}")
         return {
             "status": status,
             "type": answer.headers.get("content-type", "application/json"),
-            "body": answer.text,
+            "body": text,
             **_shape(body),
-            "position": current_step().position,
+            "position": position,
         }
 
     @staticmethod
