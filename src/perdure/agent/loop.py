@@ -1,8 +1,10 @@
 """The agent loop: an ordinary durable workflow whose model calls and tool calls are steps.
 
 context -> model step (its worst case reserved against the budgets first) -> tool steps
--> completion check -> repeat. A call that does not fit an agent budget parks the run,
-holding no slot, until budget frees up (agent/budgets.py).
+-> completion check -> repeat. Steering messages an operator sent (`perdure steer`) are
+taken, journaled, before each model call and join the transcript as user turns. A call
+that does not fit an agent budget parks the run, holding no slot, until budget frees up
+(agent/budgets.py).
 A model call is a `keyed` step (its request fingerprint, response and usage are
 journaled, so replay returns the recorded response and spends nothing); each
 tool call is a step with the tool's own effect, so recovery follows that
@@ -34,6 +36,7 @@ from ..engine import aborts, durable, observers
 from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.runtime import runtime_of
+from ..engine.steering import Steer
 from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
@@ -413,6 +416,7 @@ class Agent:
                 if previous is not None and tier != previous:  # journaled, with its reason
                     await steps.escalate(previous, tier, evidence)
                 previous = tier
+                messages += [Message("user", steered(s)) for s in await durable.steering()]
                 if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
                     messages = await self._compact(messages, tier, spend, evidence)
                 request = ModelRequest(
@@ -802,6 +806,12 @@ GIT_SAFE = (
     "-c", "core.untrackedCache=false", "-c", "commit.gpgSign=false",
     "-c", "core.pager=cat", "-c", "core.editor=true", "-c", "protocol.allow=never",
 )  # fmt: skip
+
+
+def steered(sent: Steer) -> str:
+    """How a steering message (perdure steer) is put to the model: a user turn, from now on."""
+    who = f" ({sent.by})" if sent.by else ""
+    return f"Message from the operator{who}, steering this task: {sent.text}"
 
 
 def git_env() -> dict[str, str]:

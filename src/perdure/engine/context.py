@@ -163,6 +163,7 @@ class RunContext:
         self._settling: list[asyncio.Future[None]] = []
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
+        self.steering_asked = False  # replay passed (or recorded) its steering marker
         # the lease this worker can show for the run (engine time: the lease_until it last
         # had the store accept, by claim or heartbeat), less a margin kept for clock error
         self.held_until = run.lease_until if run.lease_until is not None else math.inf

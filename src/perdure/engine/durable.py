@@ -10,6 +10,8 @@ What each records:
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
+- `steering()`: each steering message taken (in the transaction that consumes it), and,
+  at the first call, a marker that the run takes steering.
 - `continue_as_new(*args)`: nothing for this run to replay: it ends, `run.continued`
   naming its successor, in the transaction that creates the successor.
 """
@@ -26,6 +28,7 @@ from typing import Any
 from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING, Entry
 from . import continuation, sticky
+from . import steering as steer
 from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
@@ -207,6 +210,57 @@ async def _wait_event(
     if data.get("timed_out"):
         raise WaitTimeout(f"run {ctx.run_id!r}: no event {name!r} arrived before the timeout")
     return from_json(data["payload"], hint, f"event {name!r}")
+
+
+def steering() -> Any:
+    """The steering messages sent to this run (`perdure steer RUN TEXT`) and not taken yet,
+    oldest first, as `Steer` values (text, by, sent_at); [] when there are none. Never
+    waits (to wait for the next one: `wait_event("steer")`). Returns an awaitable in async
+    workflows, a value in sync ones.
+
+    Each message taken is journaled in the transaction that consumes it, so it is given
+    to this run once, and replay returns it at the same place. The first call records that
+    the run takes steering: until then an operator's steer is refused (a spec agent's run
+    takes it from its start).
+    """
+    ctx = require("steering")
+    ctx.guard()
+    return ctx.call(_steering(ctx))
+
+
+async def _steering(ctx: RunContext) -> list[steer.Steer]:
+    """Walk the positions this call took when it first ran (its marker, its messages); at
+    the journal's end take what the store holds, one position and one write per message.
+    A position holding another call's entries means this call took nothing there."""
+    taken: list[steer.Steer] = []
+    while True:
+        pos = ctx.position
+        entries = ctx.by_position.get(pos, [])
+        if any(e.kind == "patch.marker" and e.name == steer.MARKER for e in entries):
+            ctx.position += 1
+            ctx.steering_asked = True
+            continue
+        final = next((e for e in entries if e.kind == steer.RECEIVED), None)
+        if final is not None:
+            ctx.position += 1
+            taken.append(steer.received(final))
+            continue
+        if entries:
+            return taken
+        await ctx.checkpoint()  # the journal's end (a replay check stops here)
+        if not ctx.steering_asked:
+            ctx.position += 1
+            ctx.steering_asked = True
+            ctx.buffer_entry(ctx.entry("patch.marker", steer.MARKER, position=pos, final=True))
+            continue
+        event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, steer.STEER))
+        if event is None:
+            return taken
+        ctx.position += 1
+        data = f'{{"payload":{event.payload},"event_id":{event.id},"sent_at":{event.sent_at!r}}}'
+        entry = ctx.entry(steer.RECEIVED, steer.STEER, position=pos, final=True, data_json=data)
+        await ctx.write(entry, consume_event=event.id)
+        taken.append(steer.received(entry))
 
 
 def continue_as_new(*args: Any, **kwargs: Any) -> Any:

@@ -246,6 +246,22 @@ async def send_event(
     return await perform(app, who, action, do, lambda eid: action.with_detail(event_id=eid))
 
 
+AGENT_RUNS = "agent:"  # a spec agent's workflow (agent/loop.py): steered from its start
+
+
+async def steer(app: App, who: Principal, run_id: str, text: str) -> int:
+    """Send a steering message to a run (a spec agent takes it at its next model call);
+    its event id. A finished run, or one whose workflow does not take steering, is refused."""
+    action = Action("run.steer", f"run:{run_id}", "operate", {"text": text})
+
+    async def do() -> int:
+        run = await app.client.latest(run_id)
+        takes = run.workflow.startswith(AGENT_RUNS)
+        return await app.client.steer(run_id, text, by=who.name, takes=takes)
+
+    return await perform(app, who, action, do, lambda eid: action.with_detail(event_id=eid))
+
+
 async def emit(
     app: App,
     who: Principal,
@@ -309,7 +325,7 @@ async def gc(app: App, who: Principal, batch: int = 200) -> GcReport:
 async def operate(
     app: App, who: Principal, action: str, run_id: str, comment: str = "", **options: Any
 ) -> str:
-    """cancel | pause | resume | resolve | fork a run by name (the dashboard's and the
+    """cancel | pause | resume | resolve | steer | fork a run by name (the dashboard's and the
     API's verbs); returns the new status (or, for fork, the new run's id)."""
     if action == "cancel":
         return await cancel(app, who, run_id, comment)
@@ -323,6 +339,9 @@ async def operate(
             retry=bool(options.get("retry")), fail=bool(options.get("fail")),
             probe=bool(options.get("probe")), comment=comment,
         )  # fmt: skip
+    if action == "steer":
+        await steer(app, who, run_id, str(options.get("text") or ""))
+        return (await app.client.get(run_id)).status
     if action == "fork":
         forked = await fork(
             app, who, run_id, int(options["from_step"]), options.get("new_id"), comment
