@@ -325,7 +325,7 @@ async def gc(app: App, who: Principal, batch: int = 200) -> GcReport:
 async def operate(
     app: App, who: Principal, action: str, run_id: str, comment: str = "", **options: Any
 ) -> str:
-    """cancel | pause | resume | resolve | steer | fork a run by name (the dashboard's and the
+    """cancel | pause | resume | resolve | fork a run by name (the dashboard's and the
     API's verbs); returns the new status (or, for fork, the new run's id)."""
     if action == "cancel":
         return await cancel(app, who, run_id, comment)
@@ -339,9 +339,6 @@ async def operate(
             retry=bool(options.get("retry")), fail=bool(options.get("fail")),
             probe=bool(options.get("probe")), comment=comment,
         )  # fmt: skip
-    if action == "steer":
-        await steer(app, who, run_id, str(options.get("text") or ""))
-        return (await app.client.get(run_id)).status
     if action == "fork":
         forked = await fork(
             app, who, run_id, int(options["from_step"]), options.get("new_id"), comment
