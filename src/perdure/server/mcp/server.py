@@ -4,7 +4,8 @@ Built on the official SDK's low-level `Server` (mcp 1.x), with the task methods
 of the MCP specification 2025-11-25 registered as its request handlers over the
 store, not over the SDK's in-memory task store, so a task outlives the process:
 
-- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`.
+- `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`; when
+  an agent is served, `perdure_steer` too (`steer_tool.py`: answered at once).
 - `tools/call` with `task`: starts the run `mcp:<uuid>` (its id is the task id) and
   returns `CreateTaskResult` at once. Without `task`: starts the run and waits for
   its result (at most `call_wait` seconds; after that the result says the run goes
@@ -64,6 +65,7 @@ from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
 from ..access import Principal
 from ..operations import Action, Forbidden, answer, decide, require
+from .steer_tool import call_steer, steer_tool
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
@@ -197,6 +199,8 @@ class PerdureMcp:
     ) -> None:
         self.app = app
         self.tools = tools
+        # an agent is served: its runs may be steered (a tool of its own, not a workflow's)
+        self.steer = steer_tool() if any(t.agent for t in tools.values()) else None
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
@@ -490,15 +494,32 @@ class PerdureMcp:
 
     # -- tools (2025-11-25, through the SDK) ------------------------------------------------
 
+    def listed_tools(self) -> list[types.Tool]:
+        """What tools/list answers: the workflows' tools, then `perdure_steer` if offered."""
+        return [t.tool for t in self.tools.values()] + ([self.steer] if self.steer else [])
+
+    async def steered(
+        self, req: Requestor, name: str, arguments: dict[str, Any], as_task: bool
+    ) -> types.CallToolResult | None:
+        """A tools/call of `perdure_steer`, done at once (never as a task); None for another
+        tool."""
+        if self.steer is None or name != self.steer.name:
+            return None
+        if as_task:
+            raise _error(types.INVALID_PARAMS, f"tool {name!r} cannot be called as a task")
+        return await call_steer(self.app, req.who, arguments)
+
     async def _list_tools(self, req: types.ListToolsRequest) -> types.ServerResult:
         asker, *_ = self._context()
         require(asker.who, "read", "listing tools")
-        tools = [t.tool for t in self.tools.values()]
-        return types.ServerResult(types.ListToolsResult(tools=tools))
+        return types.ServerResult(types.ListToolsResult(tools=self.listed_tools()))
 
     async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
         asker, state, session, request_id = self._context()
         as_task = req.params.task is not None
+        name, arguments = req.params.name, req.params.arguments or {}
+        if (steered := await self.steered(asker, name, arguments, as_task)) is not None:
+            return types.ServerResult(steered)
         try:
             run = await self.start(asker, req.params.name, req.params.arguments or {}, as_task)
         except (Forbidden, StoreError):

@@ -173,8 +173,8 @@ class Stateless:
     async def _list_tools(self, rpc: Rpc, req: Requestor) -> dict[str, Any]:
         require(req.who, "read", "listing tools")
         tools = [
-            t.tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for t in self.mcp.tools.values()
+            t.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for t in self.mcp.listed_tools()
         ]
         for tool in tools:
             tool.pop("execution", None)  # the extension drops per-tool task support
@@ -185,6 +185,8 @@ class Stateless:
         arguments = rpc.params.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise _invalid("tools/call needs a tool name and an arguments object")
+        if (steered := await self.mcp.steered(req, name, arguments, False)) is not None:
+            return _dump(steered)  # done at once: a task would only wrap the answer
         try:
             run = await self.mcp.start(req, name, arguments, rpc.with_tasks)
         except (Forbidden, StoreError):
