@@ -55,7 +55,7 @@ def steer_tool() -> types.Tool:
         inputSchema=schema,
         annotations=types.ToolAnnotations(
             readOnlyHint=False, destructiveHint=False, openWorldHint=False
-        ),  # fmt: skip
+        ),
         execution=types.ToolExecution(taskSupport=types.TASK_FORBIDDEN),
     )
 
