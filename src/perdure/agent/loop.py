@@ -36,7 +36,6 @@ from ..engine import aborts, durable, observers
 from ..engine.effects import Effect
 from ..engine.retry import Retry
 from ..engine.runtime import runtime_of
-from ..engine.steering import Steer
 from ..engine.steps import current_step
 from ..errors import PerdureError, StepError, WaitTimeout
 from . import budgets
@@ -416,7 +415,7 @@ class Agent:
                 if previous is not None and tier != previous:  # journaled, with its reason
                     await steps.escalate(previous, tier, evidence)
                 previous = tier
-                messages += [Message("user", steered(s)) for s in await durable.steering()]
+                messages += [Message("user", s.prompt()) for s in await durable.steering()]
                 if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
                     messages = await self._compact(messages, tier, spend, evidence)
                 request = ModelRequest(
@@ -806,12 +805,6 @@ GIT_SAFE = (
     "-c", "core.untrackedCache=false", "-c", "commit.gpgSign=false",
     "-c", "core.pager=cat", "-c", "core.editor=true", "-c", "protocol.allow=never",
 )  # fmt: skip
-
-
-def steered(sent: Steer) -> str:
-    """How a steering message (perdure steer) is put to the model: a user turn, from now on."""
-    who = f" ({sent.by})" if sent.by else ""
-    return f"Message from the operator{who}, steering this task: {sent.text}"
 
 
 def git_env() -> dict[str, str]:

@@ -11,7 +11,7 @@ What each records:
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
 - `steering()`: each steering message taken (in the transaction that consumes it), and,
-  at the first call, a marker that the run takes steering.
+  at the first call, that the run takes steering (an entry at no position).
 - `continue_as_new(*args)`: nothing for this run to replay: it ends, `run.continued`
   naming its successor, in the transaction that creates the successor.
 """
@@ -229,17 +229,16 @@ def steering() -> Any:
 
 
 async def _steering(ctx: RunContext) -> list[steer.Steer]:
-    """Walk the positions this call took when it first ran (its marker, its messages); at
-    the journal's end take what the store holds, one position and one write per message.
-    A position holding another call's entries means this call took nothing there."""
+    """Walk the positions this call took when it first ran (one per message); at the
+    journal's end take what the store holds, one position and one write per message. A
+    position holding another call's entries means this call took nothing there."""
+    if not ctx.steering_asked and ctx.state.phase is not Phase.CHECKING:
+        ctx.steering_asked = True  # at no position: the run's steps keep theirs
+        ctx.buffer_entry(ctx.entry(steer.ASKED))
     taken: list[steer.Steer] = []
     while True:
         pos = ctx.position
         entries = ctx.by_position.get(pos, [])
-        if any(e.kind == "patch.marker" and e.name == steer.MARKER for e in entries):
-            ctx.position += 1
-            ctx.steering_asked = True
-            continue
         final = next((e for e in entries if e.kind == steer.RECEIVED), None)
         if final is not None:
             ctx.position += 1
@@ -248,11 +247,6 @@ async def _steering(ctx: RunContext) -> list[steer.Steer]:
         if entries:
             return taken
         await ctx.checkpoint()  # the journal's end (a replay check stops here)
-        if not ctx.steering_asked:
-            ctx.position += 1
-            ctx.steering_asked = True
-            ctx.buffer_entry(ctx.entry("patch.marker", steer.MARKER, position=pos, final=True))
-            continue
         event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, steer.STEER))
         if event is None:
             return taken
@@ -291,9 +285,11 @@ INTERNAL = "perdure."  # the prefix of the patch markers perdure records for its
 
 def internal(entry: Entry) -> bool:
     """Is `entry` a marker perdure records for itself (a `patched` name under `perdure.`,
-    e.g. an agent run's `perdure.budget.reservations`)? Timelines hide it; `perdure show
-    --all` and the API's journal keep it."""
-    return entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)
+    e.g. an agent run's `perdure.budget.reservations`, or that the run takes steering)?
+    Timelines hide it; `perdure show --all` and the API's journal keep it."""
+    return (entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)) or (
+        entry.kind == steer.ASKED
+    )
 
 
 def patched(name: str) -> bool:

@@ -8,10 +8,11 @@ the transaction that marks its event consumed, so it is applied once and replaye
 the journal ever after. A workflow may also block for the next one with
 `perdure.wait_event("steer")` (its payload as above).
 
-Who may be steered: a run whose journal holds the `perdure.steering` marker (recorded by
-its workflow's first `steering()` call: it asked), or one whose caller knows its workflow
-takes steering (a spec agent's, from its start). Others are refused in one line, as is a
-finished run.
+Who may be steered: a run whose journal holds a `run.steering` entry (recorded, at no
+position, by its workflow's first `steering()` call: it asked), or one whose caller knows
+its workflow takes steering (a spec agent's, from its start). Others are refused in one
+line, as is a finished run. A run never steered takes no journal position for it, so
+steering changes no position of a run's steps.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..store.base import Entry
 
 STEER = "steer"  # the event name (and the journal name) of a steering message
 RECEIVED = "steer.received"  # the journal kind of a steer a run took
-MARKER = "perdure.steering"  # the patch marker of a run that asked for steering
+ASKED = "run.steering"  # the journal kind (at no position) of a run that asked for steering
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,11 @@ class Steer:
     text: str
     by: str = ""
     sent_at: float = 0.0
+
+    def prompt(self) -> str:
+        """How an agent puts it to its model: a user turn, kept in the transcript after."""
+        who = f" ({self.by})" if self.by else ""
+        return f"Message from the operator{who}, steering this task: {self.text}"
 
 
 def payload(text: str, by: str) -> dict[str, str]:
@@ -50,4 +56,4 @@ def received(entry: Entry) -> Steer:
 
 def asked(entries: Sequence[Entry]) -> bool:
     """Has the run's workflow asked for steering (its journal holds the marker)?"""
-    return any(e.kind == "patch.marker" and e.name == MARKER for e in entries)
+    return any(e.kind == ASKED for e in entries)

@@ -79,7 +79,7 @@ from pydantic_ai.messages import (  # noqa: E402
     PartEndEvent,
     PartStartEvent,
 )
-from pydantic_ai.models import Model, ModelRequestParameters  # noqa: E402
+from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters  # noqa: E402
 from pydantic_ai.tools import (  # noqa: E402
     AgentDepsT,
     DeferredToolRequests,
@@ -408,6 +408,18 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         """perdure's durable timer: the run is parked on a store timer, holding no worker,
         and a recovered run does not wait again through time already passed."""
         await durable.sleep(max(seconds, 0.0))
+
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Steering messages sent to the run (`perdure steer`) since the last request join
+        this one as user content (pydantic-ai's `enqueue`, asap): taken and journaled in
+        workflow code, so a replay puts the same ones in the same request."""
+        if self._workflow_code():
+            taken = await durable.steering()
+            if taken:
+                ctx.enqueue(*(s.prompt() for s in taken))
+        return await super().before_model_request(ctx, request_context)
 
     # -- gates ---------------------------------------------------------------------------
 
