@@ -79,7 +79,7 @@ from pydantic_ai.messages import (  # noqa: E402
     PartEndEvent,
     PartStartEvent,
 )
-from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters  # noqa: E402
+from pydantic_ai.models import Model, ModelRequestParameters  # noqa: E402
 from pydantic_ai.tools import (  # noqa: E402
     AgentDepsT,
     DeferredToolRequests,
@@ -91,7 +91,7 @@ from pydantic_ai.tools import (  # noqa: E402
 from pydantic_ai.toolsets import FunctionToolset, ToolsetTool  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
-from .pydantic_ai import EFFECT_ATTR, PROBE_ATTR  # noqa: E402
+from .pydantic_ai import EFFECT_ATTR, PROBE_ATTR, Steering  # noqa: E402
 
 if TYPE_CHECKING:
     from ..app import App
@@ -409,22 +409,11 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
         and a recovered run does not wait again through time already passed."""
         await durable.sleep(max(seconds, 0.0))
 
-    async def before_model_request(
-        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
-        """Steering messages sent to the run (`perdure steer`) since the last request join
-        this one as user content (pydantic-ai's `enqueue`, asap): taken and journaled in
-        workflow code, so a replay puts the same ones in the same request."""
-        if self._workflow_code():
-            taken = await durable.steering()
-            if taken:
-                ctx.enqueue(*(s.prompt() for s in taken))
-        return await super().before_model_request(ctx, request_context)
-
     # -- gates ---------------------------------------------------------------------------
 
     def _companion_capabilities(self) -> list[AbstractCapability[AgentDepsT]]:
         found = super()._companion_capabilities()
+        found.append(Steering())  # `perdure steer` messages join the next request
         if self.use_gates:
             found.append(HandleDeferredToolCalls[AgentDepsT](handler=self._deferred))
         return found
