@@ -893,8 +893,9 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
 ) -> None:
     """An agent's ask_human and approval gates, in the stateless revision: tasks/get shows each
     as an input request, tasks/update answers it; two answers to one gate sent at once (as two
-    servers would) deliver one (the other is dropped by the store), audited as the client."""
-    make_agent(mcp_app, tmp_path, gated_script(tmp_path))
+    servers would) deliver one (the other is dropped by the store), audited as the client.
+    `perdure_steer`, listed and answered at once, puts its message in the next request."""
+    agent = make_agent(mcp_app, tmp_path, gated_script(tmp_path))
     server = PerdureMcp(mcp_app, workflow_tools(mcp_app.runtime.workflows), McpOptions(poll=0.05))
     modern = Stateless(server)
     asker = Requestor(Principal("mcp:tester", LOCAL_SCOPES), "stdio")
@@ -927,6 +928,10 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
             seen: set[str] = set()
             key, question = await gate(task_id, seen)
             assert question["params"]["message"] == "Which colour?"
+            assert "perdure_steer" in {x["name"] for x in (await rpc("tools/list"))["tools"]}
+            steered = await rpc("tools/call", name="perdure_steer",
+                                arguments={"run_id": task_id, "text": "keep it short"})  # fmt: skip
+            assert steered["structuredContent"]["run_id"] == task_id and not steered["isError"]
             reply = {key: {"action": "accept", "content": {"answer": "blue"}}}
             update = Rpc(2, "tasks/update", {"taskId": task_id, "inputResponses": reply,
                                               "_meta": meta})  # fmt: skip
@@ -954,3 +959,7 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
 
     asyncio.run(main())
     assert (tmp_path / "out" / "colour.txt").read_text() == "blue"
+    model = agent.providers["fast"]
+    assert isinstance(model, ScriptedModel)
+    steered = [sum("keep it short" in m.content for m in r.messages) for r in model.requests]
+    assert steered == [0, 1, 1]
