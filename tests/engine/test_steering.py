@@ -70,3 +70,22 @@ def test_a_workflow_that_never_asks_is_refused_and_keeps_nothing(
     assert app.runtime.sync(app.runtime.store.next_event("p", "steer"), "events") is None
     with pytest.raises(perdure.ConfigError, match="non-empty"):
         app.runtime.sync(app.client.steer("p", "  "), "steer")
+
+
+def test_steering_inside_a_step_is_refused_in_one_line(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """A step that calls `perdure.steering()` fails saying to call it in the workflow."""
+
+    @app.step(name="peek", effect="read", retry=perdure.Retry(max_attempts=1))
+    async def peek() -> str:
+        return str(await perdure.steering())
+
+    @app.workflow
+    async def wrong() -> str:
+        return await peek()
+
+    handle = app.start(wrong, run_id="bad")
+    worker.run_until_idle()
+    with pytest.raises(perdure.RunFailed, match="call it in the workflow, not inside a step"):
+        handle.result(timeout=5)

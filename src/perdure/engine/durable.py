@@ -221,9 +221,14 @@ def steering() -> Any:
     Each message taken is journaled in the transaction that consumes it, so it is given
     to this run once, and replay returns it at the same place. The first call records that
     the run takes steering: until then an operator's steer is refused (a spec agent's run
-    takes it from its start).
+    takes it from its start). Await it on its own, not alongside other journaled calls.
     """
+    from .steps import _step_info
+
     ctx = require("steering")
+    if _step_info.get() is not None:
+        raise PerdureError("perdure.steering() takes journal positions: call it in the "
+                           "workflow, not inside a step")  # fmt: skip
     ctx.guard()
     return ctx.call(_steering(ctx))
 
@@ -248,6 +253,9 @@ async def _steering(ctx: RunContext) -> list[steer.Steer]:
             return taken
         await ctx.checkpoint()  # the journal's end (a replay check stops here)
         event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, steer.STEER))
+        if ctx.position != pos:  # another call took this position meanwhile
+            raise PerdureError("perdure.steering() ran alongside another journaled call "
+                               "(asyncio.gather?): await it on its own")  # fmt: skip
         if event is None:
             return taken
         ctx.position += 1
