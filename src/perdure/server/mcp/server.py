@@ -60,7 +60,7 @@ from mcp.shared.message import ServerMessageMetadata
 
 from ...engine.client import origin_of
 from ...engine.streams import StreamChunk, chunk_of
-from ...errors import PerdureError, StoreError
+from ...errors import ConfigError, PerdureError, StoreError
 from ...store.base import CANCELLING, FINISHED, WAITING, RunRow
 from .. import operations as ops
 from ..access import Principal
@@ -187,6 +187,9 @@ class PerdureMcp:
 
     Args:
         http: requests come over Streamable HTTP and must carry a bearer token's principal.
+
+    Raises:
+        ConfigError: a workflow's tool has the steering tool's name (`perdure_steer`).
     """
 
     def __init__(
@@ -201,6 +204,9 @@ class PerdureMcp:
         self.tools = tools
         # an agent is served: its runs may be steered (a tool of its own, not a workflow's)
         self.steer = steer_tool() if any(t.agent for t in tools.values()) else None
+        if self.steer is not None and self.steer.name in tools:
+            raise ConfigError(f"a workflow's tool is named {self.steer.name!r}, the name of "
+                              "the steering tool; rename the workflow (name=...)")  # fmt: skip
         self.options = options or McpOptions()
         self.http = http
         self._asking: set[str] = set()  # gates being put to a client by this process
