@@ -40,6 +40,8 @@ EXPECTED = [
     "random",
     "sleep",
     "wait_event",
+    "steering",
+    "Steer",
     "patched",
     "continue_as_new",
     "current_run",

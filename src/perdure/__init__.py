@@ -18,6 +18,7 @@ from .engine.durable import (
     patched,
     random,
     sleep,
+    steering,
     uuid,
     wait_event,
 )
@@ -26,6 +27,7 @@ from .engine.handles import ChildHandle, RunHandle, Workflow
 from .engine.probes import ProbeAnswer
 from .engine.retention import GcReport, Retention
 from .engine.retry import Retry
+from .engine.steering import Steer
 from .engine.steps import Step, current_step
 from .engine.streams import StreamChunk, stream
 from .engine.worker import Worker, WorkerOptions
@@ -86,6 +88,8 @@ __all__ = [
     "random",
     "sleep",
     "wait_event",
+    "steering",
+    "Steer",
     "patched",
     "continue_as_new",
     "current_run",

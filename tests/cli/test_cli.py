@@ -64,6 +64,24 @@ def test_pause_resume_cancel(env: dict[str, str]) -> None:
     assert run("cancel", "r2").output.strip() == "cancelled"
 
 
+def test_steer_refuses_a_plain_workflow_and_a_finished_run_in_one_line(
+    env: dict[str, str],
+) -> None:
+    """`perdure steer` to a run whose workflow never asked for steering, or to a finished
+    run, exits 2 with one line, and the refusal is audited."""
+    run("start", "checkout", '["o9"]', "--id", "r9")
+    TestWorker(app_module().app).run_until_idle()
+    refused = CliRunner().invoke(cli, ["steer", "r9", "be quick"])
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 1 and "does not take steering" in refused.output
+    run("send", "r9", "approved", "true")
+    TestWorker(app_module().app).run_until_idle()
+    late = CliRunner().invoke(cli, ["steer", "r9", "be quick"])
+    assert late.exit_code == 2 and "finished run cannot be steered" in late.output
+    audited = run("audit", "--run", "r9")
+    assert audited.output.count("run.steer") == 2 and "refused" in audited.output
+
+
 def test_resolve_needs_attention_with_value(env: dict[str, str]) -> None:
     """A once step interrupted mid-effect is resolved from the CLI with a value."""
     run("start", "checkout", '["o3"]', "--id", "r3")

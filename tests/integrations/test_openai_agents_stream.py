@@ -171,6 +171,31 @@ def test_needs_approval_waits_at_a_gate_answered_once_and_audited(
     assert_decided_once(app, who, "a-gate", "c2", approve)
 
 
+def test_a_steer_sent_at_a_gate_is_in_every_later_model_input_once(
+    app: perdure.App, worker: TestWorker, server: Any
+) -> None:
+    """Steered while it waits at a gate, the agent's next model request carries the message
+    as a user message, once, and so does every request after it (the SDK's input filter
+    changes one call's input: it is put back each time); the journal takes it once."""
+    flow = Runner(app, tool_effects={"lookup_order": "read", "issue_refund": "keyed"}).workflow(
+        approval_agent(server, Payments())
+    )
+    script(server)
+    handle = app.start(flow, "refund o42", run_id="a-steer")
+    worker.run_until_idle()
+    assert handle.status() == "waiting"
+    app.runtime.sync(app.client.steer("a-steer", "write the e-mail in French"), "steer")
+    app.send_event("a-steer", "approve:c2", {"approve": True})
+    worker.run_until_idle()
+    assert handle.result() == "Order o42 was refunded."
+    carried = [
+        [m["role"] for m in r.body["messages"] if "in French" in str(m.get("content"))]
+        for r in server.requests
+    ]
+    assert carried == [[], [], ["user"], ["user"]]
+    assert sum(e.kind == "steer.received" for e in app.journal("a-steer")) == 1
+
+
 def test_a_denied_call_without_a_comment_reads_the_sdks_rejection(
     app: perdure.App, clock: TestClock, worker: TestWorker, server: Any
 ) -> None:

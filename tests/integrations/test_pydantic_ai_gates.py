@@ -121,6 +121,40 @@ def test_an_approval_survives_a_crash_after_it_was_given(
     assert refunds == ["42"] and script.requests == 2
 
 
+def test_a_steer_sent_at_a_gate_survives_a_crash_and_is_in_the_next_request_once(
+    app: perdure.App, clock: TestClock, worker: TestWorker
+) -> None:
+    """Steered at the gate, then a crash in the approved tool: after recovery the next
+    model request carries the message once, as user content."""
+    seen: list[list[ModelMessage]] = []
+    calls = Calls(("issue_refund", {"order": "42"}))
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return calls(messages, info)
+
+    agent = Agent(FunctionModel(script), name="shop")
+
+    @agent.tool_plain(requires_approval=True)
+    @perdure_tool(effect="keyed")
+    def issue_refund(order: str) -> str:
+        return f"refunded {order}"
+
+    durable = PerdureAgent(agent, app)
+    handle = durable.start("refund 42", run_id="p-steer")
+    worker.run_until_idle()
+    app.runtime.sync(app.client.steer("p-steer", "refund to the card"), "steer")
+    app.send_event("p-steer", "approve:c1", {"approve": True})
+    crash_and_recover(app, clock, f"{NAME}.tool.issue_refund")
+    assert durable.result(handle).output == "done: refunded 42"
+    carried = [
+        sum("refund to the card" in str(p.content) for m in messages for p in m.parts
+            if p.part_kind == "user-prompt")
+        for messages in seen
+    ]  # fmt: skip
+    assert carried == [0, 1]
+
+
 def test_a_deferred_question_is_answered_at_a_gate(app: perdure.App, worker: TestWorker) -> None:
     """A tool raising CallDeferred(kind='question') waits for a person's answer, which the
     model then reads as the tool's result."""

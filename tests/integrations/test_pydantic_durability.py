@@ -221,6 +221,40 @@ def test_a_tool_that_requires_approval_waits_at_a_perdure_gate(
     assert refunds == ["42"] and script.calls == 2
 
 
+def test_a_steer_sent_while_the_agent_waits_is_in_its_next_request_once(
+    app: perdure.App, worker: TestWorker
+) -> None:
+    """The run takes steering from its first request; a steer sent while it waits at a gate
+    is in the next request the model gets, once, as user content."""
+    seen: list[list[ModelMessage]] = []
+    script = Scripted("issue_refund")
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return script(messages, info)
+
+    agent = Agent(FunctionModel(model), name="shop", capabilities=[PerdureDurability(app)])
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order: str) -> str:
+        return f"refunded {order}"
+
+    handle = app.start(agent_workflow(app, agent), "refund 42", run_id="steer-1")
+    worker.run_until_idle()
+    assert handle.status() == "waiting"
+    app.runtime.sync(app.client.steer("steer-1", "say it in French", by="ana"), "steer")
+    app.send_event("steer-1", "approve:c1", {"approve": True})
+    worker.run_until_idle()
+    assert handle.result(1) == "done: refunded 42"
+
+    def carried(messages: list[ModelMessage]) -> int:
+        return sum("say it in French" in str(p.content) for m in messages for p in m.parts
+                   if p.part_kind == "user-prompt")  # fmt: skip
+
+    assert [carried(m) for m in seen] == [0, 1]
+    assert sum(e.kind == "steer.received" for e in app.journal("steer-1")) == 1
+
+
 def test_a_deferred_question_is_answered_at_a_gate(app: perdure.App, worker: TestWorker) -> None:
     """A tool raising CallDeferred waits for a person's answer (`human:{call}`), which the
     model then reads as the tool's result."""

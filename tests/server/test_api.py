@@ -39,7 +39,8 @@ SCOPES = ("read", "operate", "approve", "admin")
 
 
 def register(app: perdure.App) -> None:
-    """The workflows these tests drive: an echo, a gate, a question, a sleeper, a `once` step."""
+    """The workflows these tests drive: an echo, a gate, a question, a sleeper, one that
+    takes steering, a `once` step."""
 
     @app.workflow(name="echo")
     def echo(x: int) -> int:
@@ -57,6 +58,11 @@ def register(app: perdure.App) -> None:
     async def nap() -> str:
         await perdure.sleep(86400)
         return "rested"
+
+    @app.workflow(name="steered")
+    async def steered() -> Any:
+        await perdure.steering()  # it takes steering from here on
+        return (await perdure.wait_event("steer"))["text"]
 
     @app.step(name="pay")
     def pay() -> str:
@@ -424,6 +430,37 @@ def test_events_reach_a_waiting_run(
     assert client.post("/api/v1/runs/nope/events", json=body, headers=op).status_code == 404
     nameless = client.post("/api/v1/runs/a1/events", json={"payload": 1}, headers=op)
     assert nameless.status_code == 422 and nameless.json()["field"] == "name"
+
+
+def test_steer_reaches_a_run_that_takes_it_and_is_refused_elsewhere(
+    client: TestClient, tokens: dict[str, str], worker: TestWorker
+) -> None:
+    """A steer (202, audited with its actor) reaches a run whose workflow takes steering;
+    a plain workflow's run and a finished run are 409 with one line, an unknown run 404,
+    an empty text 422."""
+    op = auth(tokens["operate"])
+    for workflow, run_id in (("steered", "st1"), ("gated", "g9"), ("echo", "e9")):
+        start(client, tokens["operate"], workflow, *([1] if workflow == "echo" else []),
+              id=run_id)  # fmt: skip
+    worker.run_until_idle()
+    sent = client.post("/api/v1/runs/st1/steer", json={"text": "go left"}, headers=op)
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["run_id"] == "st1" and sent.json()["event_id"] > 0
+    worker.run_until_idle()
+    assert client.get("/api/v1/runs/st1", headers=op).json()["result"] == "go left"
+    for run_id, why in (("g9", "does not take steering"), ("e9", "finished run")):
+        refused = client.post(f"/api/v1/runs/{run_id}/steer", json={"text": "x"}, headers=op)
+        assert refused.status_code == 409 and why in refused.json()["error"], refused.text
+        assert "\n" not in refused.json()["error"]
+    unknown = client.post("/api/v1/runs/nope/steer", json={"text": "x"}, headers=op)
+    assert unknown.status_code == 404
+    empty = client.post("/api/v1/runs/st1/steer", json={"text": ""}, headers=op)
+    assert empty.status_code == 422 and empty.json()["field"] == "text"
+    done = audit_actions(client, tokens["read"], "run:st1")
+    assert [(who, what) for who, what, _ in done if what == "run.steer"] == [
+        ("operate-er", "run.steer")
+    ]
+    assert audit_actions(client, tokens["read"], "run:g9", "refused")[0][1] == "run.steer"
 
 
 # -- gates ---------------------------------------------------------------------------------

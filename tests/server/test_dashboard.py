@@ -522,6 +522,37 @@ def test_the_workers_page_shows_leases_and_pauses(
     assert "No worker has reported in the last hour" in later
 
 
+def test_a_run_that_takes_steering_is_steered_from_its_page(
+    app: perdure.App, server: TestClient
+) -> None:
+    """A run whose workflow takes steering has a Steer form (a plain one has none); the
+    message sent from it reaches the run, shows in its timeline and its audit (by the
+    token's name); a steer to a plain workflow's run is refused with the reason."""
+
+    @app.workflow(name="steered")
+    async def steered() -> str:
+        await perdure.steering()  # it takes steering from here on
+        await perdure.wait_event("go")
+        return " ".join(s.text for s in await perdure.steering())
+
+    app.start("steered", run_id="steer-1")
+    TestWorker(app).run_until_idle()
+    csrf = sign_in(server, token(app, "operate", name="olga"))
+    assert 'id="run-steer"' not in server.get("/ui/runs/ask-1").text
+    assert 'id="run-steer"' in server.get("/ui/runs/steer-1").text
+    form = {"csrf": csrf, "run_id": "steer-1", "action": "steer", "text": "go left"}
+    done = server.post("/ui/runs/act", data=form)
+    assert done.status_code == 200 and "Steered: the run takes" in text_of(done.text)
+    app.send_event("steer-1", "go")
+    TestWorker(app).run_until_idle()
+    assert app.handle("steer-1").result(timeout=5) == "go left"
+    shown = text_of(server.get("/ui/runs/steer-1").text)
+    assert "steer.received" in shown and "go left" in shown and "olga run.steer" in shown
+    assert 'id="run-steer"' not in server.get("/ui/runs/steer-1").text  # finished
+    refused = server.post("/ui/runs/act", data={**form, "run_id": "ask-1"})
+    assert refused.status_code == 409 and "does not take steering" in text_of(refused.text)
+
+
 def test_dashboard_actions_and_refusals_are_audited(app: perdure.App, server: TestClient) -> None:
     """Answering a question, pausing, resuming and cancelling a run and pausing and resuming a
     schedule each leave an `ok` record naming the token; a cancel of an unknown run and a

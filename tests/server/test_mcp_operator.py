@@ -32,7 +32,7 @@ from perdure.server.mcp.stateless import Rpc, Stateless
 from perdure.testing import TestClock, TestWorker
 
 OPERATOR_TOOLS = {"perdure_stuck", "perdure_explain", "perdure_resolve", "perdure_cancel",
-                  "perdure_pause", "perdure_resume", "perdure_fork"}  # fmt: skip
+                  "perdure_pause", "perdure_resume", "perdure_fork", "perdure_steer"}  # fmt: skip
 
 
 @pytest.fixture

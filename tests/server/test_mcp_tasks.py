@@ -171,7 +171,8 @@ def test_tools_list_one_tool_per_workflow_with_schema_and_task_support(
             assert caps.tasks.requests is not None and caps.tasks.requests.tools is not None
             assert caps.tasks.requests.tools.call is not None
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-            assert sorted(listed) == ["add", "agent_helper", "explode", "greet", "hold", "talk"]
+            assert sorted(listed) == ["add", "agent_helper", "explode", "greet", "hold",
+                                      "perdure_steer", "talk"]  # fmt: skip
             add = listed["add"]
             assert add.execution is not None and add.execution.taskSupport == "optional"
             assert add.description is not None and add.description.startswith("Add two numbers.")
@@ -499,6 +500,50 @@ def test_a_gate_is_input_required_and_answered_through_elicitation(
     model = agent.providers["fast"]
     assert isinstance(model, ScriptedModel)
     assert [m.content for m in model.requests[1].messages if m.role == "tool"] == ["blue"]
+
+
+def test_a_client_steers_an_agent_task_with_perdure_steer(
+    mcp_app: perdure.App, tmp_path: Path
+) -> None:
+    """`perdure_steer` is listed where an agent is served (not elsewhere); called on a task
+    waiting at a question, its message is in the agent's next request once and audited
+    with the client's name; a steer to the finished task is a tool error saying why."""
+    agent = make_agent(mcp_app, tmp_path, [call("ask_human", question="Which colour?"), "red"])
+    model = agent.providers["fast"]
+    assert isinstance(model, ScriptedModel)
+
+    async def main() -> None:
+        async with connected(mcp_app, only=["add"]) as session:
+            assert "perdure_steer" not in {x.name for x in (await session.list_tools()).tools}
+        async with connected(mcp_app) as session:
+            listed = {x.name: x for x in (await session.list_tools()).tools}
+            assert listed["perdure_steer"].execution is not None
+            assert listed["perdure_steer"].execution.taskSupport == "forbidden"
+            created = await tasks(session).call_tool_as_task("agent_helper", {"prompt": "pick"})
+            task_id = created.task.taskId
+            await until(session, task_id, lambda x: x.status == "input_required")
+            steered = await session.call_tool(
+                "perdure_steer", {"run_id": task_id, "text": "prefer warm colours"}
+            )
+            assert steered.isError is False and steered.structuredContent is not None
+            assert steered.structuredContent["run_id"] == task_id
+            call_id = model.script[0].message.tool_calls[0].id
+            await mcp_app.client.send_event(task_id, f"human:{call_id}", "any")
+            result = await tasks(session).get_task_result(task_id, t.CallToolResult)
+            assert result.structuredContent is not None
+            assert result.structuredContent["answer"] == "red"
+            late = await session.call_tool("perdure_steer", {"run_id": task_id, "text": "x"})
+            assert late.isError is True
+            assert "finished run cannot be steered" in late.content[0].text  # type: ignore[union-attr]
+            audit = await Access(mcp_app.runtime.store).audit_log(target=f"run:{task_id}")
+            assert [(r.actor, r.outcome) for r in audit if r.action == "run.steer"] == [
+                ("mcp:tester", "refused"),
+                ("mcp:tester", "ok"),
+            ]
+
+    asyncio.run(main())
+    carried = [sum("prefer warm colours" in m.content for m in r.messages) for r in model.requests]
+    assert carried == [0, 1]
 
 
 def test_a_plain_call_puts_gates_to_the_client_too(mcp_app: perdure.App, tmp_path: Path) -> None:
@@ -848,8 +893,9 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
 ) -> None:
     """An agent's ask_human and approval gates, in the stateless revision: tasks/get shows each
     as an input request, tasks/update answers it; two answers to one gate sent at once (as two
-    servers would) deliver one (the other is dropped by the store), audited as the client."""
-    make_agent(mcp_app, tmp_path, gated_script(tmp_path))
+    servers would) deliver one (the other is dropped by the store), audited as the client.
+    `perdure_steer`, listed and answered at once, puts its message in the next request."""
+    agent = make_agent(mcp_app, tmp_path, gated_script(tmp_path))
     server = PerdureMcp(mcp_app, workflow_tools(mcp_app.runtime.workflows), McpOptions(poll=0.05))
     modern = Stateless(server)
     asker = Requestor(Principal("mcp:tester", LOCAL_SCOPES), "stdio")
@@ -882,6 +928,10 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
             seen: set[str] = set()
             key, question = await gate(task_id, seen)
             assert question["params"]["message"] == "Which colour?"
+            assert "perdure_steer" in {x["name"] for x in (await rpc("tools/list"))["tools"]}
+            steered = await rpc("tools/call", name="perdure_steer",
+                                arguments={"run_id": task_id, "text": "keep it short"})  # fmt: skip
+            assert steered["structuredContent"]["run_id"] == task_id and not steered["isError"]
             reply = {key: {"action": "accept", "content": {"answer": "blue"}}}
             update = Rpc(2, "tasks/update", {"taskId": task_id, "inputResponses": reply,
                                               "_meta": meta})  # fmt: skip
@@ -909,3 +959,7 @@ def test_agent_gates_are_input_required_and_answered_once_by_tasks_update(
 
     asyncio.run(main())
     assert (tmp_path / "out" / "colour.txt").read_text() == "blue"
+    model = agent.providers["fast"]
+    assert isinstance(model, ScriptedModel)
+    steered = [sum("keep it short" in m.content for m in r.messages) for r in model.requests]
+    assert steered == [0, 1, 1]

@@ -1,8 +1,10 @@
 """The agent loop: an ordinary durable workflow whose model calls and tool calls are steps.
 
 context -> model step (its worst case reserved against the budgets first) -> tool steps
--> completion check -> repeat. A call that does not fit an agent budget parks the run,
-holding no slot, until budget frees up (agent/budgets.py).
+-> completion check -> repeat. Steering messages an operator sent (`perdure steer`) are
+taken, journaled, before each model call and join the transcript as user turns. A call
+that does not fit an agent budget parks the run, holding no slot, until budget frees up
+(agent/budgets.py).
 A model call is a `keyed` step (its request fingerprint, response and usage are
 journaled, so replay returns the recorded response and spends nothing); each
 tool call is its tool's step (`agent:NAME.tool.TOOL`) with the tool's own effect, so
@@ -466,6 +468,7 @@ class Agent:
                 if previous is not None and tier != previous:  # journaled, with its reason
                     await steps.escalate(previous, tier, evidence)
                 previous = tier
+                messages += [Message("user", s.prompt()) for s in await durable.steering()]
                 if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
                     messages = await self._compact(messages, tier, spend, evidence)
                 request = ModelRequest(

@@ -361,6 +361,19 @@ def send(ctx: click.Context, run_id: str, event: str, payload: str | None) -> No
 
 @cli.command()
 @click.argument("run_id")
+@click.argument("text")
+@click.pass_context
+def steer(ctx: click.Context, run_id: str, text: str) -> None:
+    """Send TEXT to a running agent: it joins the transcript at the run's next model call
+    (a workflow that calls perdure.steering() takes it there). Audited."""
+    app = get_app(ctx, existing=True)
+    event_id = act(app, ops.steer(app, operator(), run_id, text), "steer")
+    render.echo(f"steered {render.shown(run_id)} (message {event_id}): taken at its next "
+                "model call")  # fmt: skip
+
+
+@cli.command()
+@click.argument("run_id")
 @click.pass_context
 def cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a run and its children."""

@@ -44,6 +44,7 @@ from ..store.base import (
 from ..store.blobs import blob_ref, in_row_or_blob
 from ..store.names import check_run_id
 from ..store.roles import WriteLock
+from . import steering
 from .codec import dumps, from_json, loads
 from .registry import WorkflowDef, typed_arguments
 
@@ -435,6 +436,29 @@ class Client:
         event_id = await self.store.send_event(run_id, name, text, self.runtime.clock.now(), key)
         self.runtime.notify()
         return event_id
+
+    async def steer(self, run_id: str, text: str, *, by: str = "", takes: bool = False) -> int:
+        """Send a steering message to a run (engine/steering.py); returns its event id. The
+        run takes it at its next `steering()` call (a spec agent: its next model call).
+
+        `by` names who steers (the audit's actor); `takes`: the caller knows the run's
+        workflow takes steering (a spec agent's), else the run must have asked for it.
+
+        Raises:
+            ConfigError: the text is empty.
+            PerdureError: the run is finished, or it does not take steering.
+        """
+        if not text.strip():
+            raise ConfigError("steer: give the message for the run (a non-empty text)")
+        run = await self.latest(run_id)  # a run that continued as new: its live successor
+        if run.status in FINISHED:
+            raise PerdureError(f"run {run_id!r} is {run.status}: a finished run cannot be steered")
+        if not takes and not steering.asked(await self.store.journal(run.id)):
+            raise PerdureError(
+                f"run {run_id!r} (workflow {run.workflow!r}) does not take steering: its "
+                "workflow never called perdure.steering()"
+            )
+        return await self.send_event(run.id, steering.STEER, steering.payload(text, by))
 
     async def paused_workflows(self) -> set[str]:
         """The workflows an operator paused (`perdure pause --workflow`)."""

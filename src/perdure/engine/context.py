@@ -55,7 +55,7 @@ from ..store.base import (
     TxBody,
 )
 from ..store.blobs import in_row_or_blob
-from . import observers
+from . import observers, steering
 from .client import origin_of
 from .codec import dumps, loads
 from .state import Phase, RunState
@@ -163,6 +163,7 @@ class RunContext:
         self._settling: list[asyncio.Future[None]] = []
         self.suspending: set[asyncio.Task[Any]] = set()  # sibling steps parking the run now
         self.crash_after_intent: frozenset[str] = frozenset()  # testing: crash injection
+        self.steering_asked = steering.asked(entries)  # its journal says it takes steering
         # the lease this worker can show for the run (engine time: the lease_until it last
         # had the store accept, by claim or heartbeat), less a margin kept for clock error
         self.held_until = run.lease_until if run.lease_until is not None else math.inf

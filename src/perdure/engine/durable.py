@@ -10,6 +10,8 @@ What each records:
 - `sleep(d)`: the wake-up time; the run is parked on a timer in the store.
 - `wait_event(name, timeout)`: the event's payload (or that it timed out).
 - `patched(name)`: a marker that this run took the new code path.
+- `steering()`: each steering message taken (in the transaction that consumes it), and,
+  at the first call, that the run takes steering (an entry at no position).
 - `continue_as_new(*args)`: nothing for this run to replay: it ends, `run.continued`
   naming its successor, in the transaction that creates the successor.
 """
@@ -26,6 +28,7 @@ from typing import Any
 from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING, Entry
 from . import continuation, sticky
+from . import steering as steer
 from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
@@ -210,6 +213,59 @@ async def _wait_event(
     return from_json(data["payload"], hint, f"event {name!r}")
 
 
+def steering() -> Any:
+    """The steering messages sent to this run (`perdure steer RUN TEXT`) and not taken yet,
+    oldest first, as `Steer` values (text, by, sent_at); [] when there are none. Never
+    waits (to wait for the next one: `wait_event("steer")`). Returns an awaitable in async
+    workflows, a value in sync ones.
+
+    Each message taken is journaled in the transaction that consumes it, so it is given
+    to this run once, and replay returns it at the same place. The first call records that
+    the run takes steering: until then an operator's steer is refused (a spec agent's run
+    takes it from its start). Await it on its own, not alongside other journaled calls.
+    """
+    from .steps import _step_info
+
+    ctx = require("steering")
+    if _step_info.get() is not None:
+        raise PerdureError("perdure.steering() takes journal positions: call it in the "
+                           "workflow, not inside a step")  # fmt: skip
+    ctx.guard()
+    return ctx.call(_steering(ctx))
+
+
+async def _steering(ctx: RunContext) -> list[steer.Steer]:
+    """Walk the positions this call took when it first ran (one per message); at the
+    journal's end take what the store holds, one position and one write per message. A
+    position holding another call's entries means this call took nothing there."""
+    if not ctx.steering_asked and ctx.state.phase is not Phase.CHECKING:
+        ctx.steering_asked = True  # at no position: the run's steps keep theirs
+        ctx.buffer_entry(ctx.entry(steer.ASKED))
+    taken: list[steer.Steer] = []
+    while True:
+        pos = ctx.position
+        entries = ctx.by_position.get(pos, [])
+        final = next((e for e in entries if e.kind == steer.RECEIVED), None)
+        if final is not None:
+            ctx.position += 1
+            taken.append(steer.received(final))
+            continue
+        if entries:
+            return taken
+        await ctx.checkpoint()  # the journal's end (a replay check stops here)
+        event = await ctx.read(lambda: ctx.store.next_event(ctx.run_id, steer.STEER))
+        if ctx.position != pos:  # another call took this position meanwhile
+            raise PerdureError("perdure.steering() ran alongside another journaled call "
+                               "(asyncio.gather?): await it on its own")  # fmt: skip
+        if event is None:
+            return taken
+        ctx.position += 1
+        data = f'{{"payload":{event.payload},"event_id":{event.id},"sent_at":{event.sent_at!r}}}'
+        entry = ctx.entry(steer.RECEIVED, steer.STEER, position=pos, final=True, data_json=data)
+        await ctx.write(entry, consume_event=event.id)
+        taken.append(steer.received(entry))
+
+
 def continue_as_new(*args: Any, **kwargs: Any) -> Any:
     """End this run and start its successor from the top with `args` and `kwargs`, atomically.
 
@@ -238,9 +294,11 @@ INTERNAL = "perdure."  # the prefix of the patch markers perdure records for its
 
 def internal(entry: Entry) -> bool:
     """Is `entry` a marker perdure records for itself (a `patched` name under `perdure.`,
-    e.g. an agent run's `perdure.agent.tool_names`)? Timelines hide it; `perdure show
-    --all` and the API's journal keep it."""
-    return entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)
+    e.g. an agent run's `perdure.agent.tool_names`, or that the run takes steering)?
+    Timelines hide it; `perdure show --all` and the API's journal keep it."""
+    return (entry.kind == "patch.marker" and entry.name.startswith(INTERNAL)) or (
+        entry.kind == steer.ASKED
+    )
 
 
 def patched(name: str) -> bool:

@@ -8,8 +8,10 @@ Each model call reserves its worst case against the agent's budgets first (a spe
 parks the run, integrations/budget.py); `Runner.run_streamed` reads the SDK's raw response
 events and run items (tool called, tool output, message) through the run's durable stream,
 written by the steps that made them; a tool's `needs_approval` waits at a perdure gate
-(integrations/gates.py) instead of interrupting the run; `PerdureSession` keeps an SDK
-session's items in the store, each call a transactional step (integrations/agents_session.py).
+(integrations/gates.py) instead of interrupting the run; steering messages (`perdure
+steer`) join the model's input from the next call on (`Steered`); `PerdureSession` keeps
+an SDK session's items in the store, each call a transactional step
+(integrations/agents_session.py).
 
     runner = Runner(app, tool_effects={"lookup_order": "read"})
     refunds = runner.workflow(agent)        # a perdure workflow running `agent` on its input
@@ -27,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
+from ..engine import durable as durable_calls
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.retry import Retry
@@ -54,6 +57,7 @@ from agents.items import (  # noqa: E402
     ToolCallOutputItem,
 )
 from agents.mcp import MCPServer  # noqa: E402
+from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData  # noqa: E402
 from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent  # noqa: E402
 from agents.usage import Usage  # noqa: E402
 from openai.types.responses import (  # noqa: E402
@@ -304,6 +308,29 @@ class _DurableModel(Model):
         )
 
 
+class Steered:
+    """The SDK's `call_model_input_filter` of a durable run: before each model call it takes
+    the steering messages sent to the run (`perdure steer`, journaled in workflow code) and
+    puts each, as a user message, where it was taken in this call's input and every later
+    call's (the filter changes one call's input, not the run's items); then the caller's
+    own filter, if any. A replay takes the same messages at the same calls."""
+
+    def __init__(self, then: CallModelInputFilter | None) -> None:
+        self.then = then
+        self.taken: list[tuple[int, str]] = []  # (input index when taken, the message)
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        items = list(data.model_data.input)
+        self.taken += [(len(items), s.prompt()) for s in await durable_calls.steering()]
+        for index, text in reversed(self.taken):
+            items.insert(index, {"role": "user", "content": text})
+        data.model_data = ModelInputData(input=items, instructions=data.model_data.instructions)
+        if self.then is None:
+            return data.model_data
+        updated = self.then(data)
+        return await updated if inspect.isawaitable(updated) else updated
+
+
 async def _needs_approval(tool: FunctionTool, context: Any, arguments: str) -> bool:
     """The tool's `needs_approval` for this call (a bool, or the SDK's policy callable)."""
     setting = tool.needs_approval
@@ -535,7 +562,10 @@ class Runner:
                 "openai_agents.Runner.run() runs inside a perdure workflow; outside one, "
                 "start runner.workflow(agent) or call runner.run_sync(agent, input)"
             )
-        config = dataclasses.replace(run_config or RunConfig(), model=None)
+        config = run_config or RunConfig()
+        config = dataclasses.replace(
+            config, model=None, call_model_input_filter=Steered(config.call_model_input_filter)
+        )
         durable = self.durable(agent, run_config)
         async with self._mcp_sessions(durable):
             result = await agents.Runner.run(durable, input, run_config=config, **kwargs)

@@ -26,11 +26,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..agent.spec import BudgetSpec, Price
+from ..engine import durable
 from ..engine.context import current
 from ..engine.effects import Effect, check_effect
 from ..engine.handles import RunHandle
 from ..engine.retry import NO_RETRY
-from ..engine.steps import Step, current_step
+from ..engine.steps import Step, _step_info, current_step
 from ..errors import ConfigError, PayloadError
 from ..extras import require_extra
 from .budget import ModelBudget, call_within_budget, reserved
@@ -43,7 +44,7 @@ require_extra("pydantic-ai", "perdure.integrations.pydantic_ai")
 
 from pydantic import TypeAdapter  # noqa: E402
 from pydantic_ai import Agent, ModelRetry  # noqa: E402
-from pydantic_ai.capabilities import HandleDeferredToolCalls  # noqa: E402
+from pydantic_ai.capabilities import AbstractCapability, HandleDeferredToolCalls  # noqa: E402
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     ModelMessage,
@@ -51,7 +52,12 @@ from pydantic_ai.messages import (  # noqa: E402
     ModelResponse,
     ModelResponseStreamEvent,
 )
-from pydantic_ai.models import Model, ModelRequestParameters, infer_model  # noqa: E402
+from pydantic_ai.models import (  # noqa: E402
+    Model,
+    ModelRequestContext,
+    ModelRequestParameters,
+    infer_model,
+)
 from pydantic_ai.models.wrapper import WrapperModel  # noqa: E402
 from pydantic_ai.settings import ModelSettings  # noqa: E402
 from pydantic_ai.tools import (  # noqa: E402
@@ -75,6 +81,22 @@ _EVENT: TypeAdapter[Any] = TypeAdapter(ModelResponseStreamEvent)
 F = TypeVar("F", bound=Callable[..., Any])
 EFFECT_ATTR = "__perdure_effect__"
 PROBE_ATTR = "__perdure_probe__"
+
+
+class Steering(AbstractCapability[Any]):
+    """Steering messages sent to the run (`perdure steer`) since the last model request join
+    this one as user content (pydantic-ai's `enqueue`, asap), and so the history after it:
+    taken and journaled in workflow code, so a replay puts the same ones in the same
+    request. Outside a workflow it does nothing."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if current() is not None and _step_info.get() is None:
+            taken = await durable.steering()
+            if taken:
+                ctx.enqueue(*(s.prompt() for s in taken))
+        return request_context
 
 
 def perdure_tool(
@@ -302,8 +324,9 @@ class PerdureAgent:
         gates = HandleDeferredToolCalls[Any](handler=self._deferred)
         with agent.override(model=self._model, toolsets=self._toolsets, tools=[]):
             result = await agent.run(
-                prompt, deps=deps, capabilities=[gates], usage_limits=self.usage_limits
-            )
+                prompt, deps=deps, capabilities=[gates, Steering()],
+                usage_limits=self.usage_limits,
+            )  # fmt: skip
         return {
             "output": to_jsonable_python(result.output),
             "messages": ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"),

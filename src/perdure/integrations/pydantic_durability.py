@@ -91,7 +91,7 @@ from pydantic_ai.tools import (  # noqa: E402
 from pydantic_ai.toolsets import FunctionToolset, ToolsetTool  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
-from .pydantic_ai import EFFECT_ATTR, PROBE_ATTR  # noqa: E402
+from .pydantic_ai import EFFECT_ATTR, PROBE_ATTR, Steering  # noqa: E402
 
 if TYPE_CHECKING:
     from ..app import App
@@ -413,6 +413,7 @@ class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def _companion_capabilities(self) -> list[AbstractCapability[AgentDepsT]]:
         found = super()._companion_capabilities()
+        found.append(Steering())  # `perdure steer` messages join the next request
         if self.use_gates:
             found.append(HandleDeferredToolCalls[AgentDepsT](handler=self._deferred))
         return found

@@ -76,6 +76,7 @@ from .validation import (
     SinceQuery,
     StartRun,
     StatusQuery,
+    SteerRun,
     TextQuery,
     TimeQuery,
     encode_cursor,
@@ -320,6 +321,14 @@ async def send_event(call: Call) -> Any:
     event_id = await ops.send_event(
         call.app, call.actor, run_id, body.name, body.payload, key=body.key
     )
+    return {"run_id": run_id, "event_id": event_id}
+
+
+@audits("run.steer")
+async def steer_run(call: Call) -> Any:
+    body: SteerRun = call.body
+    run_id = call.path("run_id")
+    event_id = await ops.steer(call.app, call.actor, run_id, body.text)
     return {"run_id": run_id, "event_id": event_id}
 
 
@@ -664,6 +673,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{R}/events", send_event, "operate",
              "Deliver an event to the run's wait_event(name)", body=SendEvent,
              returns="EventSent", status=202, errors=(404,)),
+    Endpoint("POST", f"{R}/steer", steer_run, "operate",
+             "Steer a running agent: `text` joins its transcript at its next model call (a "
+             "workflow that calls perdure.steering() takes it there); 409 for a finished run "
+             "or one that does not take steering", body=SteerRun, returns="EventSent",
+             status=202, errors=(404, 409)),
     Endpoint("GET", f"{R}/stream", run_stream, "read",
              "Server-Sent Events: what the run's steps write while they run (perdure.stream)",
              params=(AFTER,), returns="Stream", errors=(404, 503)),

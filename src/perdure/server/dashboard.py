@@ -36,6 +36,7 @@ from starlette.templating import Jinja2Templates
 
 from ..agent.budget_sql import Budgets
 from ..app import App
+from ..engine import steering
 from ..engine.client import unblob_text
 from ..engine.durable import internal
 from ..engine.inspection import explain
@@ -580,6 +581,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
         and not run.pause_requested,
         "pause_now": run.status == "running",  # its calls in flight are aborted
         "resume": run.status in ("paused", "dead") or run.pause_requested,
+        "steer": run.status not in FINISHED
+        and (run.workflow.startswith(operations.AGENT_RUNS) or steering.asked(entries)),
     }
     last = await app.runtime.store.stream_last(run.id)
     streamed = await app.runtime.store.read_stream(
@@ -605,8 +608,8 @@ async def run_page(request: Request, app: App, who: Principal) -> Response:
 
 @action
 async def run_action(request: Request, app: App, who: Principal, form: dict[str, str]) -> Response:
-    """cancel | pause | pause_now | resume a run, or retry | fail | probe (ask the step's
-    probe again) one of its needs_attention steps."""
+    """cancel | pause | pause_now | resume | steer (its `text`) a run, or retry | fail | probe
+    (ask the step's probe again) one of its needs_attention steps."""
     run_id, verb = form.get("run_id", ""), form.get("action", "")
     target = f"/ui/runs/{quote(run_id, safe='')}"
     comment = form.get("comment", "")
@@ -617,6 +620,9 @@ async def run_action(request: Request, app: App, who: Principal, form: dict[str,
         status = await operations.operate(app, who, "resolve", run_id, comment, **options)
         asked = "its probe asked again" if verb == "probe" else f"{verb} requested"
         return back(request, target, f"Step {step}: {asked}; the run is {status}.")
+    if verb == "steer":
+        await operations.steer(app, who, run_id, form.get("text", ""))
+        return back(request, target, "Steered: the run takes the message at its next model call.")
     if verb == "pause_now":  # abort the calls in flight that allow it, then pause
         status = await operations.operate(app, who, "pause", run_id, comment, now=True)
         return back(request, target, f"Pause now: calls in flight aborted; the run is {status}.")

@@ -246,6 +246,22 @@ async def send_event(
     return await perform(app, who, action, do, lambda eid: action.with_detail(event_id=eid))
 
 
+AGENT_RUNS = "agent:"  # a spec agent's workflow (agent/loop.py): steered from its start
+
+
+async def steer(app: App, who: Principal, run_id: str, text: str) -> int:
+    """Send a steering message to a run (a spec agent takes it at its next model call);
+    its event id. A finished run, or one whose workflow does not take steering, is refused."""
+    action = Action("run.steer", f"run:{run_id}", "operate", {"text": text})
+
+    async def do() -> int:
+        run = await app.client.latest(run_id)
+        takes = run.workflow.startswith(AGENT_RUNS)
+        return await app.client.steer(run_id, text, by=who.name, takes=takes)
+
+    return await perform(app, who, action, do, lambda eid: action.with_detail(event_id=eid))
+
+
 async def emit(
     app: App,
     who: Principal,

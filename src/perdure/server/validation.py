@@ -240,6 +240,13 @@ class Answer(Body):
     text: str = Field(max_length=100_000, pattern=TEXT)
 
 
+class SteerRun(Body):
+    """A steering message for a running agent: it joins the transcript at its next model
+    call (a workflow that calls perdure.steering() takes it there)."""
+
+    text: str = Field(min_length=1, max_length=100_000, pattern=TEXT)
+
+
 class PutSchedule(Body):
     """A schedule stored through the API (it lives until deleted): give exactly one of `cron`
     or `every`."""
@@ -312,7 +319,7 @@ M = TypeVar("M", bound=Body)
 
 BODIES: tuple[type[Body], ...] = (
     StartRun, Comment, Resolve, Fork, SendEvent, Answer, PutSchedule, PutBudget, SetPause,
-    PauseRun,
+    PauseRun, SteerRun,
 )  # fmt: skip
 
 

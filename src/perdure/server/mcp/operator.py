@@ -10,6 +10,7 @@ queue as an operator at the CLI or the dashboard would, under its token's scopes
 | `perdure_pause` | operate | pause a run (`now`: abort its calls in flight that allow it) |
 | `perdure_resume` | operate | resume a paused or dead run |
 | `perdure_fork` | operate | a new run reusing a run's first `from_step` outcomes |
+| `perdure_steer` | operate | a message an agent run reads at its next model call |
 
 Each action goes through `operations` (the one route for operator actions), so it is
 checked and audited exactly as the same action from the CLI, the API or the dashboard,
@@ -17,7 +18,8 @@ with the token's name as the actor; a refusal is audited too. Reads answer the s
 objects as the HTTP API (`GET /api/v1/stuck`, `GET /api/v1/runs/{id}/explain`), masked by
 `observe.redact`. The tools run at once (`execution.taskSupport: forbidden`); what they
 answer, refusals included, is a tool result (`isError` for a refusal), so the model reads
-why. Offered with `perdure mcp --operator`; `SKILL.md` beside this module tells a model
+why. Offered with `perdure mcp --operator` (`perdure_steer` also whenever an agent is
+served: its runs take steering); `SKILL.md` beside this module tells a model
 how to use them.
 """
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from ...app import App
 
 OPERATOR_PREFIX = "perdure_"
+STEER = OPERATOR_PREFIX + "steer"  # also offered, alone, wherever an agent is served
 
 
 class _Arguments(BaseModel):
@@ -85,6 +88,11 @@ class ResolveArgs(ActionArgs):
 class ForkArgs(ActionArgs):
     from_step: int = Field(ge=0, description="Reuse the outcomes of steps before this one.")
     new_id: str | None = Field(None, description="The new run's id (default: a new one).")
+
+
+class SteerArgs(RunArgs):
+    text: str = Field(min_length=1, description="The message the agent reads at its next "
+                      "model call: what to do differently, in words.")  # fmt: skip
 
 
 Act = Callable[["App", Principal, Any], Awaitable[dict[str, Any]]]
@@ -143,6 +151,10 @@ async def _fork(app: App, who: Principal, args: ForkArgs) -> dict[str, Any]:
     return {"run_id": run.id, "status": run.status, "forked_from": args.run_id}
 
 
+async def _steer(app: App, who: Principal, args: SteerArgs) -> dict[str, Any]:
+    return {"run_id": args.run_id, "event_id": await ops.steer(app, who, args.run_id, args.text)}
+
+
 def _tool(
     name: str,
     scope: str,
@@ -191,6 +203,10 @@ def operator_tools() -> dict[str, OperatorTool]:
         _tool("fork", "operate", ForkArgs, _fork,
               "Start a new run of the same workflow reusing the first `from_step` outcomes "
               "of a run (the rest runs again)."),
+        _tool("steer", "operate", SteerArgs, _steer,
+              "Steer a running agent: your message joins its transcript at its next model "
+              "call (journaled, given once, even if its worker dies first). Refused for a "
+              "finished run or one whose workflow does not take steering."),
     ]  # fmt: skip
     return {tool.name: tool for tool in made}
 

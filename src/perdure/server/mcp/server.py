@@ -6,7 +6,8 @@ store, not over the SDK's in-memory task store, so a task outlives the process:
 
 - `tools/list`: one tool per workflow and agent, `execution.taskSupport: optional`; with
   `operator`, the operator tools too (`operator.py`: stuck, explain, resolve, cancel, pause,
-  resume, fork, under the requestor's scopes; answered at once, never as tasks).
+  resume, fork, steer, under the requestor's scopes; answered at once, never as tasks);
+  serving an agent, `perdure_steer` even without `operator`.
 - `tools/call` with `task`: starts the run `mcp:<uuid>` (its id is the task id) and
   returns `CreateTaskResult` at once. Without `task`: starts the run and waits for
   its result (at most `call_wait` seconds; after that the result says the run goes
@@ -69,7 +70,7 @@ from ..access import Principal, digest
 from ..access_sql import Access
 from ..operations import Action, Forbidden, answer, decide, require
 from ..sse import REVOKED, Recheck
-from .operator import OperatorTool, call_operator, operator_tools
+from .operator import STEER, OperatorTool, call_operator, operator_tools
 from .tasks import TASK_PREFIX, GateQuestion, gate_of, task_of, tool_result
 from .tools import WorkflowTool
 
@@ -213,7 +214,11 @@ class PerdureMcp:
     ) -> None:
         self.app = app
         self.tools = tools
-        self.operators = operator_tools() if operator else {}
+        # with `operator`, every operator tool; serving an agent, the steering tool (its
+        # runs take steering) without the rest
+        every = operator_tools()
+        agents = any(t.agent for t in tools.values())
+        self.operators = every if operator else ({STEER: every[STEER]} if agents else {})
         clash = sorted(set(tools) & set(self.operators))
         if clash:
             raise ConfigError(
