@@ -278,3 +278,22 @@ def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
     body = written.split("\n---\n")[0]
     assert f"{GOOD}\n\nKey facts:\n- Ana chaired on 14 November.\n- Ben owns the migration." in body
     assert "Carla" not in written
+
+
+def test_a_facts_list_cut_off_at_max_tokens_loses_only_its_half_line(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """The facts call stopped at its token limit: its last line is half a fact and is not
+    used; the whole lines before it are."""
+    (tmp_path / "agent.toml").write_text((ROOT / "examples/inbox/agent.toml").read_text())
+    (tmp_path / "inbox").mkdir()
+    listed = "- Ana chaired on 14 November.\n- Ben owns the migration.\n- The team agreed to"
+    model = ScriptedModel([{"content": listed, "stop_reason": "length"}, GOOD])
+    agent = Agent(app.runtime, load_spec(tmp_path / "agent.toml"),
+                  providers={"local": model, "extractive": ScriptedModel([])})  # fmt: skip
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    assert handle.result(timeout=5)["answer"] == GOOD
+    asked = model.requests[1].messages[1].content
+    assert "- Ben owns the migration." in asked and "- The team agreed to" not in asked
+    assert model.requests[0].max_tokens is not None and model.requests[0].max_tokens <= 120

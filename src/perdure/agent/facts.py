@@ -19,11 +19,13 @@ from .grounding import claims, unsupported
 HEADING = "Key facts:"  # the output's list of the checked facts its summary leaves out
 
 PROMPT = (
-    "List the key facts of the file above: who, what, when, where and how much. "
-    "One short fact a line, each starting with '- ', at most {most} lines, using the "
-    "file's own numbers, dates, amounts and names. No introduction, no summary."
+    "List the key facts of the file above for a busy reader: what happened or was decided, "
+    "amounts, dates and deadlines, who does what. One fact a line, each starting with '- ' "
+    "and under 15 words, at most {most} lines, using the file's own numbers, dates, amounts "
+    "and names. Not the title, not a list of people. No introduction, no summary."
 )
-MOST = 6  # facts kept at most
+MOST = 5  # facts kept at most
+MAX_TOKENS = 120  # for the list: five short lines fit, a rambling one is cut
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
 
 

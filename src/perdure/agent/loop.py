@@ -43,6 +43,7 @@ from ..triggers.inbox_files import open_inbox_file, started_for
 from . import budgets
 from .budget_sql import Budget, Budgets, Reservation, UsageRow
 from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
+from .facts import MAX_TOKENS as FACTS_MAX_TOKENS
 from .facts import check_facts, facts_block, facts_section
 from .facts import request_text as facts_request
 from .grounding import check as check_grounding
@@ -551,7 +552,8 @@ class Agent:
         ask = Message("user", f"{messages[1].content}\n\n{facts_request()}")
         request = ModelRequest(
             model=self.spec.tier(tier).model, messages=[messages[0], ask],
-            max_tokens=self.spec.limits.max_tokens_per_call or self.spec.tier(tier).max_tokens,
+            max_tokens=min(FACTS_MAX_TOKENS, self.spec.limits.max_tokens_per_call
+                           or self.spec.tier(tier).max_tokens or FACTS_MAX_TOKENS),
             temperature=self.spec.tier(tier).temperature,
         )  # fmt: skip
         try:
@@ -559,7 +561,10 @@ class Agent:
         except StepError as exc:
             log.info("agent %s: no facts listed (%s)", self.spec.name, exc.message)
             return []
-        answer = ModelResponse.from_dict(raw).message.content
+        listed = ModelResponse.from_dict(raw)
+        answer = listed.message.content
+        if listed.stop_reason == "length":  # cut off: its last line is half a fact
+            answer = answer.rsplit("\n", 1)[0] if "\n" in answer.strip() else answer
         checked: dict[str, Any] = await self.steps.facts(answer, source)
         return list(checked["facts"])
 
