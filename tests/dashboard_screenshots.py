@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 SCREENSHOTS = DOCS / "images" / "dashboard"
 VIEWPORT: ViewportSize = {"width": 1200, "height": 800}  # what a docs page shows; small PNGs
-COLOURS = 128
+COLOURS = 256  # a palette: small PNGs; fewer would lose small accents (the green "live")
 SHOWN = re.compile(r"images/dashboard/([\w.-]+\.png)")
 
 
