@@ -1,6 +1,7 @@
-"""The dashboard in a real headless Chromium (Playwright): sign in, open the runs list and a
-run, approve its gate from the approvals page, and watch the run page turn `completed` by
-itself while a real worker, in its own App on the same SQLite file, runs the rest.
+"""The dashboard in a real headless Chromium (Playwright): sign in, open the runs list, a run
+parked in needs_attention (its resolve forms) and a run at a gate, approve the gate from the
+approvals page, and watch the run page turn `completed` by itself while a real worker, in its
+own App on the same SQLite file, runs the rest.
 
 On the way it remakes the dashboard screenshots the docs show (docs/images/dashboard/, see
 tests/dashboard_screenshots.py). To refresh them, run this module and commit the PNGs:
