@@ -18,9 +18,10 @@ import pytest
 from perdure.extras import EXTRAS, FIND_ONLY
 
 # Not runtime extras of perdure, but tools: pyproject's `dev` extra (schemathesis, playwright,
-# and jsonschema which schemathesis brings) and `docs` (mkdocs and its plugins, the site).
+# PIL for the browser tests' screenshots, and jsonschema which schemathesis brings) and `docs`
+# (mkdocs and its plugins, the site).
 DEV = "dev"
-TOOLS = {DEV: ("schemathesis", "playwright"), "docs": ("mkdocs", "material", "mkdocstrings")}
+TOOLS = {DEV: ("schemathesis", "playwright", "PIL"), "docs": ("mkdocs", "material", "mkdocstrings")}
 SKIPPED = re.compile(r"needs the ([\w-]+) extra: pip install")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dashboard_screenshots import SCREENSHOTS, shown_in_docs
 from extras_needed import require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +64,17 @@ def test_every_page_is_in_the_navigation() -> None:
     pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
     assert pages - listed == set(), "pages missing from mkdocs.yml's nav"
     assert listed - pages == set(), "nav names pages that do not exist"
+
+
+def test_the_dashboard_screenshots_the_docs_show_exist() -> None:
+    """Each dashboard screenshot a page shows is in docs/images/dashboard/ (the browser test
+    tests/server/test_dashboard_browser.py remakes them; see tests/dashboard_screenshots.py),
+    and none lies there unshown."""
+    shown = shown_in_docs()
+    assert len(shown) >= 5, shown
+    there = {png.name for png in SCREENSHOTS.glob("*.png")}
+    assert shown - there == set(), "shown but missing: run the dashboard browser test"
+    assert there - shown == set(), "made but shown by no page"
 
 
 def test_the_readme_is_short() -> None:

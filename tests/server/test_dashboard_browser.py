@@ -1,6 +1,14 @@
-"""The dashboard in a real headless Chromium (Playwright): sign in, open the runs list and a
-run, approve its gate from the approvals page, and watch the run page turn `completed` by
-itself while a real worker, in its own App on the same SQLite file, runs the rest."""
+"""The dashboard in a real headless Chromium (Playwright): sign in, open the runs list, a run
+parked in needs_attention (its resolve forms) and a run at a gate, approve the gate from the
+approvals page, and watch the run page turn `completed` by itself while a real worker, in its
+own App on the same SQLite file, runs the rest.
+
+On the way it remakes the dashboard screenshots the docs show (docs/images/dashboard/, see
+tests/dashboard_screenshots.py). To refresh them, run this module and commit the PNGs:
+
+    PYTHONPATH=$PWD/src .venv/bin/pytest tests/server/test_dashboard_browser.py -q
+    git add docs/images/dashboard
+"""
 
 from __future__ import annotations
 
@@ -16,9 +24,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from dashboard_screenshots import VIEWPORT, shoot, shown_in_docs
 from extras_needed import needs
 from live_workers import worker_thread
 from local_servers import live_server
+from parked_runs import crash_and_recover
 
 pytest.importorskip("starlette", reason=needs("server"))
 pytest.importorskip("playwright", reason=needs("dev"))
@@ -27,12 +37,14 @@ import perdure
 from perdure.agent.budget_sql import Budget, Budgets, UsageRow
 from perdure.server import operations
 from perdure.server.access import local_operator
+from perdure.testing import TestClock
 
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 RUN_ID = "deploy-42"
+PARKED_ID = "charge-7"
 
 
 def register(app: perdure.App) -> None:
@@ -61,6 +73,29 @@ def register(app: perdure.App) -> None:
     app.schedule(cron="0 3 * * *", tz="Europe/Paris", workflow="nightly", name="nightly")
 
 
+def park_a_charge(db: str) -> None:
+    """Run PARKED_ID, of a workflow only this App knows (the stack's worker leaves it
+    alone), into needs_attention: its worker dies inside the `once` step `charge_card`.
+    The driven clock starts two minutes ago, so the run's times read as recent."""
+    clock = TestClock(time.time() - 120)
+    app = perdure.App(db, clock=clock)
+
+    @app.step(name="charge_card")
+    def charge_card(order: str) -> str:
+        return f"charged {order}"
+
+    @app.workflow(name="charge")
+    async def charge(order: str) -> str:
+        return await charge_card(order)
+
+    try:
+        app.start("charge", "order-7", run_id=PARKED_ID)
+        crash_and_recover(app, clock, "charge_card")
+        assert app.get_run(PARKED_ID).status == "needs_attention"
+    finally:
+        app.close()
+
+
 def next_3am_paris() -> str:
     """The next 03:00 in Paris, as the dashboard writes UTC times."""
     now = datetime.now(ZoneInfo("Europe/Paris"))
@@ -74,6 +109,7 @@ class Stack:
     url: str
     token: str
     app: perdure.App
+    db: str
 
 
 @pytest.fixture
@@ -84,7 +120,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     served, working = perdure.App(db), perdure.App(db)
     register(served)
     register(working)
-    made = operations.create_token(served, local_operator(), "ana", ["approve"])
+    made = operations.create_token(served, local_operator(), "ana", ["approve", "operate"])
     _, token = served.runtime.sync(made, "token")  # as `perdure token create` does: audited
     now = served.clock.now()
     served.runtime.sync(
@@ -98,7 +134,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             live_server(served) as url,
             worker_thread(working, poll=0.2, gc_every=None, lease=10.0, stop_within=30),
         ):
-            yield Stack(url, token, served)
+            yield Stack(url, token, served, db)
     finally:
         working.close()
         served.close()
@@ -122,14 +158,16 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    park_a_charge(stack.db)
     stack.app.start("deploy", "prod", run_id=RUN_ID)
     assert status_of(stack.app, RUN_ID, "waiting") == "waiting"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context = browser.new_context(viewport=VIEWPORT)
             page = context.new_page()
             errors: list[str] = []
+            made: set[str] = set()  # the docs' screenshots this run remade
             page.on("pageerror", lambda exc: errors.append(str(exc)))
 
             # Not signed in: the runs list sends us to the login page.
@@ -150,6 +188,17 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             expect(page.locator(".top nav .badge")).to_have_text("1")
             expect(page.locator("#live-state")).to_have_class(re.compile(r"\bon\b"))
             page.screenshot(path=ARTIFACTS / "02-runs.png", full_page=True)
+            expect(page.locator("#waiting")).to_contain_text("1 run waits for a person")
+            made.add(shoot(page, "runs"))
+
+            # The parked run: its step in doubt, with the forms that resolve it.
+            page.locator("#runs a", has_text=PARKED_ID).click()
+            expect(page.locator("#run-status")).to_have_text("needs_attention")
+            doubt = page.locator("#timeline tbody tr", has_text="charge_card").last
+            expect(doubt.locator("b.state")).to_have_text("needs_attention")
+            expect(doubt.locator("button")).to_have_text(["Retry step", "Fail step"])
+            made.add(shoot(page, "run-needs-attention", top="#run-error"))
+            page.go_back()
 
             # The run: waiting at the gate, its timeline so far.
             row.locator("a", has_text=RUN_ID).click()
@@ -164,6 +213,7 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             expect(plan_row).to_contain_text("none: the recorded outcome is replayed")
             expect(page.locator(".notice")).to_contain_text("event:approve:c1")
             page.screenshot(path=ARTIFACTS / "03-run-waiting.png", full_page=True)
+            made.add(shoot(page, "run-waiting"))
 
             # Approve from the approvals page, in a second tab; the first stays open.
             approvals = context.new_page()
@@ -173,6 +223,7 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             expect(gate).to_contain_text("c1")
             gate.locator("textarea[name=comment]").fill("looks right")
             approvals.screenshot(path=ARTIFACTS / "04-approvals.png", full_page=True)
+            made.add(shoot(approvals, "approvals"))
             gate.locator("button[value=approve]").click()
             expect(approvals.locator(".flash")).to_have_text(f"Call c1 of run {RUN_ID} approved.")
             expect(approvals.locator("#decisions")).to_contain_text("looks right")
@@ -190,6 +241,7 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
             expect(page.locator(".notice")).to_have_count(0)  # no longer waits for anyone
             assert page.locator("body").get_attribute("data-refreshed")  # swapped, not reloaded
             page.screenshot(path=ARTIFACTS / "06-run-completed.png", full_page=True)
+            made.add(shoot(page, "run-completed"))
             expect(approvals.locator("#no-gates")).to_be_visible(timeout=30_000)
 
             # The other pages, through the navigation.
@@ -197,6 +249,7 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
                 ("Schedules", ["nightly", "cron 0 3 * * * (Europe/Paris)", next_3am_paris()]),
                 ("Agents", ["triage", "1,500 of 5,000 (30%)", "Tokens per day"]),
                 ("Workers", ["alive (idle)"]),
+                ("Triggers", ["schedule", "nightly"]),
                 ("Audit log", ["gate.approve", "token.create", "looks right"]),
             ):
                 page.click(f".top nav a:has-text('{label}')")
@@ -206,7 +259,11 @@ def test_sign_in_open_a_run_approve_its_gate_and_see_it_complete(stack: Stack) -
                 if label == "Agents":
                     expect(page.locator("svg.chart rect.bar")).to_have_count(14)  # 14 days
                 page.screenshot(path=ARTIFACTS / f"07-{label.split()[0].lower()}.png")
+                if label in ("Agents", "Workers", "Triggers"):
+                    made.add(shoot(page, label.lower()))
             assert errors == []
+            missing = shown_in_docs() - made
+            assert missing == set(), f"docs show screenshots this test does not make: {missing}"
         finally:
             browser.close()
     assert stack.app.get_run(RUN_ID).status == "completed"
