@@ -43,3 +43,15 @@ def test_only_checked_facts_ever_reach_the_list(listed: list[str]) -> None:
     section = facts_section(checked, "Brightline Ltd sent an invoice.", SOURCE)
     for line in section.splitlines()[3:]:
         assert line.removeprefix("- ") in LISTED
+
+
+def test_a_fact_line_is_cleaned_cut_to_its_first_sentence_and_never_the_title() -> None:
+    source = "Invoice 2026-0457\n\n" + SOURCE
+    listed = (
+        "- **Invoice 2026-0457**\n"
+        "- **Amount**: 1,392.00 EUR for 12 licences, due 15 October 2026. " + "word " * 30 + "\n"
+        "- " + "Brightline " * 31
+    )
+    checked = check_facts(listed, source)
+    assert checked["facts"] == ["Amount: 1,392.00 EUR for 12 licences, due 15 October 2026."]
+    assert [d["why"] for d in checked["dropped"]] == ["the file's title", "longer than 30 words"]

@@ -166,11 +166,12 @@ def test_no_tier_passing_fails_the_run_and_writes_nothing(
     assert not (tmp_path / "outbox/notes_summary.md").exists()
 
 
-def test_an_answer_cut_off_at_the_token_limit_is_never_accepted(
+def test_an_answer_cut_off_before_a_whole_sentence_is_never_accepted(
     app: perdure.App, worker: TestWorker, tmp_path: Path
 ) -> None:
-    """stop_reason "length" is refused even when every claim is grounded."""
-    cut = {"content": GOOD, "stop_reason": "length"}
+    """stop_reason "length" with no whole sentence is refused even when every claim it
+    makes is grounded."""
+    cut = {"content": GOOD.removesuffix("."), "stop_reason": "length"}
     agent, _ = make(app, tmp_path, [cut, GOOD])
     handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
     worker.run_until_idle()
@@ -297,3 +298,18 @@ def test_a_facts_list_cut_off_at_max_tokens_loses_only_its_half_line(
     asked = model.requests[1].messages[1].content
     assert "- Ben owns the migration." in asked and "- The team agreed to" not in asked
     assert model.requests[0].max_tokens is not None and model.requests[0].max_tokens <= 120
+
+
+def test_an_answer_cut_off_at_the_token_limit_is_written_up_to_its_last_whole_sentence(
+    app: perdure.App, worker: TestWorker, tmp_path: Path
+) -> None:
+    """No second call for an answer that ran long: its whole sentences are checked and
+    written; the half sentence is not."""
+    cut = f"{GOOD} Ben owns the migration and will"
+    agent, _ = make(app, tmp_path, [{"content": cut, "stop_reason": "length"}])
+    handle = app.start(agent.workflow, drop(tmp_path, "notes.txt", NOTES), run_id="r")
+    worker.run_until_idle()
+    result = handle.result(timeout=5)
+    assert result["answer"] == GOOD and result["iterations"] == 1
+    written = (tmp_path / "outbox/notes_summary.md").read_text()
+    assert GOOD in written and "and will" not in written

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .grounding import claims, unsupported
+from .grounding import claims, unsupported, whole_sentences
 
 HEADING = "Key facts:"  # the output's list of the checked facts its summary leaves out
 
@@ -27,6 +27,8 @@ PROMPT = (
 MOST = 5  # facts kept at most
 MAX_TOKENS = 120  # for the list: five short lines fit, a rambling one is cut
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
+_EMPHASIS = re.compile(r"\*\*|__|`")  # markdown a model puts around a fact's label
+LONG = 30  # words: a fact line longer than this (after its first sentence) is a passage
 
 
 def request_text(most: int = MOST) -> str:
@@ -39,10 +41,19 @@ def check_facts(answer: str, source: str, most: int = MOST) -> dict[str, Any]:
     source lacks (at most `most`, each once), and the dropped lines with why."""
     kept: list[str] = []
     dropped: list[dict[str, str]] = []
+    title = next((t.strip() for t in source.splitlines() if t.strip()), "")
     for raw in answer.splitlines():
-        line = _MARK.sub("", raw).strip().rstrip(";")
+        line = _EMPHASIS.sub("", _MARK.sub("", raw)).strip().rstrip(";")
         if not line or line.endswith(":"):
             continue  # a blank line or a heading ("Key facts:")
+        if len(line.split()) > LONG:  # a passage copied whole: its first sentence, if short
+            line = whole_sentences(line.split(". ", 1)[0] + ".") or line
+        if len(line.split()) > LONG:
+            dropped.append({"fact": line, "why": f"longer than {LONG} words"})
+            continue
+        if line.casefold() == title.casefold():
+            dropped.append({"fact": line, "why": "the file's title"})
+            continue
         said = claims(line)
         missing = unsupported(line, source)
         if missing:

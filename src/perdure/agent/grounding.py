@@ -128,6 +128,7 @@ _SENTENCES = re.compile(r"[^.!?。！？]+[.!?。！？]")
 _TOKEN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uff00-\uffef]|[^\s\u2e80-\u9fff]+")
 COPY = 0.8  # an answer this similar to a same-length window of its source is a copy
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
+TRIMMED = "trimmed"  # an answer cut off, kept up to its last whole sentence (whole_sentences)
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
 LOOP = 12  # words in a row that, said twice in one answer, mark a model looping
 VAGUE = 0.6  # an answer naming no fact must have this share of its words from the source
@@ -359,6 +360,25 @@ class Grounding:
         return {**asdict(self), "evidence": self.evidence}
 
 
+_SENTENCE_END = re.compile(r"(?<=[^\s.])[.!?。！？](?=[\s\"'’)]*(?:\s+[A-Z0-9\"“(]|$))|[。！？]")
+
+
+def whole_sentences(text: str) -> str:
+    """`text` up to the end of its last complete sentence ("" if it has none): what an
+    answer cut off at the token limit said in full."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text.rstrip()) if not _ordinal(text, m)]
+    return text[: ends[-1]].strip() if ends else ""
+
+
+def _ordinal(text: str, end: re.Match[str]) -> bool:
+    """A German ordinal's dot before a month ("12. Dezember"), not a sentence's end."""
+    before, after = text[: end.start()], text[end.end() :].split()
+    word = after[0].strip(".,;:").casefold() if after else ""
+    return re.search(r"(?<!\d)\d{1,2}$", before) is not None and (
+        word in _MONTHS or word in _FOREIGN_MONTHS
+    )
+
+
 def check(
     answer: str,
     source: str,
@@ -384,6 +404,8 @@ def check(
     reasons: list[str] = []
     if stop_reason in CUT_OFF:
         reasons.append(f"the answer was cut off at the token limit (stop reason: {stop_reason})")
+    elif stop_reason == TRIMMED and not has_sentence(text):
+        reasons.append("the answer was cut off at the token limit before a whole sentence")
     if len(text) < min_chars:
         reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")
     if max_chars is not None and len(text) > max_chars:

@@ -46,6 +46,7 @@ from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from .facts import MAX_TOKENS as FACTS_MAX_TOKENS
 from .facts import check_facts, facts_block, facts_section
 from .facts import request_text as facts_request
+from .grounding import CUT_OFF, TRIMMED, whole_sentences
 from .grounding import check as check_grounding
 from .memory_sql import AgentMemory
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
@@ -527,13 +528,16 @@ class Agent:
                     continue
                 if finishing:
                     attempt = _Attempt(task, tier, reply, summary, source, foreign, tuple(checked))
+                    if reply.stop_reason in CUT_OFF and not reply.message.tool_calls:
+                        # cut off at the token limit: what it said in whole sentences
+                        attempt.trim()
                     done, evidence = await self._complete(attempt)
                     if done:
                         await steps.notes(self._note(task, "done", evidence))
                         return {"status": "done", "evidence": evidence, "iterations": iteration,
                                 "tokens": tokens, "cost": round(cost, 6), "tier": tier,
                                 "rejections": rejections,
-                                "answer": reply.message.content}  # fmt: skip
+                                "answer": attempt.text}  # fmt: skip
                     rejections += 1
                     iteration_failed = True
                     rejected[said] = evidence
@@ -759,12 +763,12 @@ class Agent:
         """Check the answer's grounding (if the spec asks), write it where the spec says,
         then run the spec's acceptance. A rejected answer is never written."""
         output, acc = self.spec.output, self.spec.acceptance
-        text = attempt.reply.message.content
+        text = attempt.text
         if acc.grounded:
             tier = self.spec.tier(attempt.tier)
             extract = (True,) if tier.script == "builtin:extractive" else ()
             verdict = await self.steps.ground(  # an extract's sentences are the file's own
-                text, attempt.source, attempt.reply.stop_reason, attempt.foreign, *extract
+                text, attempt.source, attempt.stop_reason, attempt.foreign, *extract
             )
             if not verdict["ok"]:
                 return False, str(verdict["evidence"])
@@ -886,7 +890,7 @@ class _Spend:
     cost: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Attempt:
     """One finishing answer of the loop, with what it is checked against."""
 
@@ -897,6 +901,17 @@ class _Attempt:
     source: str
     foreign: list[str]
     facts: tuple[str, ...] = ()  # facts first: the file's checked facts
+    text: str = ""  # the answer as checked and written (the reply's, unless trimmed)
+    stop_reason: str = ""
+
+    def __post_init__(self) -> None:
+        self.text = self.text or self.reply.message.content
+        self.stop_reason = self.stop_reason or self.reply.stop_reason
+
+    def trim(self) -> None:
+        """Keep an answer cut off at the token limit up to its last whole sentence (none:
+        the check says it was cut off before one)."""
+        self.text, self.stop_reason = whole_sentences(self.text), TRIMMED
 
 
 def estimate_tokens(text: str) -> float:
