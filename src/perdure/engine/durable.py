@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING, Entry
 from . import continuation, sticky
-from .client import checked_input, continued_as
+from .client import checked_input, continued_as, started_by
 from .codec import from_json
 from .context import RunContext, require
 from .retry import seconds
@@ -86,7 +86,7 @@ def current_run() -> RunInfo:
     else:
         recoveries = int(_value("current_run", lambda c: c.run.recoveries))
     origin = dict(ctx.origin)
-    trigger = next(iter(origin), "client")  # its first key names what started the run
+    trigger, _ = started_by(origin)  # its first key names what started the run
     return RunInfo(
         id=ctx.run_id,
         workflow=ctx.run.workflow,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..app import App
-from ..engine.client import continued_as, unblob_text
+from ..engine.client import continued_as, run_origins, started_by, unblob_text
 from ..engine.inspection import StepReport
 from ..engine.reasons import claimable, reason_of
 from ..observe.redact import Redactor
@@ -34,12 +34,17 @@ def parsed(text: str | None) -> Any:
         return text
 
 
-def run_summary(run: RunRow, redactor: Redactor, now: float) -> dict[str, Any]:
+def run_summary(
+    run: RunRow, redactor: Redactor, now: float, origin: dict[str, Any]
+) -> dict[str, Any]:
     """A run's row: a `RunSummary` (with `reason`, the one line `perdure ls` shows);
     `claimable`: a `running` (or `cancelling`) run no worker holds (handed back by a stop,
-    or its lease ran out), which the next worker takes."""
+    or its lease ran out), which the next worker takes; `trigger` and `started_by`: what
+    started it, from its `origin` (`engine.client.started_by`)."""
+    trigger, by = started_by(origin)
     return {
         "id": run.id, "workflow": run.workflow, "status": run.status,
+        "trigger": trigger, "started_by": by,
         "claimable": claimable(run, now),
         "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
         "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
@@ -55,8 +60,9 @@ def run_summary(run: RunRow, redactor: Redactor, now: float) -> dict[str, Any]:
 async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
     """A run with its input, result and lease: a `Run` (its error keeps its traceback)."""
     redactor = Redactor()
+    origins = await run_origins(app.runtime.store, [run.id])
     return {
-        **run_summary(run, redactor, app.clock.now()),
+        **run_summary(run, redactor, app.clock.now(), origins[run.id]),
         "input": redactor.value(parsed(await unblob_text(app.runtime.store, run.input))),
         "result": redactor.value(parsed(await unblob_text(app.runtime.store, run.result))),
         "lease_owner": run.lease_owner,
