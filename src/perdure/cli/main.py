@@ -13,9 +13,10 @@ from typing import Any
 import click
 
 from ..app import App
-from ..engine.client import run_origins, unblob_text
+from ..engine.client import unblob_text
 from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
+from ..engine.origins import run_origins
 from ..engine.progress import executing
 from ..engine.reasons import shown_status
 from ..errors import PerdureError

@@ -20,8 +20,9 @@ from typing import Any
 
 import click
 
-from ..engine.client import continued_as, origin_of, started_by
+from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
+from ..engine.origins import started_by
 from ..engine.reasons import reason_of, shown_status
 from ..engine.versions import summary
 from ..observe.redact import Redactor

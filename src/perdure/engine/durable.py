@@ -26,9 +26,10 @@ from typing import Any
 from ..errors import PerdureError, RunFailed, WaitTimeout
 from ..store.base import COMPLETED, SLEEPING, TERMINAL, WAITING, Entry
 from . import continuation, sticky
-from .client import checked_input, continued_as, started_by
+from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
+from .origins import started_by
 from .retry import seconds
 from .state import Phase
 

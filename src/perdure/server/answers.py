@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..app import App
-from ..engine.client import continued_as, run_origins, started_by, unblob_text
+from ..engine.client import continued_as, unblob_text
 from ..engine.inspection import StepReport
+from ..engine.origins import run_origins, started_by
 from ..engine.reasons import claimable, reason_of
 from ..observe.redact import Redactor
 from ..server.access_sql import AuditRow
@@ -55,6 +57,12 @@ def run_summary(
         "reason": redactor.text(reason_of(run)),
         "continued_as": continued_as(run),
     }  # fmt: skip
+
+
+async def run_starts(app: App, runs: Sequence[RunRow]) -> dict[str, tuple[str, str | None]]:
+    """What started each run (run id -> trigger kind, short source), as its summary says."""
+    origins = await run_origins(app.runtime.store, [r.id for r in runs])
+    return {run_id: started_by(origin) for run_id, origin in origins.items()}
 
 
 async def run_detail(app: App, run: RunRow) -> dict[str, Any]:

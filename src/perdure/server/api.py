@@ -26,8 +26,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..app import App
-from ..engine.client import checked_input, run_origins
+from ..engine.client import checked_input
 from ..engine.inspection import explain
+from ..engine.origins import run_origins
 from ..engine.peers import WorkerState, worker_states
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor

@@ -36,7 +36,7 @@ from starlette.templating import Jinja2Templates
 
 from ..agent.budget_sql import Budgets
 from ..app import App
-from ..engine.client import run_origins, started_by, unblob_text
+from ..engine.client import unblob_text
 from ..engine.durable import internal
 from ..engine.inspection import explain
 from ..engine.peers import worker_states
@@ -54,7 +54,7 @@ from ..triggers.schedule_sql import Schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .access_sql import Access
-from .answers import parsed
+from .answers import parsed, run_starts
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
@@ -458,7 +458,6 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     if search:
         rows = [r for r in rows if search.lower() in r.id.lower()]
     shown = rows[start : start + PAGE]
-    origins = await run_origins(app.runtime.store, [r.id for r in shown])
     counts = await app.runtime.store.count_runs()
     found = await stuck(app)
     waiting = found["runs"]
@@ -480,7 +479,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     ]  # fmt: skip
     return await render(
         request, who, "runs.html", runs=shown, chips=chips, workflows=names, workflow=workflow,
-        started={r.id: started_by(origins[r.id]) for r in shown},
+        started=await run_starts(app, shown),
         statuses=statuses, search=search, number=number, total=sum(counts.values()),
         newer=link(page=number - 1) if number > 1 else "",
         older=link(page=number + 1) if len(rows) > start + PAGE else "",
