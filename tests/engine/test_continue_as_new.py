@@ -226,8 +226,8 @@ def test_the_api_names_the_link(app: perdure.App, worker: TestWorker) -> None:
     counter = counter_app(app)
     app.start(counter, 0, 3, run_id="c")
     worker.run_until_idle()
-    assert run_summary(app.get_run("c"), Redactor(), app.clock.now())["continued_as"] == "c~2"
-    assert run_summary(app.get_run("c~3"), Redactor(), app.clock.now())["continued_as"] is None
+    assert run_summary(app.get_run("c"), Redactor(), app.clock.now(), {})["continued_as"] == "c~2"
+    assert run_summary(app.get_run("c~3"), Redactor(), app.clock.now(), {})["continued_as"] is None
 
 
 def test_a_long_journal_logs_one_warning_naming_continue_as_new(

@@ -61,6 +61,27 @@ async def _delete(*queues: str) -> None:
             await channel.queue_delete(queue)
 
 
+def start_truth_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str, live: str, dlq: str,
+    worker_id: str,
+) -> tuple[dict[str, str], subprocess.Popen[bytes], Path]:  # fmt: skip
+    """A `perdure worker` process of truth_app.py (`orders` on the `missing` queue, `live` on
+    `live`, declared here with the dead-letter exchange `dlq`), its store in `tmp_path`; the
+    store and queues also set in this process's environment, for an app loaded here. Returns
+    the worker's environment (for `perdure_cli`), its process and its log file."""
+    asyncio.run(_declare(live, dead_letter=dlq))
+    env = {**os.environ, "PERDURE_DB": f"sqlite:///{tmp_path}/truth.db",
+           "PERDURE_APP": "truth_app:app", "TRUTH_MISSING": missing, "TRUTH_LIVE": live,
+           "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}  # fmt: skip
+    for key in ("PERDURE_DB", "TRUTH_MISSING", "TRUTH_LIVE"):  # for the served app
+        monkeypatch.setenv(key, env[key])
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "perdure", "worker", "--id", worker_id],
+                                cwd=HERE, env=env, stdout=out, stderr=out)  # fmt: skip
+    return env, proc, log
+
+
 def test_a_trigger_a_worker_cannot_consume_is_in_error_in_every_view(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,16 +93,7 @@ def test_a_trigger_a_worker_cannot_consume_is_in_error_in_every_view(
     require("rabbitmq")
     pytest.importorskip("starlette")
     missing, live, dlq = unique("truth-missing"), unique("truth-live"), unique("truth-dlq")
-    asyncio.run(_declare(live, dead_letter=dlq))
-    env = {**os.environ, "PERDURE_DB": f"sqlite:///{tmp_path}/truth.db",
-           "PERDURE_APP": "truth_app:app", "TRUTH_MISSING": missing, "TRUTH_LIVE": live,
-           "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}  # fmt: skip
-    for key in ("PERDURE_DB", "TRUTH_MISSING", "TRUTH_LIVE"):  # for the served app
-        monkeypatch.setenv(key, env[key])
-    log = tmp_path / "worker.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "perdure", "worker", "--id", "truth-1"],
-                                cwd=HERE, env=env, stdout=out, stderr=out)  # fmt: skip
+    env, proc, log = start_truth_worker(tmp_path, monkeypatch, missing, live, dlq, "truth-1")
     try:
         ready = wait_for("the ready line", lambda: re.search(r"ready worker=.*\n",
                          log.read_text(errors="replace")), log, timeout=60)  # fmt: skip

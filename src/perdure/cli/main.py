@@ -16,6 +16,7 @@ from ..app import App
 from ..engine.client import unblob_text
 from ..engine.durable import internal
 from ..engine.inspection import effects, explain, replay_check
+from ..engine.origins import run_origins
 from ..engine.progress import executing
 from ..engine.reasons import shown_status
 from ..errors import PerdureError
@@ -212,12 +213,13 @@ def list_runs(
         shown = {r.id: shown_status(r, paused, now) for r in rows}
         rows = [r for r in rows if shown[r.id] in statuses
                 or (shown[r.id] != "claimable" and r.status in statuses)]  # fmt: skip
+    origins = app.runtime.sync(run_origins(app.runtime.store, [r.id for r in rows]), "ls")
     if as_json:
         redactor = Redactor()
-        runs = [run_summary(r, redactor, now) for r in rows]
+        runs = [run_summary(r, redactor, now, origins[r.id]) for r in rows]
         render.print_json({"runs": runs, "next_cursor": None})
         return
-    render.echo(render.runs(rows, paused, now))
+    render.echo(render.runs(rows, origins, paused, now))
 
 
 @cli.command()

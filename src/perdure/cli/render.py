@@ -14,13 +14,15 @@ reorder a line or split one.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
 from ..engine.client import continued_as, origin_of
 from ..engine.inspection import EffectRow, ReplayReport, StepReport
+from ..engine.origins import started_by
 from ..engine.reasons import reason_of, shown_status
 from ..engine.versions import summary
 from ..observe.redact import Redactor
@@ -75,14 +77,27 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def runs(rows: Sequence[RunRow], paused: Collection[str] = (), now: float | None = None) -> str:
+def runs(
+    rows: Sequence[RunRow], origins: Mapping[str, dict[str, Any]],
+    paused: Collection[str] = (), now: float | None = None,
+) -> str:  # fmt: skip
+    """The runs as `perdure ls` prints them; `origins` (run id -> origin): what started
+    each (TRIGGER: `message orders`, `schedule nightly`, `client`)."""
     if not rows:
         return "no runs"
     return table(
-        [(r.id, r.workflow, shown_status(r, paused, now), when(r.created_at), when(r.updated_at),
+        [(r.id, r.workflow, shown_status(r, paused, now), started(origins.get(r.id, {})),
+          when(r.created_at), when(r.updated_at),
           reason_of(r)) for r in rows],
-        ("RUN", "WORKFLOW", "STATUS", "CREATED", "UPDATED", "REASON"),
+        ("RUN", "WORKFLOW", "STATUS", "TRIGGER", "CREATED", "UPDATED", "REASON"),
     )  # fmt: skip
+
+
+def started(origin: dict[str, Any]) -> str:
+    """What started a run in one phrase: its trigger kind and short source
+    (`message orders`; `client`)."""
+    kind, by = started_by(origin)
+    return kind if by is None else f"{kind} {shown(by)}"
 
 
 def run_header(

@@ -49,7 +49,7 @@ def _cli_schemas() -> dict[str, dict[str, Any]]:
             workers=_array(
                 _obj(
                     "id host pid running concurrency started_at heartbeat_at stopped_at "
-                    "clock_ahead state said",
+                    "clock_ahead state said triggers",
                     id=STR,
                     host=STR,
                     pid=INT,
@@ -61,6 +61,7 @@ def _cli_schemas() -> dict[str, dict[str, Any]]:
                     clock_ahead=OPT_NUM,
                     state={"enum": ["alive", "silent", "stopped", "dead"]},
                     said=STR,
+                    triggers=_array(_ref("Consumer")),
                 )
             ),
         ),

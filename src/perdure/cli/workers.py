@@ -12,6 +12,7 @@ from ..agent.serve import MODEL_CHOICES
 from ..engine.peers import worker_states
 from ..engine.worker import WorkerOptions, public_url, run_until_signalled
 from ..extras import require_extra
+from ..triggers.health_sql import consumers_by_worker, consumers_said
 from . import render
 from .specs import agent_option
 
@@ -127,7 +128,9 @@ def workers(ctx: click.Context, since: float, as_json: bool) -> None:
     """Workers (id, host, pid, runs held), how far their host's clock is from the store
     server's (CLOCK, PostgreSQL only: +2.0s is 2 s ahead) and their state: alive (busy or
     idle), stopped, dead (with the proof: its process is gone on this host, or its
-    PostgreSQL session ended) or silent (no heartbeat for 30 s, nothing proven)."""
+    PostgreSQL session ended) or silent (no heartbeat for 30 s, nothing proven); and, for a
+    live worker, the state of each of its message-trigger consumers (consuming, paused,
+    refused, down ...; a failing one with the broker's words below the table)."""
     from .main import get_app
 
     app = get_app(ctx, existing=True)
@@ -136,12 +139,16 @@ def workers(ctx: click.Context, since: float, as_json: bool) -> None:
     )  # on PostgreSQL the clock is then the server's
     now = app.clock.now()
     rows = app.runtime.sync(worker_states(app.runtime.store, now, now - since), "workers")
+    live = {w.id for w, judged in rows if judged.live}
+    consumers = app.runtime.sync(consumers_by_worker(app.runtime.store, live), "workers")
     listed: list[dict[str, object]] = []
+    failing: list[str] = []
     if not rows and not as_json:
         render.echo("no workers in the last hour" if since == 3600.0 else "no workers")
         return
     body = []
     for w, judged in rows:
+        mine = consumers.get(w.id, [])
         state = judged.label
         if judged.state == "stopped" and w.stopped_at is not None:
             state = f"stopped {render.when(w.stopped_at)}"
@@ -150,12 +157,17 @@ def workers(ctx: click.Context, since: float, as_json: bool) -> None:
                        "concurrency": w.concurrency, "started_at": w.started_at,
                        "heartbeat_at": w.heartbeat_at, "stopped_at": w.stopped_at,
                        "clock_ahead": None if w.clock_offset is None else -w.clock_offset,
-                       "state": judged.state, "said": state})  # fmt: skip
+                       "state": judged.state, "said": state,
+                       "triggers": [c.as_consumer() for c in mine]})  # fmt: skip
         body.append([w.id, w.host, str(w.pid), f"{w.running}/{w.concurrency}",
                      render.when(w.started_at), render.when(w.heartbeat_at), skew,
-                     state])  # fmt: skip
+                     consumers_said(mine), state])  # fmt: skip
+        failing += [f"{w.id}: trigger {c.trigger} {c.state} since {render.when(c.since)}: "
+                    f"{c.error or '-'}" for c in mine if c.failing]  # fmt: skip
     if as_json:
         render.print_json({"workers": listed, "at": now})
         return
-    head = ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "CLOCK", "STATE"]
+    head = ["WORKER", "HOST", "PID", "RUNS", "STARTED", "HEARTBEAT", "CLOCK", "TRIGGERS", "STATE"]
     render.echo(render.table(body, head))
+    for line in failing:
+        render.echo(line)

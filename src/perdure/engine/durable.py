@@ -32,6 +32,7 @@ from . import steering as steer
 from .client import checked_input, continued_as
 from .codec import from_json
 from .context import RunContext, require
+from .origins import started_by
 from .retry import seconds
 from .state import Phase
 
@@ -89,7 +90,7 @@ def current_run() -> RunInfo:
     else:
         recoveries = int(_value("current_run", lambda c: c.run.recoveries))
     origin = dict(ctx.origin)
-    trigger = next(iter(origin), "client")  # its first key names what started the run
+    trigger, _ = started_by(origin)  # its first key names what started the run
     return RunInfo(
         id=ctx.run_id,
         workflow=ctx.run.workflow,

@@ -2,8 +2,8 @@
 
 Read from the store only, so it shows every worker on every host: the workers the
 registry heard of in the last hour (idle ones too) but those that stopped, each with
-its state as every view judges it (`engine.peers.worker_state`), and any other lease
-owner, and
+its state as every view judges it (`engine.peers.worker_state`) and, live, its
+message-trigger consumers (`triggers.health_sql`), and any other lease owner, and
 a run's current step is the last position its journal holds (steps whose
 entries are still buffered by their worker show a moment later).
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.peers import worker_states
 from ..store.base import CANCELLING, PENDING, RUNNING
+from ..triggers.health_sql import consumers_by_worker, consumers_said
 
 if TYPE_CHECKING:
     from ..engine.runtime import Runtime
@@ -30,6 +31,8 @@ class WorkerLine:
     lease_left: float | None  # seconds until its newest lease expires (negative: expired)
     heartbeat_ago: float | None = None  # seconds since it last told the registry it is alive
     state: str = "not registered"  # its WorkerState label: alive (busy), dead: ..., ...
+    triggers: str = "-"  # a live worker's message-trigger consumers: `orders consuming`
+    triggers_failing: bool = False  # one of them is refused or down
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,16 @@ async def snapshot(runtime: Runtime, *, limit: int = 30) -> Snapshot:
         for row, state in await worker_states(runtime.store, now, now - 3600)
         if state.state != "stopped"
     }
+    live = {owner for owner, (_, state) in judged.items() if state.live}
+    consumers = await consumers_by_worker(runtime.store, live)
     for owner in sorted(set(held) | set(judged)):  # idle workers too, from the registry
         runs = held.get(owner, [])
         lease = max(r.lease_until or now for r in runs) - now if runs else None
         if owner in judged:
             row, state = judged[owner]
-            line = WorkerLine(owner, len(runs), lease, now - row.heartbeat_at, state.label)
+            mine = consumers.get(owner, [])
+            line = WorkerLine(owner, len(runs), lease, now - row.heartbeat_at, state.label,
+                              consumers_said(mine), any(c.failing for c in mine))  # fmt: skip
         else:
             line = WorkerLine(owner, len(runs), lease)
         frame.workers.append(line)
@@ -160,7 +167,7 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
     header = Text.assemble((title, "bold"), "  ", states)
 
     workers = Table(title="workers", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("WORKER", "STATE", "RUNS", "LEASE", "HEARTBEAT"):
+    for name in ("WORKER", "STATE", "RUNS", "LEASE", "HEARTBEAT", "TRIGGERS"):
         workers.add_column(name, no_wrap=True)
     for w in frame.workers:
         if w.lease_left is None:
@@ -171,9 +178,16 @@ def render(frame: Snapshot, title: str = "perdure") -> Any:
             lease = Text(f"expired {_ago(-w.lease_left)} ago", style="red")
         beat = "-" if w.heartbeat_ago is None else f"{_ago(w.heartbeat_ago)} ago"
         style = "green" if w.state.startswith("alive") else "red"
-        workers.add_row(cell(w.id), Text(w.state, style=style), str(w.runs), lease, beat)
+        workers.add_row(
+            cell(w.id),
+            Text(w.state, style=style),
+            str(w.runs),
+            lease,
+            beat,
+            Text(escape(w.triggers), style="red" if w.triggers_failing else ""),
+        )
     if not frame.workers:
-        workers.add_row("(no worker seen)", "", "", "", "")
+        workers.add_row("(no worker seen)", "", "", "", "", "")
 
     queues = Table(title="queues", title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("QUEUE", "RUNNING", "PENDING", "LIMITS"):

@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..app import App
 from ..engine.client import continued_as, unblob_text
 from ..engine.inspection import StepReport
+from ..engine.origins import run_origins, started_by
 from ..engine.reasons import claimable, reason_of
 from ..observe.redact import Redactor
 from ..server.access_sql import AuditRow
@@ -34,12 +36,17 @@ def parsed(text: str | None) -> Any:
         return text
 
 
-def run_summary(run: RunRow, redactor: Redactor, now: float) -> dict[str, Any]:
+def run_summary(
+    run: RunRow, redactor: Redactor, now: float, origin: dict[str, Any]
+) -> dict[str, Any]:
     """A run's row: a `RunSummary` (with `reason`, the one line `perdure ls` shows);
     `claimable`: a `running` (or `cancelling`) run no worker holds (handed back by a stop,
-    or its lease ran out), which the next worker takes."""
+    or its lease ran out), which the next worker takes; `trigger` and `started_by`: what
+    started it, from its `origin` (`engine.client.started_by`)."""
+    trigger, by = started_by(origin)
     return {
         "id": run.id, "workflow": run.workflow, "status": run.status,
+        "trigger": trigger, "started_by": by,
         "claimable": claimable(run, now),
         "created_at": run.created_at, "updated_at": run.updated_at, "started_at": run.started_at,
         "parent_id": run.parent_id, "waiting_for": run.waiting_for, "wake_at": run.wake_at,
@@ -52,11 +59,18 @@ def run_summary(run: RunRow, redactor: Redactor, now: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
+async def run_starts(app: App, runs: Sequence[RunRow]) -> dict[str, tuple[str, str | None]]:
+    """What started each run (run id -> trigger kind, short source), as its summary says."""
+    origins = await run_origins(app.runtime.store, [r.id for r in runs])
+    return {run_id: started_by(origin) for run_id, origin in origins.items()}
+
+
 async def run_detail(app: App, run: RunRow) -> dict[str, Any]:
     """A run with its input, result and lease: a `Run` (its error keeps its traceback)."""
     redactor = Redactor()
+    origins = await run_origins(app.runtime.store, [run.id])
     return {
-        **run_summary(run, redactor, app.clock.now()),
+        **run_summary(run, redactor, app.clock.now(), origins[run.id]),
         "input": redactor.value(parsed(await unblob_text(app.runtime.store, run.input))),
         "result": redactor.value(parsed(await unblob_text(app.runtime.store, run.result))),
         "lease_owner": run.lease_owner,

@@ -28,12 +28,13 @@ from starlette.routing import BaseRoute, Route
 from ..app import App
 from ..engine.client import checked_input
 from ..engine.inspection import explain
+from ..engine.origins import run_origins
 from ..engine.peers import WorkerState, worker_states
 from ..errors import ConfigError, PayloadError, PerdureError, RunNotFound, StoreUnavailable
 from ..observe.redact import Redactor
 from ..store.workers_sql import WorkerRow
 from ..triggers import schedules as sched
-from ..triggers.health_sql import FAILING
+from ..triggers.health_sql import FAILING, HealthRow, consumers_by_worker
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import ScheduleRow, Schedules
 from . import answers, sse
@@ -221,8 +222,9 @@ async def list_runs(call: Call) -> Any:
     cursor = None if following is None else encode_cursor(list(following))
     redactor = Redactor()
     now = call.app.clock.now()
-    answer: dict[str, Any] = {"runs": [run_summary(r, redactor, now) for r in rows],
-                              "next_cursor": cursor}  # fmt: skip
+    origins = await run_origins(call.app.runtime.store, [r.id for r in rows])
+    answer: dict[str, Any] = {"runs": [run_summary(r, redactor, now, origins[r.id])
+                                       for r in rows], "next_cursor": cursor}  # fmt: skip
     if ids:  # the bulk status call: which of the ids no run has
         found = await call.app.client.statuses(list(dict.fromkeys(ids)))
         answer["missing"] = [run_id for run_id, status in found.items() if status is None]
@@ -481,14 +483,19 @@ async def list_workers(call: Call) -> Any:
     await call.app.runtime.open_store()
     now = call.app.clock.now()
     judged = await worker_states(call.app.runtime.store, now, now - 3600)
-    return {"workers": [worker_json(row, state) for row, state in judged]}
+    live = {row.id for row, state in judged if state.live}
+    consumers = await consumers_by_worker(call.app.runtime.store, live)
+    return {"workers": [worker_json(row, state, consumers.get(row.id, []))
+                        for row, state in judged]}  # fmt: skip
 
 
-def worker_json(row: WorkerRow, state: WorkerState) -> dict[str, Any]:
+def worker_json(row: WorkerRow, state: WorkerState, consumers: list[HealthRow]) -> dict[str, Any]:
+    """A worker, its state and (live) the state of each of its message-trigger consumers."""
     return {
         "id": row.id, "host": row.host, "pid": row.pid, "concurrency": row.concurrency,
         "running": row.running, "started_at": row.started_at, "heartbeat_at": row.heartbeat_at,
         "stopped_at": row.stopped_at, **state.as_dict(),
+        "triggers": [c.as_consumer() for c in consumers],
     }  # fmt: skip
 
 

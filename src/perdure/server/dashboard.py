@@ -49,12 +49,13 @@ from ..store.base import ALL_STATUSES, FINISHED, Entry, RunRow
 from ..store.names import escape
 from ..triggers import schedules
 from ..triggers.dead_sql import DeadMessages
+from ..triggers.health_sql import consumers_by_worker
 from ..triggers.messages import MessageTrigger
 from ..triggers.schedule_sql import Schedules
 from . import operations, sessions
 from .access import Principal, authenticate_request, record
 from .access_sql import Access
-from .answers import parsed
+from .answers import parsed, run_starts
 from .limits import MAX_FORM
 from .operations import APPROVE_PREFIX, QUESTION_PREFIX, Forbidden, require
 from .run_picture import outputs, picture
@@ -479,6 +480,7 @@ async def runs_page(request: Request, app: App, who: Principal) -> Response:
     ]  # fmt: skip
     return await render(
         request, who, "runs.html", runs=shown, chips=chips, workflows=names, workflow=workflow,
+        started=await run_starts(app, shown),
         statuses=statuses, search=search, number=number, total=sum(counts.values()),
         newer=link(page=number - 1) if number > 1 else "",
         older=link(page=number + 1) if len(rows) > start + PAGE else "",
@@ -816,6 +818,7 @@ async def triggers_page(request: Request, app: App, who: Principal) -> Response:
 async def workers_page(request: Request, app: App, who: Principal) -> Response:
     """Every worker heard of in the last hour with its state (the one judgement of
     `engine.peers.worker_state`: alive busy or idle, stopped, dead with the proof, silent),
+    a live one's message-trigger consumers (consuming, refused with the broker's words ...),
     the runs it holds and their lease; runs no worker holds; what is paused."""
     now = app.clock.now()
     held = await app.runtime.store.list_runs(statuses=["running", "cancelling"], limit=10_000)
@@ -826,15 +829,19 @@ async def workers_page(request: Request, app: App, who: Principal) -> Response:
     order = {"alive": 0, "silent": 1, "dead": 2, "stopped": 3}
     judged = sorted(await worker_states(app.runtime.store, now, now - 3600),
                     key=lambda w: (order[w[1].state], w[0].id))  # fmt: skip
+    live = {row.id for row, state in judged if state.live}
+    consumers = await consumers_by_worker(app.runtime.store, live)
     workers = []
     for row, state in judged:
         runs = sorted(owners.pop(row.id, []), key=lambda r: r.id)
         workers.append({"id": row.id, "where": f"{row.host} pid {row.pid}", "state": state,
+                        "consumers": consumers.get(row.id, []),
                         "load": f"{row.running}/{row.concurrency}", "beat": row.heartbeat_at,
                         "runs": runs, "until": max((r.lease_until or 0.0) for r in runs)
                         if runs else None})  # fmt: skip
     for owner, runs in sorted(owners.items()):  # a lease owner the registry does not know
-        workers.append({"id": owner, "where": "-", "state": None, "load": str(len(runs)),
+        workers.append({"id": owner, "where": "-", "state": None, "consumers": [],
+                        "load": str(len(runs)),
                         "beat": None, "runs": sorted(runs, key=lambda r: r.id),
                         "until": max((r.lease_until or 0.0) for r in runs)})  # fmt: skip
     unheld = sorted((r for r in held if claimable(r, now)), key=lambda r: r.id)

@@ -65,8 +65,9 @@ _SUMMARY = dict(
     parent_id=OPT_STR, waiting_for=OPT_STR, wake_at=OPT_NUM, deadline_at=OPT_NUM, queue=STR,
     priority=INT, partition_key=OPT_STR, pause_requested=BOOL, recoveries=INT,
     code_version=STR, error=ANY, reason=STR, continued_as=OPT_STR, claimable=BOOL,
+    trigger=STR, started_by=OPT_STR,
 )
-_STATUS_KEYS = "id workflow status created_at updated_at"
+_STATUS_KEYS = "id workflow status created_at updated_at trigger"
 _SCHEDULE = _obj(
     "name workflow paused", name=STR, workflow=STR, cron=OPT_STR, every=OPT_NUM, tz=STR,
     input=ANY, catchup=STR, catchup_limit=INT, overlap=STR, jitter=NUM, grace=NUM,
@@ -191,10 +192,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Deleted": _obj("deleted", deleted=STR),
     "Workers": _obj("workers", workers=_array(_obj(
         "id host pid concurrency running started_at heartbeat_at stopped_at state busy why "
-        "label", id=STR, host=STR, pid=INT, concurrency=INT, running=INT, started_at=NUM,
+        "label triggers", id=STR, host=STR, pid=INT, concurrency=INT, running=INT, started_at=NUM,
         heartbeat_at=NUM, stopped_at=OPT_NUM,
         state={"enum": ["alive", "stopped", "dead", "silent"]}, busy=BOOL, why=STR, label=STR,
+        triggers=_array(_ref("Consumer")),
     ))),
+    "Consumer": _obj(
+        "trigger kind state since error failing", trigger=STR, kind=STR, state=STR, since=NUM,
+        error=OPT_STR, failing=BOOL,
+    ),
     "Versions": _obj(
         "versions builds waiting_for_version checkout",
         versions=_array(_obj("workflow version runs statuses waiting workers builds current",

@@ -10,10 +10,15 @@ stopped worker's is dropped at the next write).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..store.dialect import Db
 from ..store.extensions import Extension, Methods, reads, writes
+
+if TYPE_CHECKING:
+    from ..store.roles import Store
 
 HEALTH = Extension(
     "trigger_health",
@@ -61,6 +66,11 @@ class HealthRow:
         return {"worker": self.worker, "state": self.state, "since": self.since,
                 "error": self.error}  # fmt: skip
 
+    def as_consumer(self) -> dict[str, object]:
+        """This row as one of its worker's consumers (the workers views)."""
+        return {"trigger": self.trigger, "kind": self.kind, "state": self.state,
+                "since": self.since, "error": self.error, "failing": self.failing}  # fmt: skip
+
 
 def put_health(conn: Db, row: HealthRow) -> None:
     """Record (or replace) a worker's state of one trigger; the rows of workers that have
@@ -96,3 +106,22 @@ class TriggerHealth(Methods):
     extension = HEALTH
     record_health = writes(put_health)
     trigger_health = reads(list_health)
+
+
+async def consumers_by_worker(store: Store, workers: Collection[str]) -> dict[str, list[HealthRow]]:
+    """What each of `workers` recorded of its message-trigger consumers, by worker (a worker
+    with no consumer is absent). The caller passes the live workers: the rows of a stopped,
+    dead or silent worker are history, not a state."""
+    if not workers:
+        return {}
+    found: dict[str, list[HealthRow]] = {}
+    for row in await TriggerHealth(store).trigger_health(None):
+        if row.worker in workers:
+            found.setdefault(row.worker, []).append(row)
+    return found
+
+
+def consumers_said(rows: Collection[HealthRow]) -> str:
+    """A worker's consumers in one phrase, the same in every workers view:
+    `orders consuming, audit refused` (`-`: none)."""
+    return ", ".join(f"{r.trigger} {r.state}" for r in rows) or "-"
