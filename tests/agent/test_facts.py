@@ -50,8 +50,13 @@ def test_a_fact_line_is_cleaned_cut_to_its_first_sentence_and_never_the_title() 
     listed = (
         "- **Invoice 2026-0457**\n"
         "- **Amount**: 1,392.00 EUR for 12 licences, due 15 October 2026. " + "word " * 30 + "\n"
-        "- " + "Brightline " * 31
+        "- " + "Brightline " * 31 + "\n"
+        "- Decisions"
     )
     checked = check_facts(listed, source)
     assert checked["facts"] == ["Amount: 1,392.00 EUR for 12 licences, due 15 October 2026."]
-    assert [d["why"] for d in checked["dropped"]] == ["the file's title", "longer than 30 words"]
+    assert [d["why"] for d in checked["dropped"]] == [
+        "the file's title",
+        "longer than 30 words",
+        "a heading, not a fact",
+    ]

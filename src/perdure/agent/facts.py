@@ -28,6 +28,7 @@ MOST = 5  # facts kept at most
 MAX_TOKENS = 120  # for the list: five short lines fit, a rambling one is cut
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
 _EMPHASIS = re.compile(r"\*\*|__|`")  # markdown a model puts around a fact's label
+SHORT = 3  # words: a shorter line ("Decisions") is a heading
 LONG = 30  # words: a fact line longer than this (after its first sentence) is a passage
 
 
@@ -53,6 +54,9 @@ def check_facts(answer: str, source: str, most: int = MOST) -> dict[str, Any]:
             continue
         if line.casefold() == title.casefold():
             dropped.append({"fact": line, "why": "the file's title"})
+            continue
+        if len(line.split()) < SHORT:
+            dropped.append({"fact": line, "why": "a heading, not a fact"})
             continue
         said = claims(line)
         missing = unsupported(line, source)
