@@ -190,7 +190,9 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
     result.landed = _landed_body(outfile, doc.file)
     result.recalled = [f.what for f in doc.facts if recalled(f, result.landed)]
     if result.landed:
-        result.unsupported_landed = unsupported(result.landed, source)
+        # the list's heading is the template's, not a claim about the document
+        claimed = result.landed.replace(f"\n\n{FACTS_HEADING}\n", "\n\n")
+        result.unsupported_landed = unsupported(claimed, source)
         result.copy_landed = round(copy_ratio(result.landed.removeprefix("Summary: "), source), 3)
         result.no_sentence_landed = not has_sentence(result.landed)
         said = result.landed.split(f"\n\n{FACTS_HEADING}\n", 1)[0]  # the answer, no facts list

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perdure.agent.extractive import extract, sentences
+from perdure.agent.extractive import extract, fact_lines, sentences
 from perdure.agent.grounding import unsupported
 from perdure.agent.messages import Message, ModelRequest
 from perdure.agent.providers.scripted import extractive_summary
@@ -50,3 +50,20 @@ def test_the_builtin_summariser_reads_the_whole_file_past_a_rule() -> None:
     request = ModelRequest(model="x", messages=[Message("system", "Summarise."), user])
     answer = extractive_summary(request).message.content
     assert "EUR 9,400" in answer and "3 May" in answer
+
+
+def test_fact_lines_are_the_files_fact_sentences_most_facts_first() -> None:
+    text = (
+        "Invoice 2026-0457\n\n"
+        "From: Brightline Print Studio\n"
+        "Hi Maria,\n\n"
+        "Thank you for the order. The total due is £1,392.00 by 15 October 2026.\n"
+        "It was nice to meet you.\n\n"
+        "Subtotal   £1,160.00\n\n"
+        "Kind regards,\nTom\n"
+    )
+    lines = fact_lines(text)
+    assert lines[0] == "The total due is £1,392.00 by 15 October 2026."
+    assert "Subtotal £1,160.00" in lines  # a table line, its spacing collapsed
+    assert not any(line.startswith(("Invoice 2026-0457", "From:", "Hi ", "Kind")) for line in lines)
+    assert "It was nice to meet you." not in lines  # it names nothing

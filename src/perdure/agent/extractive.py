@@ -180,3 +180,20 @@ def extract_pieces(text: str, limit: int = LIMIT) -> tuple[list[str], str]:
     if title and score(title) > 0:
         picked.insert(0, title if title.endswith((".", "!", "?", ":")) else f"{title}:")
     return picked, joiner
+
+
+def fact_lines(text: str, most_words: int = 30) -> list[str]:
+    """The document's sentences and lines that name facts (amounts, dates, numbers,
+    names), most facts first: its prose cut into sentences, its list items and table
+    lines; never its title, header lines, greetings or sign-offs, nor one over
+    `most_words` words."""
+    pieces = units(text)
+    title = pieces[0][0] if pieces and not pieces[0][1] else ""
+    found: list[str] = []
+    for piece, prose in pieces:
+        for line in sentences(piece) if prose else [" ".join(piece.split())]:
+            if line == title or _HEADER.match(line) or _GREETING.match(line):
+                continue
+            if len(line.split()) <= most_words and score(line) > 0 and line not in found:
+                found.append(line)
+    return sorted(found, key=lambda line: -score(line))

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .extractive import fact_lines
 from .grounding import claims, unsupported, whole_sentences
 
-HEADING = "Key facts:"  # the output's list of the checked facts its summary leaves out
+HEADING = "Key facts:"  # the output's list of the facts its summary leaves out
 
 PROMPT = (
     "List the key facts of the file above for a busy reader: what happened or was decided, "
@@ -99,10 +100,20 @@ def _written(word: str, text: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 
 
-def facts_section(facts: list[str] | tuple[str, ...], answer: str, source: str) -> str:
-    """The output's `{facts}`: the checked facts the answer leaves out, as a list under
-    HEADING after a blank line; empty when the answer states them all (or there are none)."""
-    left = unstated(facts, answer, source)
+def facts_section(
+    facts: list[str] | tuple[str, ...], answer: str, source: str, most: int = MOST
+) -> str:
+    """The output's `{facts}`: up to `most` facts the answer leaves out, as a list under
+    HEADING after a blank line: the model's checked facts first, then the file's own
+    sentences and lines that name the most facts (`extractive.fact_lines`), each only if
+    it names a number, date or name the answer and the list do not; empty when there is
+    nothing left to add."""
+    left = unstated(facts, answer, source)[:most]
+    for line in fact_lines(source):
+        if len(left) >= most:
+            break
+        if unstated([line], "\n".join([answer, *left]), source):
+            left.append(line)
     if not left:
         return ""
     lines = "\n".join(f"- {fact}" for fact in left)

@@ -237,9 +237,10 @@ class WorkspaceSpec(_Strict):
 class OutputSpec(_Strict):
     """Where a run's final answer is written when the model answers in text (no tool call):
     `path` and `template` may use {stem}, {name} (of the task's file), {source}, {time},
-    {answer}, {run_id}, {tier}, {model}; `template` also {facts}: with
-    `acceptance.facts_first`, the checked facts the answer does not state, as a list after
-    a blank line (empty when it states them all)."""
+    {answer}, {run_id}, {tier}, {model}; `template` also {facts}: up to five facts of the
+    file the answer does not state, as a list after a blank line (with
+    `acceptance.facts_first` the model's checked facts first, then the file's own lines
+    that name the most facts; empty when the answer states them all)."""
 
     path: str
     template: str = "{answer}\n\n---\nsource: {source}\nwritten: {time} by run {run_id}\n"
