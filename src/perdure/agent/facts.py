@@ -25,7 +25,7 @@ PROMPT = (
     "and under 15 words, at most {most} lines, using the file's own numbers, dates, amounts "
     "and names. Not the title, not a list of people. No introduction, no summary."
 )
-MOST = 5  # facts kept at most
+MOST = 5  # facts kept at most (and listed under the summary)
 MAX_TOKENS = 120  # for the list: five short lines fit, a rambling one is cut
 _MARK = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s*")
 _EMPHASIS = re.compile(r"\*\*|__|`")  # markdown a model puts around a fact's label
