@@ -7,6 +7,11 @@ can be checked on its own (every number, date and name in the file). The lines t
 are put after the file in the request for the summary (both requests begin alike, so a
 model server with a prompt cache reads the file once); the rest are dropped, and which
 were dropped is journaled with the step.
+
+Two or three sentences leave facts out; the output's `{facts}` (`facts_section`) lists up
+to five of them under the summary: the checked facts it does not state, then the file's
+own lines that name the most facts it still lacks. Nothing in that list is the model's
+unchecked word.
 """
 
 from __future__ import annotations
