@@ -109,10 +109,11 @@ def test_serve_with_an_agent_spec_answers_its_approval_in_chromium(tmp_path: Pat
                 expect(gate).to_contain_text("write_file")
                 gate.locator("textarea[name=comment]").fill("blue it is")
                 gate.locator("button[value=approve]").click()
-                expect(page.locator(".flash")).to_contain_text("approved")
+                # the answer's POST and redirect on a loaded machine: more than the 5 s default
+                expect(page.locator(".flash")).to_contain_text("approved", timeout=30_000)
                 page.goto(f"{url}/ui/runs/{RUN_ID}")
                 expect(page.locator("#run-status")).to_have_text("completed", timeout=60_000)
-                expect(page.locator("#run-audit")).to_contain_text("blue it is")
+                expect(page.locator("#run-audit")).to_contain_text("blue it is", timeout=30_000)
                 assert errors == []
             finally:
                 browser.close()
