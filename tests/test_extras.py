@@ -49,13 +49,13 @@ from extras_needed import needs, require
 pytest.importorskip("perdure_no_such_module", reason=needs("server"))
 """
 SKIPS_INSIDE = """
-from extras_needed import require
+from extras_needed import needs, require
 
 def test_needs_kafka():
     require("kafka", "perdure_no_such_module")
 
 def test_plain():
-    assert True
+    assert needs("kafka") == "needs the kafka extra: pip install 'perdure[kafka]'"
 """
 
 
