@@ -17,7 +17,8 @@ from perdure.store.base import NEEDS_ATTENTION, TERMINAL
 
 RUNS = 16
 STEPS = 500
-KILLS = 20
+LANDED = 3  # kills that must land between a body and its outcome
+MAX_KILLS = 60  # kills tried to get there; each lands with a chance, not for sure
 SETTLE_SECONDS = 60.0
 
 
@@ -67,12 +68,28 @@ def test_kill_minus_nine_in_once_steps_taken_at_once(
                 app.resolve(run_id, mark.position, retry=True)
                 resolved["retry"] += 1
 
+    def landed() -> int:
+        return resolved["value"] + resolved["retry"]
+
+    def wait_for_bodies(proc: Any, ledger_size: int) -> bool:
+        """Until the new worker has run a body: a kill before that (the interpreter
+        starting, a loaded CI machine) cannot land mid-step."""
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ledger.exists() and ledger.stat().st_size > ledger_size:
+                return True
+            time.sleep(0.02)
+        return False
+
+    ledger = workdir / chaos_app.LEDGER
     try:
-        for _ in range(KILLS):
-            if all(app.get_run(r).status in TERMINAL for r in runs):
-                break  # a fast machine: nothing left to kill in
+        for _ in range(MAX_KILLS):
+            if landed() >= LANDED or all(app.get_run(r).status in TERMINAL for r in runs):
+                break  # enough landed, or a fast machine: nothing left to kill in
+            size = ledger.stat().st_size if ledger.exists() else 0
             proc = pool.spawn()
-            time.sleep(rng.uniform(0.5, 1.5))  # ~0.4 s of it is the interpreter starting
+            if wait_for_bodies(proc, size):
+                time.sleep(rng.uniform(0.05, 0.6))
             pool.kill(proc)
             resolve_parked()
         proc = pool.spawn()
@@ -83,8 +100,8 @@ def test_kill_minus_nine_in_once_steps_taken_at_once(
             time.sleep(0.1)
         pool.kill(proc)  # it may have found nothing left: graceful stops are tested elsewhere
 
-        ledger = [r for r in chaos_app.read_ledger(workdir) if r["step"] == "quick_once"]
-        ran = Counter((r["run"], r["pos"]) for r in ledger)
+        executed = [r for r in chaos_app.read_ledger(workdir) if r["step"] == "quick_once"]
+        ran = Counter((r["run"], r["pos"]) for r in executed)
         assert ran == {(r, p): 1 for r in runs for p in range(STEPS)}  # each exactly once
         for run_id in runs:
             run = app.get_run(run_id)
@@ -94,12 +111,14 @@ def test_kill_minus_nine_in_once_steps_taken_at_once(
             intents = {
                 (e.position, e.attempt) for e in app.journal(run_id) if e.kind == "step.intent"
             }
-            for r in ledger:  # the intent of every execution is on disk
+            for r in executed:  # the intent of every execution is on disk
                 if r["run"] == run_id:
                     assert (r["pos"], r["attempt"]) in intents, (run_id, r)
-        print(f"resolved {dict(resolved)}, {sum(r['at_once'] for r in ledger)} of "
-              f"{len(ledger)} bodies at once")  # fmt: skip
-        assert resolved["value"] + resolved["retry"] >= 3, "too few kills landed mid-step"
-        assert sum(r["at_once"] for r in ledger) > len(ledger) // 2, "at-once path not taken"
+        print(f"resolved {dict(resolved)}, {sum(r['at_once'] for r in executed)} of "
+              f"{len(executed)} bodies at once")  # fmt: skip
+        assert landed() >= LANDED, "too few kills landed mid-step"
+        # On a loaded machine a preempted body looks slow and goes back to the pool for the
+        # rest of its process (engine/pace.py): a share of bodies is not promised, the path is.
+        assert any(r["at_once"] for r in executed), "at-once path not taken"
     finally:
         app.close()
