@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from perdure.agent.facts import HEADING as FACTS_HEADING
-from perdure.agent.grounding import COPY, copy_ratio, has_sentence, unsupported
+from perdure.agent.grounding import COPY, copy_ratio, unsupported
+from perdure.agent.sentences import has_one
 
 from .common import ROOT, Table
 
@@ -194,7 +195,7 @@ def read_result(tier: str, doc: Doc, run: Any, journal: list[Any], outbox: Path)
         claimed = result.landed.replace(f"\n\n{FACTS_HEADING}\n", "\n\n")
         result.unsupported_landed = unsupported(claimed, source)
         result.copy_landed = round(copy_ratio(result.landed.removeprefix("Summary: "), source), 3)
-        result.no_sentence_landed = not has_sentence(result.landed)
+        result.no_sentence_landed = not has_one(result.landed)
         said = result.landed.split(f"\n\n{FACTS_HEADING}\n", 1)[0]  # the answer, no facts list
         landed = next((a for a in answers if a.text.strip() == said), None)
         result.truncated_landed = landed is not None and landed.stop_reason == "length"

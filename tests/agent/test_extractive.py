@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perdure.agent.extractive import extract, fact_lines, sentences
+from perdure.agent.extractive import extract, fact_lines
 from perdure.agent.grounding import unsupported
 from perdure.agent.messages import Message, ModelRequest
 from perdure.agent.providers.scripted import extractive_summary
@@ -30,16 +30,6 @@ def test_the_sentences_with_facts_are_picked_not_the_header_or_the_signature() -
     for header in ("From:", "Subject:", "Dear Laura", "Kind regards", "Dispatch"):
         assert header not in summary
     assert unsupported(summary, LETTER) == []
-
-
-def test_a_german_date_is_not_cut_at_its_ordinal_dot() -> None:
-    """ "am 12. März 2026" stays one sentence; "Nr. 4" does not end one either."""
-    text = "Die Sitzung ist am 12. März 2026 im Rathaus. Antrag Nr. 4 wird vertagt. Ende."
-    assert sentences(text) == [
-        "Die Sitzung ist am 12. März 2026 im Rathaus.",
-        "Antrag Nr. 4 wird vertagt.",
-        "Ende.",
-    ]
 
 
 def test_the_builtin_summariser_reads_the_whole_file_past_a_rule() -> None:

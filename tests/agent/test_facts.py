@@ -56,7 +56,7 @@ def test_a_fact_line_is_cleaned_cut_to_its_first_sentence_and_never_the_title() 
     source = "Invoice 2026-0457\n\n" + SOURCE
     listed = (
         "- **Invoice 2026-0457**\n"
-        "- **Amount**: 1,392.00 EUR for 12 licences, due 15 October 2026. " + "word " * 30 + "\n"
+        "- **Amount**: 1,392.00 EUR for 12 licences, due 15 October 2026. " + "Word " * 30 + "\n"
         "- " + "Brightline " * 31 + "\n"
         "- Decisions"
     )

@@ -12,21 +12,12 @@ from __future__ import annotations
 
 import re
 
+from .dates import MONTH_NAMES
 from .grounding import claims
+from .sentences import split
 
 LIMIT = 400  # characters of the summary at most
-_MONTH_WORDS = (
-    r"jan|feb|mär|mar|apr|mai|may|jun|jul|aug|sep|okt|oct|nov|dez|dec|"
-    r"januar|februar|märz|april|juni|juli|august|september|oktober|november|dezember"
-)
-# a sentence ends at . ! ? (or their CJK forms) followed by space and not inside a date
-# ("12. März"), an abbreviation ("No. 4", "Dr. Kim") or a version ("v2. x")
-_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
-_ABBREVIATION = re.compile(
-    r"\b(?:no|nr|dr|mr|mrs|ms|st|vs|etc|e\.g|i\.e|approx|ca|incl|attn|ref|fig|z\.b|bzw)\.$", re.I
-)
-_ORDINAL = re.compile(r"(?:^|\s)\d{1,2}\.$")  # German "12." before its month
-_NEXT_MONTH = re.compile(rf"^(?:{_MONTH_WORDS})", re.I)
+_MONTH_WORDS = "|".join(MONTH_NAMES)
 _LABEL = re.compile(r"^\s*[\w .'/-]{1,24}:\s")  # "From: ...", "Subject: ...", "Date: ..."
 _GREETING = re.compile(
     r"^\W*(hi|hello|hey|dear|good (morning|afternoon|evening)|hallo|liebe[rs]?|sehr geehrte"
@@ -41,25 +32,6 @@ _DATE = re.compile(
     r"\b\d{4}-\d{2}-\d{2}\b|\d{1,2}:\d{2}|\d+月\d+日",
     re.I,
 )
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of prose `text` (whitespace collapsed), never cut inside a date."""
-    words = " ".join(text.split())
-    found: list[str] = []
-    start = 0
-    for match in _END.finditer(words):
-        piece, rest = words[start : match.start()], words[match.end() :]
-        if _ABBREVIATION.search(piece) or (
-            _ORDINAL.search(piece) and (_NEXT_MONTH.match(rest) or not rest[:1].isupper())
-        ):
-            continue  # "No. 2026", "Dr. Kim", "12. März": not an end
-        found.append(piece.strip())
-        start = match.end()
-    tail = words[start:].strip()
-    if tail:
-        found.append(tail)
-    return [s for s in found if s]
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•·]|\d{1,2}[.)])\s+")
@@ -138,7 +110,7 @@ def extract_pieces(text: str, limit: int = LIMIT) -> tuple[list[str], str]:
     lines: list[str] = []  # short non-prose lines with an amount or a date: "Total due £1,392"
     for piece, prose in pieces:
         if prose:
-            candidates += sentences(piece)
+            candidates += split(piece)
         elif (
             piece != pieces[0][0]
             and len(piece) <= 90
@@ -191,7 +163,7 @@ def fact_lines(text: str, most_words: int = 30) -> list[str]:
     title = pieces[0][0] if pieces and not pieces[0][1] else ""
     found: list[str] = []
     for piece, prose in pieces:
-        for line in sentences(piece) if prose else [" ".join(piece.split())]:
+        for line in split(piece) if prose else [" ".join(piece.split())]:
             if line == title or _HEADER.match(line) or _GREETING.match(line):
                 continue
             if len(line.split()) <= most_words and score(line) > 0 and line not in found:

@@ -20,7 +20,8 @@ import re
 from typing import Any
 
 from .extractive import fact_lines
-from .grounding import claims, unsupported, whole_sentences
+from .grounding import claims, unsupported
+from .sentences import split
 
 HEADING = "Key facts:"  # the output's list of the facts its summary leaves out
 
@@ -54,7 +55,7 @@ def check_facts(answer: str, source: str, most: int = MOST) -> dict[str, Any]:
         if not line or line.endswith(":"):
             continue  # a blank line or a heading ("Key facts:")
         if len(line.split()) > LONG:  # a passage copied whole: its first sentence, if short
-            line = whole_sentences(line.split(". ", 1)[0] + ".") or line
+            line = split(line)[0]
         if len(line.split()) > LONG:
             dropped.append({"fact": line, "why": f"longer than {LONG} words"})
             continue

@@ -17,80 +17,18 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .dates import ENGLISH_WEEKDAYS, FOREIGN_MONTHS, MONTHS, WEEKDAYS
+from .sentences import has_one
+
 # a number with its decimal part or thousands groups: 4,500 · 99.9 · 2.3.1 · 03
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 _LIST_MARK = re.compile(r"^[ \t]*\d{1,2}[.)][ \t]", re.M)  # "1. " opening a line: numbering
 # a word of letters (any script's), with inner apostrophes, hyphens and dots (e.g. "O'Neil")
 _WORD = re.compile(r"[^\W\d_](?:[\w'’.-]*[^\W_])?")
-_SENTENCE_END = re.compile(r"[.!?:;\n。！？：；]\s*$")
+_CLAUSE_END = re.compile(r"[.!?:;\n。！？：；]\s*$")  # what a word after it starts
 _POSSESSIVE = re.compile(r"['’]s$")  # "Nwosu's" claims "Nwosu", "It's" is "It"
 _JOINERS = re.compile(r"[-_.'’/]")  # "api-gateway" also holds the words "api", "gateway"
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-# a date the document writes in German, French, Spanish or Italian grounds the English month
-# name of a summary in English ("März" grounds "March"); English names are in _MONTHS
-_FOREIGN_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("januar", "jänner", "janvier", "enero", "gennaio"),
-            ("februar", "février", "fevrier", "febrero", "febbraio"),
-            ("märz", "maerz", "mars", "marzo"),
-            ("avril", "abril", "aprile"),
-            ("mai", "mayo", "maggio"),
-            ("juni", "juin", "junio", "giugno"),
-            ("juli", "juillet", "julio", "luglio"),
-            ("août", "aout", "agosto"),
-            ("septembre", "septiembre", "settembre"),
-            ("oktober", "octobre", "octubre", "ottobre"),
-            ("novembre", "noviembre"),
-            ("dezember", "décembre", "decembre", "diciembre", "dicembre"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-_WEEKDAYS = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("monday", "mon", "montag", "lundi", "lunes", "lunedì", "星期一", "周一"),
-            ("tuesday", "tue", "tues", "dienstag", "mardi", "martes", "martedì", "星期二", "周二"),
-            ("wednesday", "wed", "mittwoch", "mercredi", "miércoles", "mercoledì", "星期三",
-             "周三"),
-            ("thursday", "thu", "thurs", "donnerstag", "jeudi", "jueves", "giovedì", "星期四",
-             "周四"),
-            ("friday", "fri", "freitag", "vendredi", "viernes", "venerdì", "星期五", "周五"),
-            ("saturday", "sat", "samstag", "sonnabend", "samedi", "sábado", "sabato", "星期六",
-             "周六"),
-            ("sunday", "sun", "sonntag", "dimanche", "domingo", "domenica", "星期日", "星期天",
-             "周日"),
-        ),
-        start=1,
-    )
-    for name in names
-}  # fmt: skip
-_ENGLISH_WEEKDAYS = {n for n in _WEEKDAYS if n.isascii() and len(n) > 4}
 _ACRONYM_SKIP = frozenset({"of", "and", "the", "for", "&", "in", "on", "to", "a"})
 # never a name: "I", and labels a summary may start with
 _NOT_NAMES = {"i", "i'm", "i've", "i'd", "i'll", "summary", "note", "ok", "yes", "no"}
@@ -122,13 +60,11 @@ _ECHO = re.compile(
     r"(not accepted|not grounded|\bis grounded\b|your (previous )?answer|answer again|"
     r"not in the source|names nothing from|the answer (has|repeats|was|names))", re.I,
 )  # fmt: skip
-# a sentence: ends in . ! ? (or their CJK forms) and has three words, or six CJK characters
-_SENTENCES = re.compile(r"[^.!?。！？]+[.!?。！？]")
 # a word for the copy check: a CJK character is one (those scripts put no space between words)
 _TOKEN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uff00-\uffef]|[^\s\u2e80-\u9fff]+")
 COPY = 0.8  # an answer this similar to a same-length window of its source is a copy
 CUT_OFF = ("length", "max_tokens")  # stop reasons of an answer cut at the token limit
-TRIMMED = "trimmed"  # an answer cut off, kept up to its last whole sentence (whole_sentences)
+TRIMMED = "trimmed"  # an answer cut off, kept up to its last whole sentence (sentences.whole)
 SHINGLE = 8  # words in a row that, found in another run's context, mark a copied line
 LOOP = 12  # words in a row that, said twice in one answer, mark a model looping
 VAGUE = 0.6  # an answer naming no fact must have this share of its words from the source
@@ -162,7 +98,7 @@ def claims(text: str) -> list[str]:
         if not word or not word[0].isupper() or word.casefold() in _NOT_NAMES:
             continue
         before = text[: match.start()]
-        starts_sentence = not before.strip() or bool(_SENTENCE_END.search(before))
+        starts_sentence = not before.strip() or bool(_CLAUSE_END.search(before))
         acronym = len(word) > 1 and word.isupper()
         if starts_sentence and not acronym and word.casefold() in _STARTERS:
             continue  # "The", "After", "It": a common word, capitalised by its place
@@ -188,13 +124,13 @@ class _Source:
         words = set(in_order)
         words |= {part for w in words for part in _JOINERS.split(w) if part}
         numbers = frozenset(_number(m.group()) for m in _NUMBER.finditer(text))
-        months = {_MONTHS.get(w) or _FOREIGN_MONTHS[w] for w in words
-                  if w in _MONTHS or w in _FOREIGN_MONTHS}  # fmt: skip
+        months = {MONTHS.get(w) or FOREIGN_MONTHS[w] for w in words
+                  if w in MONTHS or w in FOREIGN_MONTHS}  # fmt: skip
         for iso in re.finditer(r"\b\d{4}-(\d{1,2})-\d{1,2}\b", text):  # 2026-03-14
             months.add(int(iso.group(1)))
         for cjk in re.finditer(r"(\d{1,2})\s*月", text):  # 3月14日
             months.add(int(cjk.group(1)))
-        weekdays = {number for name, number in _WEEKDAYS.items()
+        weekdays = {number for name, number in WEEKDAYS.items()
                     if (name in words if name.isascii() else name in folded)}  # fmt: skip
         return cls(folded, frozenset(words), numbers, frozenset(months), frozenset(weekdays),
                    _spelled_out(in_order))  # fmt: skip
@@ -205,10 +141,10 @@ class _Source:
         word = _fold(claim)
         if word in self.words or (not word.isascii() and word in self.folded):
             return True
-        if word in _MONTHS:  # "March" is grounded by a date in March written any way
-            return _MONTHS[word] in self.months
-        if word in _ENGLISH_WEEKDAYS:  # "Thursday" by "Donnerstag" or "星期四"
-            return _WEEKDAYS[word] in self.weekdays
+        if word in MONTHS:  # "March" is grounded by a date in March written any way
+            return MONTHS[word] in self.months
+        if word in ENGLISH_WEEKDAYS:  # "Thursday" by "Donnerstag" or "星期四"
+            return WEEKDAYS[word] in self.weekdays
         if claim.isupper() and 2 <= len(claim) <= 6:  # "SLA": "service level agreement"
             return word in self.acronyms
         return False
@@ -301,18 +237,6 @@ def copy_ratio(answer: str, source: str) -> float:
     return best
 
 
-def has_sentence(answer: str) -> bool:
-    """Whether `answer` holds one sentence at least: three words, or six CJK characters,
-    ending in a full stop, a question or an exclamation mark. A title, a heading, a
-    signature or an address block has none."""
-    for match in _SENTENCES.finditer(answer):
-        text = match.group()
-        wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
-        if len(text.split()) >= 3 or wide >= 6:
-            return True
-    return False
-
-
 def not_a_summary(answer: str) -> str | None:
     """Why `answer` is not a summary at all (a greeting, a refusal, the feedback said
     back, a title or signature alone), or None."""
@@ -323,7 +247,7 @@ def not_a_summary(answer: str) -> str | None:
         return "the answer repeats the feedback instead of summarising the file"
     if _GREETING.match(text):
         return "the answer opens with a greeting; write the summary itself, not a letter"
-    if not has_sentence(text):
+    if not has_one(text):
         return ("the answer has no whole sentence (a title, heading, signature or address "
                 "block alone is not a summary)")  # fmt: skip
     return None
@@ -360,25 +284,6 @@ class Grounding:
         return {**asdict(self), "evidence": self.evidence}
 
 
-_SENTENCE_END = re.compile(r"(?<=[^\s.])[.!?。！？](?=[\s\"'’)]*(?:\s+[A-Z0-9\"“(]|$))|[。！？]")
-
-
-def whole_sentences(text: str) -> str:
-    """`text` up to the end of its last complete sentence ("" if it has none): what an
-    answer cut off at the token limit said in full."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(text.rstrip()) if not _ordinal(text, m)]
-    return text[: ends[-1]].strip() if ends else ""
-
-
-def _ordinal(text: str, end: re.Match[str]) -> bool:
-    """A German ordinal's dot before a month ("12. Dezember"), not a sentence's end."""
-    before, after = text[: end.start()], text[end.end() :].split()
-    word = after[0].strip(".,;:").casefold() if after else ""
-    return re.search(r"(?<!\d)\d{1,2}$", before) is not None and (
-        word in _MONTHS or word in _FOREIGN_MONTHS
-    )
-
-
 def check(
     answer: str,
     source: str,
@@ -404,7 +309,7 @@ def check(
     reasons: list[str] = []
     if stop_reason in CUT_OFF:
         reasons.append(f"the answer was cut off at the token limit (stop reason: {stop_reason})")
-    elif stop_reason == TRIMMED and not has_sentence(text):
+    elif stop_reason == TRIMMED and not has_one(text):
         reasons.append("the answer was cut off at the token limit before a whole sentence")
     if len(text) < min_chars:
         reasons.append(f"the answer has {len(text)} characters, fewer than {min_chars}")

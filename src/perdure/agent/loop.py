@@ -46,12 +46,13 @@ from .budgets import BUDGET_EVENT, BudgetRefused, RunLimitReached
 from .facts import MAX_TOKENS as FACTS_MAX_TOKENS
 from .facts import check_facts, facts_block, facts_section
 from .facts import request_text as facts_request
-from .grounding import CUT_OFF, TRIMMED, whole_sentences
+from .grounding import CUT_OFF, TRIMMED
 from .grounding import check as check_grounding
 from .memory_sql import AgentMemory
 from .messages import Message, ModelRequest, ModelResponse, ToolCall
 from .providers.base import ModelAuthError, ModelError, ModelProvider, ModelRetryable
 from .providers.registry import provider_class
+from .sentences import whole
 from .spec import AgentSpec, check_grants, deadline_seconds
 from .tool_probes import ToolProbes
 from .tools.base import Memory, Tool
@@ -911,7 +912,7 @@ class _Attempt:
     def trim(self) -> None:
         """Keep an answer cut off at the token limit up to its last whole sentence (none:
         the check says it was cut off before one)."""
-        self.text, self.stop_reason = whole_sentences(self.text), TRIMMED
+        self.text, self.stop_reason = whole(self.text), TRIMMED
 
 
 def estimate_tokens(text: str) -> float:
