@@ -30,6 +30,9 @@ latency = 1.5                  # seconds per answer, like a small model's
 """
 
 
+FACTS_OFF, FACTS_ON = "facts_first = false", "facts_first = true"
+
+
 @dataclass
 class Outcome:
     """What the demo saw, for people (printed) and for the test that runs it."""
@@ -198,7 +201,9 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
         shutil.rmtree(workdir)
     (workdir / "inbox").mkdir(parents=True)
     (workdir / "outbox").mkdir()
-    spec = (HERE / "agent.toml").read_text()
+    # facts first: two model calls a file (its facts, then the summary), so the kill lands
+    # with a model answer journaled and a call still to make (the shipped spec makes one)
+    spec = (HERE / "agent.toml").read_text().replace(FACTS_OFF, FACTS_ON, 1)
     agent_model = model
     if model == "scripted":  # the spec's local tier, served by the extractive summariser
         spec = re.sub(r"\[models\.local\]\n(?:[^\[\n].*\n)*", SCRIPTED_TIER, spec)
@@ -207,7 +212,10 @@ def run_demo(model: str, workdir: Path, timeout: float = 300.0) -> Outcome:
     outcome = Outcome(workdir)
     log = workdir / "worker.log"
 
-    say(f"starting the agent (model: {model}) on {workdir / 'state.db'}")
+    say(
+        f"starting the agent (model: {model}) on {workdir / 'state.db'}, facts first: the "
+        "model lists a file's facts, then writes its summary, two journaled answers a file"
+    )
     print(perdure(workdir, "validate", "agent.toml", "--model", agent_model).strip())
     worker = start_worker(workdir, agent_model, log)
     try:

@@ -25,12 +25,17 @@ INVENTED = "On 12 March 2023 Carla cancelled the billing export."
 INVENTED_TOO = "On 3 May Carla moved the billing export to 2027."
 
 
+def facts_first(spec: str) -> str:
+    """The shipped spec (one model call a file) with the facts-first pipeline turned on."""
+    assert "facts_first = false" in spec
+    return spec.replace("facts_first = false", "facts_first = true", 1)
+
+
 def make(
     app: perdure.App, tmp_path: Path, local: list[object], notes: str = "task"
 ) -> tuple[Agent, ScriptedModel]:
     """The shipped inbox spec in tmp_path, its local tier scripted by `local`."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
-    text = text.replace("facts_first = true", "facts_first = false")  # one call per answer
     (tmp_path / "agent.toml").write_text(text.replace('notes = "task"', f'notes = "{notes}"'))
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(local)  # type: ignore[arg-type]
@@ -118,7 +123,6 @@ def test_no_copy_title_greeting_refusal_echo_or_fact_free_answer_reaches_the_out
     rejected with its reason journaled and fed back, and nothing is written."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
     text = text.replace("escalate_after_failures = 2", "escalate_after_failures = 6")
-    text = text.replace("facts_first = true", "facts_first = false")
     (tmp_path / "agent.toml").write_text(text.replace("max_iterations = 4", "max_iterations = 6"))
     (tmp_path / "inbox").mkdir()
     model = ScriptedModel(list(NOT_SUMMARIES.values()))
@@ -252,7 +256,7 @@ def test_facts_first_lists_checks_then_writes_from_the_checked_facts(
     the checked ones follow the file in the call that writes the summary, which begins as
     the first did (the model server's prompt cache reads the file once)."""
     text = (ROOT / "examples/inbox/agent.toml").read_text()
-    (tmp_path / "agent.toml").write_text(text)
+    (tmp_path / "agent.toml").write_text(facts_first(text))
     (tmp_path / "inbox").mkdir()
     listed = "- Ana chaired on 14 November.\n- Carla owns the export.\n- Ben owns the migration."
     model = ScriptedModel([listed, GOOD])
@@ -286,7 +290,9 @@ def test_a_facts_list_cut_off_at_max_tokens_loses_only_its_half_line(
 ) -> None:
     """The facts call stopped at its token limit: its last line is half a fact and is not
     used; the whole lines before it are."""
-    (tmp_path / "agent.toml").write_text((ROOT / "examples/inbox/agent.toml").read_text())
+    (tmp_path / "agent.toml").write_text(
+        facts_first((ROOT / "examples/inbox/agent.toml").read_text())
+    )
     (tmp_path / "inbox").mkdir()
     listed = "- Ana chaired on 14 November.\n- Ben owns the migration.\n- The team agreed to"
     model = ScriptedModel([{"content": listed, "stop_reason": "length"}, GOOD])
