@@ -86,3 +86,13 @@ def test_a_reply_without_usage_keeps_its_reservation_counted_and_marked(
         app.close()
     shown = CliRunner().invoke(cli, ["--db", db, "usage", "--since", "30000d"])
     assert shown.exit_code == 0 and "answered without usage" in shown.output
+
+
+def test_a_digit_or_a_cjk_character_is_a_token_of_its_own() -> None:
+    """The one token estimate errs high where tokenizers split finely: Qwen's and Llama 2's
+    split numbers into digits, and a CJK character is about a token; the rest is text."""
+    from perdure.agent.budgets import CHARS_PER_TOKEN, estimate_tokens
+
+    assert estimate_tokens("1,704.00") == 6 + 2 / CHARS_PER_TOKEN
+    assert estimate_tokens("会议于11月") == 6
+    assert estimate_tokens("a" * 33) == 33 / CHARS_PER_TOKEN

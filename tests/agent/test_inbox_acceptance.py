@@ -240,7 +240,8 @@ def test_a_huge_file_is_cut_to_the_first_tiers_context_and_says_so(
 
 def test_a_long_chinese_file_is_cut_by_tokens_not_characters(tmp_path: Path) -> None:
     """A CJK character is about a token: such a file is cut far shorter than Latin text."""
-    from perdure.agent.loop import estimate_tokens, task_text
+    from perdure.agent.budgets import estimate_tokens
+    from perdure.agent.loop import task_text
 
     path = tmp_path / "zh.txt"
     path.write_text("会议于11月14日举行，预算为3000元。\n" * 400)

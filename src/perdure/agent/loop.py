@@ -76,21 +76,13 @@ TOOL_NAMES = "perdure.agent.tool_names"
 COMPACT_AT = 0.75  # of the model's context: beyond this, older turns are summarised
 KEEP_TURNS = 6  # recent messages kept verbatim when compacting
 MAX_FILE_TOKENS = 4000  # of a task's file put in the transcript (less for a small context)
-CHARS_PER_TOKEN = 3.3  # of text in Latin script; a CJK character is a token of its own
+FRAMING = 64  # tokens of the request around the file: its name, rules, the goal at the end
 NOTES_IN_CONTEXT = 5  # lines of progress notes put in the system prompt
 NOTES_KEPT = 50  # lines of progress notes an agent keeps
 
 
 class AgentFailed(PerdureError):
     """The agent stopped without meeting its acceptance: a limit, a loop guard, a failure."""
-
-
-def _estimate_tokens(messages: list[Message]) -> int:
-    """A rough count (4 characters a token), enough to decide when to compact."""
-    chars = sum(
-        len(m.content) + len(json.dumps([c.arguments for c in m.tool_calls])) for m in messages
-    )
-    return chars // 4 + 4 * len(messages)
 
 
 class StoreMemory:
@@ -444,7 +436,7 @@ class Agent:
             source = ""
             if file:
                 try:
-                    source = await steps.file(str(file), self._file_limit())
+                    source = await steps.file(str(file), self._file_limit(system))
                 except StepError as exc:  # binary, empty, unreadable: one line, no retry
                     raise AgentFailed(exc.message) from None
                 user.append(f"File {Path(str(file)).name}:\n---\n{source}\n---")
@@ -472,7 +464,7 @@ class Agent:
                     await steps.escalate(previous, tier, evidence)
                 previous = tier
                 messages += [Message("user", s.prompt()) for s in await durable.steering()]
-                if _estimate_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
+                if budgets.messages_tokens(messages) > COMPACT_AT * spec.tier(tier).context_tokens:
                     messages = await self._compact(messages, tier, spend, evidence)
                 request = ModelRequest(
                     model=spec.tier(tier).model,
@@ -595,12 +587,15 @@ class Agent:
             parts.append("Things you remembered:\n" + "\n".join(f"- {m}" for m in memories))
         return "\n\n".join(p for p in parts if p)
 
-    def _file_limit(self) -> int:
-        """How many tokens of the task's file fit the first tier's context beside the prompt
-        and the answer."""
+    def _file_limit(self, system: str) -> int:
+        """How many tokens of the task's file fit the first tier's context beside the
+        system message, the request's framing and the answer (all estimated high)."""
         first = self.spec.tier(self.spec.routing.order()[0])
         answer = self.spec.limits.max_tokens_per_call or first.max_tokens or 512
-        return max(200, min(MAX_FILE_TOKENS, first.context_tokens - answer - 256))
+        around = budgets.messages_tokens([Message("system", system)]) + FRAMING
+        if self.spec.acceptance.facts_first:  # the summary's request adds the facts, the goal
+            around += FACTS_MAX_TOKENS + int(budgets.estimate_tokens(self.spec.goal))
+        return max(200, min(MAX_FILE_TOKENS, first.context_tokens - answer - around))
 
     def _route(self, failed_iterations: int) -> str:
         """The tier for the next call: one tier further along per `escalate_after_failures`
@@ -915,12 +910,6 @@ class _Attempt:
         self.text, self.stop_reason = whole(self.text), TRIMMED
 
 
-def estimate_tokens(text: str) -> float:
-    """Tokens a text takes, roughly: a CJK character each, CHARS_PER_TOKEN otherwise."""
-    wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
-    return wide + (len(text) - wide) / CHARS_PER_TOKEN
-
-
 def task_text(path: Path, limit: int, given: str | None = None, data: bytes | None = None) -> str:
     """A task file's text (its bytes `data` if already read), cut to about `limit` tokens
     (at a line end, saying so); AgentFailed (one line, not retried) if it is empty or
@@ -938,12 +927,14 @@ def task_text(path: Path, limit: int, given: str | None = None, data: bytes | No
     text = head.decode("utf-8", errors="replace")
     if b"\0" in head or text.count("\ufffd") > max(3, len(text) // 100):
         raise AgentFailed(f"{name} is not text (binary or not UTF-8): not sent to a model")
-    if estimate_tokens(text) <= limit:
+    if budgets.estimate_tokens(text) <= limit:
         return text
     low, high = 0, len(text)  # the longest prefix that fits
     while low < high:
         middle = (low + high + 1) // 2
-        low, high = (middle, high) if estimate_tokens(text[:middle]) <= limit else (low, middle - 1)
+        low, high = (
+            (middle, high) if budgets.estimate_tokens(text[:middle]) <= limit else (low, middle - 1)
+        )
     cut = text[:low]
     cut = cut[: cut.rfind("\n")] if "\n" in cut[low // 2 :] else cut
     return f"{cut}\n[... the first {len(cut)} characters of {len(data)} bytes ...]"

@@ -99,7 +99,7 @@ class ModelBudget:
         await _declare(runtime, self)
         info = current_step()
         text = json.dumps(prompt, default=str)
-        prompt_tokens = int(len(text) / budgets.CHARS_PER_TOKEN) + 1
+        prompt_tokens = int(budgets.estimate_tokens(text)) + 1
         out = max_output or self.call_tokens
         limits = budgets.run_limit(Limits(max_tokens=self.max_tokens, max_cost=self.max_cost))
         stored = await Budgets(runtime.store).get_budget(self.agent)
