@@ -2,13 +2,15 @@
 
     python -m bench.summary_quality [--tiers scripted,spec,local] [--docs N] [--json out.json]
                                     [--verbose] [--set models.local.temperature=0.2 ...]
-                                    [--timeout SECONDS]
+                                    [--timeout SECONDS] [--corpus bench/summary_heldout]
 
 For each tier the real inbox agent (examples/inbox/agent.toml, served by that tier through
 `with_model`) summarises every document of bench/summary_docs/ on a fresh SQLite store;
 the figures come from what landed in outbox/ and from the runs' journals. Documents and
-their reference facts: bench/summary_docs/facts.toml. A tier is any `--model` choice
-(`spec`: the spec's own tiers, as shipped); `--set` changes the spec for an experiment.
+their reference facts: bench/summary_docs/facts.toml; bench/summary_heldout/ is a second
+set of the same kinds, written after the agent was tuned and never tuned on. A tier is any
+`--model` choice (`spec`: the spec's own tiers, as shipped); `--set` changes the spec for an
+experiment.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from perdure.agent.sentences import has_one
 from .common import ROOT, Table
 
 DOCS = Path(__file__).resolve().parent / "summary_docs"
+HELDOUT = Path(__file__).resolve().parent / "summary_heldout"  # never tuned on
 SPEC = ROOT / "examples" / "inbox" / "agent.toml"
 AGENT = "agent:inbox-summariser"  # the workflow's name: its steps are f"{AGENT}.model" etc.
 RUN_TIMEOUT = 900.0  # seconds one document may take before the bench stops waiting for it
@@ -59,9 +62,14 @@ class Doc:
     file: str
     kind: str
     facts: tuple[Fact, ...]
+    folder: Path = DOCS  # the corpus it belongs to
 
-    def text(self, folder: Path = DOCS) -> str:
-        return (folder / self.file).read_text(encoding="utf-8")
+    @property
+    def path(self) -> Path:
+        return self.folder / self.file
+
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
 
 
 def load_corpus(folder: Path = DOCS) -> list[Doc]:
@@ -72,7 +80,7 @@ def load_corpus(folder: Path = DOCS) -> list[Doc]:
         facts = [
             Fact(f["what"], tuple(f.get("all", ())), tuple(f.get("any", ()))) for f in d["facts"]
         ]
-        docs.append(Doc(d["file"], d.get("kind", ""), tuple(facts)))
+        docs.append(Doc(d["file"], d.get("kind", ""), tuple(facts), folder))
     return docs
 
 
@@ -232,7 +240,7 @@ def run_tier(
         (folder / "inbox").mkdir(parents=True)
         shutil.copy(SPEC, folder / "agent.toml")
         for doc in docs:
-            shutil.copy(DOCS / doc.file, folder / "inbox" / doc.file)
+            shutil.copy(doc.path, folder / "inbox" / doc.file)
         spec = with_overrides(with_model(load_spec(folder / "agent.toml"), tier), overrides or {})
         app = perdure.App(f"sqlite:///{folder}/state.db")
         try:
@@ -362,9 +370,9 @@ def _pct(part: int, whole: int) -> str:
     return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "0/0"
 
 
-def tier_table(summaries: dict[str, dict[str, Any]]) -> Table:
+def tier_table(summaries: dict[str, dict[str, Any]], corpus: str = "bench/summary_docs") -> Table:
     table = Table(
-        "Summary quality of the inbox agent, per tier (bench/summary_docs)",
+        f"Summary quality of the inbox agent, per tier ({corpus})",
         ["tier", "docs", "done/failed", "facts in outbox", "facts 1st answer",
          "answered by", "invented: outbox", "invented: 1st", "truncated 1st/outbox",
          "copies (model)", "no sentence", "rejected (then ok)", "calls (retried)",
@@ -418,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiers", default="scripted,spec",
                         help="comma-separated --model choices (spec: as shipped)")  # fmt: skip
     parser.add_argument("--docs", type=int, default=None, help="only the first N documents")
+    parser.add_argument(
+        "--corpus", default=str(DOCS),
+        help="a folder of documents and their facts.toml (default: bench/summary_docs; "
+        "bench/summary_heldout was never tuned on)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="also write every figure to this file")
     parser.add_argument("--verbose", action="store_true", help="print a row per document")
     parser.add_argument(
@@ -427,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds a local model call may take (default: 60)")  # fmt: skip
     args = parser.parse_args(argv)
-    docs = load_corpus()[: args.docs]
+    docs = load_corpus(Path(args.corpus))[: args.docs]
     overrides = parse_set(args.set)
     summaries: dict[str, dict[str, Any]] = {}
     everything: list[DocResult] = []
@@ -441,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries[tier] = tier_summary(results)
         everything += results
         print(f"[{tier}: {len(docs)} docs in {time.monotonic() - began:.0f}s]", flush=True)
-    print(tier_table(summaries).render(), flush=True)
+    corpus = os.path.relpath(args.corpus, ROOT) if Path(args.corpus).is_absolute() else args.corpus
+    print(tier_table(summaries, corpus).render(), flush=True)
     if args.verbose:
         print("\n" + doc_table(everything).render())
     if args.json:

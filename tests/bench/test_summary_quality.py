@@ -16,21 +16,25 @@ from bench import summary_quality as sq  # noqa: E402
 from perdure.agent.budgets import estimate_tokens  # noqa: E402
 
 
-def test_the_corpus_has_enough_varied_documents_each_with_three_to_five_facts() -> None:
-    """At least 14 documents, every .txt listed once, each with 3-5 facts that have keys."""
-    docs = sq.load_corpus()
+@pytest.mark.parametrize(("corpus", "least"), [(sq.DOCS, 14), (sq.HELDOUT, 8)])
+def test_the_corpus_has_enough_varied_documents_each_with_three_to_five_facts(
+    corpus: Path, least: int
+) -> None:
+    """Enough documents, every .txt listed once, each with 3-5 facts that have keys."""
+    docs = sq.load_corpus(corpus)
     files = [d.file for d in docs]
-    assert len(docs) >= 14
+    assert len(docs) >= least
     assert len(set(files)) == len(files)
-    assert sorted(files) == sorted(p.name for p in sq.DOCS.glob("*.txt"))
+    assert sorted(files) == sorted(p.name for p in corpus.glob("*.txt"))
     for doc in docs:
         assert 3 <= len(doc.facts) <= 5, doc.file
         assert all(f.what and (f.all or f.any) for f in doc.facts), doc.file
 
 
-def test_every_fact_is_grounded_in_its_document() -> None:
+@pytest.mark.parametrize("corpus", [sq.DOCS, sq.HELDOUT])
+def test_every_fact_is_grounded_in_its_document(corpus: Path) -> None:
     """Each fact's `all` keys, and at least one of its `any` keys, occur in the document."""
-    for doc in sq.load_corpus():
+    for doc in sq.load_corpus(corpus):
         text = doc.text()
         for fact in doc.facts:
             for key in fact.all:
