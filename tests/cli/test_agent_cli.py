@@ -43,6 +43,11 @@ def test_validate_run_usage_and_budget(tmp_path: Path) -> None:
     assert (
         ok.exit_code == 0 and "ok: agent notes; tiers fast=scripted:builtin:extractive" in ok.output
     )
+    assert "acceptance an answer;" in ok.output  # no check configured, one call a task
+    first = tmp_path / "first.toml"
+    first.write_text(SPEC + "\n[acceptance]\nfacts_first = true\n")
+    said = runner.invoke(cli, ["validate", str(first)]).output
+    assert "acceptance facts listed first (two model calls a file);" in said, said
     bad = tmp_path / "bad.toml"
     bad.write_text(SPEC.replace('provider = "scripted"', 'provider = "nope"'))
     refused = runner.invoke(cli, ["validate", str(bad)])

@@ -98,6 +98,8 @@ def _describe(spec: AgentSpec, model: str = "spec") -> str:
         )  # fmt: skip
     acc = spec.acceptance
     checks = [c for c in (acc.grounded and "grounded in the source", acc.command, acc.python) if c]
+    if acc.facts_first:  # a second model call a file: the facts, each checked, then the answer
+        checks.insert(0, "facts listed first (two model calls a file)")
     return (f"agent {spec.name}; tiers {' -> '.join(tiers)}{escalation}; "
             f"acceptance {', '.join(checks) or 'an answer'}; tools {tools}; "
             f"trigger {trigger}")  # fmt: skip
