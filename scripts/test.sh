@@ -8,7 +8,7 @@ scripts/setup.sh dev,docs,postgres,server,models,mcp,local,local-small,observe,o
 .venv/bin/ruff format --check src tests bench examples
 .venv/bin/mypy
 set +e
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=30 "$@"  # the slowest tests, to keep CI near 35 minutes
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
