@@ -20,24 +20,29 @@ _ABBREVIATION = re.compile(
     r"\b(?:no|nr|dr|mr|mrs|ms|st|vs|etc|e\.g|i\.e|approx|ca|incl|attn|ref|fig|z\.b|bzw)\.$", re.I
 )
 _ORDINAL = re.compile(r"(?:^|(?<=\s))\d{1,2}\.$")  # "12." before its month
+_NEXT_WORD = re.compile(r"\s*(\S*)")
+_LOOK_BACK = 16  # characters before a mark that hold its abbreviation or ordinal ("approx.")
 _WIDE = 0x2E80  # CJK scripts from here: a sentence of six such characters has words enough
 
 
 def ends(text: str) -> list[int]:
-    """The offsets in `text` just past each sentence's end, in order."""
+    """The offsets in `text` just past each sentence's end, in order. Each mark is judged
+    by the few characters before it and the word after it, so a long text costs linear
+    time."""
     found: list[int] = []
     for match in _MARK.finditer(text):
-        mark, before = match.group()[0], text[: match.start() + 1]
-        if mark in "。！？":
+        at = match.start()  # the mark itself
+        if text[at] in "。！？":
             found.append(match.end())
             continue
-        if len(before) < 2 or before[-2].isspace() or before[-2] == ".":
+        if at == 0 or text[at - 1].isspace() or text[at - 1] == ".":
             continue  # a mark on its own, or an ellipsis
-        after = text[match.end() :].split(maxsplit=1)
-        following = after[0] if after else ""
-        if following[:1].islower() or _ABBREVIATION.search(before):
+        after = _NEXT_WORD.match(text, match.end())
+        following = after.group(1) if after else ""
+        window = (max(0, at - _LOOK_BACK), at + 1)  # the lookbehinds still see before it
+        if following[:1].islower() or _ABBREVIATION.search(text, *window):
             continue  # "approx. the", "No. 4", "Dr. Kim"
-        if mark == "." and _ORDINAL.search(before) and is_month(following):
+        if text[at] == "." and _ORDINAL.search(text, *window) and is_month(following):
             continue  # "12. März"
         found.append(match.end())
     return found
