@@ -71,24 +71,28 @@ def test_kill_minus_nine_in_once_steps_taken_at_once(
     def landed() -> int:
         return resolved["value"] + resolved["retry"]
 
-    def wait_for_bodies(proc: Any, ledger_size: int) -> bool:
+    ledger = workdir / chaos_app.LEDGER
+
+    def ledger_size() -> int:
+        return ledger.stat().st_size if ledger.exists() else 0
+
+    def wait_for_bodies(proc: Any, before: int) -> bool:
         """Until the new worker has run a body: a kill before that (the interpreter
         starting, a loaded CI machine) cannot land mid-step."""
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline and proc.poll() is None:
-            if ledger.exists() and ledger.stat().st_size > ledger_size:
+            if ledger_size() > before:
                 return True
             time.sleep(0.02)
         return False
 
-    ledger = workdir / chaos_app.LEDGER
     try:
         for _ in range(MAX_KILLS):
             if landed() >= LANDED or all(app.get_run(r).status in TERMINAL for r in runs):
                 break  # enough landed, or a fast machine: nothing left to kill in
-            size = ledger.stat().st_size if ledger.exists() else 0
+            before = ledger_size()
             proc = pool.spawn()
-            if wait_for_bodies(proc, size):
+            if wait_for_bodies(proc, before):
                 time.sleep(rng.uniform(0.05, 0.6))
             pool.kill(proc)
             resolve_parked()
