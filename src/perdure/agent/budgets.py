@@ -22,6 +22,7 @@ from ..errors import PerdureError
 from ..store.base import FINISHED
 from .budget_sql import Budget, Budgets, Limit, SharedBudget
 from .messages import Message, ModelRequest
+from .sentences import WIDE
 from .spec import AgentSpec, BudgetSpec, Limits
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ LIMITS = ("tokens_per_hour", "tokens_per_day", "cost_per_hour", "cost_per_day")
 WINDOWS = (("this hour", 3600.0, "tokens_per_hour", "cost_per_hour"),
            ("this day", 86400.0, "tokens_per_day", "cost_per_day"))  # fmt: skip
 CHARS_PER_TOKEN = 3.3  # of text in Latin script (real tokenizers do ~4: this errs high)
-_WIDE = 0x2E80  # CJK scripts from here: a character is a token of its own
 PER_MESSAGE = 8  # tokens a message's framing takes beyond its text
 
 
@@ -111,7 +111,7 @@ def estimate_tokens(text: str) -> float:
     """The tokens `text` takes, estimated high: a CJK character or a digit each (the
     tokenizers of Qwen and Llama 2 split numbers into digits), CHARS_PER_TOKEN of the rest.
     The one estimate behind every reservation, the cut of a task's file and compaction."""
-    single = sum(1 for ch in text if ch.isdigit() or ord(ch) >= _WIDE)
+    single = sum(1 for ch in text if ch.isdigit() or ord(ch) >= WIDE)
     return single + (len(text) - single) / CHARS_PER_TOKEN
 
 

@@ -22,7 +22,9 @@ _ABBREVIATION = re.compile(
 _ORDINAL = re.compile(r"(?:^|(?<=\s))\d{1,2}\.$")  # "12." before its month
 _NEXT_WORD = re.compile(r"\s*(\S*)")
 _LOOK_BACK = 16  # characters before a mark that hold its abbreviation or ordinal ("approx.")
-_WIDE = 0x2E80  # CJK scripts from here: a sentence of six such characters has words enough
+# CJK scripts from here on: a character is about a word (and a token); they put no space
+# between words, so a sentence of six such characters has words enough
+WIDE = 0x2E80
 
 
 def ends(text: str) -> list[int]:
@@ -71,7 +73,7 @@ def has_one(text: str) -> bool:
     """Whether `text` holds one sentence at least: three words, or six CJK characters,
     with its end mark. A title, a heading, a signature or an address block has none."""
     for sentence in split(whole(text)):
-        wide = sum(1 for ch in sentence if ord(ch) >= _WIDE)
+        wide = sum(1 for ch in sentence if ord(ch) >= WIDE)
         if len(sentence.split()) >= 3 or wide >= 6:
             return True
     return False
