@@ -64,7 +64,7 @@ from refund_model import MARKER, TURNS
 from refund_tools import Shop
 
 import perdure
-from perdure.store.base import COMPLETED, NEEDS_ATTENTION, TERMINAL
+from perdure.store.base import COMPLETED, FAILED, NEEDS_ATTENTION, TERMINAL
 
 SETTLED = TERMINAL | {NEEDS_ATTENTION}
 CLAUDE = "claude"  # the Claude Agent SDK's refund agent (bench/refunds_claude.py)
@@ -304,6 +304,8 @@ def perdure_trial(framework: str, store_kind: str, options: Options, folder: Pat
         result.notes += [f"worker exited by itself: {log}" for log in workers.died()]
         others = Counter(s for s in statuses.values() if s not in (COMPLETED, NEEDS_ATTENTION))
         result.notes += [f"{n} run(s) {s}" for s, n in others.items()]
+        result.notes += [f"run {run_id} failed: {client.get_run(run_id).error}"
+                         for run_id, status in statuses.items() if status == FAILED]  # fmt: skip
     finally:
         if workers is not None:
             workers.stop()

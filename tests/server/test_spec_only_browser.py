@@ -96,7 +96,10 @@ def test_serve_with_an_agent_spec_answers_its_approval_in_chromium(tmp_path: Pat
                 page.goto(f"{url}/ui/approvals")
                 page.fill("#token", token)
                 page.click("button[type=submit]")
-                page.goto(f"{url}/ui/approvals")
+                # signed in where it was going, its tab key taken off the address by the
+                # script: a goto before that cancels the load, the key is never stored and
+                # every action is refused as not from a signed-in tab
+                page.wait_for_url(f"{url}/ui/approvals")
                 gate = page.locator("article.gate", has_text=RUN_ID)
                 deadline = time.monotonic() + 60  # the worker reaches the gate
                 while gate.count() == 0:
