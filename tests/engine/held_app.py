@@ -1,4 +1,4 @@
-"""An app whose one workflow runs a step of HELD_STEP seconds (90 by default), started
+"""An app whose one workflow runs a step of HELD_STEP seconds (66 by default), started
 by its inbox on HELD_INBOX, by `app.start` and by the CLI (tests/engine/test_long_steps.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ app = perdure.App(os.environ["PERDURE_DB"])
 
 @app.step(effect="keyed", name="held.step")
 async def step(x: str) -> str:
-    await asyncio.sleep(float(os.environ.get("HELD_STEP", "90")))
+    await asyncio.sleep(float(os.environ.get("HELD_STEP", "66")))
     return x
 
 
