@@ -1,6 +1,7 @@
-"""Issue 33 item 0: a step longer than the store's 60 s busy bound (66 s), in runs started by the inbox, by `app.start` in the
-worker's own process and by the CLI, on both stores: every one completes (a start's
-60 s store bound once leaked into the runs a worker of its process took at once)."""
+"""Issue 33 item 0: a step longer than the store's 60 s busy bound (66 s), in runs started
+by the inbox, by `app.start` in the worker's own process and by the CLI, on both stores:
+every one completes (a start's 60 s store bound once leaked into the runs a worker of its
+process took at once)."""
 
 from __future__ import annotations
 

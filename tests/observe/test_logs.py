@@ -126,6 +126,33 @@ def test_secrets_never_reach_a_log_line(
     assert "PermissionError: refused key ***" in failed["exception"]
 
 
+def test_a_failed_run_says_why_in_its_line(
+    app: perdure.App, worker: TestWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning line of a run that failed carries the error recorded (type and the first
+    line of its message, secrets masked); a run that completed carries none."""
+    monkeypatch.setenv("LEDGER_API_KEY", "s3cr3t-ledger-key-0042")
+    log_lines = io.StringIO()
+    configure_logging(json=True, stream=log_lines)
+
+    @app.workflow(name="ledger")
+    def ledger(fail: bool) -> str:
+        if fail:
+            raise LookupError("account missing for s3cr3t-ledger-key-0042\nsecond line")
+        return "ok"
+
+    app.start(ledger, True, run_id="ledger-bad")
+    app.start(ledger, False, run_id="ledger-good")
+    worker.run_until_idle()
+    ended = ("run failed", "run completed")
+    ends = {r["run_id"]: r for r in decoded(log_lines)
+            if r.get("logger") == "perdure.run" and r["event"] in ended}  # fmt: skip
+    assert ends["ledger-bad"]["event"] == "run failed"
+    assert ends["ledger-bad"]["level"] == "warning"
+    assert ends["ledger-bad"]["error"] == "LookupError: account missing for ***"
+    assert ends["ledger-good"]["event"] == "run completed" and "error" not in ends["ledger-good"]
+
+
 def test_console_on_a_terminal_json_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a choice, a terminal gets the console format and a pipe JSON lines;
     PERDURE_LOG_FORMAT overrides both."""

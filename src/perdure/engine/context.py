@@ -148,6 +148,7 @@ class RunContext:
         # rows are committed before any journal write, so no step's outcome outlives them
         self.stream: Any = None
         self.diverged: NonDeterminismError | None = None
+        self.failure: str | None = None  # the error recorded when the run failed
         self.blobs: list[Blob] = []
         # A sync workflow's thread buffers entries while the loop may flush: guard the swap.
         self.buffer_lock = threading.Lock()

@@ -46,6 +46,7 @@ class RunEvent:
     recovered_from: str | None = None
     outcome: str = ""  # completed | failed | cancelled | suspended | released | lost | stopped
     seconds: float = 0.0
+    error: str | None = None  # failed: the error recorded ("type: message")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,9 @@ def run_finished(ctx: RunContext, outcome: str, started: float) -> None:
     if watching:
         if ctx.state.phase is Phase.LOST and outcome in ("stopped", "crashed"):
             outcome = "lost"
-        emit("run_finished", _run(ctx, outcome=outcome, seconds=time.monotonic() - started))
+        error = ctx.failure if outcome == "failed" else None
+        seconds = time.monotonic() - started
+        emit("run_finished", _run(ctx, outcome=outcome, seconds=seconds, error=error))
 
 
 def run_recovered(run_id: str, worker: str, previous: str) -> None:

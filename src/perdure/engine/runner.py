@@ -320,6 +320,8 @@ async def fail(ctx: RunContext, exc: BaseException) -> None:
     ctx.reopen()
     await ctx.write(ctx.entry("run.failed", data=record), status=FAILED,
                     fields={"error": json.dumps(record), **UNLEASED})  # fmt: skip
+    first = (str(record.get("message") or "").splitlines() or [""])[0]
+    ctx.failure = f"{record['type']}: {first[:300]}"
 
 
 async def finish_cancel(ctx: RunContext) -> None:

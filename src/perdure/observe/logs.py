@@ -252,9 +252,11 @@ class LogObserver(observers.Observer):
 
     def run_finished(self, event: RunEvent) -> None:
         level = logging.WARNING if event.outcome in ("failed", "lost") else logging.INFO
+        more = {} if event.error is None else {"error": event.error}
         self._line(
-            level, "run " + event.outcome, seconds=round(event.seconds, 6), **self._run(event)
-        )
+            level, "run " + event.outcome, seconds=round(event.seconds, 6), **more,
+            **self._run(event),
+        )  # fmt: skip
 
     def step_started(self, event: StepEvent) -> None:
         self._line(logging.DEBUG, "step started", **self._step(event))
