@@ -342,7 +342,7 @@ async def _attempt(call: StepCall) -> Any:
         return await _cut_off(call, exc, started)
     elapsed = time.monotonic() - started
     if elapsed > pace.SLOW and step.pace.on_loop and not own_thread:
-        step.pace.to_pool()
+        step.pace.slow(elapsed)
     if observers.watching:
         observers.step_finished(ctx, info, started)
     ms = round(elapsed * 1000, 3)
