@@ -121,8 +121,8 @@ def test_kill_minus_nine_in_once_steps_taken_at_once(
         print(f"resolved {dict(resolved)}, {sum(r['at_once'] for r in executed)} of "
               f"{len(executed)} bodies at once")  # fmt: skip
         assert landed() >= LANDED, "too few kills landed mid-step"
-        # On a loaded machine a preempted body looks slow and goes back to the pool for the
-        # rest of its process (engine/pace.py): a share of bodies is not promised, the path is.
+        # On a loaded machine a preempted body looks slow and goes back to the pool to learn
+        # again, for good after three (engine/pace.py): a share is not promised, the path is.
         assert any(r["at_once"] for r in executed), "at-once path not taken"
     finally:
         app.close()
