@@ -14,7 +14,7 @@ import re
 
 from .dates import MONTH_NAMES
 from .grounding import claims
-from .sentences import WIDE, split
+from .sentences import split, wide
 
 LIMIT = 400  # characters of the summary at most
 _MONTH_WORDS = "|".join(MONTH_NAMES)
@@ -76,9 +76,8 @@ def units(text: str) -> list[tuple[str, bool]]:
 def _sentence_like(text: str) -> bool:
     if _GREETING.match(text):
         return False
-    wide = sum(ord(ch) >= WIDE for ch in text)
     return bool(re.search(r"[.!?](?:\s|$)|[。！？]", text)) and (
-        len(text.split()) >= 6 or wide >= 12
+        len(text.split()) >= 6 or wide(text) >= 12
     )
 
 

@@ -27,6 +27,11 @@ _LOOK_BACK = 16  # characters before a mark that hold its abbreviation or ordina
 WIDE = 0x2E80
 
 
+def wide(text: str) -> int:
+    """How many characters of `text` are of the CJK scripts (from WIDE on)."""
+    return sum(1 for ch in text if ord(ch) >= WIDE)
+
+
 def ends(text: str) -> list[int]:
     """The offsets in `text` just past each sentence's end, in order. Each mark is judged
     by the few characters before it and the word after it, so a long text costs linear
@@ -72,8 +77,4 @@ def whole(text: str) -> str:
 def has_one(text: str) -> bool:
     """Whether `text` holds one sentence at least: three words, or six CJK characters,
     with its end mark. A title, a heading, a signature or an address block has none."""
-    for sentence in split(whole(text)):
-        wide = sum(1 for ch in sentence if ord(ch) >= WIDE)
-        if len(sentence.split()) >= 3 or wide >= 6:
-            return True
-    return False
+    return any(len(s.split()) >= 3 or wide(s) >= 6 for s in split(whole(text)))
